@@ -1,0 +1,181 @@
+"""Typed loading of frozen dataclasses from YAML mappings, with one-line errors naming the field.
+
+Every spec in rackplan is a frozen dataclass. `from_dict` walks its fields, checks types, rejects
+unknown and missing keys, and raises `SpecError` with the dotted path of the offending field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import re
+
+import yaml
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e6` / `2.5e-3` as floats (YAML 1.1 wants a sign and a dot)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str):
+    """Parse YAML text (safe), reading exponent floats without a sign or dot."""
+    return yaml.load(text, Loader=_Loader)
+
+
+class SpecError(ValueError):
+    """Bad input: a field that is missing, unknown, mistyped or out of range (exit code 2)."""
+
+    exit_code = 2
+
+    def __init__(self, where: str, field: str, expected: str, got: Any = dataclasses.MISSING):
+        self.where, self.field, self.expected = where, field, expected
+        got_txt = "" if got is dataclasses.MISSING else f", got {got!r}"
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}field '{field}': expected {expected}{got_txt}")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping; malformed YAML or a non-mapping top level is a SpecError."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(str(path), "(file)", "an existing YAML file")
+    try:
+        data = yaml_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark else "unknown line"
+        raise SpecError(str(path), "(yaml)", f"well-formed YAML (parse error at {line})") from None
+    if not isinstance(data, dict):
+        raise SpecError(str(path), "(top level)", "a mapping", type(data).__name__)
+    return data
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping ({tp.__name__})"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _convert(tp: Any, value: Any, where: str, field: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise SpecError(where, field, _type_name(tp), value)
+        return value
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, where, field)
+            except SpecError as exc:
+                errors.append(exc)
+        raise SpecError(where, field, _type_name(tp), value)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise SpecError(where, field, _type_name(tp), value)
+        item_tp = typing.get_args(tp)[0]
+        return tuple(_convert(item_tp, v, where, f"{field}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise SpecError(where, field, "a mapping", value)
+        _, val_tp = typing.get_args(tp)
+        return {str(k): _convert(val_tp, v, where, f"{field}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where, prefix=field + ".")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise SpecError(where, field, "true or false", value)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(where, field, "an integer", value)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(where, field, "a number", value)
+        if value != value:  # NaN
+            raise SpecError(where, field, "a finite number", value)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise SpecError(where, field, "a string", value)
+        return value
+    if tp is Any:
+        return value
+    raise TypeError(f"unsupported field type {tp!r} for {field}")
+
+
+def from_dict(cls: type, data: Any, where: str = "", prefix: str = ""):
+    """Build dataclass `cls` from a mapping, checking keys and types; errors name the dotted field."""
+    if not isinstance(data, dict):
+        raise SpecError(where, prefix.rstrip(".") or cls.__name__, f"a mapping ({cls.__name__})", data)
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in known:
+            raise SpecError(where, prefix + str(key), "one of the known keys: " + ", ".join(known))
+    kwargs = {}
+    for name, f in known.items():
+        if name in data:
+            kwargs[name] = _convert(hints[name], data[name], where, prefix + name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise SpecError(where, prefix + name, f"{_type_name(hints[name])} (missing)")
+    try:
+        return cls(**kwargs)
+    except SpecError as exc:
+        if exc.where:
+            raise
+        raise SpecError(where, prefix + exc.field, exc.expected) from None
+
+
+def to_dict(obj: Any) -> Any:
+    """Inverse of from_dict: a plain YAML-ready structure (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def check(cond: bool, field: str, expected: str, got: Any = dataclasses.MISSING) -> None:
+    """Range check inside __post_init__: raise a SpecError for `field` when `cond` is false."""
+    if not cond:
+        raise SpecError("", field, expected, got)
+
+
+def positive(value: float, field: str) -> None:
+    check(value > 0, field, "a positive value", value)
+
+
+def non_negative(value: float, field: str) -> None:
+    check(value >= 0, field, "a value >= 0", value)

@@ -1,0 +1,45 @@
+"""HardwareSpec: one GPU type and how GPUs connect (scale-up NVLink domain, scale-out network)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .fields import check, positive
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """Per-GPU datasheet peaks, memory, and the topology that prices communication."""
+
+    name: str
+    hbm_bytes: float  # usable HBM per GPU, bytes
+    hbm_bw: float  # B/s
+    peak_flops: dict[str, float]  # dense FLOP/s per compute dtype ("bf16", "fp8", "fp4")
+    scaleup_bw: float  # NVLink B/s per GPU, unidirectional
+    domain_size: int  # GPUs in one NVLink domain (8 for HGX, 72 for NVL72)
+    scaleout_bw: float  # B/s per GPU on the scale-out network (NIC line rate)
+    gpus_per_node: int  # GPUs per host (CPU) node
+    host_cpu: str = ""
+    source: str = ""
+
+    def __post_init__(self):
+        for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):
+            positive(getattr(self, name), name)
+        check(len(self.peak_flops) > 0, "peak_flops", "at least one dtype")
+        for k, v in self.peak_flops.items():
+            positive(v, f"peak_flops.{k}")
+        check(self.domain_size % self.gpus_per_node == 0, "domain_size",
+              f"a multiple of gpus_per_node ({self.gpus_per_node})", self.domain_size)
+
+    @property
+    def nodes_per_domain(self) -> int:
+        return self.domain_size // self.gpus_per_node
+
+    def flops_for(self, dtype: str) -> float:
+        """Peak dense FLOP/s for a compute dtype; falls back to the widest supported below it."""
+        order = ["fp4", "fp8", "bf16", "fp32"]
+        alias = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
+        key = alias.get(dtype, dtype)
+        for cand in order[order.index(key):]:
+            if cand in self.peak_flops:
+                return self.peak_flops[cand]
+        return min(self.peak_flops.values())

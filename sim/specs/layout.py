@@ -1,0 +1,151 @@
+"""Layout and Plan: the shape of each serving instance, and the whole deployment.
+
+A Plan is what `plan` writes and what `simulate` and `execute` read, so the planner and the
+executor can never disagree about what was planned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from .fields import check, non_negative, positive
+
+
+@dataclass(frozen=True)
+class EPLBConfig:
+    """Expert-parallel load balancing: redundant expert slots and the placement policy."""
+
+    redundant_experts: int = 0
+    policy: Literal["hierarchical", "global", "none"] = "none"
+
+    def __post_init__(self):
+        non_negative(self.redundant_experts, "redundant_experts")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding in use: the model's draft (MTP / DSpark) and its mean acceptance."""
+
+    num_tokens: int  # draft tokens proposed per step
+    acceptance_length: float  # mean tokens emitted per step per sequence (1 + accepted drafts)
+
+    def __post_init__(self):
+        positive(self.num_tokens, "num_tokens")
+        check(1.0 <= self.acceptance_length <= self.num_tokens + 1, "acceptance_length",
+              f"between 1 and num_tokens + 1 ({self.num_tokens + 1})", self.acceptance_length)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One serving role's instance shape, replicated `replicas` times.
+
+    `dp` attention ranks, each with `tp` GPUs; MoE over `ep` GPUs (`dp * tp` by default: DEPn is
+    dp=n, tp=1, ep=n).
+    """
+
+    role: Literal["prefill", "decode", "both"]
+    dp: int
+    tp: int = 1
+    ep: Optional[int] = None
+    replicas: int = 1
+    max_tokens_per_step: int = 8192  # token budget per DP rank per step
+    max_batch_per_rank: int = 256  # running sequences per DP rank
+    dbo: bool = False  # dual-batch overlap
+    cuda_graphs: bool = True
+    async_scheduling: bool = True
+    speculation: Optional[Speculation] = None
+    eplb: EPLBConfig = field(default_factory=EPLBConfig)
+    moe_imbalance: Optional[float] = None  # fixed max/mean expert load; None: from the routing model
+
+    def __post_init__(self):
+        for name in ("dp", "tp", "replicas", "max_tokens_per_step", "max_batch_per_rank"):
+            positive(getattr(self, name), name)
+        if self.ep is not None:
+            check(self.ep > 0 and self.gpus % self.ep == 0, "ep",
+                  f"a positive divisor of dp*tp ({self.gpus})", self.ep)
+        if self.moe_imbalance is not None:
+            check(self.moe_imbalance >= 1.0, "moe_imbalance", "a factor >= 1", self.moe_imbalance)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in one instance."""
+        return self.dp * self.tp
+
+    @property
+    def ep_size(self) -> int:
+        return self.ep if self.ep is not None else self.gpus
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.replicas
+
+    @property
+    def tag(self) -> str:
+        """Short name, e.g. 'DEP64', 'TP8', 'TP2xDP4-EP8'."""
+        if self.tp == 1 and self.ep_size == self.dp:
+            return f"DEP{self.dp}"
+        if self.dp == 1:
+            return f"TP{self.tp}" + (f"-EP{self.ep_size}" if self.ep_size > 1 else "")
+        return f"TP{self.tp}xDP{self.dp}-EP{self.ep_size}"
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_p90_s: float = 2.0
+    tpot_p90_s: float = 0.05
+
+    def __post_init__(self):
+        positive(self.ttft_p90_s, "ttft_p90_s")
+        positive(self.tpot_p90_s, "tpot_p90_s")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A deployment: model + hardware + instances (disaggregated or aggregated) + SLOs."""
+
+    name: str
+    model: str
+    hardware: str
+    num_gpus: int  # GPUs available to the plan
+    prefill: tuple[Layout, ...] = ()
+    decode: tuple[Layout, ...] = ()
+    aggregated: tuple[Layout, ...] = ()
+    router: Literal["least_loaded", "round_robin"] = "least_loaded"
+    slo: SLO = field(default_factory=SLO)
+    workload: Optional[str] = None  # default workload (name under configs/workloads or a path)
+    profile: Optional[str] = None  # calibrated profile to use by default
+    predicted: dict[str, float] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self):
+        positive(self.num_gpus, "num_gpus")
+        disagg = bool(self.prefill) or bool(self.decode)
+        check(disagg != bool(self.aggregated), "aggregated",
+              "either prefill+decode instances or aggregated instances, not both or neither")
+        if disagg:
+            check(bool(self.prefill) and bool(self.decode), "prefill",
+                  "both prefill and decode instances in a disaggregated plan")
+        for i, lay in enumerate(self.prefill):
+            check(lay.role == "prefill", f"prefill[{i}].role", "'prefill'", lay.role)
+        for i, lay in enumerate(self.decode):
+            check(lay.role == "decode", f"decode[{i}].role", "'decode'", lay.role)
+        for i, lay in enumerate(self.aggregated):
+            check(lay.role == "both", f"aggregated[{i}].role", "'both'", lay.role)
+        check(self.gpus_used <= self.num_gpus, "num_gpus",
+              f"at least the GPUs the instances use ({self.gpus_used})", self.num_gpus)
+
+    @property
+    def gpus_used(self) -> int:
+        return sum(lay.total_gpus for lay in self.prefill + self.decode + self.aggregated)
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.decode)
+
+    @property
+    def summary(self) -> str:
+        def pool(lays):
+            return " + ".join(f"{lay.replicas}x{lay.tag}" for lay in lays)
+        if self.disaggregated:
+            return f"prefill {pool(self.prefill)} | decode {pool(self.decode)}"
+        return f"aggregated {pool(self.aggregated)}"

@@ -1,0 +1,262 @@
+"""ModelSpec: the architecture of a MoE transformer, as the cost models and the executor see it.
+
+Loaded from `configs/models/*.yaml`. Attention is described by its projections (derived from the
+head dims) and by its KV components: what a layer stores per token and what a query reads, which
+is enough to express MLA (DeepSeek-V3), MLA + sparse indexer (V3.2), the sliding-window +
+compressed-KV family (V4), cross-layer shared latents (V4.1) and plain GQA (Qwen3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from .fields import check, non_negative, positive
+
+# Bytes per element (or per parameter, scales included) of each storage format.
+DTYPE_BYTES = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    # FP8 with one fp32 scale per 128x128 block (DeepSeek-V3 README_WEIGHTS.md): 1 + 4/16384.
+    "fp8_block": 1.0 + 4.0 / 16384.0,
+    # OCP MX formats: one 8-bit UE8M0 scale per 32 elements (OCP MX spec v1.0).
+    "mxfp8": 1.0 + 1.0 / 32.0,
+    "mxfp4": 0.5 + 1.0 / 32.0,
+    "fp4": 0.5,
+    # NVFP4: one FP8 scale per 16 elements (NVIDIA Blackwell NVFP4 blog).
+    "nvfp4": 0.5 + 1.0 / 16.0,
+}
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp8", "mxfp4", "fp4", "nvfp4"]
+
+
+@dataclass(frozen=True)
+class KVComponent:
+    """One kind of cached state a layer attends over (per sequence).
+
+    A query at context c reads `attended(c)` entries: all stored entries c/ratio, capped by a
+    sliding `window` (in tokens) and by a sparse `topk`; an optional indexer scores every stored
+    entry (every `indexer_ratio` tokens) to pick the top-k.
+    """
+
+    name: str
+    layers: int  # layers whose queries attend over this component
+    stored_layers: int  # layers that store it (fewer than `layers` when shared across layers)
+    entry_bytes: float  # bytes per stored entry per storing layer
+    qk_dim: int  # per-head dot-product width in the decode path (absorbed for MLA)
+    v_dim: int  # per-head value width in the decode path
+    ratio: int = 1  # tokens per stored entry (compression ratio)
+    window: Optional[int] = None  # sliding window in tokens
+    topk: Optional[int] = None  # sparse attention: entries kept per query
+    prefill_qk_dim: Optional[int] = None  # per-head widths in the prefill path (MLA: 192/128)
+    prefill_v_dim: Optional[int] = None
+    indexer_heads: Optional[int] = None
+    indexer_dim: Optional[int] = None
+    indexer_key_bytes: Optional[float] = None  # bytes per indexer key per storing layer
+    indexer_ratio: int = 1  # tokens per indexer key
+
+    def __post_init__(self):
+        positive(self.layers, "layers")
+        check(0 < self.stored_layers <= self.layers, "stored_layers", f"1..layers ({self.layers})",
+              self.stored_layers)
+        for name in ("entry_bytes", "qk_dim", "v_dim", "ratio", "indexer_ratio"):
+            positive(getattr(self, name), name)
+        for name in ("window", "topk", "indexer_heads", "indexer_dim", "indexer_key_bytes"):
+            if getattr(self, name) is not None:
+                positive(getattr(self, name), name)
+        has_idx = [self.indexer_heads, self.indexer_dim, self.indexer_key_bytes]
+        check(all(v is None for v in has_idx) or all(v is not None for v in has_idx),
+              "indexer_heads", "indexer_heads, indexer_dim and indexer_key_bytes all set or all unset")
+
+    @property
+    def has_indexer(self) -> bool:
+        return self.indexer_heads is not None
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """Attention projections; `kind` selects how the projection GEMMs derive from the dims."""
+
+    kind: Literal["mla", "gqa", "csa"]
+    num_heads: int
+    kv: tuple[KVComponent, ...]
+    head_dim: int = 128  # gqa / csa: q and k width per head
+    num_kv_heads: int = 1  # gqa
+    q_lora_rank: Optional[int] = None  # mla / csa low-rank query
+    kv_lora_rank: Optional[int] = None  # mla latent width
+    qk_nope_head_dim: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    o_lora_rank: Optional[int] = None  # csa grouped low-rank output
+    o_groups: Optional[int] = None
+
+    def __post_init__(self):
+        positive(self.num_heads, "num_heads")
+        check(len(self.kv) > 0, "kv", "at least one KV component")
+        if self.kind == "mla":
+            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                check(getattr(self, name) is not None, name, "a positive integer for kind mla")
+        if self.kind == "csa":
+            for name in ("q_lora_rank", "o_lora_rank", "o_groups"):
+                check(getattr(self, name) is not None, name, "a positive integer for kind csa")
+
+    def projections(self, hidden: int) -> tuple[tuple[str, int, int], ...]:
+        """Weight GEMMs of one attention layer as (name, in_features, out_features)."""
+        h = self.num_heads
+        if self.kind == "mla":
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = ((("q_a", hidden, self.q_lora_rank), ("q_b", self.q_lora_rank, h * qk))
+                 if self.q_lora_rank else (("q", hidden, h * qk),))
+            return q + (
+                ("kv_a", hidden, self.kv_lora_rank + self.qk_rope_head_dim),
+                ("kv_b", self.kv_lora_rank, h * (self.qk_nope_head_dim + self.v_head_dim)),
+                ("o", h * self.v_head_dim, hidden),
+            )
+        if self.kind == "gqa":
+            d = self.head_dim
+            return (("q", hidden, h * d), ("kv", hidden, 2 * self.num_kv_heads * d), ("o", h * d, hidden))
+        # csa (DeepSeek-V4 family): low-rank q, one shared KV head, grouped low-rank output.
+        d = self.head_dim
+        return (
+            ("q_a", hidden, self.q_lora_rank),
+            ("q_b", self.q_lora_rank, h * d),
+            ("kv", hidden, d),
+            # grouped: each of o_groups maps its h*d/g slice to o_lora -> h*d x o_lora params in all
+            ("o_a", h * d, self.o_lora_rank),
+            ("o_b", self.o_groups * self.o_lora_rank, hidden),
+        )
+
+    def projection_params(self, hidden: int) -> int:
+        return sum(fan_in * fan_out for _, fan_in, fan_out in self.projections(hidden))
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Routed + shared experts (SwiGLU: gate, up, down)."""
+
+    num_experts: int
+    top_k: int
+    num_shared_experts: int
+    expert_intermediate: int
+    scoring: Literal["softmax", "sigmoid", "sqrtsoftplus"]
+    num_groups: int = 1  # grouped top-k: pick topk_groups groups first
+    topk_groups: int = 1
+    routed_scaling: float = 1.0
+
+    def __post_init__(self):
+        positive(self.num_experts, "num_experts")
+        check(0 < self.top_k <= self.num_experts, "top_k", f"1..num_experts ({self.num_experts})",
+              self.top_k)
+        non_negative(self.num_shared_experts, "num_shared_experts")
+        positive(self.expert_intermediate, "expert_intermediate")
+        check(self.num_experts % self.num_groups == 0, "num_groups", "a divisor of num_experts",
+              self.num_groups)
+        check(0 < self.topk_groups <= self.num_groups, "topk_groups", "1..num_groups", self.topk_groups)
+
+    def expert_params(self, hidden: int) -> int:
+        return 3 * hidden * self.expert_intermediate
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """Speculative decoding: MTP modules or a separate draft model (e.g. DSpark)."""
+
+    kind: Literal["mtp", "draft_model"]
+    num_tokens: int  # draft tokens proposed per step
+    forward_passes: int  # draft forwards per step (MTP: one per token; block drafter: 1)
+    active_params: float  # parameters read per draft forward per token (B-scale floats ok)
+    total_params: float  # resident parameters of the drafter
+    weight_dtype: Dtype = "fp8"
+
+    def __post_init__(self):
+        positive(self.num_tokens, "num_tokens")
+        positive(self.forward_passes, "forward_passes")
+        positive(self.active_params, "active_params")
+        check(self.total_params >= self.active_params, "total_params", ">= active_params",
+              self.total_params)
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    attention_weights: Dtype
+    expert_weights: Dtype
+    dense_weights: Dtype
+    activations: Dtype = "bf16"
+    kv_cache: Dtype = "fp8"
+    dispatch: Dtype = "fp8"
+    combine: Dtype = "bf16"
+    compute: Dtype = "fp8"  # dtype dense/attention GEMMs run in (selects the peak FLOP/s)
+    expert_compute: Optional[Dtype] = None  # dtype expert GEMMs run in (default: compute)
+
+    @property
+    def expert_compute_dtype(self) -> str:
+        return self.expert_compute or self.compute
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A MoE transformer: layer kinds and counts, attention, MoE, dtypes, speculation."""
+
+    name: str
+    num_layers: int
+    num_dense_layers: int  # leading dense-FFN layers (DeepSeek-V3: first 3)
+    hidden_size: int
+    vocab_size: int
+    attention: AttentionSpec
+    moe: MoESpec
+    dtypes: Dtypes
+    dense_intermediate: int = 0
+    prefill_layers: Optional[int] = None  # layers a prefill runs (V4.1: encoder half only)
+    extra_weight_bytes: float = 0.0  # e.g. Engram tables; sharded over the EP group
+    extra_bytes_per_token: float = 0.0  # e.g. Engram rows gathered per token
+    draft: Optional[DraftSpec] = None
+    source: str = ""
+
+    def __post_init__(self):
+        for name in ("num_layers", "hidden_size", "vocab_size"):
+            positive(getattr(self, name), name)
+        check(0 <= self.num_dense_layers <= self.num_layers, "num_dense_layers",
+              f"0..num_layers ({self.num_layers})", self.num_dense_layers)
+        check(self.num_dense_layers == 0 or self.dense_intermediate > 0, "dense_intermediate",
+              "a positive integer when num_dense_layers > 0", self.dense_intermediate)
+        if self.prefill_layers is not None:
+            check(0 < self.prefill_layers <= self.num_layers, "prefill_layers",
+                  f"1..num_layers ({self.num_layers})", self.prefill_layers)
+        non_negative(self.extra_weight_bytes, "extra_weight_bytes")
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers
+
+    def layers_in(self, phase: str) -> tuple[int, int]:
+        """(dense layers, MoE layers) run by `phase` ('prefill' or 'decode')."""
+        if phase == "prefill" and self.prefill_layers is not None:
+            dense = min(self.num_dense_layers, self.prefill_layers)
+            return dense, self.prefill_layers - dense
+        return self.num_dense_layers, self.num_moe_layers
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Cache bytes per token of context over all layers (windowed components excluded)."""
+        return sum(c.entry_bytes * c.stored_layers / c.ratio
+                   + (c.indexer_key_bytes or 0.0) * c.stored_layers / c.indexer_ratio
+                   for c in self.attention.kv if c.window is None)
+
+    @property
+    def kv_bytes_per_sequence_fixed(self) -> float:
+        """Cache bytes per sequence that do not grow with context (sliding windows)."""
+        return sum(c.entry_bytes * c.stored_layers * c.window / c.ratio
+                   for c in self.attention.kv if c.window is not None)
+
+    def param_counts(self) -> dict[str, float]:
+        """Parameter counts by part (attention, dense FFN, shared/routed experts, router, embed)."""
+        h = self.hidden_size
+        moe = self.moe
+        return {
+            "attention": self.attention.projection_params(h) * self.num_layers,
+            "dense_ffn": 3 * h * self.dense_intermediate * self.num_dense_layers,
+            "shared_experts": moe.num_shared_experts * moe.expert_params(h) * self.num_moe_layers,
+            "routed_experts": moe.num_experts * moe.expert_params(h) * self.num_moe_layers,
+            "router": h * moe.num_experts * self.num_moe_layers,
+            "embed_head": 2 * h * self.vocab_size,
+        }

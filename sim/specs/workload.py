@@ -1,0 +1,89 @@
+"""Workload: arrival process, input/output length distributions, prefix-cache hit rate."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from .fields import check, non_negative, positive
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Token-length distribution: fixed, uniform [low, high], lognormal (mean, sigma), or trace."""
+
+    kind: Literal["fixed", "uniform", "lognormal", "trace"]
+    value: Optional[int] = None
+    low: Optional[int] = None
+    high: Optional[int] = None
+    mean: Optional[float] = None  # mean length in tokens (lognormal)
+    sigma: Optional[float] = None  # std-dev of log length (lognormal)
+    max: Optional[int] = None  # clip
+
+    def __post_init__(self):
+        if self.kind == "fixed":
+            check(self.value is not None and self.value > 0, "value", "a positive integer for kind fixed",
+                  self.value)
+        elif self.kind == "uniform":
+            check(self.low is not None and self.low > 0, "low", "a positive integer", self.low)
+            check(self.high is not None and self.high >= self.low, "high", f">= low ({self.low})", self.high)
+        elif self.kind == "lognormal":
+            check(self.mean is not None and self.mean > 0, "mean", "a positive number", self.mean)
+            check(self.sigma is not None and self.sigma >= 0, "sigma", "a number >= 0", self.sigma)
+        if self.max is not None:
+            positive(self.max, "max")
+
+    @property
+    def expected(self) -> float:
+        """Mean length in tokens (before clipping)."""
+        if self.kind == "fixed":
+            return float(self.value)
+        if self.kind == "uniform":
+            return (self.low + self.high) / 2
+        if self.kind == "lognormal":
+            return float(self.mean)
+        raise ValueError("trace lengths have no closed-form mean; read the trace")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """Open-loop Poisson at `rate` req/s, closed-loop `concurrency`, or timestamps from a trace."""
+
+    kind: Literal["poisson", "concurrency", "trace"]
+    rate: Optional[float] = None
+    concurrency: Optional[int] = None
+    time_scale: float = 1.0  # trace replay: multiply inter-arrival times (0.5 = twice the load)
+
+    def __post_init__(self):
+        if self.kind == "poisson":
+            check(self.rate is not None and self.rate > 0, "rate", "a positive request rate (req/s)",
+                  self.rate)
+        if self.kind == "concurrency":
+            check(self.concurrency is not None and self.concurrency > 0, "concurrency",
+                  "a positive integer", self.concurrency)
+        positive(self.time_scale, "time_scale")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests to serve. A trace (CSV timestamp,context_tokens,generated_tokens or JSONL
+    timestamp,input_length,output_length) supplies arrivals and/or lengths."""
+
+    name: str
+    arrival: Arrival
+    isl: LengthDist
+    osl: LengthDist
+    num_requests: int = 2000
+    prefix_hit_rate: float = 0.0  # fraction of prompt tokens served from the prefix cache
+    routing_skew: float = 0.0  # power-law exponent of expert popularity (0 = uniform)
+    trace: Optional[str] = None
+    seed: int = 0
+    description: str = ""
+
+    def __post_init__(self):
+        positive(self.num_requests, "num_requests")
+        check(0.0 <= self.prefix_hit_rate < 1.0, "prefix_hit_rate", "a fraction in [0, 1)",
+              self.prefix_hit_rate)
+        non_negative(self.routing_skew, "routing_skew")
+        uses_trace = self.arrival.kind == "trace" or "trace" in (self.isl.kind, self.osl.kind)
+        check(not uses_trace or self.trace is not None, "trace",
+              "a trace file path when arrival or lengths come from a trace")
