@@ -1,0 +1,247 @@
+"""All-to-all fits: published dispatch/combine tables -> A2AParams the simulator uses as they are.
+
+Every prediction goes through `sim.cost.alltoall.a2a_seconds` with a DEP-n layout of the table's
+model (DeepSeek-V3 shapes, the table's payload dtype) on the table's hardware, so fitted entries
+price exactly what the tables measured. Groups are (kernel, link, phase); a group is fitted with
+one EP-agnostic entry, and per-EP entries are added where that misses the tolerance.
+
+`floor=True` also fits a latency floor, t = max(floor_s, alpha_s + bytes / (bw * bw_eff)): small
+batches sit on a flat floor (TRT-LLM 2d: ~18 us up to 32 tokens) that a straight line cannot
+follow. A2AParams has no floor field yet, so written profiles carry the linear fit and the floor
+fit is reported beside it (see `A2AFit.floor_s`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sim.cost.alltoall import a2a_seconds, bytes_per_token, nvlink_share
+from sim.specs import A2AParams, HardwareSpec, Layout, ModelSpec, Profile, SpecError, load_model
+
+from .io import read_table
+from .robust import fit_relative
+
+TOLERANCE = 0.10  # per-point relative error that triggers per-EP entries
+
+
+@dataclass(frozen=True)
+class A2APoint:
+    """One published latency: `tokens` per rank through one phase at EP size `ep`."""
+
+    kernel: str
+    ep: int
+    phase: str
+    tokens: float
+    seconds: float
+    dtype: str
+
+
+@dataclass
+class A2AFit:
+    """Fitted entries, the floors fitted beside them, and the relative error at every point."""
+
+    entries: list[A2AParams]
+    floor_s: dict[tuple, float] = field(default_factory=dict)  # (kernel, link, phase, ep) -> floor
+    floor_entries: list[A2AParams] = field(default_factory=list)  # the entries paired with floors
+    rows: list[dict] = field(default_factory=list)  # per point: ep, phase, tokens, measured, fitted
+
+    def max_error(self, key: str = "err_linear") -> float:
+        return max(abs(r[key]) for r in self.rows)
+
+
+def read_points(path: str | Path, model: ModelSpec) -> list[A2APoint]:
+    """Points of a table; a bandwidth-only row becomes a latency through the logical-bandwidth
+    convention: tokens x min(ep, top_k) x bytes/token / bandwidth."""
+    pts = []
+    for i, r in enumerate(read_table(path), 1):
+        where = f"{path}:row {i}"
+        for key in ("kernel", "ep", "phase", "tokens", "dtype"):
+            if key not in r or r[key] == "":
+                raise SpecError(where, key, "a value")
+        lat = r.get("latency_us")
+        if isinstance(lat, (int, float)):
+            sec = lat * 1e-6
+        else:
+            bw = r.get("bandwidth_gbps")
+            if not isinstance(bw, (int, float)):
+                raise SpecError(where, "latency_us", "a latency or a bandwidth_gbps")
+            m = _with_dtype(model, r["dtype"])
+            sec = r["tokens"] * min(r["ep"], model.moe.top_k) * bytes_per_token(m, r["dtype"]) / (bw * 1e9)
+        if not np.isfinite(sec) or sec <= 0:
+            raise SpecError(where, "latency_us", "a finite positive latency", sec)
+        pts.append(A2APoint(r["kernel"], int(r["ep"]), r["phase"], float(r["tokens"]), sec, r["dtype"]))
+    return pts
+
+
+def _with_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
+    dt = dataclasses.replace(model.dtypes, dispatch=dtype, combine=dtype)
+    return dataclasses.replace(model, dtypes=dt)
+
+
+def predict(points: list[A2APoint], entries: list[A2AParams], model: ModelSpec, hw: HardwareSpec,
+            floors: dict | None = None) -> np.ndarray:
+    """Seconds the cost model gives each point with these entries (and optional floors)."""
+    prof = Profile(name="a2a-fit", a2a=tuple(entries))
+    out = np.empty(len(points))
+    for i, p in enumerate(points):
+        lay = Layout(role="decode" if p.kernel == "low_latency" else "prefill", dp=p.ep)
+        t = a2a_seconds(_with_dtype(model, p.dtype), lay, hw, prof, p.tokens, p.phase, p.kernel)
+        if floors:
+            t = max(t, floors.get(_link_key(p, hw), 0.0))
+        out[i] = t
+    return out
+
+
+def _link(p: A2APoint, hw: HardwareSpec) -> str:
+    """The link that carries a point's bottleneck: scale-out once the EP group leaves the domain."""
+    return "nvlink" if nvlink_share(Layout(role="decode", dp=p.ep), hw) >= 1.0 else "scaleout"
+
+
+def _link_key(p: A2APoint, hw: HardwareSpec) -> tuple:
+    return (p.kernel, _link(p, hw), p.phase, p.ep)
+
+
+def fit_a2a(points: list[A2APoint], hw: HardwareSpec, model: ModelSpec | None = None,
+            floor: bool = True, prior: Profile | None = None) -> A2AFit:
+    """Fit A2AParams for every (kernel, link, phase) group in `points`.
+
+    NVLink groups first (scale-out points also price their NVLink share), then scale-out. A group
+    whose points all share one EP size and one batch gets alpha from the other link's fit of the
+    same kernel and phase (or from `prior`) and fits bw_eff only.
+    """
+    model = model or load_model("deepseek-v3")
+    prior = prior or Profile(name="prior")
+    groups: dict[tuple, list[A2APoint]] = {}
+    for p in points:
+        groups.setdefault((p.kernel, _link(p, hw), p.phase), []).append(p)
+    order = sorted(groups, key=lambda g: (not _identifiable(groups[g]), g[1] != "nvlink"))
+    entries: list[A2AParams] = _prior_entries(groups, prior)
+    for g in order:
+        entries = [e for e in entries if (e.kernel, e.link, e.phase) != g]
+        entries += _fit_group(g, groups[g], entries, model, hw)
+    for g in order:  # refit scale-out alpha that borrowed from a provisional NVLink entry
+        if g[1] == "scaleout":
+            entries = [e for e in entries if (e.kernel, e.link, e.phase) != g]
+            entries += _fit_group(g, groups[g], entries, model, hw)
+    fit = A2AFit(entries)
+    if floor:
+        fit.floor_s, fit.floor_entries = _fit_floors(groups, entries, model, hw)
+    lin = predict(points, entries, model, hw)
+    flo = predict(points, with_floor_entries(entries, fit.floor_entries), model, hw, fit.floor_s)
+    for p, a, b in zip(points, lin, flo):
+        fit.rows.append({"kernel": p.kernel, "ep": p.ep, "phase": p.phase, "tokens": p.tokens,
+                         "measured_s": p.seconds, "linear_s": float(a), "floor_s": float(b),
+                         "err_linear": float(a / p.seconds - 1), "err_floor": float(b / p.seconds - 1)})
+    return fit
+
+
+def _identifiable(pts: list[A2APoint]) -> bool:
+    """Two parameters need points that differ in bytes moved (batch or EP size)."""
+    return len({(p.ep, p.tokens) for p in pts}) >= 2
+
+
+def _prior_entries(groups: dict, prior: Profile) -> list[A2AParams]:
+    """Provisional entries (from the prior profile) so mixed-link predictions can run."""
+    out = []
+    for kernel, link, phase in groups:
+        for lk in ("nvlink", "scaleout"):
+            try:
+                base = prior.a2a_params(kernel, lk, 8, phase)
+            except KeyError:
+                base = A2AParams(kernel=kernel, link=lk, alpha_s=20e-6, bw_eff=0.8)
+            out.append(dataclasses.replace(base, kernel=kernel, link=lk, phase=phase, ep=None))
+    return list({(e.kernel, e.link, e.phase): e for e in out}.values())
+
+
+def _fit_group(g: tuple, pts: list[A2APoint], entries: list[A2AParams], model, hw) -> list[A2AParams]:
+    kernel, link, phase = g
+    y = np.array([p.seconds for p in pts])
+    where = f"a2a {kernel}/{link}/{phase}"
+    others = [e for e in entries if (e.kernel, e.link, e.phase) != g]
+    alpha0 = _borrowed_alpha(g, others)
+
+    def make(p, ep=None):
+        return A2AParams(kernel=kernel, link=link, phase=phase, alpha_s=float(p[0]), bw_eff=float(p[1]), ep=ep)
+
+    fitted = None
+    if _identifiable(pts):
+        (a, b), err = fit_relative(lambda p: predict(pts, others + [make(p)], model, hw),
+                                   [alpha0, 0.7], [0.0, 0.01], [float(np.max(y)), 1.5], y, where, "points",
+                                   minimax=True)
+        # an alpha above half the fastest latency means the bytes do not explain the spread: noise
+        fitted = (a, b, err) if a <= 0.5 * float(np.min(y)) else None
+    if fitted is None:
+        (b,), err = fit_relative(lambda p: predict(pts, others + [make([alpha0, p[0]])], model, hw),
+                                 [0.7], [0.01], [1.5], y, where, "points", minimax=True)
+        fitted = (alpha0, b, err)
+    a, b, err = fitted
+    generic = make([a, b])
+    out = [generic]
+    if np.max(np.abs(err)) > TOLERANCE:
+        out += _per_ep(pts, generic, others, make, model, hw, where)
+    return out
+
+
+def _borrowed_alpha(g: tuple, entries: list[A2AParams]) -> float:
+    """Alpha of the same kernel and phase on the other link (the kernel's launch/sync floor)."""
+    kernel, link, phase = g
+    cands = [e for e in entries if e.kernel == kernel and e.phase in (phase, "both") and e.link != link]
+    return cands[0].alpha_s if cands else 20e-6
+
+
+def _per_ep(pts, generic, others, make, model, hw, where) -> list[A2AParams]:
+    """One entry per EP size: both parameters where the EP has several batches, else bw_eff only."""
+    out = []
+    for ep in sorted({p.ep for p in pts}):
+        sub = [p for p in pts if p.ep == ep]
+        y = np.array([p.seconds for p in sub])
+        if _identifiable(sub):
+            (a, b), _ = fit_relative(lambda p: predict(sub, others + [make(p, ep)], model, hw),
+                                     [generic.alpha_s, generic.bw_eff], [0.0, 0.01], [float(np.max(y)), 1.5],
+                                     y, f"{where}/ep{ep}", "points", minimax=True)
+        else:
+            a = generic.alpha_s
+            (b,), _ = fit_relative(lambda p: predict(sub, others + [make([a, p[0]], ep)], model, hw),
+                                   [generic.bw_eff], [0.01], [1.5], y, f"{where}/ep{ep}", "points")
+        out.append(make([a, b], ep))
+    return out
+
+
+def _fit_floors(groups: dict, entries: list[A2AParams], model, hw) -> tuple[dict, list[A2AParams]]:
+    """Per (kernel, link, phase, ep) with several batch sizes: refit alpha and bw_eff with a floor.
+    Returns the floors and the entries that pair with them (they replace the linear ones)."""
+    floors, paired = {}, []
+    for g, pts in groups.items():
+        for ep in sorted({p.ep for p in pts}):
+            sub = [p for p in pts if p.ep == ep]
+            if len({p.tokens for p in sub}) < 4:
+                continue  # a floor needs the flat part and the slope: several batch sizes
+            key = (g[0], g[1], g[2], ep)
+            floors[key], entry = _floor_fit(sub, g, ep, entries, model, hw, key)
+            paired.append(entry)
+    return floors, paired
+
+
+def with_floor_entries(entries: list[A2AParams], paired: list[A2AParams]) -> list[A2AParams]:
+    """Linear entries with the floor-paired ones swapped in (same kernel, link, phase, EP)."""
+    keys = {(e.kernel, e.link, e.phase, e.ep) for e in paired}
+    return [e for e in entries if (e.kernel, e.link, e.phase, e.ep) not in keys] + paired
+
+
+def _floor_fit(sub, g, ep, entries, model, hw, key) -> tuple[float, A2AParams]:
+    y = np.array([p.seconds for p in sub])
+    others = [e for e in entries if not ((e.kernel, e.link, e.phase) == g and e.ep in (ep, None))]
+
+    def make(p):
+        return A2AParams(kernel=g[0], link=g[1], phase=g[2], alpha_s=float(p[1]), bw_eff=float(p[2]), ep=ep)
+
+    def pred(p):
+        return predict(sub, others + [make(p)], model, hw, {key: float(p[0])})
+
+    p, _ = fit_relative(pred, [float(np.min(y)), 0.5 * float(np.min(y)), 0.7], [0.0, 0.0, 0.01],
+                        [float(np.max(y)), float(np.max(y)), 1.5], y, f"a2a floor {key}", "points",
+                        minimax=True)
+    return float(p[0]), make(p)

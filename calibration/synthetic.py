@@ -1,0 +1,65 @@
+"""Synthetic measurements.jsonl from the cost model itself: a known "true" profile, per-op
+distortions and seeded noise, in the executor's schema. Tests use it to check that fits recover
+what generated the data, and to produce bad inputs on purpose.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from executor.schema import SCHEMA_VERSION
+from sim.cost.step import CostContext, RankBatch, step_cost
+from sim.specs import Plan, Profile, load_hardware, load_model, plan_hash
+
+from .samples import layout_for
+
+
+def _record(plan: Plan, role: str, step: int, rank: int, ranks: int, op: str, seconds: float, shape: dict,
+            layers: int = 1) -> dict:
+    return {"schema": SCHEMA_VERSION, "plan_hash": plan_hash(plan), "plan": plan.name, "model": plan.model,
+            "hardware": plan.hardware, "device": "cpu", "versions": {"torch": "synthetic"}, "rank": rank,
+            "world_size": ranks, "role": role, "instance_dp": ranks, "ep": ranks, "step": step, "op": op,
+            "layers": layers, "shape": shape, "dtype": "fp32", "seconds": float(seconds), "source": "measured",
+            "cuda_graphs": False}
+
+
+def synth_records(plan: Plan, prof: Profile, decode_batches=(1, 2, 4, 8, 16), prefill_tokens=(32, 64, 128, 256),
+                  repeats: int = 3, noise: float = 0.02, op_distort: dict | None = None, seed: int = 0) -> list[dict]:
+    """Records of a sweep: decode steps at each batch (context 64 per sequence) and prefill steps of
+    one chunk per rank, priced by `prof`, each op times `op_distort[op]` and lognormal noise."""
+    rng = np.random.default_rng(seed)
+    model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    out, step = [], 0
+    shapes = [("decode", b) for b in decode_batches] + [("prefill", t) for t in prefill_tokens]
+    for role, size in shapes:
+        lay = layout_for(plan, role)
+        r = lay.dp
+        for _ in range(repeats):
+            if role == "decode":
+                rb = RankBatch(np.full(r, float(size)), np.full(r, 64.0 * size))
+                shape = {"batch": size, "tokens": size, "ctx_sum": 64 * size}
+            else:
+                rb = RankBatch(np.zeros(r), np.zeros(r), [np.array([float(size)])] * r, [np.zeros(1)] * r)
+                shape = {"batch": 1, "tokens": size, "prefill_new": [size], "prefill_prefix": [0]}
+            cost = step_cost(CostContext(model, hw, lay, prof), rb)
+            wiggle = lambda: float(np.exp(rng.normal(0.0, noise)))  # noqa: E731
+            total = 0.0
+            for name, sec in cost.breakdown().items():
+                sec = sec * (op_distort or {}).get(name, 1.0) * wiggle()
+                total += sec
+                op = "host" if name == "host.exposed" else name
+                for rank in range(r):
+                    out.append(_record(plan, role, step, rank, r, op, sec, shape))
+            for rank in range(r):
+                out.append(_record(plan, role, step, rank, r, "step", total, shape))
+            step += 1
+    return out
+
+
+def write_jsonl(records: list[dict], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path

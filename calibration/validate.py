@@ -1,0 +1,134 @@
+"""Predicted vs measured: per op, per step, and TTFT/TPOT of a serving run through the simulator.
+
+Steps are split into the shapes the profile was fitted on and held-out ones (sizes the profile's
+provenance does not list), so a profile's error bar is reported on data it never saw.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sim.specs import Arrival, LengthDist, Plan, Profile, Workload, load_hardware, load_model
+
+from .fit import Fitter
+from .robust import mape
+from .samples import DEVICE_OPS, StepSample
+
+
+@dataclass
+class Report:
+    """Everything `validate` prints; `worst` is what --max-mape gates."""
+
+    fit_sizes: dict[str, list[int]]
+    held_sizes: dict[str, list[int]]
+    ops: list[dict] = field(default_factory=list)  # op, set, n, predicted_s, measured_s, mape
+    steps: list[dict] = field(default_factory=list)  # role, size, set, predicted_s, measured_s, err
+    step_mape: dict[str, float] = field(default_factory=dict)  # set -> MAPE %
+    serving: dict[str, float] = field(default_factory=dict)  # metric -> predicted, measured, err
+
+    def gated(self) -> dict[str, float]:
+        """MAPEs (%) checked against --max-mape: held-out ones when there are any."""
+        s = "held-out" if self.held_sizes and any(self.held_sizes.values()) else "all"
+        out = {f"op {r['op']}": r["mape"] for r in self.ops if r["set"] == s}
+        if s in self.step_mape:
+            out["step"] = self.step_mape[s]
+        for key in ("ttft_p50", "tpot_p50"):
+            if f"{key}_err" in self.serving:
+                out[key] = abs(self.serving[f"{key}_err"]) * 100
+        return out
+
+
+def fit_sizes_of(prof: Profile) -> dict[str, set[int]]:
+    return {k: set(v) for k, v in (prof.provenance.get("fit_sizes") or {}).items()}
+
+
+def compare_steps(plan: Plan, samples: list[StepSample], prof: Profile, op_scale: dict | None = None) -> Report:
+    """Per-op and per-step errors, on all samples and on the held-out ones."""
+    model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    fitted = fit_sizes_of(prof)
+    held = [s for s in samples if fitted and s.size not in fitted.get(s.role, set())]
+    rep = Report({k: sorted(v) for k, v in fitted.items()},
+                 {r: sorted({s.size for s in held if s.role == r}) for r in ("decode", "prefill")})
+    fx = Fitter.__new__(Fitter)
+    fx.plan, fx.model, fx.hw = plan, model, hw
+    costs = {id(s): fx.price(prof, s) for s in samples}
+    for name, sub in (("all", samples), ("held-out", held)):
+        if not sub:
+            continue
+        for op in DEVICE_OPS:
+            pairs = [(costs[id(s)].breakdown().get(op, 0.0) * (op_scale or {}).get(op, 1.0), s.ops[op])
+                     for s in sub if s.ops.get(op, 0.0) > 0]
+            pairs = [(p, m) for p, m in pairs if p > 0]
+            if pairs:
+                p, m = np.array(pairs).T
+                rep.ops.append({"op": op, "set": name, "n": len(p), "predicted_s": float(np.mean(p)),
+                                "measured_s": float(np.mean(m)), "mape": mape(p, m)})
+        rep.step_mape[name] = mape([costs[id(s)].seconds for s in sub], [s.step_s for s in sub])
+    for s in sorted(samples, key=lambda s: (s.role, s.size)):
+        pred = costs[id(s)].seconds
+        rep.steps.append({"role": s.role, "size": s.size, "set": "held-out" if s in held else "fit",
+                          "repeats": s.repeats, "predicted_s": pred, "measured_s": s.step_s,
+                          "err": pred / s.step_s - 1})
+    return rep
+
+
+def request_workload(records: list[dict], name: str, trace_dir: str | Path | None = None) -> Workload | None:
+    """The serving run's requests (arrival, prompt and output lengths) as a trace workload."""
+    reqs = sorted((r for r in records if r["op"] == "request" and r["rank"] == 0), key=lambda r: r["arrival_s"])
+    if not reqs:
+        return None
+    folder = Path(trace_dir or tempfile.mkdtemp(prefix="rackplan-validate-"))
+    path = folder / "served_requests.csv"
+    lines = ["timestamp,context_tokens,generated_tokens"]
+    lines += [f"{r['arrival_s']:.6f},{int(r['isl'])},{int(r['osl'])}" for r in reqs]
+    path.write_text("\n".join(lines) + "\n")
+    trace = LengthDist(kind="trace")
+    return Workload(name=name, arrival=Arrival(kind="trace"), isl=trace, osl=trace, num_requests=len(reqs),
+                    trace=str(path))
+
+
+def compare_serving(plan: Plan, records: list[dict], prof: Profile) -> dict[str, float]:
+    """Simulated vs measured TTFT and TPOT p50/p90 of the run's own requests."""
+    from sim.simulator import simulate
+
+    with tempfile.TemporaryDirectory(prefix="rackplan-validate-") as tmp:
+        wl = request_workload(records, f"{plan.name}-served", tmp)
+        if wl is None:
+            return {}
+        sim = simulate(plan, wl, prof)
+    reqs = [r for r in records if r["op"] == "request" and r["rank"] == 0]
+    meas = {"ttft": np.array([r["ttft_s"] for r in reqs]),
+            "tpot": np.array([r["tpot_s"] for r in reqs if r["osl"] > 1])}
+    pred = {"ttft": sim.ttft_s[np.isfinite(sim.ttft_s)], "tpot": sim.tpot_s[np.isfinite(sim.tpot_s)]}
+    out: dict[str, float] = {"requests": float(len(reqs))}
+    for metric in ("ttft", "tpot"):
+        for q in (50, 90):
+            p, m = float(np.percentile(pred[metric], q)), float(np.percentile(meas[metric], q))
+            out[f"{metric}_p{q}_predicted_s"], out[f"{metric}_p{q}_measured_s"] = p, m
+            out[f"{metric}_p{q}_err"] = p / m - 1
+    return out
+
+
+def compare_vllm_bench(plan: Plan, bench: dict, prof: Profile) -> dict[str, float]:
+    """Simulated vs `vllm bench serve` TTFT/TPOT at the bench's request rate or concurrency."""
+    import dataclasses
+
+    from sim.simulator import simulate, with_rate
+    from sim.specs import load_workload
+
+    wl = load_workload(plan.workload or "tiny-chat")
+    if bench.get("max_concurrency"):
+        wl = dataclasses.replace(wl, arrival=Arrival(kind="concurrency", concurrency=int(bench["max_concurrency"])))
+    elif isinstance(bench.get("request_rate"), (int, float)) and np.isfinite(bench["request_rate"]):
+        wl = with_rate(wl, float(bench["request_rate"]))
+    sim = simulate(plan, wl, prof, num_requests=int(bench.get("num_prompts") or wl.num_requests))
+    out = {}
+    for metric, arr in (("ttft", sim.ttft_s), ("tpot", sim.tpot_s)):
+        m = bench.get(f"{metric}_median_s")
+        if m:
+            p = float(np.nanmedian(arr))
+            out.update({f"{metric}_p50_predicted_s": p, f"{metric}_p50_measured_s": m, f"{metric}_p50_err": p / m - 1})
+    return out

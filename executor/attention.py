@@ -1,0 +1,229 @@
+"""Attention and shared building blocks of the executor's model, with weights drawn from a seed.
+
+MLA (DeepSeek-V3): a packed causal prefill path, and the absorbed decode path that scores and
+reads the latent KV cache directly (W_uk folded into the query, W_uv applied after). GQA (Qwen3).
+A simplified `csa` path for the V4 family: low-rank q, one shared KV head (MQA), grouped
+low-rank output, i.e. the spec's per-rank projection GEMM shapes; the sparse indexer is not
+executed, attention reads a causal band of `window + topk` tokens instead.
+
+Every weight is drawn from `sub_seed(seed, layer, name)`, so any rank can build any slice (a DP
+replica of attention, its own routed experts) and a single process can build the dense reference.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+
+from sim.specs import ModelSpec
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def sub_seed(seed: int, *keys) -> int:
+    """A 63-bit seed derived from `seed` and any keys (stable across processes and runs)."""
+    text = ":".join(str(k) for k in (seed,) + keys)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def compute_dtype(spec: ModelSpec, device: str) -> torch.dtype:
+    """fp32/fp16 specs run as declared; anything narrower (fp8, fp4) runs as bf16 on GPU."""
+    want = spec.dtypes.compute
+    if want in ("fp32", "fp16"):
+        return TORCH_DTYPES[want]
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
+def randn(shape, seed: int, dtype, device, scale: float = 1.0) -> torch.Tensor:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale).to(dtype)
+
+
+def weight(shape, seed: int, dtype, device) -> torch.Tensor:
+    """A [fan_in, ...] weight scaled by fan_in^-1/2 (so activations keep unit scale)."""
+    return randn(shape, seed, dtype, device, shape[-2] ** -0.5)
+
+
+def rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (rotate-half) over the last dim; x [T, ..., d], pos [T]."""
+    d = x.shape[-1]
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = pos.float()[:, None] * freqs  # [T, d/2]
+    shape = (ang.shape[0],) + (1,) * (x.dim() - 2) + (d // 2,)
+    cos, sin = ang.cos().view(shape), ang.sin().view(shape)
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).to(x.dtype)
+
+
+def swiglu(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """SwiGLU MLP: x [T, H], w13 [H, 2I] (gate | up), w2 [I, H] -> [T, H]."""
+    gate, up = (x @ w13).chunk(2, dim=-1)  # [T, I] each
+    return (F.silu(gate) * up) @ w2
+
+
+def causal_attention(q, k, v, seq_lens: list[int], span: int | None = None) -> torch.Tensor:
+    """Packed causal attention: q [T, h, dq], k [T, hk, dq], v [T, hk, dv] -> [T, h, dv].
+
+    Sequences are packed back to back (`seq_lens`); `span` limits each query to the last `span`
+    keys (a causal band), computed in chunks so memory stays O(T * span)."""
+    out, start = [], 0
+    rep = q.shape[1] // k.shape[1]
+    for n in seq_lens:
+        qs, ks, vs = (t[start:start + n].transpose(0, 1) for t in (q, k, v))  # [h, n, d]
+        ks, vs = ks.repeat_interleave(rep, 0), vs.repeat_interleave(rep, 0)
+        if span is None or span >= n:
+            out.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True))
+        else:
+            out.append(_banded(qs, ks, vs, span))
+        start += n
+    return torch.cat(out, 1).transpose(0, 1) if out else q.new_zeros(0, q.shape[1], v.shape[-1])
+
+
+def _banded(q, k, v, span: int) -> torch.Tensor:
+    """Causal attention where query i sees keys (i - span, i]; q, k, v [h, n, d]."""
+    n, chunk, parts = q.shape[1], max(span, 256), []
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        k0 = max(0, s - span + 1)
+        qi = torch.arange(s, e, device=q.device)[:, None]
+        kj = torch.arange(k0, e, device=q.device)[None, :]
+        mask = (kj <= qi) & (kj > qi - span)  # [e-s, e-k0]
+        parts.append(F.scaled_dot_product_attention(q[:, s:e], k[:, k0:e], v[:, k0:e], attn_mask=mask))
+    return torch.cat(parts, 1)
+
+
+class KVCache:
+    """Per layer a padded [slots, max_ctx, entry_dim] cache and per-slot lengths."""
+
+    def __init__(self, num_layers: int, slots: int, max_ctx: int, entry_dim: int, dtype, device):
+        self.data = [torch.zeros(slots, max_ctx, entry_dim, dtype=dtype, device=device)
+                     for _ in range(num_layers)]
+        self.lens = torch.zeros(slots, dtype=torch.long, device=device)
+        self.max_ctx = max_ctx
+
+    def read(self, layer: int, slots: torch.Tensor | None, upto: int) -> torch.Tensor:
+        """[B, upto, D]: a view when `slots` is None (slots 0..B-1 in order), else gathered."""
+        d = self.data[layer]
+        return d[:, :upto] if slots is None else d[slots, :upto]
+
+
+class Attention(torch.nn.Module):
+    """MLA (kind 'mla'), or one head-based path for 'gqa' and the simplified 'csa'."""
+
+    def __init__(self, spec: ModelSpec, layer: int, seed: int, dtype, device):
+        super().__init__()
+        a, h = spec.attention, spec.hidden_size
+        self.kind, self.heads = a.kind, a.num_heads
+        self.w = {name: weight((fi, fo), sub_seed(seed, layer, "attn", name), dtype, device)
+                  for name, fi, fo in a.projections(h)}
+        if a.kind == "mla":
+            self.dn, self.dr, self.r, self.dv = (a.qk_nope_head_dim, a.qk_rope_head_dim, a.kv_lora_rank,
+                                                 a.v_head_dim)
+            self.entry_dim = self.r + self.dr
+            kvb = self.w["kv_b"].view(self.r, self.heads, self.dn + self.dv)  # [r, h, dn+dv]
+            self.w_uk = kvb[..., :self.dn].permute(1, 2, 0).contiguous()  # [h, dn, r]
+            self.w_uv = kvb[..., self.dn:].permute(1, 0, 2).contiguous()  # [h, r, dv]
+        else:
+            self.d, self.kvh = a.head_dim, (a.num_kv_heads if a.kind == "gqa" else 1)
+            self.entry_dim = self.d * self.kvh * (2 if a.kind == "gqa" else 1)
+            self.groups = a.o_groups or 1
+        comps = [c for c in a.kv if c.window is not None or c.topk is not None]
+        self.span = (sum(c.window or 0 for c in comps) + sum(c.topk or 0 for c in comps)) or None
+        if a.kind == "mla":
+            self.span = None
+
+    def _q(self, x):  # x [T, H] -> [T, h, dq]
+        w = self.w
+        q = rms_norm(x @ w["q_a"]) @ w["q_b"] if "q_a" in w else x @ w["q"]
+        return q.view(x.shape[0], self.heads, -1)
+
+    def _out(self, o):  # o [T, h, dv] -> [T, H]
+        if self.kind != "csa":
+            return o.flatten(1) @ self.w["o"]
+        t, g = o.shape[0], self.groups
+        og = o.flatten(1).view(t, g, -1).transpose(0, 1)  # [g, T, h*d/g]
+        wa = self.w["o_a"].view(g, -1, self.w["o_a"].shape[1])  # [g, h*d/g, o_lora]
+        return torch.bmm(og, wa).transpose(0, 1).flatten(1) @ self.w["o_b"]  # [T, H]
+
+    def _kv_entry(self, x, pos):
+        """The cache entry of each token: [T, entry_dim] (MLA: normed latent | roped k_pe)."""
+        kv = x @ (self.w["kv_a"] if self.kind == "mla" else self.w["kv"])
+        if self.kind == "mla":
+            return torch.cat((rms_norm(kv[:, :self.r]), rope(kv[:, self.r:], pos)), -1)
+        if self.kind == "csa":
+            return torch.cat((rms_norm(kv[:, :self.d // 2]), rope(kv[:, self.d // 2:], pos)), -1)
+        k, v = kv.chunk(2, -1)
+        k = rope(k.view(-1, self.kvh, self.d), pos).flatten(1)
+        return torch.cat((k, v), -1)
+
+    def prefill(self, x, pos, seq_lens, timer) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, H] packed prompts, pos [T] -> (out [T, H], cache entries [T, entry_dim])."""
+        t = x.shape[0]
+        with timer.section("attn.proj"):
+            q = self._q(x)  # [T, h, dq]
+            entry = self._kv_entry(x, pos)
+            if self.kind == "mla":
+                kvb = (entry[:, :self.r] @ self.w["kv_b"]).view(t, self.heads, -1)  # [T, h, dn+dv]
+                k_pe = entry[:, None, self.r:].expand(t, self.heads, self.dr)
+                k = torch.cat((kvb[..., :self.dn], k_pe), -1)  # [T, h, dn+dr]
+                v = kvb[..., self.dn:]
+                q = torch.cat((q[..., :self.dn], rope(q[..., self.dn:], pos)), -1)
+            else:
+                q, k, v = self._split_heads(q, entry, pos)
+        with timer.section("attn.core"):
+            o = causal_attention(q, k, v, seq_lens, self.span)  # [T, h, dv]
+        with timer.section("attn.proj"):
+            return self._out(o), entry
+
+    def _split_heads(self, q, entry, pos):
+        """gqa/csa: roped queries [T, h, d] and keys/values [T, kvh, d] from cache entries."""
+        if self.kind == "csa":  # one shared head serves as key and value (MQA); rope on half
+            half = self.d // 2
+            q = torch.cat((q[..., :half], rope(q[..., half:], pos)), -1)
+            kv = entry.unflatten(-1, (1, self.d))
+            return q, kv, kv
+        k, v = entry.chunk(2, -1)
+        return rope(q, pos), k.unflatten(-1, (self.kvh, self.d)), v.unflatten(-1, (self.kvh, self.d))
+
+    def decode(self, x, pos, cache: KVCache, layer: int, slots, timer) -> torch.Tensor:
+        """One new token per sequence: x [B, H], pos [B] (= context before it) -> [B, H].
+
+        Appends this token's entry to the cache, then attends over entries 0..pos."""
+        b = x.shape[0]
+        with timer.section("attn.proj"):
+            q = self._q(x)  # [B, h, dq]
+            entry = self._kv_entry(x, pos)  # [B, D]
+        with timer.section("attn.core"):
+            idx = torch.arange(b, device=x.device) if slots is None else slots
+            cache.data[layer][idx, pos] = entry
+            upto = int(pos.max()) + 1 if b else 1
+            lo = (pos - self.span + 1).clamp(min=0) if self.span else torch.zeros_like(pos)
+            first = int(lo.min()) if b else 0  # a band (csa) reads only its last `span` entries
+            kv = cache.read(layer, slots, upto)[:, first:]  # [B, L, D]
+            ar = torch.arange(first, upto, device=x.device)[None, :]
+            mask = (ar <= pos[:, None]) & (ar >= lo[:, None])  # [B, L]
+            o = self._decode_core(q, kv, pos, mask)  # [B, h, dv]
+        with timer.section("attn.proj"):
+            return self._out(o)
+
+    def _decode_core(self, q, kv, pos, mask):
+        if self.kind == "mla":  # absorbed: score and read the latent directly
+            q_lat = torch.einsum("bhd,hdr->bhr", q[..., :self.dn], self.w_uk)  # [B, h, r]
+            q_pe = rope(q[..., self.dn:], pos)  # [B, h, dr]
+            s = (torch.einsum("bhr,blr->bhl", q_lat, kv[..., :self.r])
+                 + torch.einsum("bhd,bld->bhl", q_pe, kv[..., self.r:])) / math.sqrt(self.dn + self.dr)
+            p = torch.softmax(s.float().masked_fill(~mask[:, None], -math.inf), -1).to(q.dtype)
+            ctx = torch.einsum("bhl,blr->bhr", p, kv[..., :self.r])  # [B, h, r]
+            return torch.einsum("bhr,hrv->bhv", ctx, self.w_uv)  # [B, h, dv]
+        q, k, v = self._split_heads(q, kv, pos)  # q [B, h, d]; k, v [B, L, kvh, d]
+        rep = self.heads // k.shape[2]
+        k, v = k.repeat_interleave(rep, 2).transpose(1, 2), v.repeat_interleave(rep, 2).transpose(1, 2)
+        return F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask[:, None, None])[:, :, 0]

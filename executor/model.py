@@ -1,0 +1,121 @@
+"""The executor's transformer: a ModelSpec turned into one rank's shard, with weights from a seed.
+
+A rank holds a full replica of attention, norms, dense FFN, shared experts, router and
+embeddings (DP attention), and only the routed experts of its EP slots. Which routed-expert path
+runs is pluggable (`moe` callable): real EP over a process group, a replay of a bigger plan's
+per-rank shapes (replay.py), or one process with all experts (the dense reference).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional
+
+import torch
+
+from sim.specs import ModelSpec
+
+from .attention import Attention, KVCache, randn, rms_norm, sub_seed, weight
+from .moe import MLP, Experts, Router
+from .parallel import EPGroup, moe_forward, moe_forward_dbo
+
+
+@dataclass
+class Batch:
+    """One step's tokens on one rank (packed prompts, or one new token per running sequence)."""
+
+    phase: Literal["prefill", "decode"]
+    tokens: torch.Tensor  # [T] token ids
+    pos: torch.Tensor  # [T] position of each token in its sequence
+    seq_lens: list[int]  # new tokens per sequence (decode: all 1)
+    slots: Optional[torch.Tensor] = None  # [B] cache slot per sequence (None: 0..B-1)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens)
+
+
+def layer_ids(spec: ModelSpec, phase: str, max_dense: int | None = None, max_moe: int | None = None) -> list[int]:
+    """Layers a phase runs (V4.1 prefill: the encoder half), optionally capped per kind (replay)."""
+    dense, moe = spec.layers_in(phase)
+    dense = dense if max_dense is None else min(dense, max_dense)
+    moe = moe if max_moe is None else min(moe, max_moe)
+    first_moe = spec.num_dense_layers
+    return list(range(dense)) + list(range(first_moe, first_moe + moe))
+
+
+class Layer:
+    def __init__(self, spec: ModelSpec, idx: int, seed: int, dtype, device, ep: Optional[EPGroup]):
+        self.idx, self.dense = idx, idx < spec.num_dense_layers
+        h, m = spec.hidden_size, spec.moe
+        self.attn = Attention(spec, idx, seed, dtype, device)
+        if self.dense:
+            self.ffn = MLP(h, spec.dense_intermediate, sub_seed(seed, idx, "dense"), dtype, device)
+            return
+        self.router = Router(spec, idx, seed, device)
+        self.shared = (MLP(h, m.num_shared_experts * m.expert_intermediate, sub_seed(seed, idx, "shared"),
+                           dtype, device) if m.num_shared_experts else None)
+        logical = ep.local_logical if ep is not None else list(range(m.num_experts))
+        self.experts = Experts(spec, idx, seed, logical, dtype, device)
+
+
+class Model:
+    """One rank's shard; `forward` runs a Batch through the given layers and returns the logits of
+    each sequence's last token."""
+
+    def __init__(self, spec: ModelSpec, seed: int, device: str, dtype, ep: Optional[EPGroup],
+                 layers: list[int], dbo: bool = False, build_experts: bool = True):
+        self.spec, self.device, self.dtype, self.ep, self.dbo = spec, device, dtype, ep, dbo
+        h, v = spec.hidden_size, spec.vocab_size
+        self.embed = randn((v, h), sub_seed(seed, "embed"), dtype, device)  # [V, H]
+        self.head = weight((h, v), sub_seed(seed, "lm_head"), dtype, device)  # [H, V]
+        self.layers = [Layer(spec, i, seed, dtype, device, ep if build_experts else _NoExperts(ep))
+                       for i in layers]
+        self.moe: Callable = self._moe_ep
+
+    def _moe_ep(self, layer: Layer, y, ids, w, timer):
+        run = moe_forward_dbo if self.dbo and y.shape[0] > 1 else moe_forward
+        return run(y, ids, w, layer.experts, self.ep, timer)
+
+    def kv_cache(self, slots: int, max_ctx: int) -> KVCache:
+        dim = self.layers[0].attn.entry_dim if self.layers else 1
+        return KVCache(len(self.layers), slots, max_ctx, dim, self.dtype, self.device)
+
+    def forward(self, batch: Batch, cache: Optional[KVCache], timer) -> torch.Tensor:
+        x = self.embed[batch.tokens]  # [T, H]
+        for li, layer in enumerate(self.layers):
+            x = x + self._attention(layer, li, rms_norm(x), batch, cache, timer)
+            x = x + self._ffn(layer, rms_norm(x), timer)
+        ends = torch.tensor(batch.seq_lens, device=x.device).cumsum(0) - 1  # last token of each seq
+        with timer.section("lm_head"):
+            return rms_norm(x[ends]) @ self.head  # [B, V]
+
+    def _attention(self, layer: Layer, li: int, x, batch: Batch, cache, timer):
+        if batch.phase == "decode":
+            return layer.attn.decode(x, batch.pos, cache, li, batch.slots, timer)
+        out, entry = layer.attn.prefill(x, batch.pos, batch.seq_lens, timer)
+        if cache is not None:  # store the prompt's cache entries in each sequence's slot
+            start = 0
+            slots = batch.slots.tolist() if batch.slots is not None else range(batch.num_seqs)
+            for slot, n in zip(slots, batch.seq_lens):
+                cache.data[li][slot, :n] = entry[start:start + n]
+                start += n
+        return out
+
+    def _ffn(self, layer: Layer, y, timer):
+        if layer.dense:
+            with timer.section("dense_ffn"):
+                return layer.ffn(y)
+        with timer.section("router"):
+            ids, w = layer.router(y)  # [T, k]
+        routed = self.moe(layer, y, ids, w, timer)
+        if layer.shared is None:
+            return routed
+        with timer.section("shared_expert"):
+            return routed + layer.shared(y)
+
+
+class _NoExperts:
+    """Stand-in EP group whose ranks hold no routed experts (replay builds its own)."""
+
+    def __init__(self, ep):
+        self.local_logical = []

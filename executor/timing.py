@@ -1,0 +1,79 @@
+"""Per-op timing of one step on one rank: CUDA events on GPU, perf_counter on CPU.
+
+A step's sections accumulate per op (seconds summed over the layers that ran the op) and count
+how many layers ran it. On CPU the ranks meet at a barrier before each communication section, so
+dispatch/combine time is the exchange itself, not the wait for a slower rank's attention; on
+GPU events on the current stream time the device work (launch overhead included when a section
+is host-bound). Host sections (batch preparation, metadata, sampling) use perf_counter always.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+
+
+class NullTimer:
+    """Times nothing (reference runs, warm-up)."""
+
+    @contextmanager
+    def section(self, op: str, comm: bool = False, host: bool = False):
+        yield
+
+
+class StepTimer:
+    def __init__(self, device: str, group=None):
+        self.cuda = device == "cuda"
+        self.group = group
+        self.reset()
+
+    def reset(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._events: list[tuple[str, object, object]] = []
+
+    @contextmanager
+    def section(self, op: str, comm: bool = False, host: bool = False):
+        """Time the body as `op`; `comm`: meet the group first on CPU; `host`: wall time."""
+        if comm and not self.cuda and self.group is not None:
+            dist.barrier(group=self.group)
+        if self.cuda and not host:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                yield
+            finally:
+                end.record()
+                self._events.append((op, start, end))
+            return
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[op] += time.perf_counter() - t0
+
+    def collect(self) -> dict[str, float]:
+        """Seconds per op of the step that just ran (synchronises the device)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            for op, start, end in self._events:
+                self.seconds[op] += start.elapsed_time(end) / 1e3
+        out = dict(self.seconds)
+        return out
+
+
+@contextmanager
+def wall(device: str):
+    """Wall time of a block, device work included; yields a dict that gets 'seconds'."""
+    res = {}
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    try:
+        yield res
+    finally:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        res["seconds"] = time.perf_counter() - t0

@@ -1,0 +1,122 @@
+"""Aggregated instance: each DP rank runs chunked prefill and decode in the same step.
+
+Decode tokens go first; what is left of the rank's token budget takes prefill chunks of the
+requests pinned to that rank. A request's first token comes at the end of its last prefill
+chunk; it then decodes its remaining output tokens on the same rank.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import simpy
+
+from .cost.step import RankBatch
+from .decode import DecodeRanks
+from .metrics import RequestLog
+from .pricer import StepPricer
+
+
+class AggregatedInstance:
+    def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, ranks: DecodeRanks,
+                 budget: int, queries_per_seq: float, log: RequestLog, need_of, osl_of, on_done):
+        self.env, self.name, self.pricer, self.ranks, self.log = env, name, pricer, ranks, log
+        self.budget, self.q = budget, queries_per_seq
+        self.need_of, self.osl_of, self.on_done = need_of, osl_of, on_done
+        n = len(ranks.batch)
+        self.queue: deque[int] = deque()
+        self.pinned: list[deque] = [deque() for _ in range(n)]  # requests in prefill per rank
+        self.progress: dict[int, int] = {}
+        self.prefilling = np.zeros(n)
+        self.busy_s = 0.0
+        self.steps = 0
+        self._wake = env.event()
+        env.process(self.run())
+
+    @property
+    def load(self) -> int:
+        return self.ranks.running + int(self.prefilling.sum()) + len(self.queue)
+
+    def submit(self, rid: int) -> None:
+        self.queue.append(rid)
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _pin(self) -> None:
+        """Move queued requests onto ranks with a free slot and KV room."""
+        r = self.ranks
+        while self.queue:
+            rid = self.queue[0]
+            cached, total = self.need_of(rid)
+            kv = total + self.osl_of(rid)
+            ok = (r.batch + self.prefilling < r.max_batch) & (r.kv_used + kv <= r.kv_capacity)
+            if not ok.any():
+                return
+            rank = int(np.argmin(np.where(ok, r.batch + self.prefilling, np.inf)))
+            self.queue.popleft()
+            r.reserve(rank, kv)
+            self.prefilling[rank] += 1
+            self.pinned[rank].append(rid)
+            self.progress[rid] = cached
+
+    def _chunks(self) -> list[list[tuple[int, int, int]]]:
+        out = []
+        for rank, pins in enumerate(self.pinned):
+            left = self.budget - self.ranks.batch[rank] * self.q
+            ch = []
+            for rid in pins:
+                if left <= 0:
+                    break
+                start = self.progress[rid]
+                take = int(min(self.need_of(rid)[1] - start, left))
+                ch.append((rid, take, start))
+                left -= take
+            out.append(ch)
+        return out
+
+    def _finish_prefill(self, rank: int, rid: int, now: float) -> None:
+        self.pinned[rank].remove(rid)
+        self.prefilling[rank] -= 1
+        del self.progress[rid]
+        self.log.first_token[rid] = now
+        self.log.step_end.append(now)  # the prefill step emits the first token
+        self.log.step_tokens.append(1.0)
+        total, osl = self.need_of(rid)[1], self.osl_of(rid)
+        self.ranks.kv_used[rank] -= total + osl  # the reservation becomes the decode sequence's own
+        if osl > 1:
+            self.ranks.admit(rid, rank, total, osl - 1, total + osl)
+        else:
+            self.on_done(rid)
+
+    def run(self):
+        while True:
+            self._pin()
+            if self.ranks.running == 0 and not self.prefilling.any():
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            chunks = self._chunks()
+            decoding = self.ranks.running
+            if any(chunks):
+                rb = RankBatch(self.ranks.batch.copy(), self.ranks.ctx.copy(),
+                               [np.array([c[1] for c in ch], float) for ch in chunks],
+                               [np.array([c[2] for c in ch], float) for ch in chunks])
+                dt = self.pricer.step(rb)
+            else:
+                dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
+            yield self.env.timeout(dt)
+            self.busy_s += dt
+            self.steps += 1
+            now = self.env.now
+            if decoding:
+                self.log.step_durations.append(dt)
+                self.log.step_seqs.append(decoding)
+                self.log.step_end.append(now)
+                self.log.step_tokens.append(decoding * self.ranks.tps)
+                for rid in self.ranks.advance():
+                    self.on_done(rid)
+            for rank, ch in enumerate(chunks):
+                for rid, take, start in ch:
+                    self.progress[rid] = start + take
+                    if start + take >= self.need_of(rid)[1]:
+                        self._finish_prefill(rank, rid, now)

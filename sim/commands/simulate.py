@@ -1,0 +1,101 @@
+"""Simulate a plan serving a workload: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU and per user.
+
+With no arguments: the seed scenario, DeepSeek-V4.1-Flash on one GB300 NVL72 rack
+(configs/plans/v41-flash-gb300-nvl72.yaml) under its agentic-chat workload.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+from ..specs import load_plan, load_profile, load_workload
+
+DEFAULT_PLAN = "v41-flash-gb300-nvl72"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", default=DEFAULT_PLAN, help="plan YAML path or embedded name (default: %(default)s)")
+    p.add_argument("--workload", help="workload YAML path or name (default: the plan's)")
+    p.add_argument("--profile", help="profile YAML (fitted by `rackplan calibrate`; default: the plan's, "
+                   "else datasheet)")
+    p.add_argument("--requests", type=int, help="number of requests (default: the workload's)")
+    p.add_argument("--rate", type=float, help="override the arrival rate with Poisson at this many req/s")
+    p.add_argument("--seed", type=int, help="random seed (default: the workload's)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+def _clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    return x
+
+
+def report_json(plan, workload, profile, seed, result) -> str:
+    """The machine-readable report (deterministic: sorted keys, no timings)."""
+    return json.dumps(_clean({
+        "plan": plan.name, "layout": plan.summary, "model": plan.model, "hardware": plan.hardware,
+        "workload": workload.name, "profile": profile.name, "seed": seed,
+        "metrics": result.metrics, "utilisation": result.utilisation, "steps": result.steps,
+    }), sort_keys=True)
+
+
+def print_table(plan, workload, profile, result, wall_s: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    m = result.metrics
+    con = Console(width=None if sys.stdout.isatty() else 110)
+    con.print(f"[bold]{plan.name}[/]: {plan.model} on {plan.hardware}, {plan.summary} "
+              f"({int(m['num_gpus'])} GPUs)")
+    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests, profile {profile.name}")
+    lat = Table(title="latency (s)")
+    lat.add_column("metric")
+    for q in ("p50", "p90", "p99"):
+        lat.add_column(q, justify="right")
+    for name in ("ttft", "tpot", "itl", "e2e"):
+        lat.add_row(name.upper(), *(f"{m[f'{name}_{q}_s']:.4f}" for q in ("p50", "p90", "p99")))
+    con.print(lat)
+    thr = Table(title="throughput")
+    thr.add_column("metric")
+    thr.add_column("value", justify="right")
+    rows = [("output tokens/s per GPU", m["output_tps_per_gpu"]), ("input tokens/s per GPU", m["input_tps_per_gpu"]),
+            ("prefill (uncached) tokens/s per GPU", m["prefill_tps_per_gpu"]),
+            ("tokens/s per user (median)", m["tps_per_user"]), ("requests/s", m["request_rate"]),
+            ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
+             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"])]
+    for name, val in rows:
+        thr.add_row(name, f"{val:,.2f}")
+    con.print(thr)
+    util = Table(title="utilisation per instance")
+    util.add_column("instance")
+    util.add_column("busy", justify="right")
+    util.add_column("steps", justify="right")
+    for name, u in result.utilisation.items():
+        util.add_row(name, f"{u:.1%}", str(result.steps[name]))
+    con.print(util)
+    con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic in {wall_s:.2f} s[/]")
+
+
+def run(args) -> int:
+    plan = load_plan(args.plan)
+    workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
+    if args.rate is not None:
+        from ..simulator import with_rate
+        workload = with_rate(workload, args.rate)
+    profile = load_profile(args.profile or plan.profile or "datasheet")
+    from ..simulator import simulate
+
+    t0 = time.perf_counter()
+    result = simulate(plan, workload, profile, num_requests=args.requests, seed=args.seed)
+    wall = time.perf_counter() - t0
+    seed = workload.seed if args.seed is None else args.seed
+    if args.json:
+        sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
+    else:
+        print_table(plan, workload, profile, result, wall)
+    return 0

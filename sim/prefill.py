@@ -1,0 +1,91 @@
+"""Prefill instance: FIFO queue, chunked batches up to a token budget per DP rank, one event a step.
+
+Each step fills the DP ranks greedily (a request goes to the rank with the most budget left; a
+prompt longer than what is left is chunked and continues next step). Prompts whose last chunk
+ran leave for KV transfer.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import simpy
+
+from .cost.step import RankBatch
+from .pricer import StepPricer
+
+
+def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int, max_seqs: int):
+    """Chunks for one step: per rank a list of (rid, new tokens, prefix tokens already computed)."""
+    left = np.full(ranks, budget)
+    seqs = np.zeros(ranks, dtype=int)
+    chunks: list[list[tuple[int, int, int]]] = [[] for _ in range(ranks)]
+    for rid in queue:
+        open_ = (left > 0) & (seqs < max_seqs)
+        if not open_.any():
+            break
+        r = int(np.argmax(np.where(open_, left, -1)))
+        cached, total = need_of(rid)
+        start = cached + done_tokens.get(rid, 0)
+        take = int(min(total - start, left[r]))
+        chunks[r].append((rid, take, start))
+        left[r] -= take
+        seqs[r] += 1
+    return chunks
+
+
+def rank_batch(chunks) -> RankBatch:
+    """The cost model's view of a prefill-only step."""
+    ranks = len(chunks)
+    return RankBatch(np.zeros(ranks), np.zeros(ranks),
+                     [np.array([c[1] for c in ch], float) for ch in chunks],
+                     [np.array([c[2] for c in ch], float) for ch in chunks])
+
+
+class PrefillInstance:
+    """A prefill instance; `on_prefilled(rid)` hands finished prompts to KV transfer."""
+
+    def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, budget: int, max_seqs: int,
+                 need_of, on_prefilled):
+        self.env, self.name, self.pricer = env, name, pricer
+        self.budget, self.max_seqs, self.need_of, self.on_prefilled = budget, max_seqs, need_of, on_prefilled
+        self.queue: deque[int] = deque()
+        self.done_tokens: dict[int, int] = {}
+        self.queued_tokens = 0
+        self.busy_s = 0.0
+        self.steps = 0
+        self._wake = env.event()
+        env.process(self.run())
+
+    @property
+    def load(self) -> int:
+        return self.queued_tokens
+
+    def submit(self, rid: int) -> None:
+        cached, total = self.need_of(rid)
+        self.queue.append(rid)
+        self.queued_tokens += total - cached
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def run(self):
+        ranks = self.pricer.ranks
+        while True:
+            if not self.queue:
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs)
+            dt = self.pricer.step(rank_batch(chunks))
+            yield self.env.timeout(dt)
+            self.busy_s += dt
+            self.steps += 1
+            for ch in chunks:
+                for rid, take, start in ch:
+                    self.queued_tokens -= take
+                    if start + take >= self.need_of(rid)[1]:
+                        self.queue.remove(rid)
+                        self.done_tokens.pop(rid, None)
+                        self.on_prefilled(rid)
+                    else:
+                        self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take

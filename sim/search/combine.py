@@ -1,0 +1,174 @@
+"""Whole deployments from priced instance shapes: pools sized and rate-matched, SLOs estimated.
+
+Disaggregated: n_p prefill instances and n_d decode instances serve
+rate = min(n_p * prefill rate within the TTFT budget, n_d * decode rate at its max batch);
+the decode pool then runs at the batch that rate implies (TPOT from the step table), and TTFT
+adds the prefill queue at its utilisation, the KV transfer and the first decode step.
+Aggregated: replicas of one instance, each at its own steady state.
+Two modes: at each deployment's own SLO-bound capacity (max tokens/s/GPU), or at a fixed
+target rate (min GPUs, max tokens/s/user).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..cost.transfer import kv_transfer_seconds
+from ..specs import SLO, Layout
+from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic
+
+SLO_MARGIN = 0.9  # plan estimates to 90% of each SLO: the simulator's tails are the real test
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment and its estimated steady state at `rate_rps`."""
+
+    prefill: tuple[Layout, ...]
+    decode: tuple[Layout, ...]
+    aggregated: tuple[Layout, ...]
+    gpus: int
+    rate_rps: float
+    ttft_p90_s: float
+    tpot_s: float
+    batch_per_rank: float  # operating decode batch
+    osl: float
+
+    @property
+    def tps_gpu(self) -> float:
+        """Output tokens/s per GPU used."""
+        return self.rate_rps * self.osl / self.gpus
+
+    @property
+    def tps_user(self) -> float:
+        """Output tokens/s one request sees while decoding."""
+        return 1.0 / self.tpot_s
+
+    @property
+    def summary(self) -> str:
+        def pool(lays):
+            return " + ".join(f"{lay.replicas}x{_tag(lay)}" for lay in lays)
+        if self.decode:
+            return f"prefill {pool(self.prefill)} | decode {pool(self.decode)}"
+        return f"aggregated {pool(self.aggregated)}"
+
+    def sort_key(self):
+        """Deterministic order: best tokens/s/GPU, then per user, then fewer GPUs, then name."""
+        return (-round(self.tps_gpu, 6), -round(self.tps_user, 6), self.gpus, self.summary)
+
+
+def _tag(lay: Layout) -> str:
+    """Shape plus the features that distinguish variants (for tables and dedup)."""
+    parts = [lay.tag]
+    if lay.role != "prefill":
+        parts.append(f"b{lay.max_batch_per_rank}")
+    if lay.role != "decode":
+        parts.append(f"c{lay.max_tokens_per_step}")
+    if lay.speculation:
+        parts.append(f"mtp{lay.speculation.num_tokens}")
+    if lay.eplb.redundant_experts:
+        parts.append(f"eplb{lay.eplb.redundant_experts}")
+    if lay.dbo:
+        parts.append("dbo")
+    return "/".join(parts)
+
+
+def best_prefill_per_size(units: list[PrefillUnit], budget_s: float) -> list[tuple[PrefillUnit, float]]:
+    """Per instance GPU count, the prefill shape with the highest rate within the TTFT budget."""
+    best: dict[int, tuple[PrefillUnit, float]] = {}
+    for u in units:
+        r = u.max_rate(budget_s)
+        if r > 0 and (u.gpus not in best or r > best[u.gpus][1]):
+            best[u.gpus] = (u, r)
+    return [best[g] for g in sorted(best)]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the combiner needs besides the units."""
+
+    num_gpus: int
+    slo: SLO
+    traffic: Traffic
+    target_rps: float | None = None  # None: each deployment at its own capacity
+
+
+def _transfer_s(pr: Pricer, gpus: int, tr: Traffic) -> float:
+    same = gpus <= pr.hw.domain_size
+    return kv_transfer_seconds(pr.model, pr.hw, pr.prof, tr.isl, same)
+
+
+def disaggregated(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: DecodeUnit,
+                  st: Setting) -> list[Candidate]:
+    """Deployments of one decode shape (every max batch on its grid) with each prefill shape."""
+    out = []
+    for top in range(len(dec.batches)):
+        if dec.tpot(top) > SLO_MARGIN * st.slo.tpot_p90_s:
+            break  # larger batches only get slower
+        d_rate = dec.rate(top)
+        for pu, p_rate in prefills:
+            for n_p, n_d in _pool_sizes(pu.gpus, dec.gpus, p_rate, d_rate, st):
+                cand = _disagg_candidate(pr, pu, n_p, dec, n_d, top, p_rate, d_rate, st)
+                if cand is not None:
+                    out.append(cand)
+    return out
+
+
+def _pool_sizes(g_p: int, g_d: int, p_rate: float, d_rate: float, st: Setting):
+    """(n_p, n_d) pool sizes to try within the GPU budget."""
+    if st.target_rps is not None:
+        n_p, n_d = math.ceil(st.target_rps / p_rate), math.ceil(st.target_rps / d_rate)
+        if n_p * g_p + n_d * g_d <= st.num_gpus:
+            yield n_p, n_d
+        return
+    for n_d in range(1, (st.num_gpus - g_p) // g_d + 1):
+        match = max(1, math.ceil(n_d * d_rate / p_rate))
+        for n_p in sorted({match, max(1, match - 1)}):
+            if n_p * g_p + n_d * g_d <= st.num_gpus:
+                yield n_p, n_d
+
+
+def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, top: int,
+                      p_rate: float, d_rate: float, st: Setting) -> Candidate | None:
+    rate = st.target_rps if st.target_rps is not None else min(n_p * p_rate, n_d * d_rate)
+    batch, tpot = dec.at_rate(rate / n_d, top)
+    gpus = n_p * pu.gpus + n_d * dec.gpus
+    ttft = pu.ttft_p90(rate / (n_p * pu.capacity_rps)) + _transfer_s(pr, gpus, st.traffic) + tpot * dec.acceptance
+    if ttft > SLO_MARGIN * st.slo.ttft_p90_s or tpot > SLO_MARGIN * st.slo.tpot_p90_s:
+        return None
+    lay_d = replace(dec.layout, replicas=n_d, max_batch_per_rank=dec.batches[top],
+                    max_tokens_per_step=max(dec.layout.max_tokens_per_step, _decode_tokens(dec, top)))
+    return Candidate((replace(pu.layout, replicas=n_p),), (lay_d,), (), gpus, rate, ttft, tpot, batch,
+                     st.traffic.osl)
+
+
+def _decode_tokens(dec: DecodeUnit, top: int) -> int:
+    q = 1 + (dec.layout.speculation.num_tokens if dec.layout.speculation else 0)
+    return int(dec.batches[top] * q)
+
+
+def aggregated(agg: DecodeUnit, st: Setting) -> list[Candidate]:
+    """Replicated aggregated instances, one deployment per max batch on the grid."""
+    out = []
+    for top in range(len(agg.batches)):
+        inst_rate = agg.rate(top)
+        if st.target_rps is None:
+            n = st.num_gpus // agg.gpus
+            rate = n * inst_rate
+        else:
+            n, rate = math.ceil(st.target_rps / inst_rate), st.target_rps
+        if n < 1 or n * agg.gpus > st.num_gpus:
+            continue
+        batch, tpot = agg.at_rate(rate / n, top)
+        ttft = float(agg.first_token_s[top]) if st.target_rps is None else _agg_ttft(agg, batch, top)
+        if ttft > SLO_MARGIN * st.slo.ttft_p90_s or tpot > SLO_MARGIN * st.slo.tpot_p90_s:
+            continue
+        lay = replace(agg.layout, replicas=n, max_batch_per_rank=agg.batches[top])
+        out.append(Candidate((), (), (lay,), n * agg.gpus, rate, ttft, tpot, batch, st.traffic.osl))
+    return out
+
+
+def _agg_ttft(agg: DecodeUnit, batch: float, top: int) -> float:
+    return float(np.interp(batch, agg.batches[: top + 1], agg.first_token_s[: top + 1]))

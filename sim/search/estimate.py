@@ -1,0 +1,232 @@
+"""Steady-state analytic estimate of one instance shape: what it sustains and how fast it answers.
+
+Prefill instance: a full step carries `budget` new tokens per DP rank; its capacity is requests/s
+at full steps, and its p90 TTFT at utilisation rho is the service time plus an M/M/1 waiting
+tail halved for near-deterministic service (Kingman: waits scale with (1 + cs^2) / 2).
+Decode instance: a step at batch b per rank costs t(b) (from the step cost model at the mean
+context isl + osl/2); it emits b x acceptance tokens per rank, so it sustains
+dp * b * acc / (osl * t(b)) requests/s at TPOT t(b) / acc. A table over the batch grid lets the
+combiner find the operating batch at any rate by interpolation.
+Aggregated instance: each step carries b decode sequences plus a prefill chunk; the chunk that
+keeps up with completions is b * acc * new / osl tokens.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cost.memory import kv_capacity_tokens
+from ..cost.step import CostContext, RankBatch, StepCost, decode_step, prefill_step, step_cost
+from ..specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
+
+WAIT_TAIL = math.log(10.0)  # p90 of an exponential wait, in units of its mean
+DETERMINISTIC = 0.5  # (1 + cs^2) / 2 with cs ~ 0: Kingman's correction for fixed service times
+RHO_MAX = 0.95  # never plan a pool hotter than this
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Mean request shape the estimate works with (tokens)."""
+
+    isl: float
+    osl: float
+    cached: float  # prompt tokens served from the prefix cache
+    skew: float = 0.0
+
+    @property
+    def new(self) -> float:
+        return max(self.isl - self.cached, 1.0)
+
+    @property
+    def ctx_mean(self) -> float:
+        """Mean context of a decoding sequence."""
+        return self.isl + self.osl / 2.0
+
+    @property
+    def ctx_max(self) -> float:
+        return self.isl + self.osl
+
+
+def traffic_of(workload: Workload) -> Traffic:
+    """Mean ISL / OSL / cached tokens of a workload (trace-length workloads are not planned yet)."""
+    try:
+        isl, osl = workload.isl.expected, workload.osl.expected
+    except ValueError:
+        raise SpecError(workload.name, "isl", "fixed, uniform or lognormal lengths for planning "
+                        "(trace lengths: give the planner a workload with their mean)") from None
+    return Traffic(isl, osl, isl * workload.prefix_hit_rate, workload.routing_skew)
+
+
+class Pricer:
+    """Step costs of one (model, hardware, profile) with a dict cache (specs hold dicts, so no lru)."""
+
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0):
+        self.model, self.hw, self.prof, self.skew = model, hw, prof, skew
+        self._cache: dict = {}
+
+    def cx(self, layout: Layout) -> CostContext:
+        return CostContext(self.model, self.hw, layout, self.prof, self.skew)
+
+    def _get(self, key, fn) -> StepCost:
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = fn()
+        return hit
+
+    def decode(self, layout: Layout, batch: float, ctx_mean: float) -> StepCost:
+        return self._get(("d", layout, batch, ctx_mean),
+                         lambda: decode_step(self.cx(layout), batch, batch * ctx_mean))
+
+    def prefill(self, layout: Layout, chunks: tuple[float, ...], prefix: float) -> StepCost:
+        return self._get(("p", layout, chunks, prefix),
+                         lambda: prefill_step(self.cx(layout), list(chunks), [prefix] * len(chunks)))
+
+    def mixed(self, layout: Layout, batch: float, ctx_mean: float, chunk: float, prefix: float) -> StepCost:
+        r = layout.dp
+
+        def fn():
+            rb = RankBatch(np.full(r, float(batch)), np.full(r, batch * ctx_mean),
+                           [np.array([chunk])] * r, [np.array([prefix])] * r)
+            return step_cost(self.cx(layout), rb)
+        return self._get(("m", layout, batch, ctx_mean, chunk, prefix), fn)
+
+
+def queue_wait_p90(rho: float, capacity_rps: float) -> float:
+    """p90 queueing delay (s) of a pool at utilisation `rho` with capacity `capacity_rps`."""
+    if rho <= 0.1:
+        return 0.0
+    if rho >= 1.0:
+        return math.inf
+    return DETERMINISTIC * math.log(10.0 * rho) / (capacity_rps * (1.0 - rho))
+
+
+@dataclass(frozen=True)
+class PrefillUnit:
+    """One prefill instance shape, priced."""
+
+    layout: Layout
+    capacity_rps: float  # requests/s at full steps
+    light_s: float  # one request alone
+    full_s: float  # one full step
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus
+
+    def ttft_p90(self, rho: float) -> float:
+        """Prefill part of TTFT at utilisation rho (service grows from a lone request to full steps)."""
+        return self.light_s + rho * (self.full_s - self.light_s) + queue_wait_p90(rho, self.capacity_rps)
+
+    def max_rate(self, budget_s: float) -> float:
+        """Highest request rate (req/s) whose prefill p90 stays within `budget_s` (bisection on rho)."""
+        if self.ttft_p90(0.0) > budget_s:
+            return 0.0
+        lo, hi = 0.0, RHO_MAX
+        if self.ttft_p90(hi) <= budget_s:
+            return hi * self.capacity_rps
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.ttft_p90(mid) <= budget_s else (lo, mid)
+        return lo * self.capacity_rps
+
+
+def price_prefill(pr: Pricer, layout: Layout, tr: Traffic) -> PrefillUnit:
+    """Capacity and service times of a prefill instance for the mean prompt."""
+    budget = layout.max_tokens_per_step
+    if tr.new <= budget:
+        per_step = max(1, int(budget // tr.new))
+        full = pr.prefill(layout, (tr.new,) * per_step, tr.cached).seconds
+        light = pr.prefill(layout, (tr.new,), tr.cached).seconds
+        capacity = layout.dp * per_step / full
+    else:  # chunked: ceil(new / budget) steps per request, each at the mean prefix
+        steps = math.ceil(tr.new / budget)
+        chunk = tr.new / steps
+        one = pr.prefill(layout, (chunk,), tr.cached + tr.new / 2).seconds
+        full = light = steps * one
+        capacity = layout.dp / full
+    return PrefillUnit(layout, capacity, light, full)
+
+
+@dataclass(frozen=True)
+class DecodeUnit:
+    """One decode (or aggregated) instance shape, priced over a grid of batches per rank."""
+
+    layout: Layout
+    acceptance: float  # tokens per sequence per step
+    batches: tuple[int, ...]  # grid, each <= max batch and KV capacity
+    step_s: tuple[float, ...]  # step seconds per grid batch (aggregated: steps with a full chunk)
+    avg_step_s: tuple[float, ...] = ()  # aggregated: steps with the rate-matched chunk
+    first_token_s: tuple[float, ...] = ()  # aggregated: prefill part of TTFT at rho -> see ttft
+    rho: tuple[float, ...] = ()  # aggregated: prefill share of the chunk budget per grid batch
+    osl: float = 1.0
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus
+
+    def _avg(self) -> tuple[float, ...]:
+        return self.avg_step_s or self.step_s
+
+    def rate(self, i: int) -> float:
+        """Requests/s one instance sustains at grid batch i."""
+        return self.layout.dp * self.batches[i] * self.acceptance / (self.osl * self._avg()[i])
+
+    def tpot(self, i: int) -> float:
+        return self.step_s[i] / self.acceptance
+
+    def at_rate(self, rate_rps: float, top: int) -> tuple[float, float]:
+        """(operating batch, TPOT s) when one instance serves `rate_rps` with grid batch `top` as cap."""
+        rates = [self.rate(i) for i in range(top + 1)]
+        steps = list(self.step_s[: top + 1])
+        if rate_rps >= rates[-1]:
+            return float(self.batches[top]), steps[-1] / self.acceptance
+        if rate_rps <= rates[0]:
+            return float(self.batches[0]), steps[0] / self.acceptance
+        b = float(np.interp(rate_rps, rates, self.batches[: top + 1]))
+        return b, float(np.interp(b, self.batches[: top + 1], steps)) / self.acceptance
+
+
+def _acceptance(layout: Layout) -> float:
+    return layout.speculation.acceptance_length if layout.speculation else 1.0
+
+
+def kv_batch_limit(pr: Pricer, layout: Layout, tr: Traffic) -> int:
+    """Sequences per rank whose KV fits (at the longest mean context)."""
+    return int(kv_capacity_tokens(pr.model, pr.hw, layout) // tr.ctx_max)
+
+
+def price_decode(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...]) -> DecodeUnit | None:
+    """Step table of a decode instance over the batch grid (None when no batch fits)."""
+    limit = min(kv_batch_limit(pr, layout, tr), layout.max_batch_per_rank)
+    batches = tuple(b for b in grid if b <= limit)
+    if not batches:
+        return None
+    steps = tuple(pr.decode(layout, float(b), tr.ctx_mean).seconds for b in batches)
+    return DecodeUnit(layout, _acceptance(layout), batches, steps, osl=tr.osl)
+
+
+def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...]) -> DecodeUnit | None:
+    """Step tables of an aggregated instance: decode batch b plus the prefill chunk that keeps up."""
+    acc = _acceptance(layout)
+    q = 1.0 + (layout.speculation.num_tokens if layout.speculation else 0)
+    limit = min(kv_batch_limit(pr, layout, tr), layout.max_batch_per_rank)
+    rows = []
+    for b in (b for b in grid if b <= limit):
+        room = layout.max_tokens_per_step - b * q  # chunk budget left after decode tokens
+        need = b * acc * tr.new / tr.osl  # prefill tokens per step that match completions
+        if room < 1 or need > RHO_MAX * room:
+            break
+        full = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2).seconds
+        avg = pr.mixed(layout, float(b), tr.ctx_mean, need, tr.cached + tr.new / 2).seconds
+        steps_per_prompt = math.ceil(tr.new / room)
+        rho = need / room
+        cap = layout.dp * room / (tr.new * full)
+        ttft = steps_per_prompt * full + queue_wait_p90(rho, cap)
+        rows.append((b, full, avg, ttft, rho))
+    if not rows:
+        return None
+    b, full, avg, ttft, rho = (tuple(col) for col in zip(*rows))
+    return DecodeUnit(layout, acc, b, full, avg, ttft, rho, osl=tr.osl)

@@ -1,0 +1,296 @@
+"""The planning pipeline: enumerate -> memory filter -> analytic estimate -> Pareto front ->
+simulator check of every front point at its target load -> choice by objective.
+
+Pricing and simulation run over a process pool (`workers`); every list is sorted by a
+deterministic key before use, so the plan does not depend on the number of workers.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from typing import Callable, Literal
+
+from ..specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
+from . import combine, space as sp
+from .combine import Candidate, Setting
+from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
+from .pareto import front
+from .verify import Check, check, simulator_available
+
+Objective = Literal["throughput", "min-gpus", "latency"]
+OBJECTIVES = ("throughput", "min-gpus", "latency")
+
+
+class NoFeasiblePlan(Exception):
+    """No layout meets the SLOs (exit code 3, distinct from bad input's 2)."""
+
+    exit_code = 3
+
+
+@dataclass
+class Request:
+    """Everything one planning run needs. `*_ref` are the names or paths written into plan.yaml."""
+
+    model: ModelSpec
+    hw: HardwareSpec
+    profile: Profile
+    workload: Workload
+    num_gpus: int
+    slo: SLO
+    model_ref: str
+    hw_ref: str
+    workload_ref: str
+    profile_ref: str | None = None
+    objective: Objective = "throughput"
+    target_rps: float | None = None  # min-gpus / latency: the load to serve (default: workload's)
+    space: sp.SearchSpace = field(default_factory=sp.SearchSpace)
+    workers: int = 1
+    sim_requests: int | None = 600  # requests per simulator check (None: the workload's count)
+    seed: int | None = None
+    simulate: bool = True
+    max_checks: int = 48  # cap on simulated front points (spread evenly over the front)
+    progress: Callable | None = None  # progress(stage, total) -> advance() callable, or None
+
+
+@dataclass
+class Verified:
+    cand: Candidate
+    check: Check | None  # None when the simulator is unavailable or disabled
+
+    @property
+    def passed(self) -> bool:
+        return self.check is None or self.check.passed
+
+    @property
+    def rate_rps(self) -> float:
+        return self.check.rate_rps if self.check else self.cand.rate_rps
+
+    @property
+    def tps_gpu(self) -> float:
+        return self.rate_rps * self.cand.osl / self.cand.gpus
+
+    @property
+    def tps_user(self) -> float:
+        if self.check and self.check.metrics.get("tps_per_user"):
+            return float(self.check.metrics["tps_per_user"])
+        return self.cand.tps_user
+
+
+@dataclass
+class Result:
+    request: Request
+    num_layouts: int
+    candidates: list[Candidate]
+    front: list[Candidate]
+    verified: list[Verified]
+    winner: Verified
+    plan: Plan
+    timings: dict[str, float]
+    simulated: bool
+
+
+# -- process-pool workers: specs are set once per process --------------------------------------
+_W: dict = {}
+
+
+def _init(model, hw, prof, traffic, grid):
+    _W.update(pricer=Pricer(model, hw, prof, traffic.skew), traffic=traffic, grid=grid)
+
+
+def _price(task: tuple[str, Layout]):
+    kind, lay = task
+    pr, tr, grid = _W["pricer"], _W["traffic"], _W["grid"]
+    if kind == "prefill":
+        return price_prefill(pr, lay, tr)
+    if kind == "decode":
+        return price_decode(pr, lay, tr, grid)
+    return price_aggregated(pr, lay, tr, grid)
+
+
+def _simulate(task):
+    plan, model, hw, workload, prof, rate, slo, n, seed, backoffs = task
+    return check(plan, model, hw, workload, prof, rate, slo, n, seed, backoffs)
+
+
+def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str) -> list:
+    """Ordered map over a process pool (inline for one worker), with an optional progress bar."""
+    advance = req.progress(stage, len(tasks)) if req.progress else (lambda: None)
+    if req.workers <= 1 or len(tasks) < 2:
+        _init(*init_args)
+        out = []
+        for t in tasks:
+            out.append(fn(t))
+            advance()
+        return out
+    with get_context("fork").Pool(req.workers, initializer=_init, initargs=init_args) as pool:
+        out = []
+        for r in pool.imap(fn, tasks, chunksize=max(1, len(tasks) // (8 * req.workers))):
+            out.append(r)
+            advance()
+        return out
+
+
+# -- pipeline ------------------------------------------------------------------------------------
+def _tasks(req: Request) -> list[tuple[str, Layout]]:
+    m, hw, n, s = req.model, req.hw, req.num_gpus, req.space
+    tasks = []
+    if s.disaggregated and n >= 2:
+        tasks += [("prefill", lay) for lay in sp.prefill_layouts(m, hw, n, s)]
+        tasks += [("decode", lay) for lay in sp.decode_layouts(m, hw, n, s)]
+    if s.aggregated:
+        tasks += [("agg", lay) for lay in sp.aggregated_layouts(m, hw, n, s)]
+    return tasks
+
+
+def target_rate(req: Request) -> float | None:
+    """The fixed load of min-gpus / latency objectives (None: throughput plans at capacity)."""
+    if req.objective == "throughput":
+        return None
+    if req.target_rps is not None:
+        return req.target_rps
+    arr = req.workload.arrival
+    if arr.kind == "poisson":
+        return arr.rate
+    return None
+
+
+def estimate(req: Request, priced: list) -> list[Candidate]:
+    """All estimated deployments that meet the SLOs (with margin), deterministically sorted."""
+    tr = traffic_of(req.workload)
+    st = Setting(req.num_gpus, req.slo, tr, target_rate(req))
+    pr = Pricer(req.model, req.hw, req.profile, tr.skew)
+    budget = combine.SLO_MARGIN * req.slo.ttft_p90_s - req.slo.tpot_p90_s
+    prefills = combine.best_prefill_per_size([u for k, u in priced if k == "prefill"], budget)
+    cands: list[Candidate] = []
+    for kind, unit in priced:
+        if unit is None:
+            continue
+        if kind == "decode" and prefills:
+            cands += combine.disaggregated(pr, prefills, unit, st)
+        elif kind == "agg":
+            cands += combine.aggregated(unit, st)
+    uniq = {(c.summary, c.gpus): c for c in sorted(cands, key=Candidate.sort_key, reverse=True)}
+    return sorted(uniq.values(), key=Candidate.sort_key)
+
+
+def pareto(req: Request, cands: list[Candidate]) -> list[Candidate]:
+    """The front the objective cares about (tokens/s/GPU vs /user; fewer GPUs vs /user)."""
+    if req.objective == "min-gpus":
+        return front(cands, lambda c: -c.gpus, lambda c: c.tps_user)
+    return front(cands, lambda c: c.tps_user, lambda c: c.tps_gpu)
+
+
+def _spread(items: list, k: int) -> list:
+    """At most k items spread evenly over the list (ends included)."""
+    if len(items) <= k:
+        return items
+    idx = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
+    return [items[i] for i in idx]
+
+
+def to_plan(req: Request, cand: Candidate, name: str, predicted: dict) -> Plan:
+    return Plan(name=name, model=req.model_ref, hardware=req.hw_ref, num_gpus=req.num_gpus,
+                prefill=cand.prefill, decode=cand.decode, aggregated=cand.aggregated,
+                slo=req.slo, workload=req.workload_ref, profile=req.profile_ref,
+                predicted={k: float(v) for k, v in predicted.items()},
+                description=f"rackplan plan ({req.objective}): {cand.summary}")
+
+
+def verify(req: Request, points: list[Candidate]) -> list[Verified]:
+    """Simulate every front point at its target load (its estimated rate, or the fixed target)."""
+    if not (req.simulate and simulator_available()):
+        return [Verified(c, None) for c in points]
+    backoffs = 1 if req.objective == "throughput" else 0
+    tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, c.rate_rps,
+              req.slo, req.sim_requests, req.seed, backoffs) for c in points]
+    checks = _pmap(_simulate, tasks, req, _init_args(req), "simulate front")
+    return [Verified(c, k) for c, k in zip(points, checks)]
+
+
+def choose(req: Request, verified: list[Verified]) -> Verified:
+    """Pick by objective among the deployments whose simulated tails meet the SLOs."""
+    ok = [v for v in verified if v.passed]
+    if not ok:
+        raise NoFeasiblePlan(_closest_message(req, verified))
+    if req.objective == "min-gpus":
+        return min(ok, key=lambda v: (v.cand.gpus, -v.tps_user, v.cand.summary))
+    if req.objective == "latency":
+        return max(ok, key=lambda v: (round(v.tps_user, 6), round(v.tps_gpu, 6), v.cand.summary))
+    return max(ok, key=lambda v: (round(v.tps_gpu, 6), round(v.tps_user, 6), -v.cand.gpus, v.cand.summary))
+
+
+def _closest_message(req: Request, verified: list[Verified]) -> str:
+    if not verified:
+        return (f"no layout meets the SLOs (TTFT p90 <= {req.slo.ttft_p90_s:g} s, TPOT p90 <= "
+                f"{req.slo.tpot_p90_s * 1e3:g} ms) on {req.num_gpus} x {req.hw.name} even in the analytic "
+                f"estimate; {closest_estimate(req)}")
+    best = min(verified, key=lambda v: v.check.worst_miss(req.slo)[1])
+    key, _ = best.check.worst_miss(req.slo)
+    value = best.check.metrics[key]
+    limit = req.slo.ttft_p90_s if key == "ttft_p90_s" else req.slo.tpot_p90_s
+    what = "TTFT p90" if key == "ttft_p90_s" else "TPOT p90"
+    return (f"no layout meets the SLOs; closest: {best.cand.summary} at {best.rate_rps:.3g} req/s misses "
+            f"{what} by {_fmt_s(value - limit)} ({_fmt_s(value)} > {_fmt_s(limit)})")
+
+
+def _fmt_s(sec: float) -> str:
+    return f"{sec * 1e3:.1f} ms" if abs(sec) < 1 else f"{sec:.2f} s"
+
+
+def closest_estimate(req: Request) -> str:
+    """The estimated deployment nearest the SLOs when none meets them (SLOs relaxed x1000)."""
+    loose = SLO(req.slo.ttft_p90_s * 1e3, req.slo.tpot_p90_s * 1e3)
+    relaxed = Request(**{**req.__dict__, "slo": loose, "simulate": False, "progress": None})
+    cands = estimate(relaxed, _pmap(_price, _tasks(relaxed), relaxed, _init_args(relaxed), "price"))
+    if not cands:
+        return "no deployment sustains any load"
+
+    def excess(c: Candidate) -> float:
+        return max(c.ttft_p90_s / req.slo.ttft_p90_s, c.tpot_s / req.slo.tpot_p90_s)
+    c = min(cands, key=lambda c: (excess(c), c.sort_key()))
+    if c.ttft_p90_s / req.slo.ttft_p90_s >= c.tpot_s / req.slo.tpot_p90_s:
+        what, value, limit = "TTFT p90", c.ttft_p90_s, req.slo.ttft_p90_s
+    else:
+        what, value, limit = "TPOT p90", c.tpot_s, req.slo.tpot_p90_s
+    return (f"closest: {c.summary} misses {what} by {_fmt_s(value - limit)} "
+            f"({_fmt_s(value)} > {_fmt_s(limit)})")
+
+
+def _init_args(req: Request) -> tuple:
+    return (req.model, req.hw, req.profile, traffic_of(req.workload), req.space.batches)
+
+
+def plan(req: Request, name: str = "plan") -> Result:
+    """Run the whole pipeline; raises SpecError (bad input) or NoFeasiblePlan."""
+    t0 = time.perf_counter()
+    sp.check_budget(req.model, req.hw, req.num_gpus, not req.space.aggregated)
+    tasks = _tasks(req)
+    priced = list(zip([k for k, _ in tasks], _pmap(_price, tasks, req, _init_args(req), "price layouts")))
+    t1 = time.perf_counter()
+    cands = estimate(req, priced)
+    points = _spread(pareto(req, cands), req.max_checks)
+    t2 = time.perf_counter()
+    if not points:
+        raise NoFeasiblePlan(_closest_message(req, []))
+    verified = verify(req, points)
+    t3 = time.perf_counter()
+    win = choose(req, verified)
+    predicted = predicted_metrics(win)
+    result_plan = to_plan(req, win.cand, name, predicted)
+    timings = {"price_s": t1 - t0, "estimate_s": t2 - t1, "simulate_s": t3 - t2, "total_s": t3 - t0}
+    return Result(req, len(tasks), cands, points, verified, win, result_plan, timings,
+                  any(v.check is not None for v in verified))
+
+
+def predicted_metrics(v: Verified) -> dict[str, float]:
+    """What plan.yaml records: the verified rate and tails, and the analytic estimate beside them."""
+    c = v.cand
+    out = {"request_rate": v.rate_rps, "output_tps_per_gpu": v.tps_gpu, "tps_per_user": v.tps_user,
+           "est_request_rate": c.rate_rps, "est_ttft_p90_s": c.ttft_p90_s, "est_tpot_s": c.tpot_s,
+           "est_batch_per_rank": c.batch_per_rank}
+    if v.check is not None:
+        for key in ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "goodput_rps"):
+            if key in v.check.metrics:
+                out["sim_" + key] = v.check.metrics[key]
+    return out

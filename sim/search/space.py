@@ -1,0 +1,148 @@
+"""The search space: every instance shape the planner considers, before any pricing.
+
+Prefill: TP 1-8 (one attention group, experts over the same GPUs) and DEPn (n = 1..32) with a
+per-rank token budget. Decode: DEPn up to the whole NVLink domain and beyond it over the
+scale-out network, and TP 1-8. Aggregated: the same shapes with a chunked-prefill budget.
+Features per shape: MTP / draft depth, EPLB redundant experts, DBO. Batch sizes are swept by the
+estimator, not enumerated here, because one step-cost table serves every batch of a shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..cost.memory import kv_capacity_tokens
+from ..specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation
+
+POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Knobs of the enumeration (tuples so the space is hashable and prints in reports)."""
+
+    prefill_tp: tuple[int, ...] = (1, 2, 4, 8)
+    prefill_dep: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    prefill_budgets: tuple[int, ...] = (8192, 16384)  # tokens per DP rank per step
+    decode_tp: tuple[int, ...] = (1, 2, 4, 8)
+    decode_dep_max: int = 0  # 0: up to the GPU budget (beyond one NVLink domain when it allows)
+    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # max running seqs per rank
+    agg_budgets: tuple[int, ...] = (2048, 8192)  # chunked-prefill budget per rank (incl. decode)
+    spec_depths: tuple[int, ...] | None = None  # None: 0..model's draft depth
+    acceptance_rate: float = 0.8  # probability each draft token is accepted (MTP on chat ~0.8-0.9)
+    eplb: bool = True  # also try one redundant expert slot per EP rank
+    dbo: tuple[bool, ...] = (False, True)
+    disaggregated: bool = True
+    aggregated: bool = True
+
+
+def acceptance_length(depth: int, rate: float) -> float:
+    """Mean tokens emitted per step with `depth` drafts, each accepted w.p. `rate` until the first
+    rejection: 1 + r + r^2 + ... + r^depth."""
+    return sum(rate ** i for i in range(depth + 1))
+
+
+def spec_options(model: ModelSpec, space: SearchSpace) -> tuple[Speculation | None, ...]:
+    """Speculation settings to try: none, and each depth the model's drafter supports."""
+    if model.draft is None:
+        return (None,)
+    if space.spec_depths is not None:
+        depths = space.spec_depths
+    elif model.draft.kind == "mtp":
+        depths = tuple(range(model.draft.num_tokens + 1))
+    else:
+        depths = (0, model.draft.num_tokens)  # a block drafter proposes its whole block
+    return tuple(None if d == 0 else Speculation(d, acceptance_length(d, space.acceptance_rate))
+                 for d in sorted(set(depths)))
+
+
+def _eplb_options(model: ModelSpec, ep: int, space: SearchSpace) -> tuple[EPLBConfig, ...]:
+    """No EPLB, and one redundant slot per rank when experts split evenly (vLLM requires it)."""
+    opts = [EPLBConfig()]
+    if space.eplb and ep >= 8 and model.moe.num_experts % ep == 0:
+        opts.append(EPLBConfig(redundant_experts=ep, policy="hierarchical"))
+    return tuple(opts)
+
+
+def _shapes(tps, deps, max_gpus: int) -> list[tuple[int, int]]:
+    """(dp, tp) pairs within the budget, TP shapes first, deduplicated (TP1 == DEP1)."""
+    out = [(1, t) for t in tps if t <= max_gpus]
+    out += [(n, 1) for n in deps if n <= max_gpus and (n, 1) not in out]
+    return out
+
+
+def decode_deps(num_gpus: int, hw: HardwareSpec, space: SearchSpace) -> tuple[int, ...]:
+    """DEP sizes for decode: powers of two up to the budget, plus the NVLink domain size itself."""
+    cap = space.decode_dep_max or num_gpus
+    sizes = {n for n in POW2 if n <= cap}
+    if hw.domain_size <= cap:
+        sizes.add(hw.domain_size)
+    return tuple(sorted(sizes))
+
+
+def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> bool:
+    """The memory filter: weights + reserve leave room for at least one KV block per rank."""
+    return kv_capacity_tokens(model, hw, layout) >= 1.0
+
+
+def _variants(model: ModelSpec, base: Layout, space: SearchSpace, with_spec: bool) -> list[Layout]:
+    """Feature combinations of one shape: speculation x EPLB x DBO."""
+    specs = spec_options(model, space) if with_spec else (None,)
+    dbos = space.dbo if base.ep_size > 1 else (False,)
+    return [replace(base, speculation=s, eplb=e, dbo=d)
+            for s in specs for e in _eplb_options(model, base.ep_size, space) for d in dbos]
+
+
+def prefill_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
+    """Prefill instance shapes that fit in memory (EPLB off: prefill batches are large and even)."""
+    out = []
+    for dp, tp in _shapes(space.prefill_tp, space.prefill_dep, num_gpus - 1):
+        for budget in space.prefill_budgets:
+            base = Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64)
+            if fits(model, hw, base):
+                out += [replace(base, dbo=d) for d in (space.dbo if base.ep_size > 1 else (False,))]
+    return out
+
+
+def decode_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
+    """Decode instance shapes (batch left at the largest; the estimator sweeps it)."""
+    out = []
+    for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus - 1, hw, space), num_gpus - 1):
+        base = Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches))
+        if fits(model, hw, replace(base, eplb=EPLBConfig())):
+            out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
+    return out
+
+
+def aggregated_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
+    """Aggregated (prefill + decode on the same instance) shapes with a chunked-prefill budget."""
+    out = []
+    for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus, hw, space), num_gpus):
+        for budget in space.agg_budgets:
+            base = Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches))
+            if fits(model, hw, base):
+                out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
+    return out
+
+
+def min_gpus_for_weights(model: ModelSpec, hw: HardwareSpec, limit: int = 1024) -> tuple[int, str]:
+    """Fewest GPUs of one instance that hold the weights (and its shape), for the budget error."""
+    for n in POW2:
+        if n > limit:
+            break
+        for lay in (Layout("decode", dp=n), Layout("decode", dp=1, tp=n)):
+            if fits(model, hw, lay):
+                return n, lay.tag
+    return 0, ""
+
+
+def check_budget(model: ModelSpec, hw: HardwareSpec, num_gpus: int, disaggregated_only: bool) -> None:
+    """SpecError when `num_gpus` cannot hold the weights (twice over for prefill + decode)."""
+    need, tag = min_gpus_for_weights(model, hw)
+    if need == 0:
+        raise SpecError("", "gpus", f"a hardware whose GPUs can hold {model.name} (none up to 1024 do on "
+                        f"{hw.name})", num_gpus)
+    least = 2 * need if disaggregated_only else need
+    if num_gpus < least:
+        what = "one prefill and one decode instance" if disaggregated_only else "one instance"
+        raise SpecError("", "gpus", f"at least {least} GPUs: {model.name} weights need {need} x {hw.name} "
+                        f"per instance (smallest fitting layout {tag}) and a plan needs {what}", num_gpus)

@@ -1,0 +1,153 @@
+"""The discrete-event simulator of a (disaggregated or aggregated) serving deployment.
+
+SimPy processes: the router (arrivals, open or closed loop), prefill instances, KV transfers,
+decode instances, or aggregated instances. Events are per batch step, never per token.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import simpy
+
+from .aggregated import AggregatedInstance
+from .cost.memory import check_fits
+from .cost.step import CostContext
+from .cost.transfer import kv_transfer_seconds
+from .decode import DecodeInstance, DecodeRanks
+from .metrics import RequestLog, SimResult, summarise
+from .prefill import PrefillInstance
+from .pricer import StepPricer
+from .specs import HardwareSpec, ModelSpec, Plan, Profile, Workload, load_hardware, load_model
+from .workload import Requests, make_requests
+
+
+def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
+    """Check every layout fits in HBM; returns KV capacity (tokens per rank) per pool entry."""
+    caps = {}
+    for pool in ("prefill", "decode", "aggregated"):
+        for i, lay in enumerate(getattr(plan, pool)):
+            caps[f"{pool}[{i}]"] = check_fits(model, hw, lay, f"{pool}[{i}]")
+    return caps
+
+
+def _tokens_per_step(layout) -> float:
+    return layout.speculation.acceptance_length if layout.speculation else 1.0
+
+
+class _Deployment:
+    """Builds the instances of a plan inside one SimPy environment and routes requests."""
+
+    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog):
+        self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
+        self.model, self.hw, self.prof = model, hw, prof
+        self.same_domain = plan.gpus_used <= hw.domain_size
+        self.caps = validate_plan(plan, model, hw)
+        self.rr = 0
+        self.on_request_done = None
+        isl, cached = reqs.isl, reqs.cached
+        self.need_of = lambda rid: (int(cached[rid]), int(isl[rid]))
+        self.front, self.decoders = [], []
+        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
+        if plan.disaggregated:
+            for i, lay in enumerate(plan.prefill):
+                pr = mk(lay)
+                for j in range(lay.replicas):
+                    self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr, lay.max_tokens_per_step,
+                                                      lay.max_batch_per_rank, self.need_of, self._to_transfer))
+            for i, lay in enumerate(plan.decode):
+                pr = mk(lay)
+                for j in range(lay.replicas):
+                    ranks = DecodeRanks(lay.dp, lay.max_batch_per_rank, self.caps[f"decode[{i}]"],
+                                        _tokens_per_step(lay))
+                    self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, ranks, log,
+                                                        lambda r: float(isl[r]), lambda r: int(reqs.osl[r]),
+                                                        self._done))
+        else:
+            for i, lay in enumerate(plan.aggregated):
+                pr = mk(lay)
+                q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
+                for j in range(lay.replicas):
+                    ranks = DecodeRanks(lay.dp, lay.max_batch_per_rank, self.caps[f"aggregated[{i}]"],
+                                        _tokens_per_step(lay))
+                    self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr, ranks,
+                                                         lay.max_tokens_per_step, q, log, self.need_of,
+                                                         lambda r: int(reqs.osl[r]), self._done))
+
+    def _pick(self, instances):
+        if self.plan.router == "round_robin":
+            self.rr += 1
+            return instances[(self.rr - 1) % len(instances)]
+        self.rr += 1  # ties go round-robin, so idle instances share the load
+        n = len(instances)
+        return min(enumerate(instances), key=lambda x: (x[1].load, (x[0] - self.rr) % n))[1]
+
+    def submit(self, rid: int) -> None:
+        self.log.arrive(rid, self.env.now)
+        self._pick(self.front).submit(rid)
+
+    def _to_transfer(self, rid: int) -> None:
+        self.log.prefill_done[rid] = self.env.now
+        dest = self._pick(self.decoders)
+        self.env.process(self._transfer(rid, dest))
+
+    def _transfer(self, rid: int, dest: DecodeInstance):
+        ctx = float(self.reqs.isl[rid])
+        yield self.env.timeout(kv_transfer_seconds(self.model, self.hw, self.prof, ctx, self.same_domain))
+        dest.deliver(rid)
+
+    def _done(self, rid: int) -> None:
+        self.log.done(rid, self.env.now)
+        if self.on_request_done:
+            self.on_request_done(rid)
+
+    def utilisation(self, duration: float) -> dict[str, float]:
+        return {inst.name: inst.busy_s / duration for inst in self.front + self.decoders}
+
+    def steps(self) -> dict[str, int]:
+        return {inst.name: inst.steps for inst in self.front + self.decoders}
+
+
+def _open_loop(env, dep: _Deployment, arrivals: np.ndarray):
+    for rid, t in enumerate(arrivals):
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        dep.submit(rid)
+
+
+def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
+                   num_requests: int | None = None, seed: int | None = None) -> SimResult:
+    """Simulate `plan` serving `workload` with explicit spec objects (what-if studies pass edited ones)."""
+    reqs = make_requests(workload, num_requests, seed)
+    env = simpy.Environment()
+    log = RequestLog(len(reqs))
+    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log)
+    if workload.arrival.kind == "concurrency":
+        nxt = iter(range(len(reqs)))
+        dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]
+        for _ in range(min(workload.arrival.concurrency, len(reqs))):
+            dep.submit(next(nxt))
+    else:
+        env.process(_open_loop(env, dep, reqs.arrival_s))
+    env.run()
+    unfinished = int(np.isnan(log.finish).sum())
+    if unfinished:
+        raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
+                           "than any rank's KV capacity?)")
+    t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
+    return summarise(log, reqs.isl, reqs.osl, reqs.cached, plan.gpus_used, plan.slo,
+                     dep.utilisation(max(t1 - t0, 1e-12)), dep.steps(),
+                     closed_loop=workload.arrival.kind == "concurrency")
+
+
+def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,
+             seed: int | None = None) -> SimResult:
+    """Simulate `plan` (its model and hardware loaded by name) serving `workload`."""
+    return simulate_specs(plan, load_model(plan.model), load_hardware(plan.hardware), workload, profile,
+                          num_requests, seed)
+
+
+def with_rate(workload: Workload, rate: float) -> Workload:
+    """The same workload at another Poisson rate (req/s)."""
+    arrival = dataclasses.replace(workload.arrival, kind="poisson", rate=rate, concurrency=None)
+    return dataclasses.replace(workload, arrival=arrival)
