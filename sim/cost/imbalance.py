@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..eplb.model import expected_factor, placement_share
+from ..eplb.model import expected_factor, placement_for
 from ..routing import layer_popularity, sample_counts
 from ..specs import SpecError
 
@@ -73,8 +73,8 @@ def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_
         raise SpecError("eplb", "redundant_experts",
                         f"num_experts + redundant_experts ({slots}) divisible by ep ({ep})", redundant_experts)
     pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
-    share = placement_share(pop, ep, redundant_experts, policy, gpus_per_node, num_groups)
-    factors = expected_factor(_draws(skew, top_k, num_experts), share)
+    placement = placement_for(pop, ep, redundant_experts, policy, gpus_per_node, num_groups)
+    factors = expected_factor(_draws(skew, top_k, num_experts), ep, placement, SEED)
     return GRID_LOG2, tuple(float(max(f, 1.0)) for f in factors)
 
 

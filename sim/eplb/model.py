@@ -2,16 +2,18 @@
 
 EPLB balances the *expected* load (the placement is computed from the popularity, as if the
 historical load equalled it); the per-step multinomial variance of a batch's top-k choices
-remains. Replicas split their expert's tokens evenly. A step waits for the busiest rank in every
-MoE layer, so the factor is the mean over layers of each layer's expected max/mean.
+remains. A replicated expert's c choices are split over its r replicas as the executor does
+(round-robin: every replica gets floor(c / r), c mod r of them, from a random start, one more).
+A step waits for the busiest rank in every MoE layer, so the factor is the mean over layers of
+each layer's max/mean, and its expectation over steps.
 
-Shapes: L layers, E logical experts, G EP ranks, Nt batch sizes, N samples per layer.
+Shapes: L layers, E logical experts, P slots, G EP ranks, M steps (or samples).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .policy import contiguous_share, rebalance_experts
+from .policy import Placement, _position_in_group, contiguous_share, rebalance_experts
 
 
 def num_nodes_for(ep: int, gpus_per_node: int) -> int:
@@ -19,31 +21,45 @@ def num_nodes_for(ep: int, gpus_per_node: int) -> int:
     return ep // gpus_per_node if ep > gpus_per_node and ep % gpus_per_node == 0 else 1
 
 
-def placement_share(pop: np.ndarray, ep: int, redundant_experts: int = 0, policy: str = "none",
-                    gpus_per_node: int = 8, num_groups: int = 1) -> np.ndarray:
-    """Fraction of each expert's tokens on each rank for popularity pop [L, E]: [L, E, G].
-
-    policy "none" ignores redundant slots and places experts contiguously (E % G may be nonzero).
-    """
-    num_l, num_e = pop.shape
+def placement_for(pop: np.ndarray, ep: int, redundant_experts: int = 0, policy: str = "none",
+                  gpus_per_node: int = 8, num_groups: int = 1) -> Placement | None:
+    """EPLB placement for expected loads pop [L, E]; None for policy "none" (contiguous experts,
+    redundant slots unused)."""
     if policy == "none":
-        return np.broadcast_to(contiguous_share(num_e, ep), (num_l, num_e, ep))
+        return None
     nodes = num_nodes_for(ep, gpus_per_node)
-    return rebalance_experts(pop, num_e + redundant_experts, ep, nodes, num_groups, policy).share()
+    return rebalance_experts(pop, pop.shape[1] + redundant_experts, ep, nodes, num_groups, policy)
 
 
-def replay_factor(counts: np.ndarray, share: np.ndarray) -> np.ndarray:
-    """Max/mean rank load per step, averaged over layers, for expert counts [..., L, E] -> [...]."""
+def rank_loads(counts: np.ndarray, ep: int, placement: Placement | None = None,
+               rng: np.random.Generator | None = None) -> np.ndarray:
+    """Token-expert choices each EP rank serves: counts [M, L, E] -> [M, L, G]."""
     counts = np.asarray(counts, dtype=float)
-    lead = counts.shape[:-2]
-    num_l, num_e = counts.shape[-2:]
-    flat = np.moveaxis(counts.reshape(-1, num_l, num_e), 1, 0)  # [L, M, E]
-    loads = np.matmul(flat, np.broadcast_to(share, (num_l, num_e, share.shape[-1])))  # [L, M, G]
-    mean = loads.sum(-1) / loads.shape[-1]
+    if placement is None:
+        return counts @ contiguous_share(counts.shape[-1], ep)
+    rng = rng if rng is not None else np.random.default_rng(0)
+    phy2log = placement.phy2log  # [L, P]
+    layer = np.arange(phy2log.shape[0])[:, None]
+    reps = placement.logcnt[layer, phy2log]  # [L, P] replicas of each slot's expert
+    replica = _position_in_group(phy2log)  # [L, P] which replica of its expert a slot holds
+    per_slot = counts[..., layer, phy2log]  # [M, L, P] choices of the slot's expert
+    base = np.floor(per_slot / reps)
+    start = rng.integers(0, 1 << 30, size=counts.shape)[..., layer, phy2log]  # round-robin start
+    slots = base + ((replica + start) % reps < per_slot - base * reps)
+    return slots.reshape(slots.shape[:-1] + (ep, -1)).sum(-1)
+
+
+def replay_factor(counts: np.ndarray, ep: int, placement: Placement | None = None,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+    """Max/mean rank load per step, averaged over layers: counts [M, L, E] -> [M]."""
+    loads = rank_loads(counts, ep, placement, rng)
+    mean = loads.sum(-1) / ep
     ratio = np.divide(loads.max(-1), mean, out=np.ones_like(mean), where=mean > 0)
-    return ratio.mean(0).reshape(lead)
+    return ratio.mean(-1)
 
 
-def expected_factor(counts: np.ndarray, share: np.ndarray) -> np.ndarray:
-    """E[max]/mean from sampled counts [Nt, N, L, E]: the mean of replay_factor over samples -> [Nt]."""
-    return replay_factor(counts, share).mean(axis=1)
+def expected_factor(counts: np.ndarray, ep: int, placement: Placement | None = None,
+                    seed: int = 0) -> np.ndarray:
+    """E[max]/mean for sampled counts [Nt, N, L, E] (Nt batch sizes, N draws each) -> [Nt]."""
+    rng = np.random.default_rng(seed)
+    return np.array([replay_factor(c, ep, placement, rng).mean() for c in counts])

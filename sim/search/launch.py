@@ -54,7 +54,7 @@ def serve_flags(lay: Layout, model: ModelSpec, disaggregated: bool) -> list[str]
 
 
 def _quote(args: list[str]) -> str:
-    return " ".join(a if a.startswith("${") else shlex.quote(a) for a in args)
+    return " ".join(a if a.startswith(("${", "$((")) else shlex.quote(a) for a in args)
 
 
 def instance_lines(name: str, lay: Layout, hw: HardwareSpec, model: ModelSpec, port: int,

@@ -16,7 +16,7 @@ from . import combine, space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
 from .pareto import front
-from .verify import Check, check, simulator_available
+from .verify import Check, auto_requests, check, simulator_available
 
 Objective = Literal["throughput", "min-gpus", "latency"]
 OBJECTIVES = ("throughput", "min-gpus", "latency")
@@ -46,7 +46,7 @@ class Request:
     target_rps: float | None = None  # min-gpus / latency: the load to serve (default: workload's)
     space: sp.SearchSpace = field(default_factory=sp.SearchSpace)
     workers: int = 1
-    sim_requests: int | None = 600  # requests per simulator check (None: the workload's count)
+    sim_requests: int | None = None  # requests per simulator check (None: sized per point)
     seed: int | None = None
     simulate: bool = True
     max_checks: int = 48  # cap on simulated front points (spread evenly over the front)
@@ -203,9 +203,16 @@ def verify(req: Request, points: list[Candidate]) -> list[Verified]:
         return [Verified(c, None) for c in points]
     backoffs = 1 if req.objective == "throughput" else 0
     tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, c.rate_rps,
-              req.slo, req.sim_requests, req.seed, backoffs) for c in points]
+              req.slo, req.sim_requests or _auto_requests(c), req.seed, backoffs) for c in points]
     checks = _pmap(_simulate, tasks, req, _init_args(req), "simulate front")
     return [Verified(c, k) for c, k in zip(points, checks)]
+
+
+def _auto_requests(c: Candidate) -> int:
+    step_s = c.tpot_s * (c.decode or c.aggregated)[0].speculation.acceptance_length \
+        if (c.decode or c.aggregated)[0].speculation else c.tpot_s
+    instances = sum(lay.replicas for lay in c.decode + c.aggregated)
+    return auto_requests(c.rate_rps, c.ttft_p90_s + c.osl * c.tpot_s, step_s, instances)
 
 
 def choose(req: Request, verified: list[Verified]) -> Verified:

@@ -11,6 +11,18 @@ from dataclasses import dataclass, field, replace
 from ..specs import SLO, Arrival, HardwareSpec, ModelSpec, Plan, Profile, Workload
 
 BACKOFF = 0.85  # rate factor for a retry when the tails miss the SLOs at the estimated rate
+MIN_REQUESTS, MAX_REQUESTS = 64, 4000
+SETTLE_E2E = 3.0  # simulate >= 3 request lifetimes so the decode pool reaches its steady batch
+MIN_SIM_S = 20.0  # seconds of arrivals at least
+MAX_STEPS = 40_000  # cap on simulated decode steps (instances x steps) for fast interactive points
+
+
+def auto_requests(rate_rps: float, e2e_s: float, step_s: float, decode_instances: int) -> int:
+    """Requests for one check: enough arrivals to cover a few request lifetimes at `rate_rps`,
+    but no more decode steps than MAX_STEPS (low-load points have very short steps)."""
+    horizon = max(SETTLE_E2E * e2e_s, MIN_SIM_S)
+    horizon = min(horizon, MAX_STEPS * step_s / max(decode_instances, 1))
+    return int(min(MAX_REQUESTS, max(MIN_REQUESTS, round(rate_rps * horizon))))
 
 
 def simulator_available() -> bool:

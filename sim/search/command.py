@@ -1,0 +1,125 @@
+"""Find the layout with the most tokens/s per GPU under the SLOs, and write plan.yaml + a report.
+
+With no arguments it plans the seed scenario: DeepSeek-V4.1-Flash on one GB300 NVL72 rack
+(72 GPUs) serving the agentic-chat workload at TTFT p90 <= 2 s and TPOT p90 <= 50 ms.
+Exit codes: 2 bad input (including a GPU budget too small for the weights), 3 no layout meets
+the SLOs (the message names the closest layout and its miss; no plan file is written).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import replace
+
+from ..specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_profile, load_workload
+from . import planner
+from .space import SearchSpace
+
+SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
+_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def duration(text: str) -> float:
+    """'2s', '50ms', '0.05' (seconds) -> seconds."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us)?\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration like 2s or 50ms, got {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=SEED["model"], help="model name under configs/models or a YAML path")
+    p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path")
+    p.add_argument("--gpus", type=int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
+    p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path")
+    p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T", help="TTFT p90 SLO, e.g. 2s")
+    p.add_argument("--tpot-p90", type=duration, default=0.05, metavar="T", help="TPOT p90 SLO, e.g. 50ms")
+    p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
+                   help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
+                        "latency: max tokens/s/user at --rate")
+    p.add_argument("--rate", type=float, default=None, metavar="RPS",
+                   help="target request rate for min-gpus / latency (default: the workload's rate)")
+    p.add_argument("--profile", default="datasheet", help="cost-model profile (calibrated or datasheet)")
+    p.add_argument("--mode", choices=("any", "disagg", "agg"), default="any",
+                   help="search disaggregated, aggregated or both kinds of deployment")
+    p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="write report.md, pareto.png, pareto.csv and launch.sh here")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="processes")
+    p.add_argument("--sim-requests", type=int, default=None,
+                   help="requests per simulator check (default: sized to reach steady state)")
+    p.add_argument("--no-simulate", action="store_true", help="skip the simulator check (estimate only)")
+    p.add_argument("--seed", type=int, default=None, help="simulator seed (default: the workload's)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_request(args) -> planner.Request:
+    """Specs and knobs of one planning run from parsed arguments."""
+    if args.gpus is None or args.gpus < 1:
+        raise SpecError("", "gpus", "a positive GPU count", args.gpus)
+    mode = getattr(args, "mode", "any")
+    space = replace(SearchSpace(), disaggregated=mode != "agg", aggregated=mode != "disagg")
+    return planner.Request(
+        model=load_model(args.model), hw=load_hardware(args.hardware), profile=load_profile(args.profile),
+        workload=load_workload(args.workload), num_gpus=args.gpus, slo=SLO(args.ttft_p90, args.tpot_p90),
+        model_ref=args.model, hw_ref=args.hardware, workload_ref=args.workload,
+        profile_ref=None if args.profile == "datasheet" else args.profile,
+        objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
+        sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate)
+
+
+class _Bar:
+    """rich progress bar, one task per pipeline stage; a no-op when stderr is not a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description:16s}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+
+    def __enter__(self):
+        if self.progress:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.progress:
+            self.progress.stop()
+
+    def stage(self, name: str, total: int):
+        if not self.progress:
+            return lambda: None
+        task = self.progress.add_task(name, total=total)
+        return lambda: self.progress.advance(task)
+
+
+def run(args) -> int:
+    req = build_request(args)
+    with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
+        req.progress = bar.stage
+        res = planner.plan(req, name=os.path.splitext(os.path.basename(args.out))[0] or "plan")
+    req.progress = None
+    dump_yaml(res.plan, args.out, header=f"# {res.plan.description}\n")
+    if args.report:
+        from .report import write_all
+
+        write_all(res, args.report)
+    if args.json:
+        print(json.dumps({"plan": args.out, "summary": res.plan.summary, "gpus": res.winner.cand.gpus,
+                          "predicted": res.plan.predicted, "timings": res.timings}, indent=2))
+        return 0
+    from .report import console_table
+
+    print(console_table(res))
+    note = "" if res.simulated else " (analytic estimate only: simulator not available)"
+    print(f"\nplan: {res.plan.summary} -> {args.out}{note}")
+    if args.report:
+        print(f"report: {args.report}/report.md")
+    return 0

@@ -1,0 +1,38 @@
+"""`rackplan simulate`: the default run prints the table; the same seed gives identical JSON."""
+import json
+
+import pytest
+
+from rackplan.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_default_simulate_prints_table(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for word in ("TTFT", "TPOT", "ITL", "E2E", "output tokens/s per GPU", "decode[0].0", "prefill[0].3"):
+        assert word in out
+
+
+def test_json_is_byte_identical_for_a_seed(capsys):
+    outs = []
+    for _ in range(2):
+        assert main(["simulate", "--requests", "400", "--seed", "7", "--json"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
+    d = json.loads(outs[0])
+    assert d["seed"] == 7 and d["metrics"]["num_requests"] == 400
+    assert main(["simulate", "--requests", "400", "--seed", "8", "--json"]) == 0
+    assert capsys.readouterr().out != outs[0]
+
+
+def test_single_user_plan_reports_tokens_per_user(capsys):
+    assert main(["simulate", "--plan", "v41-flash-gb300-single-user", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["metrics"]["tps_per_user"] > 100
+
+
+def test_models_and_hardware_lists(capsys):
+    assert main(["models"]) == 0 and "deepseek-v4.1-flash" in capsys.readouterr().out
+    assert main(["hardware"]) == 0 and "gb300-nvl72" in capsys.readouterr().out

@@ -1,0 +1,145 @@
+"""Simulator behaviour on tiny seeded workloads: exact timelines, conservation, Little's law,
+low-load latency and saturation at the cost model's capacity."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sim.cost.step import CostContext
+from sim.cost.transfer import kv_transfer_seconds
+from sim.pricer import StepPricer
+from sim.prefill import rank_batch
+from sim.simulator import simulate, simulate_specs
+from sim.specs import Arrival, LengthDist, Layout, Plan, Workload, load_hardware, load_model, load_profile
+
+pytestmark = pytest.mark.integration
+PROF = load_profile("datasheet")
+MODEL = load_model("deepseek-v3")
+HW = load_hardware("h200-sxm")
+
+
+def small_plan(decode_batch=64, prefill_dp=8, decode_dp=8):
+    return Plan(name="t", model="deepseek-v3", hardware="h200-sxm", num_gpus=16,
+                prefill=(Layout(role="prefill", dp=prefill_dp, max_tokens_per_step=8192),),
+                decode=(Layout(role="decode", dp=decode_dp, max_batch_per_rank=decode_batch),))
+
+
+def wl(rate=None, conc=None, isl=1000, osl=50, n=50, seed=0):
+    arr = Arrival(kind="poisson", rate=rate) if rate else Arrival(kind="concurrency", concurrency=conc)
+    return Workload(name="w", arrival=arr, isl=LengthDist(kind="fixed", value=isl),
+                    osl=LengthDist(kind="fixed", value=osl), num_requests=n, seed=seed)
+
+
+def _prices(plan):
+    pre = StepPricer(CostContext(MODEL, HW, plan.prefill[0], PROF))
+    dec = StepPricer(CostContext(MODEL, HW, plan.decode[0], PROF))
+    return pre, dec
+
+
+def test_exact_timeline_two_requests():
+    """Two seeded Poisson requests far enough apart that each runs alone: every timestamp is the
+    arrival plus the step prices along its path (prefill step, KV transfer, decode steps)."""
+    plan = small_plan()
+    w = wl(rate=1.0, isl=1000, osl=4, n=2, seed=3)
+    arrivals = np.cumsum(np.random.default_rng(3).exponential(1.0, size=2))
+    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    pre, dec = _prices(plan)
+    p1 = pre.step(rank_batch([[(0, 1000, 0)]] + [[]] * 7))
+    kv = kv_transfer_seconds(MODEL, HW, PROF, 1000, same_domain=False)
+    zeros = np.zeros(8)
+
+    def dstep(batches):
+        b = zeros.copy()
+        b[: len(batches)] = [1] * len(batches)
+        c = zeros.copy()
+        c[: len(batches)] = batches
+        return dec.decode(b, c)
+
+    # request 0: prefill alone, KV transfer, then 4 decode steps on its own (contexts 1000..1003)
+    t = arrivals[0] + p1 + kv
+    ttft0 = t + dstep([1000]) - arrivals[0]
+    assert res.ttft_s[0] == pytest.approx(ttft0, rel=1e-12)
+    # request 1 arrives after request 0 left prefill: its prefill starts on arrival
+    assert arrivals[1] > arrivals[0] + p1
+    ready1 = arrivals[1] + p1 + kv
+    # decode steps of request 0, then request 1 joins at the first step boundary after it is ready
+    steps0 = [dstep([1000 + i]) for i in range(4)]
+    ends0 = arrivals[0] + p1 + kv + np.cumsum(steps0)
+    assert ready1 > ends0[-1]  # no overlap at this seed: request 1 decodes alone too
+    e2e1 = ready1 + sum(dstep([1000 + i]) for i in range(4)) - arrivals[1]
+    assert res.e2e_s[0] == pytest.approx(ends0[-1] - arrivals[0], rel=1e-12)
+    assert res.e2e_s[1] == pytest.approx(e2e1, rel=1e-12)
+    assert res.tpot_s[0] == pytest.approx((ends0[-1] - (arrivals[0] + ttft0)) / 3, rel=1e-9)
+
+
+def test_shared_decode_steps_when_overlapping():
+    """Closed loop with 2 concurrent requests: both prefill in one step, decode together."""
+    plan = small_plan()
+    w = wl(conc=2, isl=1000, osl=3, n=2)
+    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    pre, dec = _prices(plan)
+    p = pre.step(rank_batch([[(0, 1000, 0)], [(1, 1000, 0)]] + [[]] * 6))
+    kv = kv_transfer_seconds(MODEL, HW, PROF, 1000, same_domain=False)
+    b = np.zeros(8)
+    b[:2] = 1  # least-loaded admission puts them on different ranks
+    steps = [dec.decode(b, b * (1000 + i)) for i in range(3)]
+    assert res.ttft_s[0] == pytest.approx(p + kv + steps[0], rel=1e-12)
+    assert res.e2e_s[1] == pytest.approx(p + kv + sum(steps), rel=1e-12)
+
+
+def test_conservation():
+    plan = small_plan()
+    w = dataclasses.replace(wl(rate=20.0, n=300), isl=LengthDist(kind="uniform", low=100, high=3000),
+                            osl=LengthDist(kind="lognormal", mean=200, sigma=0.8, max=2000))
+    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    from sim.workload import make_requests
+    reqs = make_requests(w)
+    assert np.isfinite(res.e2e_s).all()  # every request finished
+    assert res.metrics["output_tokens"] == reqs.osl.sum()
+    assert (res.ttft_s > 0).all() and (res.e2e_s >= res.ttft_s).all()
+
+
+def test_littles_law_long_run():
+    plan = small_plan()
+    w = dataclasses.replace(wl(rate=15.0, n=3000), osl=LengthDist(kind="uniform", low=20, high=400))
+    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    m = res.metrics
+    lam = m["num_requests"] / m["duration_s"]
+    assert m["mean_in_system"] == pytest.approx(lam * m["e2e_mean_s"], rel=0.02)
+
+
+def test_low_load_ttft_is_unloaded_path():
+    plan = small_plan()
+    w = wl(conc=1, isl=2000, osl=2, n=5)  # one request at a time: nothing queues
+    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    pre, dec = _prices(plan)
+    b = np.zeros(8)
+    b[0] = 1
+    expected = (pre.step(rank_batch([[(0, 2000, 0)]] + [[]] * 7)) + kv_transfer_seconds(MODEL, HW, PROF, 2000, False)
+                + dec.decode(b, b * 2000))
+    assert res.ttft_s == pytest.approx(np.full(5, expected), rel=1e-9)
+
+
+def test_throughput_saturates_at_capacity():
+    """Closed loop with far more requests than slots: decode runs full at max batch, so output
+    tokens/s = ranks x max_batch / step(max_batch, context)."""
+    plan = Plan(name="t", model="deepseek-v3", hardware="h200-sxm", num_gpus=16,
+                prefill=(Layout(role="prefill", dp=8, max_tokens_per_step=16384),),
+                decode=(Layout(role="decode", dp=8, max_batch_per_rank=16),))
+    w = wl(conc=512, isl=200, osl=400, n=1500)
+    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    dec = StepPricer(CostContext(MODEL, HW, plan.decode[0], PROF))
+    full = np.full(8, 16.0)
+    step = dec.decode(full, full * 400)  # mean context 200 + 400/2
+    capacity = 8 * 16 / step
+    achieved = res.metrics["output_tokens"] / res.metrics["duration_s"]
+    assert achieved == pytest.approx(capacity, rel=0.08)
+    assert achieved <= capacity * 1.03
+
+
+def test_aggregated_and_default_plans_run():
+    from sim.specs import load_plan, load_workload
+    plan = load_plan("v41-flash-gb300-single-user")
+    res = simulate(plan, load_workload("single-user"), PROF, num_requests=2)
+    assert res.metrics["tps_per_user"] > 100
+    assert np.isfinite(res.e2e_s).all()
