@@ -75,27 +75,75 @@ def _gemm(m, k, n, wbytes, dtype, hw, prof, act=2.0):
     return sec, flops, nbytes
 
 
+_TABLES: dict = {}
+
+
+def _gemm_table(cx: CostContext, n_dense: int, n_moe: int):
+    """Static shapes of a layer group's weight GEMMs, as column arrays [G, 1] (built once per spec)."""
+    key = (id(cx.model), id(cx.layout), id(cx.hw), n_dense, n_moe)
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is cx.model and hit[1] is cx.layout and hit[2] is cx.hw:
+        return hit[3]
+    m, hw, tp, dt = cx.model, cx.hw, cx.layout.tp, cx.model.dtypes
+    h, moe = m.hidden_size, m.moe
+    rows = [("attn.proj", k, n / tp, DTYPE_BYTES[dt.attention_weights], dt.compute, n_dense + n_moe)
+            for _, k, n in m.attention.projections(h)]
+    if n_dense:
+        rows.append(("dense_ffn", h, 3 * m.dense_intermediate / tp, DTYPE_BYTES[dt.dense_weights], dt.compute,
+                     n_dense))
+    if n_moe and moe.num_shared_experts:
+        inter = moe.num_shared_experts * 3 * moe.expert_intermediate
+        rows.append(("shared_expert", h, inter / tp, DTYPE_BYTES[dt.dense_weights], dt.compute, n_moe))
+    if n_moe:
+        rows.append(("router", h, moe.num_experts, 4.0, "bf16", n_moe))
+    names = list(dict.fromkeys(r[0] for r in rows))
+    onehot = np.array([[1.0 if r[0] == name else 0.0 for r in rows] for name in names])  # [ops, G]
+    col = lambda xs: np.array(xs, float)[:, None]  # noqa: E731
+    table = (names, onehot, col([r[1] for r in rows]), col([r[2] for r in rows]),
+             col([r[1] * r[2] * r[3] for r in rows]), col([hw.flops_for(r[4]) for r in rows]),
+             col([r[5] for r in rows]))
+    _TABLES[key] = (cx.model, cx.layout, cx.hw, table)
+    return table
+
+
+def _gemm_block(cx: CostContext, acc: "_Acc", tokens: np.ndarray, n_dense: int, n_moe: int) -> None:
+    """All weight GEMMs of a layer group for every rank at once: [G, R] roofline, summed per op."""
+    names, onehot, k, n, wbytes, peak, layers = _gemm_table(cx, n_dense, n_moe)
+    prof, hw = cx.prof, cx.hw
+    mm = np.asarray(tokens, float)[None, :]  # [1, R]
+    flops = 2.0 * mm * k * n  # [G, R]
+    nbytes = wbytes + mm * (k + n) * 2.0
+    t_c = flops / (peak * np.maximum(gemm_eff(mm, prof), 1e-9))
+    t_m = nbytes / (hw.hbm_bw * mem_eff(nbytes, prof))
+    sec = np.where(mm > 0, np.maximum(t_c, t_m) + prof.op_fixed_s, 0.0) * layers
+    acc.block(names, onehot @ sec, onehot @ (flops * layers), onehot @ (nbytes * layers))
+
+
 class _Acc:
     """Accumulates per-rank op arrays; the slowest rank's total decides the step."""
 
-    def __init__(self):
-        self.rank_ops: dict[str, list] = {}
-        self.global_ops: list[Op] = []
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+        self.rank_ops: dict[str, np.ndarray] = {}  # name -> [3, R] seconds, flops, bytes
 
     def rank(self, name, sec, flops, nbytes, layers):
-        rec = self.rank_ops.setdefault(name, [0.0, 0.0, 0.0])
-        rec[0] = rec[0] + np.asarray(sec) * layers
-        rec[1] = rec[1] + np.asarray(flops) * layers
-        rec[2] = rec[2] + np.asarray(nbytes) * layers
+        rec = np.empty((3, self.ranks))
+        rec[0], rec[1], rec[2] = sec, flops, nbytes
+        rec *= layers
+        if name in self.rank_ops:
+            self.rank_ops[name] += rec
+        else:
+            self.rank_ops[name] = rec
+
+    def block(self, names, sec, flops, nbytes):
+        for i, name in enumerate(names):
+            self.rank(name, sec[i], flops[i], nbytes[i], 1.0)
 
     def slowest(self, ranks: int) -> tuple[float, list[Op], float]:
-        total = np.zeros(ranks)
-        for sec, _, _ in self.rank_ops.values():
-            total = total + sec
+        total = sum(rec[0] for rec in self.rank_ops.values())
         r = int(np.argmax(total))
-        ops = [Op(name, "attn" if name == "attn.core" else "gemm", float(np.broadcast_to(s, (ranks,))[r]),
-                  float(np.broadcast_to(f, (ranks,))[r]), float(np.broadcast_to(b, (ranks,))[r]))
-               for name, (s, f, b) in self.rank_ops.items()]
+        ops = [Op(name, "attn" if name == "attn.core" else "gemm", float(rec[0, r]), float(rec[1, r]),
+                  float(rec[2, r])) for name, rec in self.rank_ops.items()]
         return float(total[r]), ops, r
 
 
@@ -103,36 +151,23 @@ def _layer_group(cx: CostContext, rb: RankBatch, acc: _Acc, n_dense: int, n_moe:
                  tokens: np.ndarray, with_prefill: bool, phase: str, q: float) -> tuple[float, list[Op]]:
     """Add one group of layers (same tokens per rank) to `acc`; return MoE/a2a seconds and ops."""
     m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-    h, tp, dt = m.hidden_size, lay.tp, m.dtypes
+    tp = lay.tp
     n_layers = n_dense + n_moe
     if n_layers == 0:
         return 0.0, []
-    # attention projections and core
-    for name, k, n in m.attention.projections(h):
-        sec, fl, by = _gemm(tokens, k, n / tp, DTYPE_BYTES[dt.attention_weights], dt.compute, hw, prof)
-        acc.rank("attn.proj", sec, fl, by, n_layers)
+    _gemm_block(cx, acc, tokens, n_dense, n_moe)
     scale = n_layers / m.num_layers
     for comp in m.attention.kv:
         layers = max(1, round(comp.layers * scale)) if scale < 1 else comp.layers
-        sec, fl, by = attn.decode_component(m, comp, rb.dec_batch, rb.dec_ctx, q, tp, layers, hw, prof)
-        acc.rank("attn.core", sec, fl, by, 1)
+        if np.any(rb.dec_batch > 0):
+            sec, fl, by = attn.decode_component(m, comp, rb.dec_batch, rb.dec_ctx, q, tp, layers, hw, prof)
+            acc.rank("attn.core", sec, fl, by, 1)
         if with_prefill and rb.pre_new:
             res = [attn.prefill_component(m, comp, n, p, tp, layers, hw, prof)
                    for n, p in zip(rb.pre_new, rb.pre_prefix)]
             acc.rank("attn.core", *[np.array(x) for x in zip(*res)], 1)
-    if n_dense:
-        sec, fl, by = _gemm(tokens, h, 3 * m.dense_intermediate / tp, DTYPE_BYTES[dt.dense_weights],
-                            dt.compute, hw, prof)
-        acc.rank("dense_ffn", sec, fl, by, n_dense)
     if n_moe == 0:
         return 0.0, []
-    moe = m.moe
-    if moe.num_shared_experts:
-        inter = moe.num_shared_experts * 3 * moe.expert_intermediate
-        sec, fl, by = _gemm(tokens, h, inter / tp, DTYPE_BYTES[dt.dense_weights], dt.compute, hw, prof)
-        acc.rank("shared_expert", sec, fl, by, n_moe)
-    sec, fl, by = _gemm(tokens, h, moe.num_experts, 4.0, "bf16", hw, prof)
-    acc.rank("router", sec, fl, by, n_moe)
     if m.extra_bytes_per_token:
         by = tokens * m.extra_bytes_per_token / max(n_moe, 1)
         acc.rank("engram", np.where(tokens > 0, price(0.0, by, 1.0, 1.0, hw, prof), 0.0), 0.0, by, n_moe)
@@ -171,7 +206,7 @@ def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
     dec_tokens = rb.dec_batch * q
     pre_tokens = rb.prefill_tokens()
     has_pre = bool(np.any(pre_tokens > 0))
-    acc = _Acc()
+    acc = _Acc(rb.ranks)
     moe_ops: list[Op] = []
     if has_pre and m.prefill_layers is not None:
         # V4.1: prompt tokens run only the encoder half; the rest of the layers see decode tokens
