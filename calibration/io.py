@@ -118,3 +118,24 @@ def provenance(inputs: list[str | Path], **extra) -> dict:
     files = [{"path": str(p), "sha256": file_sha256(p)} for p in inputs]
     return {"inputs": files, "versions": software_versions(), "host": platform.node() or "unknown",
             "machine": platform.machine(), "date": _dt.date.today().isoformat(), **extra}
+
+
+def read_runs(paths: list[str | Path], plan) -> list[dict]:
+    """Records of several runs of `plan` or of sweep variants of it (same model, hardware and
+    instance shapes, other batch limits). Each file holds one plan (read_measurements checks);
+    a file from another model, hardware or instance shape is an error."""
+    out = []
+    shapes = {(lay.role, lay.dp, lay.ep_size) for lay in plan.prefill + plan.decode + plan.aggregated}
+    for p in paths:
+        recs = read_measurements(p)
+        first = recs[0]
+        if (first["model"], first["hardware"]) != (plan.model, plan.hardware):
+            raise SpecError(str(p), "plan", f"runs of {plan.model} on {plan.hardware} (plan {plan.name})",
+                            f"{first['model']} on {first['hardware']}")
+        for r in recs:
+            role = r["role"] if r["role"] != "serve" else None
+            if role and not any(s[0] in (role, "both") and s[1:] == (r["instance_dp"], r["ep"]) for s in shapes):
+                raise SpecError(str(p), "instance_dp", f"an instance shape of plan {plan.name}",
+                                f"{role} dp={r['instance_dp']} ep={r['ep']}")
+        out += recs
+    return out

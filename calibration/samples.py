@@ -47,8 +47,8 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
     for r in records:
         if r["op"] == "request" or r["source"] != "measured":
             continue
-        by_step.setdefault((r["role"], r["step"]), []).append(r)
-    raw = [s for s in (_one_step(role, step, recs, plan) for (role, step), recs in sorted(by_step.items()))
+        by_step.setdefault((r["plan_hash"], r["role"], r["step"]), []).append(r)  # runs of a sweep
+    raw = [s for s in (_one_step(role, step, recs, plan) for (_, role, step), recs in sorted(by_step.items()))
            if s is not None]
     groups: dict[tuple, list[StepSample]] = {}
     for s in raw:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -193,10 +192,11 @@ class Attention(torch.nn.Module):
         k, v = entry.chunk(2, -1)
         return rope(q, pos), k.unflatten(-1, (self.kvh, self.d)), v.unflatten(-1, (self.kvh, self.d))
 
-    def decode(self, x, pos, cache: KVCache, layer: int, slots, timer) -> torch.Tensor:
+    def decode(self, x, pos, cache: KVCache, layer: int, slots, timer, pos_range=None) -> torch.Tensor:
         """One new token per sequence: x [B, H], pos [B] (= context before it) -> [B, H].
 
-        Appends this token's entry to the cache, then attends over entries 0..pos."""
+        Appends this token's entry to the cache, then attends over entries 0..pos. `pos_range`
+        (min, max of pos, host ints) avoids a device sync (needed inside a CUDA graph)."""
         b = x.shape[0]
         with timer.section("attn.proj"):
             q = self._q(x)  # [B, h, dq]
@@ -204,9 +204,11 @@ class Attention(torch.nn.Module):
         with timer.section("attn.core"):
             idx = torch.arange(b, device=x.device) if slots is None else slots
             cache.data[layer][idx, pos] = entry
-            upto = int(pos.max()) + 1 if b else 1
+            p_min, p_max = pos_range if pos_range is not None else (
+                (int(pos.min()), int(pos.max())) if b else (0, 0))
+            upto = p_max + 1
             lo = (pos - self.span + 1).clamp(min=0) if self.span else torch.zeros_like(pos)
-            first = int(lo.min()) if b else 0  # a band (csa) reads only its last `span` entries
+            first = max(0, p_min - self.span + 1) if self.span else 0  # a band reads only its last span
             kv = cache.read(layer, slots, upto)[:, first:]  # [B, L, D]
             ar = torch.arange(first, upto, device=x.device)[None, :]
             mask = (ar <= pos[:, None]) & (ar >= lo[:, None])  # [B, L]

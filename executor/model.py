@@ -28,6 +28,23 @@ class Batch:
     pos: torch.Tensor  # [T] position of each token in its sequence
     seq_lens: list[int]  # new tokens per sequence (decode: all 1)
     slots: Optional[torch.Tensor] = None  # [B] cache slot per sequence (None: 0..B-1)
+    pos_range: tuple[int, int] = (0, 0)  # min, max of pos (host ints: no device sync)
+    ends: Optional[torch.Tensor] = None  # [B] index of each sequence's last token
+
+    @classmethod
+    def prefill(cls, tokens, seq_lens: list[int], slots=None) -> "Batch":
+        dev = tokens.device
+        pos = torch.cat([torch.arange(n, device=dev) for n in seq_lens]) if seq_lens else tokens
+        ends = torch.tensor(seq_lens, device=dev, dtype=torch.long).cumsum(0) - 1
+        return cls("prefill", tokens, pos, list(seq_lens), slots, (0, max(seq_lens, default=1) - 1), ends)
+
+    @classmethod
+    def decode(cls, tokens, ctx: list[int], slots=None) -> "Batch":
+        """One token per sequence at position ctx[i] (its context before this token)."""
+        dev = tokens.device
+        pos = torch.tensor(ctx, device=dev, dtype=torch.long)
+        return cls("decode", tokens, pos, [1] * len(ctx), slots, (min(ctx, default=0), max(ctx, default=0)),
+                   torch.arange(len(ctx), device=dev))
 
     @property
     def num_seqs(self) -> int:
@@ -85,18 +102,17 @@ class Model:
         for li, layer in enumerate(self.layers):
             x = x + self._attention(layer, li, rms_norm(x), batch, cache, timer)
             x = x + self._ffn(layer, rms_norm(x), timer)
-        ends = torch.tensor(batch.seq_lens, device=x.device).cumsum(0) - 1  # last token of each seq
         with timer.section("lm_head"):
-            return rms_norm(x[ends]) @ self.head  # [B, V]
+            return rms_norm(x[batch.ends]) @ self.head  # [B, V]
 
     def _attention(self, layer: Layer, li: int, x, batch: Batch, cache, timer):
         if batch.phase == "decode":
-            return layer.attn.decode(x, batch.pos, cache, li, batch.slots, timer)
+            return layer.attn.decode(x, batch.pos, cache, li, batch.slots, timer, batch.pos_range)
         out, entry = layer.attn.prefill(x, batch.pos, batch.seq_lens, timer)
         if cache is not None:  # store the prompt's cache entries in each sequence's slot
             start = 0
             slots = batch.slots.tolist() if batch.slots is not None else range(batch.num_seqs)
-            for slot, n in zip(slots, batch.seq_lens):
+            for slot, n in zip(slots, batch.seq_lens, strict=True):
                 cache.data[li][slot, :n] = entry[start:start + n]
                 start += n
         return out

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from sim.specs import ModelSpec
 
-from .kernels.grouped_gemm import grouped_gemm
 from .attention import randn, sub_seed, swiglu, weight
+from .kernels.grouped_gemm import grouped_gemm
 
 
 class Router(torch.nn.Module):
@@ -45,11 +45,11 @@ class Router(torch.nn.Module):
 
     def _mask_groups(self, biased: torch.Tensor) -> torch.Tensor:
         m, t = self.moe, biased.shape[0]
-        g = biased.view(t, m.num_groups, -1)  # [T, G, E/G]
+        g = biased.view(t, m.num_groups, m.num_experts // m.num_groups)  # [T, G, E/G]
         best = g.amax(-1) if m.scoring == "softmax" else g.topk(min(2, g.shape[-1]), -1).values.sum(-1)
         keep = best.topk(m.topk_groups, -1).indices  # [T, topk_groups]
         mask = torch.ones_like(best, dtype=torch.bool).scatter_(1, keep, False)  # True: dropped
-        return g.masked_fill(mask[..., None], float("-inf")).view(t, -1)
+        return g.masked_fill(mask[..., None], float("-inf")).view(t, m.num_experts)
 
 
 class MLP(torch.nn.Module):
@@ -74,6 +74,7 @@ class Experts(torch.nn.Module):
         super().__init__()
         h, i = spec.hidden_size, spec.moe.expert_intermediate
         self.logical = list(logical)
+        self.rows = 0  # token-expert pairs computed since the runner last reset it
         mk = lambda e, name, shape: weight(shape, sub_seed(seed, layer, "expert", e, name), dtype, device)
         self.w13 = torch.stack([mk(e, "w13", (h, 2 * i)) for e in logical]) if logical else \
             torch.zeros(0, h, 2 * i, dtype=dtype, device=device)
@@ -82,6 +83,7 @@ class Experts(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """x [N, H] rows grouped by slot, counts [S] rows per slot -> [N, H]."""
+        self.rows += x.shape[0]
         gate, up = grouped_gemm(x, self.w13, counts).chunk(2, dim=-1)  # [N, I] each
         return grouped_gemm(F.silu(gate) * up, self.w2, counts)
 

@@ -181,7 +181,7 @@ def moe_forward_dbo(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tenso
     with timer.section("moe.dispatch", comm=True):
         launched = [dispatch(px, to_slots(pi, ep), ep, async_op=True) for px, pi, _ in parts]
     outs, pending = [], []
-    for (routed, work), (_, _, pw) in zip(launched, parts):
+    for (routed, work), (_, _, pw) in zip(launched, parts, strict=True):
         with timer.section("moe.dispatch", comm=True):
             if work is not None:
                 work.wait()

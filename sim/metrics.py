@@ -55,9 +55,13 @@ class SimResult:
     steps: dict[str, int] = field(default_factory=dict)
 
 
-def _pct(x: np.ndarray, q: float) -> float:
-    x = x[np.isfinite(x)]
-    return float(np.percentile(x, q)) if len(x) else float("nan")
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[float]:
+    """Percentiles of `values` each repeated `weights` times (inverted CDF), without repeating."""
+    if len(values) == 0 or weights.sum() <= 0:
+        return [float("nan")] * len(qs)
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(weights[order])
+    return [float(v[min(np.searchsorted(cw, q / 100.0 * cw[-1], side="left"), len(v) - 1)]) for q in qs]
 
 
 def summarise(log: RequestLog, isl: np.ndarray, osl: np.ndarray, cached: np.ndarray, gpus: int,
@@ -69,7 +73,8 @@ def summarise(log: RequestLog, isl: np.ndarray, osl: np.ndarray, cached: np.ndar
     tpot = np.where(osl > 1, (log.finish - log.first_token) / np.maximum(osl - 1, 1), np.nan)
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
     dur = max(t1 - t0, 1e-12)
-    itl = np.repeat(np.asarray(log.step_durations), np.asarray(log.step_seqs, dtype=np.int64))
+    # ITL: every running sequence sees each decode step's duration once (weighted by sequences)
+    itl_v, itl_w = np.asarray(log.step_durations), np.asarray(log.step_seqs, dtype=float)
     # Steady-state throughput: the middle 80% of the arrival window (no warm-up, no drain);
     # closed-loop runs use the whole run.
     w0, w1 = (float(x) for x in np.nanpercentile(log.arrival, [10, 90]))
@@ -84,10 +89,14 @@ def summarise(log: RequestLog, isl: np.ndarray, osl: np.ndarray, cached: np.ndar
     else:
         out_tps, in_tps, pre_tps = float(osl.sum()) / dur, float(isl.sum()) / dur, float((isl - cached).sum()) / dur
     m: dict[str, float] = {}
-    for name, arr in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
-        for q in (50, 90, 99):
-            m[f"{name}_p{q}_s"] = _pct(arr, q)
+    for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        pcts = np.nanpercentile(arr, (50, 90, 99)) if np.isfinite(arr).any() else [float("nan")] * 3
+        for q, val in zip((50, 90, 99), pcts):
+            m[f"{name}_p{q}_s"] = float(val)
         m[f"{name}_mean_s"] = float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
+    for q, val in zip((50, 90, 99), weighted_percentiles(itl_v, itl_w, (50, 90, 99))):
+        m[f"itl_p{q}_s"] = val
+    m["itl_mean_s"] = float(np.dot(itl_v, itl_w) / itl_w.sum()) if itl_w.sum() > 0 else float("nan")
     ok = (ttft <= slo.ttft_p90_s) & ((osl <= 1) | (tpot <= slo.tpot_p90_s))
     speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)
     m.update(

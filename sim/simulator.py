@@ -18,7 +18,7 @@ from .decode import DecodeInstance, DecodeRanks
 from .metrics import RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .pricer import StepPricer
-from .specs import HardwareSpec, ModelSpec, Plan, Profile, Workload, load_hardware, load_model
+from .specs import SpecError, HardwareSpec, ModelSpec, Plan, Profile, Workload, load_hardware, load_model
 from .workload import Requests, make_requests
 
 
@@ -27,6 +27,11 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, f
     caps = {}
     for pool in ("prefill", "decode", "aggregated"):
         for i, lay in enumerate(getattr(plan, pool)):
+            slots = model.moe.num_experts + lay.eplb.redundant_experts
+            if slots % lay.ep_size:
+                raise SpecError("", f"{pool}[{i}].eplb.redundant_experts",
+                                f"a count that makes experts + redundant ({model.moe.num_experts} + "
+                                f"{lay.eplb.redundant_experts}) divisible by the EP size {lay.ep_size}")
             caps[f"{pool}[{i}]"] = check_fits(model, hw, lay, f"{pool}[{i}]")
     return caps
 

@@ -66,8 +66,21 @@ def block_m_for(rows: int, groups: int) -> int:
     return 16 if mean <= 16 else 32 if mean <= 32 else 64 if mean <= 64 else 128
 
 
+_TABLES: dict = {}
+
+
 def tile_table(counts: list[int], block_m: int, device) -> torch.Tensor:
-    """[tiles, 3] int32 rows of (group, first row, end row), one per BLOCK_M tile."""
+    """[tiles, 3] int32 rows of (group, first row, end row), one per BLOCK_M tile. Cached per
+    counts, so a replayed step (fixed counts) builds it once and can be captured in a CUDA graph."""
+    key = (tuple(counts), block_m, str(device))
+    if key not in _TABLES:
+        if len(_TABLES) > 256:
+            _TABLES.clear()
+        _TABLES[key] = _build_table(counts, block_m, device)
+    return _TABLES[key]
+
+
+def _build_table(counts: list[int], block_m: int, device) -> torch.Tensor:
     rows, start = [], 0
     for g, n in enumerate(counts):
         rows += [(g, m0, start + n) for m0 in range(start, start + n, block_m)]

@@ -48,8 +48,8 @@ def a2a_seconds(model: ModelSpec, layout: Layout, hw: HardwareSpec, prof: Profil
     dtype = model.dtypes.dispatch if phase == "dispatch" else model.dtypes.combine
     nv_bytes, so_bytes = a2a_bytes(model, layout, hw, tokens, dtype)
     nv = prof.a2a_params(kernel, "nvlink", layout.ep_size, phase)
-    t = nv.alpha_s + nv_bytes / (hw.scaleup_bw * nv.bw_eff)
+    t = max(nv.floor_s, nv.alpha_s + nv_bytes / (hw.scaleup_bw * nv.bw_eff))
     if so_bytes > 0:
         so = prof.a2a_params(kernel, "scaleout", layout.ep_size, phase)
-        t = max(t, so.alpha_s + so_bytes / (hw.scaleout_bw * so.bw_eff))
+        t = max(t, so.floor_s, so.alpha_s + so_bytes / (hw.scaleout_bw * so.bw_eff))
     return t

@@ -7,6 +7,7 @@ compute; speculation verifies 1 + d tokens per sequence and adds the drafter's c
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -182,7 +183,8 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
         return 0.0, []
     ep = lay.ep_size
     f = imbalance_factor(t_global, m.moe.top_k, m.moe.num_experts, ep, cx.skew,
-                         lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance)
+                         lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
+                         gpus_per_node=hw.gpus_per_node, num_groups=m.moe.num_groups)
     busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
     distinct = max(distinct_experts_per_rank(m, lay, t_global), 1.0)
     h, inter = m.hidden_size, m.moe.expert_intermediate
@@ -233,6 +235,12 @@ def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
         sec = np.where(dm_ > 0, price(fl, by, cx.hw.flops_for(m.dtypes.compute), gemm_eff(dm_, cx.prof),
                                       cx.hw, cx.prof), 0.0)
         acc.rank("draft", sec, fl, by, d.forward_passes)
+    if cx.prof.op_scale:  # calibrated per-op corrections
+        for name, f in cx.prof.op_scale.items():
+            if name in acc.rank_ops:
+                acc.rank_ops[name][0] *= f
+        moe_ops = [dataclasses.replace(op, seconds=op.seconds * cx.prof.op_scale.get(op.name, 1.0))
+                   for op in moe_ops]
     rank_s, rank_ops, _ = acc.slowest(rb.ranks)
     comm = sum(op.seconds for op in moe_ops if op.kind == "comm")
     compute = rank_s + sum(op.seconds for op in moe_ops if op.kind != "comm")

@@ -20,6 +20,7 @@ from ..specs import SLO, Layout
 from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic
 
 SLO_MARGIN = 0.9  # plan estimates to 90% of each SLO: the simulator's tails are the real test
+WAIT_TAIL = math.log(10.0)  # p90 / mean of an exponential wait
 
 
 @dataclass(frozen=True)
@@ -130,17 +131,50 @@ def _pool_sizes(g_p: int, g_d: int, p_rate: float, d_rate: float, st: Setting):
                 yield n_p, n_d
 
 
+def decode_wait_p90(rate_rps: float, slots: float, service_s: float) -> float:
+    """p90 wait (s) for a decode slot: M/M/c with c = running-sequence slots of the pool and a
+    request's decode time as service (Sakasegawa's mean wait x ln 10 for the tail)."""
+    rho = rate_rps * service_s / slots
+    if rho >= 1.0:
+        return math.inf
+    return WAIT_TAIL * service_s * rho ** (math.sqrt(2.0 * (slots + 1.0)) - 1.0) / (slots * (1.0 - rho))
+
+
+def fit_rate(ttft_at, rate_hi: float, limit_s: float) -> float:
+    """Highest rate <= rate_hi whose TTFT stays within limit_s (TTFT grows with rate); 0 if none."""
+    if ttft_at(rate_hi) <= limit_s:
+        return rate_hi
+    lo, hi = 0.0, rate_hi
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ttft_at(mid) <= limit_s else (lo, mid)
+    return lo if lo > 0 and ttft_at(lo) <= limit_s else 0.0
+
+
 def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, top: int,
                       p_rate: float, d_rate: float, st: Setting) -> Candidate | None:
-    rate = st.target_rps if st.target_rps is not None else min(n_p * p_rate, n_d * d_rate)
-    batch, tpot = dec.at_rate(rate / n_d, top)
     gpus = n_p * pu.gpus + n_d * dec.gpus
-    ttft = pu.ttft_p90(rate / (n_p * pu.capacity_rps)) + _transfer_s(pr, gpus, st.traffic) + tpot * dec.acceptance
-    if ttft > SLO_MARGIN * st.slo.ttft_p90_s or tpot > SLO_MARGIN * st.slo.tpot_p90_s:
+    transfer = _transfer_s(pr, gpus, st.traffic)
+    slots = n_d * dec.layout.dp * dec.batches[top]
+
+    def ttft_at(rate: float) -> float:
+        _, tpot = dec.at_rate(rate / n_d, top)
+        return (pu.ttft_p90(rate / (n_p * pu.capacity_rps)) + transfer + tpot * dec.acceptance
+                + decode_wait_p90(rate, slots, st.traffic.osl * tpot))
+
+    limit = SLO_MARGIN * st.slo.ttft_p90_s
+    if st.target_rps is not None:
+        rate = st.target_rps if ttft_at(st.target_rps) <= limit else 0.0
+    else:
+        rate = fit_rate(ttft_at, min(n_p * p_rate, n_d * d_rate), limit)
+    if rate <= 0:
+        return None
+    batch, tpot = dec.at_rate(rate / n_d, top)
+    if tpot > SLO_MARGIN * st.slo.tpot_p90_s:
         return None
     lay_d = replace(dec.layout, replicas=n_d, max_batch_per_rank=dec.batches[top],
                     max_tokens_per_step=max(dec.layout.max_tokens_per_step, _decode_tokens(dec, top)))
-    return Candidate((replace(pu.layout, replicas=n_p),), (lay_d,), (), gpus, rate, ttft, tpot, batch,
+    return Candidate((replace(pu.layout, replicas=n_p),), (lay_d,), (), gpus, rate, ttft_at(rate), tpot, batch,
                      st.traffic.osl)
 
 
@@ -152,23 +186,27 @@ def _decode_tokens(dec: DecodeUnit, top: int) -> int:
 def aggregated(agg: DecodeUnit, st: Setting) -> list[Candidate]:
     """Replicated aggregated instances, one deployment per max batch on the grid."""
     out = []
+    limit = SLO_MARGIN * st.slo.ttft_p90_s
     for top in range(len(agg.batches)):
         inst_rate = agg.rate(top)
-        if st.target_rps is None:
-            n = st.num_gpus // agg.gpus
-            rate = n * inst_rate
-        else:
-            n, rate = math.ceil(st.target_rps / inst_rate), st.target_rps
+        n = st.num_gpus // agg.gpus if st.target_rps is None else math.ceil(st.target_rps / inst_rate)
         if n < 1 or n * agg.gpus > st.num_gpus:
             continue
+        slots = n * agg.layout.dp * agg.batches[top]
+
+        def ttft_at(rate: float, n=n, top=top, slots=slots) -> float:
+            batch, tpot = agg.at_rate(rate / n, top)
+            first = float(np.interp(batch, agg.batches[: top + 1], agg.first_token_s[: top + 1]))
+            return first + decode_wait_p90(rate, slots, st.traffic.osl * tpot)
+        if st.target_rps is None:
+            rate = fit_rate(ttft_at, n * inst_rate, limit)
+        else:
+            rate = st.target_rps if ttft_at(st.target_rps) <= limit else 0.0
+        if rate <= 0:
+            continue
         batch, tpot = agg.at_rate(rate / n, top)
-        ttft = float(agg.first_token_s[top]) if st.target_rps is None else _agg_ttft(agg, batch, top)
-        if ttft > SLO_MARGIN * st.slo.ttft_p90_s or tpot > SLO_MARGIN * st.slo.tpot_p90_s:
+        if tpot > SLO_MARGIN * st.slo.tpot_p90_s:
             continue
         lay = replace(agg.layout, replicas=n, max_batch_per_rank=agg.batches[top])
-        out.append(Candidate((), (), (lay,), n * agg.gpus, rate, ttft, tpot, batch, st.traffic.osl))
+        out.append(Candidate((), (), (lay,), n * agg.gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl))
     return out
-
-
-def _agg_ttft(agg: DecodeUnit, batch: float, top: int) -> float:
-    return float(np.interp(batch, agg.batches[: top + 1], agg.first_token_s[: top + 1]))

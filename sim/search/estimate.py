@@ -13,7 +13,7 @@ keeps up with completions is b * acc * new / osl tokens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -76,7 +76,9 @@ class Pricer:
         return hit
 
     def decode(self, layout: Layout, batch: float, ctx_mean: float) -> StepCost:
-        return self._get(("d", layout, batch, ctx_mean),
+        # step costs ignore role, replicas and per-rank limits: aggregated shapes share decode's cache
+        key = replace(layout, role="decode", replicas=1, max_batch_per_rank=1, max_tokens_per_step=1)
+        return self._get(("d", key, batch, ctx_mean),
                          lambda: decode_step(self.cx(layout), batch, batch * ctx_mean))
 
     def prefill(self, layout: Layout, chunks: tuple[float, ...], prefix: float) -> StepCost:
@@ -220,13 +222,14 @@ def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, .
         if room < 1 or need > RHO_MAX * room:
             break
         full = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2).seconds
-        avg = pr.mixed(layout, float(b), tr.ctx_mean, need, tr.cached + tr.new / 2).seconds
-        steps_per_prompt = math.ceil(tr.new / room)
         rho = need / room
+        # chunked prefill gives a prompt the whole room: a share rho of steps carry a full chunk
+        avg = rho * full + (1.0 - rho) * pr.decode(layout, float(b), tr.ctx_mean).seconds
+        steps_per_prompt = math.ceil(tr.new / room)
         cap = layout.dp * room / (tr.new * full)
         ttft = steps_per_prompt * full + queue_wait_p90(rho, cap)
         rows.append((b, full, avg, ttft, rho))
     if not rows:
         return None
-    b, full, avg, ttft, rho = (tuple(col) for col in zip(*rows))
+    b, full, avg, ttft, rho = (tuple(col) for col in zip(*rows, strict=False))
     return DecodeUnit(layout, acc, b, full, avg, ttft, rho, osl=tr.osl)

@@ -25,3 +25,14 @@ def front(items: Iterable[T], x: Callable[[T], float], y: Callable[[T], float]) 
 def dominated(a: T, b: T, x: Callable[[T], float], y: Callable[[T], float]) -> bool:
     """True when `b` dominates `a`."""
     return x(b) >= x(a) and y(b) >= y(a) and (x(b) > x(a) or y(b) > y(a))
+
+
+def thin(points: list[T], x: Callable[[T], float], y: Callable[[T], float], rel: float) -> list[T]:
+    """Drop front points within `rel` (relative) of the previous kept point on both axes: a front
+    sorted by x descending keeps its ends and every step that changes x or y by more than rel."""
+    out: list[T] = []
+    for p in points:
+        if out and x(p) >= (1 - rel) * x(out[-1]) and y(p) <= (1 + rel) * y(out[-1]) and p is not points[-1]:
+            continue
+        out.append(p)
+    return out

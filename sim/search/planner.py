@@ -12,14 +12,16 @@ from multiprocessing import get_context
 from typing import Callable, Literal
 
 from ..specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
-from . import combine, space as sp
+from . import combine
+from . import space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
-from .pareto import front
+from .pareto import front, thin
 from .verify import Check, auto_requests, check, simulator_available
 
 Objective = Literal["throughput", "min-gpus", "latency"]
 OBJECTIVES = ("throughput", "min-gpus", "latency")
+FRONT_THIN = 0.03  # front points within 3% of a neighbour on both axes are not simulated separately
 
 
 class NoFeasiblePlan(Exception):
@@ -178,7 +180,8 @@ def pareto(req: Request, cands: list[Candidate]) -> list[Candidate]:
     """The front the objective cares about (tokens/s/GPU vs /user; fewer GPUs vs /user)."""
     if req.objective == "min-gpus":
         return front(cands, lambda c: -c.gpus, lambda c: c.tps_user)
-    return front(cands, lambda c: c.tps_user, lambda c: c.tps_gpu)
+    x, y = (lambda c: c.tps_user), (lambda c: c.tps_gpu)
+    return thin(front(cands, x, y), x, y, FRONT_THIN)
 
 
 def _spread(items: list, k: int) -> list:
@@ -205,7 +208,7 @@ def verify(req: Request, points: list[Candidate]) -> list[Verified]:
     tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, c.rate_rps,
               req.slo, req.sim_requests or _auto_requests(c), req.seed, backoffs) for c in points]
     checks = _pmap(_simulate, tasks, req, _init_args(req), "simulate front")
-    return [Verified(c, k) for c, k in zip(points, checks)]
+    return [Verified(c, k) for c, k in zip(points, checks, strict=False)]
 
 
 def _auto_requests(c: Candidate) -> int:
@@ -249,7 +252,7 @@ def closest_estimate(req: Request) -> str:
     """The estimated deployment nearest the SLOs when none meets them (SLOs relaxed x1000)."""
     loose = SLO(req.slo.ttft_p90_s * 1e3, req.slo.tpot_p90_s * 1e3)
     relaxed = Request(**{**req.__dict__, "slo": loose, "simulate": False, "progress": None})
-    cands = estimate(relaxed, _pmap(_price, _tasks(relaxed), relaxed, _init_args(relaxed), "price"))
+    cands = estimate(relaxed, price_all(relaxed))
     if not cands:
         return "no deployment sustains any load"
 
@@ -264,6 +267,12 @@ def closest_estimate(req: Request) -> str:
             f"({_fmt_s(value)} > {_fmt_s(limit)})")
 
 
+def price_all(req: Request) -> list[tuple[str, object]]:
+    """(kind, priced unit or None) for every instance shape that fits in memory."""
+    tasks = _tasks(req)
+    return list(zip([k for k, _ in tasks], _pmap(_price, tasks, req, _init_args(req), "price layouts"), strict=False))
+
+
 def _init_args(req: Request) -> tuple:
     return (req.model, req.hw, req.profile, traffic_of(req.workload), req.space.batches)
 
@@ -272,8 +281,7 @@ def plan(req: Request, name: str = "plan") -> Result:
     """Run the whole pipeline; raises SpecError (bad input) or NoFeasiblePlan."""
     t0 = time.perf_counter()
     sp.check_budget(req.model, req.hw, req.num_gpus, not req.space.aggregated)
-    tasks = _tasks(req)
-    priced = list(zip([k for k, _ in tasks], _pmap(_price, tasks, req, _init_args(req), "price layouts")))
+    priced = price_all(req)
     t1 = time.perf_counter()
     cands = estimate(req, priced)
     points = _spread(pareto(req, cands), req.max_checks)
@@ -286,7 +294,7 @@ def plan(req: Request, name: str = "plan") -> Result:
     predicted = predicted_metrics(win)
     result_plan = to_plan(req, win.cand, name, predicted)
     timings = {"price_s": t1 - t0, "estimate_s": t2 - t1, "simulate_s": t3 - t2, "total_s": t3 - t0}
-    return Result(req, len(tasks), cands, points, verified, win, result_plan, timings,
+    return Result(req, len(priced), cands, points, verified, win, result_plan, timings,
                   any(v.check is not None for v in verified))
 
 

@@ -90,7 +90,8 @@ def _row(i: int, v: Verified) -> str:
     sim = (f"{_ms(k.metrics.get('ttft_p90_s', float('nan')))} | {_ms(k.metrics.get('tpot_p90_s', float('nan')))}"
            if k else "- | -")
     verdict = "-" if k is None else ("meets" if v.passed else "misses " + ", ".join(k.misses))
-    return (f"| {i} | {c.summary} | {c.gpus} | {v.rate_rps:.3g} | {v.tps_gpu:.0f} | {v.tps_user:.1f} | "
+    name = c.summary.replace("|", "&#124;")  # a bare | would split the markdown cell
+    return (f"| {i} | {name} | {c.gpus} | {v.rate_rps:.3g} | {v.tps_gpu:.0f} | {v.tps_user:.1f} | "
             f"{_ms(c.ttft_p90_s)} | {_ms(c.tpot_s)} | {sim} | {verdict} |")
 
 
@@ -111,15 +112,15 @@ def _winner_steps(res: Result) -> list[str]:
     lines = []
     for lay in c.decode + c.aggregated:
         batch = max(1.0, round(c.batch_per_rank))
-        lines += breakdown_table(f"{lay.tag} decode step at {batch:g} sequences per rank (context {tr.ctx_mean:.0f})",
-                                 pr.decode(lay, batch, tr.ctx_mean))
+        title = f"{lay.tag} decode step at {batch:g} sequences per rank (context {tr.ctx_mean:.0f})"
+        lines += breakdown_table(title, pr.decode(lay, batch, tr.ctx_mean))
     for lay in c.prefill:
         unit = price_prefill(pr, lay, tr)
         per_step = max(1, int(lay.max_tokens_per_step // tr.new))
         lines += [f"Prefill instance {lay.tag}: {unit.capacity_rps:.2f} req/s at full steps, "
                   f"{_ms(unit.light_s)} ms for a lone prompt.", ""]
-        lines += breakdown_table(f"{lay.tag} full prefill step ({per_step} x {tr.new:.0f} new tokens per rank)",
-                                 pr.prefill(lay, (tr.new,) * per_step, tr.cached))
+        title = f"{lay.tag} full prefill step ({per_step} x {tr.new:.0f} new tokens per rank)"
+        lines += breakdown_table(title, pr.prefill(lay, (tr.new,) * per_step, tr.cached))
     return lines
 
 
@@ -144,8 +145,9 @@ def markdown(res: Result) -> str:
     t = res.timings
     sim_note = "simulated at each point's target load" if res.simulated else \
         "**not simulated** (simulator unavailable or disabled): analytic estimate only"
+    tr = traffic_of(r.workload)
     lines = [f"# rackplan plan: {r.model.name} on {r.num_gpus} x {r.hw.name}", "",
-             f"Workload `{r.workload.name}` (ISL {traffic_of(r.workload).isl:.0f}, OSL {traffic_of(r.workload).osl:.0f}, "
+             f"Workload `{r.workload.name}` (ISL {tr.isl:.0f}, OSL {tr.osl:.0f}, "
              f"prefix hits {r.workload.prefix_hit_rate:.0%}); SLOs TTFT p90 <= {r.slo.ttft_p90_s:g} s, "
              f"TPOT p90 <= {_ms(r.slo.tpot_p90_s)} ms; objective **{r.objective}**; profile `{r.profile.name}`.", "",
              f"Searched {res.num_layouts} instance shapes -> {len(res.candidates)} deployments meeting the SLOs in "
@@ -161,7 +163,8 @@ def markdown(res: Result) -> str:
     ranked = sorted(res.verified, key=lambda v: (not v.passed, -v.tps_gpu))
     lines += [_row(i + 1, v) for i, v in enumerate(ranked)] + [""]
     lines += ["## Where the winner's time goes (op by op)", ""] + _winner_steps(res)
-    lines += ["Files: `pareto.csv` (every estimated deployment), `pareto.png`, `launch.sh` (vllm serve per instance).", ""]
+    lines += ["Files: `pareto.csv` (every estimated deployment), `pareto.png`, "
+              "`launch.sh` (one vllm serve per instance).", ""]
     return "\n".join(lines)
 
 

@@ -22,9 +22,11 @@ class A2AParams:
     bw_eff: float
     ep: Optional[int] = None  # None: any EP size
     phase: Literal["dispatch", "combine", "both"] = "both"
+    floor_s: float = 0.0  # latency floor: small batches sit flat at the kernel's minimum
 
     def __post_init__(self):
         non_negative(self.alpha_s, "alpha_s")
+        non_negative(self.floor_s, "floor_s")
         check(0 < self.bw_eff <= 1.5, "bw_eff", "a fraction of the link bandwidth in (0, 1.5]", self.bw_eff)
 
 
@@ -49,6 +51,7 @@ class Profile:
     kernels_per_layer: int = 24  # kernel launches per transformer layer in a step
     graph_launch_s: float = 50.0e-6  # one CUDA-graph replay launch
     dbo_efficiency: float = 0.9  # fraction of the overlappable time DBO actually hides
+    op_scale: dict[str, float] = field(default_factory=dict)  # fitted per-op correction factors
     provenance: dict[str, Any] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)
 
@@ -61,6 +64,8 @@ class Profile:
             non_negative(getattr(self, name), name)
         positive(self.kernels_per_layer, "kernels_per_layer")
         check(0 <= self.dbo_efficiency <= 1, "dbo_efficiency", "a fraction in [0, 1]", self.dbo_efficiency)
+        for name, v in self.op_scale.items():
+            check(v > 0, f"op_scale.{name}", "a positive factor", v)
 
     def a2a_params(self, kernel: str, link: str, ep: int, phase: str) -> A2AParams:
         """Best-matching all-to-all entry: same kernel and link, phase-specific before 'both',

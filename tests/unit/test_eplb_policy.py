@@ -4,8 +4,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.eplb import (balanced_packing, contiguous_share, identity_placement, placement_from_phy2log,
-                      rebalance_experts, replicate_experts)
+from sim.eplb import (
+    balanced_packing,
+    contiguous_share,
+    identity_placement,
+    placement_from_phy2log,
+    rebalance_experts,
+    replicate_experts,
+)
 from sim.specs import SpecError
 
 pytestmark = pytest.mark.unit

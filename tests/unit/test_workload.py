@@ -58,3 +58,12 @@ def test_bad_trace(tmp_path):
     p.write_text("when,what\n1,2\n")
     with pytest.raises(SpecError, match="trace"):
         read_trace(p)
+
+
+def test_weighted_percentiles_equal_repeated():
+    from sim.metrics import weighted_percentiles
+    rng = np.random.default_rng(0)
+    v, w = rng.random(50), rng.integers(0, 20, 50)
+    rep = np.repeat(v, w)
+    for q in (50, 90, 99):
+        assert weighted_percentiles(v, w.astype(float), [q])[0] == np.percentile(rep, q, method="inverted_cdf")

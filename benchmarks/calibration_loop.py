@@ -1,0 +1,97 @@
+"""The closed calibration loop on this machine: execute -> measure -> fit -> predict -> compare.
+
+  1. (--microbench) measure matmul rate and copy bandwidth -> configs/hardware/cpu-local.yaml
+  2. execute tiny-cpu on 2 gloo ranks over a sweep of decode batch sizes and prefill token budgets
+     (one temporary plan per sweep point: the plan's max_batch_per_rank / max_tokens_per_step)
+  3. calibrate a cpu-local profile on some sizes, holding others out
+  4. execute a serving-mode run of the plan's workload
+  5. validate: held-out steps per op and per step, serving TTFT/TPOT p50/p90 through the simulator
+
+Usage: python benchmarks/calibration_loop.py [--quick] [--out runs/calibration] [--microbench]
+Prints the validate report and one JSON line of MAPEs; exit status is validate's.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sim.specs import dump_yaml, load_plan
+
+FULL = {"decode": (1, 2, 4, 8, 12, 16), "prefill": (32, 64, 128, 192, 256),
+        "holdout": ("decode:4,12", "prefill:128"), "steps": 12}
+QUICK = {"decode": (1, 4, 16), "prefill": (32, 128), "holdout": ("decode:4",), "steps": 4}
+RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
+
+
+def sweep_plans(plan_name: str, cfg: dict, folder: Path) -> list[tuple[str, Path]]:
+    """One plan file per sweep point: (label, path)."""
+    plan = load_plan(plan_name)
+    out = []
+    for b in cfg["decode"]:
+        lay = dataclasses.replace(plan.decode[0], max_batch_per_rank=b)
+        out.append((f"decode-b{b}", dataclasses.replace(plan, decode=(lay,))))
+    for t in cfg["prefill"]:
+        lay = dataclasses.replace(plan.prefill[0], max_tokens_per_step=t, max_batch_per_rank=1)
+        out.append((f"prefill-t{t}", dataclasses.replace(plan, prefill=(lay,))))
+    paths = []
+    for label, p in out:
+        path = folder / "plans" / f"{label}.yaml"
+        dump_yaml(p, path)
+        paths.append((label, path))
+    return paths
+
+
+def sh(args: list[str]) -> None:
+    print("$ rackplan " + " ".join(args[len(RACKPLAN):]) if args[:len(RACKPLAN)] == RACKPLAN else "$ " + " ".join(args),
+          flush=True)
+    subprocess.run(args, check=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", default="tiny-cpu")
+    ap.add_argument("--out", default="runs/calibration")
+    ap.add_argument("--quick", action="store_true", help="reduced sweep (the integration test)")
+    ap.add_argument("--microbench", action="store_true", help="rewrite configs/hardware/cpu-local.yaml first")
+    ap.add_argument("--profile-out", help="profile to write (default: OUT/cpu-local.yaml)")
+    ap.add_argument("--max-mape", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    if args.microbench:
+        sh(RACKPLAN + ["calibrate", "--microbench", "--hardware", "cpu-local",
+                       "--out-hardware", "configs/hardware/cpu-local.yaml"])
+    runs = []
+    for label, path in sweep_plans(args.plan, cfg, out):
+        run = out / "sweep" / label
+        sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
+                       "--steps", str(cfg["steps"])])
+        runs.append(run)
+    prof = Path(args.profile_out or out / "cpu-local.yaml")
+    hold = [x for h in cfg["holdout"] for x in ("--holdout", h)]
+    meas = [x for r in runs for x in ("--measurements", str(r))]
+    sh(RACKPLAN + ["calibrate", "--plan", args.plan, *meas, *hold, "--name", "cpu-local", "--out", str(prof)])
+    serve = out / "serve"
+    sh(RACKPLAN + ["execute", "--plan", args.plan, "--device", "cpu", "--out", str(serve),
+                   "--workload", load_plan(args.plan).workload or "tiny-chat"])
+    report = out / "validate.json"
+    cmd = RACKPLAN + ["validate", "--plan", args.plan, *meas, "--measurements", str(serve), "--profile", str(prof)]
+    sh(cmd)
+    res = subprocess.run(cmd + ["--json", "--max-mape", str(args.max_mape)], capture_output=True, text=True)
+    text = res.stdout[: res.stdout.rfind("}") + 1]
+    report.write_text(text)
+    gated = json.loads(text)["gated"]
+    print(json.dumps({"gated_mape_pct": {k: round(v, 2) for k, v in gated.items()},
+                      "wall_s": round(time.time() - t0, 1), "profile": str(prof)}))
+    return res.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Planner speed: DeepSeek-V3 on 32 H200, ISL 4000 / OSL 1000, TTFT p90 <= 2 s, TPOT p90 <= 50 ms.
+
+Runs a full `rackplan plan` (search + simulator check of the front) and, when it is installed
+(AICONFIGURATOR=path, or /work/aicvenv/bin/aiconfigurator), the same case through aiconfigurator
+0.12.0; both as subprocesses, CPU time from resource.getrusage(RUSAGE_CHILDREN). Prints a
+markdown block for benchmarks/RESULTS.md.
+
+    python benchmarks/search_speed.py [--workers K]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CASE = dict(model="deepseek-v3", hardware="h200-sxm", gpus=32, workload="isl4k-osl1k", ttft="2s", tpot="50ms")
+AIC_ARGS = ["cli", "default", "--model", "deepseek-ai/DeepSeek-V3", "--total-gpus", "32", "--system", "h200_sxm",
+            "--backend", "trtllm", "--isl", "4000", "--osl", "1000", "--ttft", "2000", "--tpot", "50"]
+
+
+def timed(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(wall s, CPU s of the child and its children, completed process)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc
+
+
+def run_rackplan(workers: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, "-m", "rackplan.cli", "plan", "--model", CASE["model"], "--hardware", CASE["hardware"],
+               "--gpus", str(CASE["gpus"]), "--workload", CASE["workload"], "--ttft-p90", CASE["ttft"],
+               "--tpot-p90", CASE["tpot"], "--out", f"{d}/plan.yaml", "--workers", str(workers), "--json", "--quiet"]
+        wall, cpu, proc = timed(cmd)
+    if proc.returncode != 0:
+        raise SystemExit(f"rackplan failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout)
+    return {"wall_s": wall, "cpu_s": cpu, "layout": out["summary"], "gpus": out["gpus"],
+            "tps_gpu": out["predicted"]["output_tps_per_gpu"], "tps_user": out["predicted"]["tps_per_user"],
+            "timings": out["timings"], "cmd": " ".join(cmd[1:])}
+
+
+def find_aiconfigurator() -> str | None:
+    path = os.environ.get("AICONFIGURATOR") or "/work/aicvenv/bin/aiconfigurator"
+    return path if Path(path).exists() else None
+
+
+def run_aiconfigurator(path: str) -> dict:
+    wall, cpu, proc = timed([path] + AIC_ARGS)
+    text = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        return {"error": f"exit {proc.returncode}: {text[-500:]}", "wall_s": wall, "cpu_s": cpu}
+    best = re.search(r"Best Experiment Chosen: (\w+) at ([\d.,]+) tokens/s/gpu", text)
+    user = re.search(r"Per-User Throughput: ([\d.,]+)", text)
+    kind = best.group(1) if best else "?"
+    row = re.search(rf"{kind} Top Configurations.*?\n\|\s+1\s+\|(.*?)\n", text, re.S)
+    return {"wall_s": wall, "cpu_s": cpu, "kind": kind,
+            "tps_gpu": float(best.group(2).replace(",", "")) if best else float("nan"),
+            "tps_user": float(user.group(1).replace(",", "")) if user else float("nan"),
+            "row": " ".join(row.group(1).split()) if row else "", "cmd": "aiconfigurator " + " ".join(AIC_ARGS)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args()
+    ours = run_rackplan(args.workers)
+    lines = [f"rackplan: `{ours['cmd']}`",
+             f"- wall {ours['wall_s']:.2f} s, CPU {ours['cpu_s']:.2f} s (stages: "
+             + ", ".join(f"{k} {v:.2f}" for k, v in ours["timings"].items()) + ")",
+             f"- chosen: {ours['layout']} on {ours['gpus']} GPUs, {ours['tps_gpu']:.0f} tokens/s/GPU, "
+             f"{ours['tps_user']:.1f} tokens/s/user (simulator-verified rate)"]
+    aic_path = find_aiconfigurator()
+    if aic_path is None:
+        lines.append("aiconfigurator: not installed (set AICONFIGURATOR=path); no comparison")
+    else:
+        aic = run_aiconfigurator(aic_path)
+        if "error" in aic:
+            lines.append(f"aiconfigurator: failed after {aic['cpu_s']:.1f} s CPU: {aic['error']}")
+        else:
+            lines += [f"aiconfigurator 0.12.0: `{aic['cmd']}`",
+                      f"- wall {aic['wall_s']:.2f} s, CPU {aic['cpu_s']:.2f} s",
+                      f"- chosen ({aic['kind']}): {aic['row']}",
+                      f"- {aic['tps_gpu']:.0f} tokens/s/GPU, {aic['tps_user']:.1f} tokens/s/user",
+                      f"CPU ratio rackplan / aiconfigurator: {ours['cpu_s'] / aic['cpu_s']:.3f} "
+                      f"(target <= 0.25)"]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

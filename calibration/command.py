@@ -1,0 +1,172 @@
+"""Fit a profile (efficiencies, all-to-all, host overheads) from measurements, tables or a microbenchmark.
+
+Examples:
+  rackplan calibrate --plan tiny-cpu --measurements runs/sweep --out configs/profiles/cpu-local.yaml \\
+      --holdout decode:4,12
+  rackplan calibrate --a2a-table calibration/data/deepep_h800_a2a.csv --hardware h800 \\
+      --out configs/profiles/h800-deepep.yaml
+  rackplan calibrate --microbench --hardware cpu-local --out-hardware configs/hardware/cpu-local.yaml
+
+Nothing is written unless every input reads and every fit succeeds; files are replaced atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+
+from sim.specs import SpecError, dump_yaml, load_hardware, load_model, load_plan, load_profile, plan_hash
+
+from . import io
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", help="plan the measurements ran (name or YAML path)")
+    p.add_argument("--measurements", action="append", default=[],
+                   help="measurements.jsonl or run folder (repeatable; all from one plan)")
+    p.add_argument("--holdout", action="append", default=[], metavar="ROLE:N,N",
+                   help="hold these step sizes out of the fit, e.g. decode:4,12 or prefill:128")
+    p.add_argument("--a2a-table", action="append", default=[], help="published all-to-all table (CSV)")
+    p.add_argument("--vllm-bench", action="append", default=[], help="`vllm bench serve` result JSON (recorded)")
+    p.add_argument("--hardware", help="hardware the tables or microbenchmark describe (default: the plan's)")
+    p.add_argument("--base", default="datasheet", help="profile whose values seed the fit and fill the rest")
+    p.add_argument("--name", help="name of the written profile (default: from --out)")
+    p.add_argument("--out", help="profile YAML to write")
+    p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
+    p.add_argument("--device", default="cpu", help="device for --microbench (cpu or cuda)")
+    p.add_argument("--out-hardware", help="hardware YAML to write from --microbench")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def parse_holdout(items: list[str]) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for item in items:
+        role, _, sizes = item.partition(":")
+        if role not in ("decode", "prefill") or not sizes:
+            raise SpecError("--holdout", "holdout", "ROLE:N,N with ROLE decode or prefill", item)
+        try:
+            out.setdefault(role, set()).update(int(x) for x in sizes.split(","))
+        except ValueError:
+            raise SpecError("--holdout", "holdout", "integer sizes", item) from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if not (args.microbench or args.measurements or args.a2a_table):
+        raise SpecError("calibrate", "inputs", "--measurements, --a2a-table or --microbench")
+    result: dict = {}
+    if args.microbench:
+        result["microbench"] = _microbench(args)
+        args.launch_s = result["microbench"]["launch_s"]  # host cost of one op feeds the host fit
+    if args.measurements or args.a2a_table:
+        if not args.out:
+            raise SpecError("calibrate", "--out", "a profile YAML path to write")
+        prof, summary = build_profile(args)
+        dump_yaml(prof, args.out, header=f"# Fitted by `rackplan calibrate` on {dt.date.today()}; "
+                                          "provenance and fit error (MAPE %) below.\n")
+        result["profile"] = {"out": args.out, **summary}
+    _print(result, args.json)
+    return 0
+
+
+def build_profile(args):
+    """Read every input, fit, and return (profile, summary) without writing anything."""
+    base = load_profile(args.base)
+    benches = [io.read_vllm_bench(p) for p in args.vllm_bench]
+    name = args.name or (args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0] if args.out else "fitted")
+    inputs, extra, summary = [], {}, {}
+    prof = base
+    if args.measurements:
+        prof, extra, summary = _from_measurements(args, base, name)
+        inputs += [io.measurement_file(m) for m in args.measurements]
+    if args.a2a_table:
+        hw = load_hardware(args.hardware or (load_plan(args.plan).hardware if args.plan else "h800"))
+        prof, a2a_extra = _from_tables(args.a2a_table, hw, prof, name)
+        extra.update(a2a_extra)
+        summary["a2a_max_error_pct"] = a2a_extra["a2a_fit"]["max_error_pct"]
+        inputs += args.a2a_table
+    if benches:
+        extra["vllm_bench"] = benches
+        inputs += args.vllm_bench
+    prov = io.provenance(inputs, **extra)
+    return dataclasses.replace(prof, name=name, provenance=prov), summary
+
+
+def _from_measurements(args, base, name):
+    from .fit import Fitter, fit_profile
+    from .samples import split_holdout, step_samples
+
+    if not args.plan:
+        raise SpecError("calibrate", "--plan", "the plan the measurements ran")
+    plan = load_plan(args.plan)
+    records = io.read_runs(args.measurements, plan)
+    samples = step_samples(records, plan)
+    fit, held = split_holdout(samples, parse_holdout(args.holdout))
+    model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    fx = Fitter(plan, model, hw, fit)
+    prof, scale = fit_profile(fx, base, name, getattr(args, "launch_s", None))
+    first = records[0]
+    extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
+             "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"], "run_versions": first["versions"],
+             "fit_sizes": {r: sorted({s.size for s in fit if s.role == r}) for r in ("decode", "prefill")},
+             "held_out_sizes": {r: sorted({s.size for s in held if s.role == r}) for r in ("decode", "prefill")},
+             "op_scale": {k: round(v, 4) for k, v in scale.items()},
+             "note": "op_scale: measured/predicted per op (proposed Profile.op_scale); fit_error: MAPE % on fit set"}
+    return prof, extra, {"fit_error": dict(prof.fit_error), "fit_steps": len(fit), "held_out_steps": len(held)}
+
+
+def _from_tables(paths, hw, prof, name):
+    from .a2a import fit_a2a, read_points
+
+    model = load_model("deepseek-v3")
+    points = [p for path in paths for p in read_points(path, model)]
+    fit = fit_a2a(points, hw, model, floor=True, prior=prof)
+    kept = [e for e in prof.a2a if (e.kernel, e.link) not in {(f.kernel, f.link) for f in fit.entries}]
+    entries = [dataclasses.replace(e, alpha_s=_sig(e.alpha_s), bw_eff=_sig(e.bw_eff)) for e in fit.entries]
+    prof = dataclasses.replace(prof, a2a=tuple(kept + entries), hardware=hw.name)
+    errs = {f"a2a.{r['kernel']}.ep{r['ep']}.{r['phase']}": 0.0 for r in fit.rows}
+    for r in fit.rows:
+        key = f"a2a.{r['kernel']}.ep{r['ep']}.{r['phase']}"
+        errs[key] = round(max(errs[key], abs(r["err_linear"]) * 100), 2)
+    floors = [{"kernel": k[0], "link": k[1], "phase": k[2], "ep": k[3], "floor_s": round(v, 9),
+               **{f: getattr(e, f) for f in ("alpha_s", "bw_eff")}}
+              for (k, v), e in zip(fit.floor_s.items(), fit.floor_entries)]
+    extra = {"hardware": hw.name, "a2a_fit": {
+        "method": "minimax relative error through sim.cost.alltoall.a2a_seconds (DeepSeek-V3 shapes, DEP-n)",
+        "points": len(points), "max_error_pct": round(fit.max_error() * 100, 2),
+        "max_error_with_floor_pct": round(fit.max_error("err_floor") * 100, 2),
+        "floor_variant": floors,
+        "floor_note": "proposed A2AParams.floor_s: t = max(floor_s, alpha_s + bytes/(bw*bw_eff))"}}
+    prof = dataclasses.replace(prof, fit_error={**prof.fit_error, **errs})
+    return prof, extra
+
+
+def _sig(x: float) -> float:
+    """Four significant digits: readable YAML, well under the fit's error."""
+    return float(f"{x:.4g}")
+
+
+def _microbench(args) -> dict:
+    from . import microbench
+
+    meas = microbench.measure(args.device)
+    out = {k: (round(v, 9) if isinstance(v, float) else v) for k, v in meas.items()}
+    if args.out_hardware:
+        base = load_hardware(args.hardware or "cpu-local")
+        hw, header = microbench.hardware_yaml(meas, base, dt.date.today().isoformat())
+        dump_yaml(hw, args.out_hardware, header=header)
+        out["out"] = args.out_hardware
+    return out
+
+
+def _print(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    for key, val in result.items():
+        print(f"{key}:")
+        for k, v in (val.items() if isinstance(val, dict) else []):
+            print(f"  {k}: {v}")
+
+

@@ -1,0 +1,87 @@
+"""Compare a profile's predictions with measurements: per op, per step, TTFT/TPOT (MAPE).
+
+Example:
+  rackplan validate --plan tiny-cpu --measurements runs/heldout --measurements runs/serve \\
+      --profile configs/profiles/cpu-local.yaml --max-mape 10
+
+Steps whose sizes the profile was not fitted on are reported as held-out, and --max-mape gates
+those (all steps when there are none). Exit 1 when a gated MAPE exceeds --max-mape.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from sim.specs import load_plan, load_profile
+
+from . import io
+from .samples import step_samples
+from .validate import Report, compare_serving, compare_steps, compare_vllm_bench
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", required=True, help="plan the measurements ran (name or YAML path)")
+    p.add_argument("--measurements", action="append", default=[], required=True,
+                   help="measurements.jsonl or run folder (repeatable)")
+    p.add_argument("--profile", help="profile to validate (default: the plan's, else datasheet)")
+    p.add_argument("--vllm-bench", action="append", default=[], help="`vllm bench serve` result JSON to compare")
+    p.add_argument("--max-mape", type=float, help="exit 1 when a gated MAPE (%%) is above this")
+    p.add_argument("--raw-ops", action="store_true", help="per-op predictions without the fitted op_scale")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = load_plan(args.plan)
+    prof = load_profile(args.profile or plan.profile or "datasheet")
+    records = io.read_runs(args.measurements, plan)
+    scale = None if args.raw_ops else prof.provenance.get("op_scale")
+    samples = step_samples(records, plan)
+    rep = compare_steps(plan, samples, prof, scale) if samples else Report({}, {})
+    rep.serving = compare_serving(plan, records, prof)
+    for path in args.vllm_bench:
+        bench = compare_vllm_bench(plan, io.read_vllm_bench(path), prof)
+        rep.serving.update({f"vllm.{k}": v for k, v in bench.items()})
+    gated = rep.gated()
+    if args.json:
+        print(json.dumps({"fit_sizes": rep.fit_sizes, "held_out_sizes": rep.held_sizes, "ops": rep.ops,
+                          "steps": rep.steps, "step_mape": rep.step_mape, "serving": rep.serving,
+                          "gated": gated}, indent=2))
+    else:
+        print_report(rep, prof.name, scale is not None)
+    if args.max_mape is not None:
+        over = {k: v for k, v in gated.items() if v > args.max_mape}
+        if over:
+            worst = max(over, key=over.get)
+            print(f"validate: FAIL {len(over)} MAPE(s) above {args.max_mape}% (worst {worst}: {over[worst]:.1f}%)")
+            return 1
+        print(f"validate: OK every gated MAPE <= {args.max_mape}%")
+    return 0
+
+
+def print_report(rep: Report, name: str, scaled: bool) -> None:
+    print(f"profile {name}: fitted on {_sizes(rep.fit_sizes) or 'unknown sizes'}; "
+          f"held out: {_sizes(rep.held_sizes) or 'none'}")
+    if rep.ops:
+        print(f"\nper op (seconds per step, mean; {'with' if scaled else 'without'} fitted op_scale)")
+        print(f"  {'op':<14} {'set':<9} {'n':>3} {'predicted':>11} {'measured':>11} {'MAPE%':>7}")
+        for r in rep.ops:
+            print(f"  {r['op']:<14} {r['set']:<9} {r['n']:>3} {r['predicted_s']:>11.3e} {r['measured_s']:>11.3e} "
+                  f"{r['mape']:>7.1f}")
+    if rep.steps:
+        print("\nper step (medians of repeats)")
+        print(f"  {'role':<8} {'size':>5} {'set':<9} {'rep':>3} {'predicted':>11} {'measured':>11} {'err%':>7}")
+        for r in rep.steps:
+            print(f"  {r['role']:<8} {r['size']:>5} {r['set']:<9} {r['repeats']:>3} {r['predicted_s']:>11.3e} "
+                  f"{r['measured_s']:>11.3e} {r['err'] * 100:>7.1f}")
+        print("  step MAPE: " + ", ".join(f"{k} {v:.1f}%" for k, v in rep.step_mape.items()))
+    if rep.serving:
+        print("\nserving (simulated vs measured)")
+        for key in sorted(k for k in rep.serving if k.endswith("_err")):
+            stem = key[:-4]
+            print(f"  {stem:<16} predicted {rep.serving[stem + '_predicted_s']:.4f} s  measured "
+                  f"{rep.serving[stem + '_measured_s']:.4f} s  err {rep.serving[key] * 100:+.1f}%")
+
+
+def _sizes(d: dict) -> str:
+    names = {"decode": "decode batches", "prefill": "prefill tokens"}
+    return "; ".join(f"{names.get(k, k)} {v}" for k, v in d.items() if v)

@@ -1,0 +1,115 @@
+"""Run a plan's DEP/EP layout for real (gloo on CPU, NCCL on GPU) and write measurements.jsonl.
+
+The plan's prefill instance runs prefill steps at its token budget per rank, its decode instance
+decode steps at its batch per rank (context lengths from the plan's workload). Serving mode
+(--workload: requests through prefill -> KV hand-off -> decode) is not implemented yet.
+Instances with more ranks than the machine are replayed at one rank's exact shapes (records say
+what was measured and what was modelled). Under torchrun the same command runs one rank per
+process (RANK / WORLD_SIZE from the environment). Test hook: RACKPLAN_EXEC_FAULT=raise:R|kill:R.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--plan", required=True, help="plan YAML (path or name under configs/plans)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo ranks; cuda: NCCL")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per instance (after --warmup)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--workload", help="serving mode (not implemented yet: rejected)")
+    p.add_argument("--out", required=True, help="output folder for measurements.jsonl")
+    p.add_argument("--ranks", type=int, help="world size (default: the largest that the plan and machine allow)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and routing")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before the run is killed")
+    p.add_argument("--max-dense-layers", type=int, help="run at most this many dense layers (replays)")
+    p.add_argument("--max-moe-layers", type=int, help="run at most this many MoE layers (replays)")
+    p.add_argument("--skip-prefill", action="store_true", help="run only the decode instance")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="skip the CUDA-graph decode timing")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
+
+
+def default_world(plan, device: str, serving: bool) -> int:
+    """Ranks to start: what the plan needs, capped by the machine's GPUs (CPU: oversubscribe)."""
+    import torch
+
+    from .runner import instances
+    if serving:
+        return plan.prefill[0].gpus + plan.decode[0].gpus if plan.decode else plan.aggregated[0].gpus
+    need = max(lay.ep_size for _, lay in instances(plan))
+    have = torch.cuda.device_count() if device == "cuda" else (os.cpu_count() or 1)
+    return max(1, min(need, have))
+
+
+def run(args) -> int:
+    from sim.specs import SpecError, load_plan, load_workload
+    plan = load_plan(args.plan)
+    if args.workload:
+        load_workload(args.workload)
+        # serving mode (continuous batching, KV hand-off, TTFT/TPOT records) is not built yet
+        raise SpecError("execute", "--workload", "no workload: serving mode is not implemented yet",
+                        args.workload)
+    for name in ("steps", "ranks", "timeout"):
+        val = getattr(args, name)
+        if val is not None and val <= 0:
+            raise SpecError("execute", f"--{name}", "a positive number", val)
+    import torch
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    cfg = _config(args)
+    t0 = time.perf_counter()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        records = _run_torchrun(cfg)
+        if records is None:
+            return 0
+    else:
+        from .launch import RunFailed, launch
+        world = args.ranks or default_world(plan, args.device, bool(args.workload))
+        try:
+            records = launch(cfg, world)
+        except RunFailed as exc:
+            print(f"rackplan execute: {exc}", file=sys.stderr)
+            return 1
+    return _report(records, Path(args.out), time.perf_counter() - t0, args.json)
+
+
+def _config(args):
+    from .runner import RunConfig
+    return RunConfig(plan=str(args.plan), device=args.device, steps=args.steps, warmup=args.warmup,
+                     workload=args.workload, seed=args.seed, timeout_s=args.timeout,
+                     max_dense=args.max_dense_layers, max_moe=args.max_moe_layers,
+                     cuda_graphs=not args.no_cuda_graphs, skip_prefill=args.skip_prefill,
+                     fault=os.environ.get("RACKPLAN_EXEC_FAULT"))
+
+
+def _run_torchrun(cfg):
+    """One rank of a torchrun job; rank 0 gets the records, the others None."""
+    import torch
+    import torch.distributed as dist
+
+    from .parallel import init_from_env
+    from .runner import run_rank
+    if cfg.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    rank, world = init_from_env("nccl" if cfg.device == "cuda" else "gloo", cfg.timeout_s)
+    records = run_rank(cfg, rank, world)
+    dist.destroy_process_group()
+    return records if rank == 0 else None
+
+
+def _report(records: list[dict], out: Path, wall_s: float, as_json: bool) -> int:
+    from .records import summary_table, write_jsonl
+    from .schema import read_measurements
+    path = out / "measurements.jsonl"
+    write_jsonl(records, path)
+    read_measurements(path)  # the schema check calibration will run
+    if as_json:
+        print(json.dumps({"out": str(path), "records": len(records), "wall_s": round(wall_s, 3)}))
+    else:
+        print(summary_table(records))
+        print(f"{len(records)} records -> {path} ({wall_s:.1f} s)")
+    return 0

@@ -1,0 +1,81 @@
+"""Measurement records (executor/schema.py), the stdout summary table, and the atomic write.
+
+Shapes are per layer of one step on one rank: batch (sequences), tokens, ctx_sum (sum of the
+context each sequence attends over), tokens_global (tokens over the EP group), expert_tokens
+(token-expert pairs this rank's routed experts computed, per MoE layer), prefill_new /
+prefill_prefix (prompt chunks) on prefill steps.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from .schema import SCHEMA_VERSION
+
+ATTN_OPS = ("attn.proj", "attn.core")
+MOE_OPS = ("router", "moe.dispatch", "moe.experts", "moe.combine", "shared_expert")
+
+
+def op_layers(op: str, n_dense: int, n_moe: int) -> int:
+    """Layers an op's seconds are summed over."""
+    if op in ATTN_OPS or op in ("step", "host"):
+        return n_dense + n_moe
+    if op == "dense_ffn":
+        return n_dense
+    if op in MOE_OPS:
+        return n_moe
+    return 1
+
+
+def base_record(plan, plan_hash: str, device_name: str, versions: dict, rank: int, world: int) -> dict:
+    return {"schema": SCHEMA_VERSION, "plan_hash": plan_hash, "plan": plan.name, "model": plan.model,
+            "hardware": plan.hardware, "device": device_name, "versions": versions, "rank": rank,
+            "world_size": world}
+
+
+def step_records(base: dict, role: str, layout, step: int, seconds: dict, shape: dict, dtype: str,
+                 n_dense: int, n_moe: int, modelled: tuple = (), cuda_graphs: bool = False) -> list[dict]:
+    """One record per op of one step; ops in `modelled` carry source 'modelled'."""
+    out = []
+    for op, sec in sorted(seconds.items()):
+        out.append(dict(base, role=role, instance_dp=layout.dp, ep=layout.ep_size, step=step, op=op,
+                        layers=op_layers(op, n_dense, n_moe), shape=shape, dtype=dtype, seconds=float(sec),
+                        source="modelled" if op in modelled else "measured", cuda_graphs=cuda_graphs))
+    return out
+
+
+def write_jsonl(records: list[dict], path: Path) -> None:
+    """Write all records at once: temp file + rename, so a failed run leaves nothing partial."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def summary_table(records: list[dict]) -> str:
+    """Mean milliseconds per step per op (over steps, mean over ranks), per role."""
+    acc: dict = defaultdict(list)
+    for r in records:
+        if r["op"] != "request":
+            acc[(r["role"], r["ep"], r["cuda_graphs"], r["op"])].append(r)
+    lines = [f"{'role':8} {'ep':>4} {'graphs':>6} {'op':14} {'ms/step':>9} {'ms/layer':>9} {'n':>4}  source"]
+    for (role, ep, graphs, op), rs in sorted(acc.items()):
+        ms = 1e3 * sum(r["seconds"] for r in rs) / len(rs)
+        per_layer = ms / max(rs[0]["layers"], 1)
+        src = "/".join(sorted({r["source"] for r in rs}))
+        lines.append(f"{role:8} {ep:>4} {str(graphs):>6} {op:14} {ms:9.3f} {per_layer:9.3f} {len(rs):>4}  {src}")
+    reqs = [r for r in records if r["op"] == "request"]
+    if reqs:
+        mean = lambda key: sum(r[key] for r in reqs) / len(reqs)
+        lines.append(f"requests {len(reqs)}: mean TTFT {1e3 * mean('ttft_s'):.1f} ms, mean TPOT "
+                     f"{1e3 * mean('tpot_s'):.1f} ms, mean E2E {1e3 * mean('e2e_s'):.1f} ms")
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""Replay one rank of a plan bigger than the machine, at that rank's exact per-rank shapes.
+
+A DEPn plan on W < n local devices: every local rank plays plan rank r (its own rank). Attention,
+router, shared expert and LM head run on the rank's own batch, exactly as in the plan (DP
+attention has no cross-rank dependency). For the routed experts the global batch (dp x tokens
+per rank) goes through the layer's router, and the tokens that land on plan rank r's expert slots
+(num_experts / n contiguous logical experts, identity placement) are run through the grouped
+GEMM with exactly those per-expert counts. Dispatch and combine for the missing ranks are not
+run: they are priced by the simulator's all-to-all model (sim/cost/alltoall.py) at this rank's
+token count, and their records say source 'modelled'. The routed experts' output is replaced by
+zeros (their values need the missing ranks), which changes no shape downstream.
+"""
+from __future__ import annotations
+
+import torch
+
+from sim.cost.alltoall import a2a_seconds
+from sim.specs import load_hardware, load_profile
+
+from .attention import randn, rms_norm, sub_seed
+from .moe import Experts
+from .parallel import slot_bounds
+
+MODELLED_OPS = ("moe.dispatch", "moe.combine")
+
+
+class Replay:
+    """The routed-expert path of a Model replaying `plan_rank` of `layout`."""
+
+    def __init__(self, model, plan, layout, plan_rank: int, seed: int):
+        self.model, self.layout, self.seed = model, layout, seed
+        spec = model.spec
+        self.bounds = slot_bounds(spec.moe.num_experts, layout.ep_size)
+        lo, hi = self.bounds[plan_rank], self.bounds[plan_rank + 1]
+        self.lo, self.hi = lo, hi
+        for layer in model.layers:
+            if not layer.dense:
+                layer.experts = Experts(spec, layer.idx, seed, list(range(lo, hi)), model.dtype, model.device)
+        self.counts: dict[int, torch.Tensor] = {}
+        self.rows = torch.empty(0)
+        self.hw = load_hardware(plan.hardware)
+        self.prof = load_profile(plan.profile or "datasheet")
+
+    def prepare(self, local_tokens: int, step: int) -> None:
+        """Route the global batch through each MoE layer's router (not timed) and keep this rank's
+        tokens per local expert; allocate the synthetic rows they occupy."""
+        spec, dev = self.model.spec, self.model.device
+        n_global = local_tokens * self.layout.dp
+        most = 0
+        for layer in self.model.layers:
+            if layer.dense:
+                continue
+            x = randn((n_global, spec.hidden_size), sub_seed(self.seed, "replay", step, layer.idx),
+                      self.model.dtype, dev)
+            ids, _ = layer.router(rms_norm(x))  # [n_global, k]
+            counts = torch.bincount(ids.reshape(-1), minlength=spec.moe.num_experts)[self.lo:self.hi].cpu()
+            self.counts[layer.idx] = counts
+            most = max(most, int(counts.sum()))
+        if self.rows.shape[0] < most or self.rows.device != torch.device(dev):
+            self.rows = randn((most, spec.hidden_size), sub_seed(self.seed, "rows"), self.model.dtype, dev)
+
+    def moe(self, layer, y, ids, w, timer):
+        counts = self.counts[layer.idx]
+        rows = self.rows[:int(counts.sum())]
+        with timer.section("moe.experts"):
+            layer.experts(rows, counts)
+        return torch.zeros_like(y)
+
+    def modelled_a2a(self, local_tokens: int, n_moe: int, phase: str) -> dict[str, float]:
+        """Seconds of dispatch and combine over n_moe layers from the simulator's model."""
+        kernel = "high_throughput" if phase == "prefill" else "low_latency"
+        return {f"moe.{p}": n_moe * a2a_seconds(self.model.spec, self.layout, self.hw, self.prof,
+                                                float(local_tokens), p, kernel)
+                for p in ("dispatch", "combine")}
+
+    def expert_tokens(self) -> int:
+        """Token-expert pairs on this rank per MoE layer (mean over the layers that ran)."""
+        vals = [int(c.sum()) for c in self.counts.values()]
+        return round(sum(vals) / len(vals)) if vals else 0

@@ -1,0 +1,24 @@
+"""Reduced closed loop on this machine: execute a small sweep -> calibrate -> validate (< 60 s).
+Skipped until the executor's `rackplan execute` exists."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("executor.command", "executor.serve")),
+                    reason="rackplan execute (sweep and serving mode) not built yet")
+def test_quick_loop(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import calibration_loop
+
+    code = calibration_loop.main(["--quick", "--out", str(tmp_path), "--max-mape", "1000"])
+    rep = json.loads((tmp_path / "validate.json").read_text())
+    assert code == 0
+    assert rep["held_out_sizes"]["decode"] == [4]
+    assert "step" in rep["gated"]

@@ -1,0 +1,73 @@
+"""`rackplan plan` end to end on tiny-moe / cpu-local: files, round trip, exit codes."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from rackplan.cli import main
+from sim.search import planner
+from sim.search.verify import at_rate, run_simulation
+from sim.specs import load_hardware, load_model, load_plan, load_profile, load_workload
+
+pytestmark = pytest.mark.integration
+TINY = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "4", "--workload", "tiny-chat",
+        "--workers", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    rc = main(TINY + ["--ttft-p90", "1s", "--tpot-p90", "200ms", "--out", str(d / "plan.yaml"),
+                      "--report", str(d / "report")])
+    assert rc == 0
+    return d
+
+
+def test_plan_writes_plan_and_report(planned):
+    plan = load_plan(planned / "plan.yaml")
+    assert plan.gpus_used <= 4 and plan.predicted["request_rate"] > 0
+    assert plan.predicted["sim_ttft_p90_s"] <= 1.0 and plan.predicted["sim_tpot_p90_s"] <= 0.2
+    for name in ("report.md", "pareto.png", "pareto.csv", "launch.sh"):
+        assert (planned / "report" / name).stat().st_size > 0
+    assert "vllm serve" in (planned / "report" / "launch.sh").read_text()
+    rows = list(csv.DictReader(open(planned / "report" / "pareto.csv")))
+    assert sum(int(r["winner"]) for r in rows) == 1
+    assert "op by op" in (planned / "report" / "report.md").read_text()
+
+
+def test_plan_read_back_simulates_identically(planned):
+    plan = load_plan(planned / "plan.yaml")
+    model, hw, prof = load_model(plan.model), load_hardware(plan.hardware), load_profile("datasheet")
+    wl = at_rate(load_workload(plan.workload), plan.predicted["request_rate"])
+    again = run_simulation(plan, model, hw, wl, prof, 200, 1)
+    from sim.specs import Plan, from_dict, to_dict
+    copy = from_dict(Plan, to_dict(plan))
+    assert run_simulation(copy, model, hw, wl, prof, 200, 1) == again
+
+
+def test_only_feasible_plans_come_back(planned):
+    m, hw, prof, wl = (load_model("tiny-moe"), load_hardware("cpu-local"), load_profile("datasheet"),
+                       load_workload("tiny-chat"))
+    plan = load_plan(planned / "plan.yaml")
+    req = planner.Request(m, hw, prof, wl, 4, plan.slo, "tiny-moe", "cpu-local", "tiny-chat")
+    res = planner.plan(req)
+    assert res.winner.passed and res.simulated
+    k = res.winner.check.metrics
+    assert k["ttft_p90_s"] <= plan.slo.ttft_p90_s and k["tpot_p90_s"] <= plan.slo.tpot_p90_s
+
+
+def test_no_feasible_layout_exits_3_without_a_plan(tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    rc = main(TINY + ["--ttft-p90", "1ms", "--tpot-p90", "1ms", "--out", str(out)])
+    assert rc == 3 and not out.exists()
+    err = capsys.readouterr().err
+    assert "closest:" in err and "misses" in err and " by " in err
+
+
+def test_budget_too_small_for_weights_exits_2(tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    rc = main(["plan", "--model", "deepseek-v3", "--hardware", "h200-sxm", "--gpus", "4",
+               "--workload", "isl4k-osl1k", "--out", str(out), "--quiet"])
+    assert rc == 2 and not out.exists()
+    assert "at least 8 GPUs" in capsys.readouterr().err

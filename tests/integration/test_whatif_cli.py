@@ -1,0 +1,43 @@
+"""`rackplan whatif`: no change reproduces the baseline; more bandwidth / less CPU is never slower."""
+from __future__ import annotations
+
+import pytest
+
+from rackplan.cli import main
+from sim.search import whatif
+from sim.search.whatif_command import study
+from sim.specs import load_hardware, load_model, load_plan, load_profile, load_workload
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def base():
+    plan = load_plan("tiny-cpu")
+    return plan, whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), load_profile("datasheet"),
+                              load_workload(plan.workload))
+
+
+def test_no_change_returns_the_baseline_exactly(base):
+    plan, specs = base
+    baseline, rows = study(plan, specs, [("cpu.overhead_scale", [1]), ("hardware.nvlink_gbps", [1.0])])
+    assert rows[0].metrics == baseline.metrics  # cpu-local scale-up is 1 GB/s: the same spec
+
+
+@pytest.mark.parametrize("key,values", [("hardware.nvlink_gbps", [1.0, 4.0, 16.0]),
+                                        ("cpu.overhead_scale", [2.0, 1.0, 0.25])])
+def test_faster_system_is_never_slower(base, key, values):
+    plan, specs = base
+    _, rows = study(plan, specs, [(key, values)], num_requests=32, seed=0)
+    for slower, faster in zip(rows, rows[1:], strict=False):
+        for m in ("e2e_p50_s", "ttft_p50_s"):
+            assert faster.metrics[m] <= slower.metrics[m] * 1.001
+
+
+def test_whatif_cli_table_files_and_bad_key(tmp_path, capsys):
+    rc = main(["whatif", "--plan", "tiny-cpu", "--set", "cpu.overhead_scale=0.5,1", "--workers", "1",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    assert "baseline" in capsys.readouterr().out
+    assert (tmp_path / "whatif.csv").exists() and (tmp_path / "whatif.png").exists()
+    assert main(["whatif", "--plan", "tiny-cpu", "--set", "hardware.flux_capacitor=1"]) == 2

@@ -1,0 +1,69 @@
+"""Fits recover the profile that generated synthetic measurements; bad points are one-line errors."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from calibration.fit import Fitter, fit_profile
+from calibration.robust import check_points, fit_relative
+from calibration.samples import split_holdout, step_samples
+from calibration.synthetic import synth_records
+from calibration.validate import compare_steps
+from sim.specs import SpecError, load_hardware, load_model, load_plan, load_profile
+
+pytestmark = pytest.mark.unit
+PLAN = load_plan("tiny-cpu")
+BASE = load_profile("datasheet")
+TRUE = dataclasses.replace(BASE, gemm_eff_max=0.3, gemm_m_half=8.0, op_fixed_s=2e-5, attn_eff=0.2,
+                           cpu_step_s=1e-3, cpu_per_request_s=5e-5)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    recs = synth_records(PLAN, TRUE, decode_batches=(1, 2, 4, 8, 12, 16), repeats=3, noise=0.02)
+    samples = step_samples(recs, PLAN)
+    fit, held = split_holdout(samples, {"decode": {4, 12}})
+    fx = Fitter(PLAN, load_model(PLAN.model), load_hardware(PLAN.hardware), fit)
+    prof, scale = fit_profile(fx, BASE, "synthetic")
+    prof = dataclasses.replace(prof, provenance={"fit_sizes": {"decode": [1, 2, 8, 16],
+                                                               "prefill": [32, 64, 128, 256]}})
+    return prof, scale, samples, held
+
+
+def test_repeats_collapse_to_medians(fitted):
+    _, _, samples, held = fitted
+    assert len(samples) == 10 and all(s.repeats == 3 for s in samples)
+    assert sorted(s.size for s in held) == [4, 12]
+
+
+def test_recovers_generating_profile(fitted):
+    prof, scale, _, _ = fitted
+    assert prof.gemm_eff_max == pytest.approx(0.3, rel=0.1)
+    assert prof.op_fixed_s == pytest.approx(2e-5, rel=0.15)
+    assert prof.cpu_step_s == pytest.approx(1e-3, rel=0.15)
+    assert all(abs(v - 1) < 0.05 for v in scale.values())
+
+
+def test_held_out_mape_small(fitted):
+    prof, scale, samples, _ = fitted
+    rep = compare_steps(PLAN, samples, prof, scale)
+    assert rep.held_sizes["decode"] == [4, 12]
+    gated = rep.gated()
+    assert "step" in gated and max(gated.values()) < 5.0
+
+
+@pytest.mark.parametrize("bad", [[1.0, float("nan"), 2.0], [1.0, -1.0, 2.0]])
+def test_nan_or_negative_times_rejected(bad):
+    with pytest.raises(SpecError, match="finite, positive"):
+        check_points(np.array(bad), 2, "m", "op")
+
+
+def test_too_few_points_rejected():
+    with pytest.raises(SpecError, match="at least 2 points"):
+        fit_relative(lambda p: p[0] + 0 * np.ones(1), [1.0, 1.0], [0, 0], [2, 2], [1.0], "m", "op")
+
+
+def test_too_few_shapes_rejected():
+    recs = synth_records(PLAN, TRUE, decode_batches=(4,), prefill_tokens=(64,), repeats=2)
+    with pytest.raises(SpecError, match="distinct step shapes"):
+        Fitter(PLAN, load_model(PLAN.model), load_hardware(PLAN.hardware), step_samples(recs, PLAN))

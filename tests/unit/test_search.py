@@ -1,0 +1,134 @@
+"""Planner pieces: search space, analytic estimate, Pareto front, what-if keys, launch flags."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.search import combine, launch, pareto, planner, space, whatif
+from sim.search.estimate import Pricer, price_decode, price_prefill, traffic_of
+from sim.specs import SLO, Layout, SpecError, load_hardware, load_model, load_profile, load_workload
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return (load_model("tiny-moe"), load_hardware("cpu-local"), load_profile("datasheet"),
+            load_workload("tiny-chat"))
+
+
+TINY_SLO = SLO(1.0, 0.2)
+
+
+def _request(tiny, gpus=4, slo=TINY_SLO, **kw):
+    m, hw, prof, wl = tiny
+    return planner.Request(m, hw, prof, wl, gpus, slo, "tiny-moe", "cpu-local", "tiny-chat",
+                           simulate=False, **kw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 100)), min_size=1, max_size=40))
+def test_pareto_front_is_non_dominated_and_covers_all(points):
+    x, y = (lambda p: p[0]), (lambda p: p[1])
+    fr = pareto.front(points, x, y)
+    for a in fr:
+        assert not any(pareto.dominated(a, b, x, y) for b in points)
+    for p in points:  # every point is on the front or dominated by (or equal to) a front point
+        assert p in fr or any(pareto.dominated(p, f, x, y) or f == p for f in fr)
+
+
+@pytest.mark.parametrize("depth,rate,expected", [(0, 0.8, 1.0), (1, 0.8, 1.8), (2, 0.5, 1.75)])
+def test_acceptance_length(depth, rate, expected):
+    assert space.acceptance_length(depth, rate) == pytest.approx(expected)
+
+
+def test_enumerated_layouts_fit_in_memory():
+    m, hw = load_model("deepseek-v3"), load_hardware("h200-sxm")
+    s = space.SearchSpace()
+    lays = space.prefill_layouts(m, hw, 32, s) + space.decode_layouts(m, hw, 32, s)
+    assert lays and all(space.fits(m, hw, lay) for lay in lays)
+    assert min(lay.gpus for lay in lays) == 8  # DeepSeek-V3 FP8 needs 8 x 141 GB
+    assert any(lay.dp == 16 for lay in lays)  # EP beyond the 8-GPU NVLink domain is searched
+
+
+def test_budget_too_small_for_weights_is_a_spec_error():
+    m, hw = load_model("deepseek-v3"), load_hardware("h200-sxm")
+    with pytest.raises(SpecError, match="at least 8 GPUs"):
+        space.check_budget(m, hw, 4, disaggregated_only=False)
+
+
+def test_decode_table_is_monotone_and_rates_grow_with_batch(tiny):
+    m, hw, prof, wl = tiny
+    pr, tr = Pricer(m, hw, prof), traffic_of(wl)
+    unit = price_decode(pr, Layout("decode", dp=2, max_batch_per_rank=64), tr, (1, 2, 4, 8, 16, 32, 64))
+    assert list(unit.step_s) == sorted(unit.step_s)
+    rates = [unit.rate(i) for i in range(len(unit.batches))]
+    assert rates == sorted(rates)
+    pre = price_prefill(pr, Layout("prefill", dp=2), tr)
+    assert pre.max_rate(10.0) > pre.max_rate(pre.light_s * 1.5) > 0
+
+
+def test_estimated_candidates_all_meet_the_slos(tiny):
+    req = _request(tiny)
+    cands = planner.estimate(req, planner.price_all(req))
+    assert cands
+    for c in cands:
+        assert c.ttft_p90_s <= combine.SLO_MARGIN * req.slo.ttft_p90_s + 1e-12
+        assert c.tpot_s <= combine.SLO_MARGIN * req.slo.tpot_p90_s + 1e-12
+        assert c.gpus <= req.num_gpus
+
+
+def test_plan_is_independent_of_worker_count(tiny):
+    a = planner.plan(_request(tiny, workers=1))
+    b = planner.plan(_request(tiny, workers=2))
+    assert a.plan == b.plan
+    assert [c.summary for c in a.front] == [c.summary for c in b.front]
+
+
+def test_whatif_keys(tiny):
+    m, hw, prof, wl = tiny
+    base = whatif.Specs(m, hw, prof, wl)
+    assert whatif.apply(base, "cpu.overhead_scale", 1) == base
+    assert whatif.apply(base, "hardware.nvlink_gbps", 2).hw.scaleup_bw == 2e9
+    assert whatif.apply(base, "model.moe.top_k", 2).model.moe.top_k == 2
+    assert whatif.apply(base, "profile.mem_eff", 0.5).profile.mem_eff == 0.5
+    for bad in ("hardware.warp_drive", "cpu.speed", "nothing.at_all", "model.moe.top_k.x"):
+        with pytest.raises(SpecError):
+            whatif.apply(base, bad, 1)
+    with pytest.raises(SpecError):
+        whatif.apply(base, "model.moe.top_k", 0)  # out of range: the spec's own check
+    assert whatif.parse_set("model.moe.top_k=4,6,8") == ("model.moe.top_k", [4, 6, 8])
+    assert len(whatif.combinations([("a", [1, 2]), ("b", [3, 4, 5])])) == 6
+
+
+@pytest.mark.parametrize("key,values", [("hardware.nvlink_gbps", (450, 900, 1800)),
+                                        ("cpu.overhead_scale", (2.0, 1.0, 0.5))])
+def test_faster_hardware_never_slows_a_step(key, values):
+    m, hw, prof = load_model("deepseek-v3"), load_hardware("h200-sxm"), load_profile("datasheet")
+    base = whatif.Specs(m, hw, prof, load_workload("isl4k-osl1k"))
+    lays = [Layout("decode", dp=16, dbo=True), Layout("decode", dp=8, async_scheduling=False, cuda_graphs=False)]
+    for lay in lays:
+        times = []
+        for v in values:
+            s = whatif.apply(base, key, v)
+            pr = Pricer(s.model, s.hw, s.profile)
+            times.append((pr.decode(lay, 64.0, 4500.0).seconds,
+                          pr.prefill(dataclasses.replace(lay, role="prefill"), (4000.0,), 0.0).seconds))
+        for slower, faster in zip(times, times[1:], strict=False):
+            assert faster[0] <= slower[0] + 1e-12 and faster[1] <= slower[1] + 1e-12
+
+
+def test_launch_flags_use_vllm_spellings():
+    m = load_model("deepseek-v3")
+    lay = Layout("decode", dp=16, dbo=True, speculation=planner.sp.Speculation(1, 1.8),
+                 eplb=planner.sp.EPLBConfig(16, "hierarchical"), max_batch_per_rank=64)
+    flags = launch.serve_flags(lay, m, disaggregated=True)
+    for f in ("--data-parallel-size", "--enable-expert-parallel", "--enable-eplb", "--eplb-config",
+              "--enable-dbo", "--speculative-config", "--kv-transfer-config", "--max-num-seqs",
+              "--max-num-batched-tokens", "--tensor-parallel-size", "--all2all-backend"):
+        assert f in flags
+    assert '"num_redundant_experts": 16' in flags[flags.index("--eplb-config") + 1]
+    assert '"NixlConnector"' in flags[flags.index("--kv-transfer-config") + 1]
