@@ -106,6 +106,8 @@ class Model:
             return rms_norm(x[batch.ends]) @ self.head  # [B, V]
 
     def _attention(self, layer: Layer, li: int, x, batch: Batch, cache, timer):
+        if x.shape[0] == 0:  # an idle DP rank still joins the MoE all-to-alls of the step
+            return torch.zeros_like(x)
         if batch.phase == "decode":
             return layer.attn.decode(x, batch.pos, cache, li, batch.slots, timer, batch.pos_range)
         out, entry = layer.attn.prefill(x, batch.pos, batch.seq_lens, timer)

@@ -60,21 +60,22 @@ class StepPricer:
     def step(self, rb: RankBatch) -> float:
         """Seconds of a prefill or mixed step (decode part quantised like `decode`)."""
         self.calls += 1
-        key = [("d", int(b), int(c / max(b, 1) // CTX_BUCKET)) for b, c in zip(rb.dec_batch, rb.dec_ctx)]
-        for n, p in zip(rb.pre_new, rb.pre_prefix):
+        key = [(int(b), int(c / max(b, 1) // CTX_BUCKET)) for b, c in zip(rb.dec_batch, rb.dec_ctx)]
+        pre = [(0, 0, 0)] * len(key)
+        for r, (n, p) in enumerate(zip(rb.pre_new, rb.pre_prefix)):
             tok = float(n.sum())
             pairs = float(np.dot(n, p + n / 2.0))
-            key.append((_qlog(tok, LOG_STEP_PREFILL), len(n), _qlog(pairs, LOG_STEP_PREFILL)))
-        key = tuple(key)
+            pre[r] = (_qlog(tok, LOG_STEP_PREFILL), len(n), _qlog(pairs, LOG_STEP_PREFILL))
+        # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them
+        key = tuple(sorted(d + q for d, q in zip(key, pre)))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         self.misses += 1
-        ranks = len(rb.dec_batch)
-        dec_b = np.array([k[1] for k in key[:ranks]], float)
-        dec_c = np.array([(k[2] + 0.5) * CTX_BUCKET for k in key[:ranks]]) * dec_b
+        dec_b = np.array([k[0] for k in key], float)
+        dec_c = np.array([(k[1] + 0.5) * CTX_BUCKET for k in key]) * dec_b
         news, prefs = [], []
-        for qt, nseq, qp in key[ranks:]:
+        for _, _, qt, nseq, qp in key:
             tok, pairs = _unq(qt, LOG_STEP_PREFILL), _unq(qp, LOG_STEP_PREFILL)
             n = tok / max(nseq, 1)
             p = max(pairs / max(tok, 1e-9) - n / 2.0, 0.0)

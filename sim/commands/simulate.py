@@ -83,10 +83,13 @@ def print_table(plan, workload, profile, result, wall_s: float) -> None:
 
 def run(args) -> int:
     plan = load_plan(args.plan)
+    from ..simulator import with_rate
+
     workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
     if args.rate is not None:
-        from ..simulator import with_rate
         workload = with_rate(workload, args.rate)
+    elif not args.workload and "request_rate" in plan.predicted:
+        workload = with_rate(workload, plan.predicted["request_rate"])  # the load the planner checked
     profile = load_profile(args.profile or plan.profile or "datasheet")
     from ..simulator import simulate
 

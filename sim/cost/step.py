@@ -201,6 +201,30 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
     return sum(op.seconds for op in ops), ops
 
 
+def _op_layers(name: str, groups: list) -> int:
+    """Layers of the step that run op `name` (what Profile.op_fixed counts per)."""
+    if name in ("lm_head", "draft"):
+        return 1
+    n_dense, n_moe = sum(g[0] for g in groups), sum(g[1] for g in groups)
+    if name in ("attn.proj", "attn.core"):
+        return n_dense + n_moe
+    return n_dense if name == "dense_ffn" else n_moe
+
+
+def _calibrated(prof: Profile, acc: _Acc, moe_ops: list[Op], groups: list) -> list[Op]:
+    """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work."""
+    for name, f in prof.op_scale.items():
+        if name in acc.rank_ops:
+            acc.rank_ops[name][0] *= f
+    for name, f in prof.op_fixed.items():
+        if name in acc.rank_ops:
+            rec = acc.rank_ops[name]
+            rec[0] += np.where(rec[0] > 0, f * _op_layers(name, groups), 0.0)
+    return [dataclasses.replace(op, seconds=op.seconds * prof.op_scale.get(op.name, 1.0)
+                                + (prof.op_fixed.get(op.name, 0.0) * op.count if op.seconds > 0 else 0.0))
+            for op in moe_ops]
+
+
 def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
     """(compute seconds, communication seconds, ops) of one step without overlap or host time."""
     m, lay = cx.model, cx.layout
@@ -234,13 +258,11 @@ def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
         by = np.minimum(d.total_params, d.active_params * np.maximum(dm_, 1.0)) * wb
         sec = np.where(dm_ > 0, price(fl, by, cx.hw.flops_for(m.dtypes.compute), gemm_eff(dm_, cx.prof),
                                       cx.hw, cx.prof), 0.0)
-        acc.rank("draft", sec, fl, by, d.forward_passes)
-    if cx.prof.op_scale:  # calibrated per-op corrections
-        for name, f in cx.prof.op_scale.items():
-            if name in acc.rank_ops:
-                acc.rank_ops[name][0] *= f
-        moe_ops = [dataclasses.replace(op, seconds=op.seconds * cx.prof.op_scale.get(op.name, 1.0))
-                   for op in moe_ops]
+        # MTP runs one module pass per draft token; a block drafter runs its fixed stage count
+        passes = lay.speculation.num_tokens if d.kind == "mtp" else d.forward_passes
+        acc.rank("draft", sec, fl, by, passes)
+    if cx.prof.op_scale or cx.prof.op_fixed:  # calibrated per-op corrections
+        moe_ops = _calibrated(cx.prof, acc, moe_ops, groups)
     rank_s, rank_ops, _ = acc.slowest(rb.ranks)
     comm = sum(op.seconds for op in moe_ops if op.kind == "comm")
     compute = rank_s + sum(op.seconds for op in moe_ops if op.kind != "comm")

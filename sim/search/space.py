@@ -56,10 +56,12 @@ def spec_options(model: ModelSpec, space: SearchSpace) -> tuple[Speculation | No
 
 
 def _eplb_options(model: ModelSpec, ep: int, space: SearchSpace) -> tuple[EPLBConfig, ...]:
-    """No EPLB, and one redundant slot per rank when experts split evenly (vLLM requires it)."""
+    """No EPLB, and the fewest redundant slots (at least one) that make experts + redundant split
+    evenly over the EP ranks, as vLLM's EPLB requires (DeepSeek-V3 EP72: 256 + 32 = 288)."""
     opts = [EPLBConfig()]
-    if space.eplb and ep >= 8 and model.moe.num_experts % ep == 0:
-        opts.append(EPLBConfig(redundant_experts=ep, policy="hierarchical"))
+    if space.eplb and ep >= 8:
+        redundant = (-model.moe.num_experts) % ep or ep
+        opts.append(EPLBConfig(redundant_experts=redundant, policy="hierarchical"))
     return tuple(opts)
 
 

@@ -52,6 +52,9 @@ class Profile:
     graph_launch_s: float = 50.0e-6  # one CUDA-graph replay launch
     dbo_efficiency: float = 0.9  # fraction of the overlappable time DBO actually hides
     op_scale: dict[str, float] = field(default_factory=dict)  # fitted per-op correction factors
+    # fitted per-op fixed seconds per layer the op runs in (host dispatch of its kernels on CPU,
+    # launch-bound ops): added after op_scale, on ranks where the op has work
+    op_fixed: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)
 
@@ -66,6 +69,8 @@ class Profile:
         check(0 <= self.dbo_efficiency <= 1, "dbo_efficiency", "a fraction in [0, 1]", self.dbo_efficiency)
         for name, v in self.op_scale.items():
             check(v > 0, f"op_scale.{name}", "a positive factor", v)
+        for name, v in self.op_fixed.items():
+            non_negative(v, f"op_fixed.{name}")
 
     def a2a_params(self, kernel: str, link: str, ep: int, phase: str) -> A2AParams:
         """Best-matching all-to-all entry: same kernel and link, phase-specific before 'both',
