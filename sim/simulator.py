@@ -18,7 +18,7 @@ from .decode import DecodeInstance, DecodeRanks
 from .metrics import RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .pricer import StepPricer
-from .specs import SpecError, HardwareSpec, ModelSpec, Plan, Profile, Workload, load_hardware, load_model
+from .specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
 from .workload import Requests, make_requests
 
 

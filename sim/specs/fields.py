@@ -6,12 +6,11 @@ unknown and missing keys, and raises `SpecError` with the dotted path of the off
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
-
-import re
 
 import yaml
 

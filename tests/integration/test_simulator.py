@@ -7,10 +7,10 @@ import pytest
 
 from sim.cost.step import CostContext
 from sim.cost.transfer import kv_transfer_seconds
-from sim.pricer import StepPricer
 from sim.prefill import rank_batch
+from sim.pricer import StepPricer
 from sim.simulator import simulate, simulate_specs
-from sim.specs import Arrival, LengthDist, Layout, Plan, Workload, load_hardware, load_model, load_profile
+from sim.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.integration
 PROF = load_profile("datasheet")
