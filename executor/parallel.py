@@ -2,7 +2,8 @@
 
 One MoE layer on rank r of an EP group of W ranks (DeepEP's normal-mode flow, with plain
 collectives):
-  1. map each token's top-k logical experts to physical slots (placement; identity by default),
+  1. map each token's top-k logical experts to physical slots (placement.map_to_slots; identity
+     by default),
   2. sort the token-expert pairs by slot (permute),
   3. exchange per-slot counts (all_to_all_single), so every receiver knows its splits,
   4. dispatch rows with all_to_all_single (uneven splits, always taken from the exchanged counts),
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .kernels.permute import permute, unpermute
+from .placement import map_to_slots
 
 
 def init_distributed(backend: str, rank: int, world: int, init_file: str, timeout_s: float):
@@ -44,8 +46,8 @@ class EPGroup:
     """One EP group and its expert placement.
 
     phy2log [S] is the logical expert of every physical slot (DeepSeek EPLB's output format);
-    rank r holds slots bounds[r]:bounds[r+1]. A logical expert with several replicas sends each
-    token to replica (token index mod replicas)."""
+    rank r holds slots bounds[r]:bounds[r+1]. A logical expert with several replicas spreads its
+    token choices round-robin over them (placement.map_to_slots, offset by the source rank)."""
 
     group: object  # ProcessGroup, or None for a single process
     rank: int
@@ -82,12 +84,12 @@ def make_ep_group(group, rank: int, size: int, num_experts: int, placement=None)
 
 
 def to_slots(ids: torch.Tensor, ep: EPGroup) -> torch.Tensor:
-    """Logical expert ids [T, k] -> physical slots [T, k]."""
-    if ids.numel() == 0:
-        return ids
-    tok = torch.arange(ids.shape[0], device=ids.device)[:, None]
-    rep = ep.replicas.to(ids.device)[ids]
-    return ep.log2phy.to(ids.device)[ids, tok % rep]
+    """Logical expert ids [T, k] -> physical slots [T, k]: the choices of one expert go round-robin
+    over its replicas in token order, starting at this rank's offset (placement.map_to_slots), so a
+    replicated expert's load splits exactly evenly, as the simulator's imbalance model assumes."""
+    if ids.numel() == 0 or int(ep.log2phy.shape[1]) == 1:
+        return ep.log2phy.to(ids.device)[ids, 0] if ids.numel() else ids
+    return map_to_slots(ids, ep.log2phy.to(ids.device), ep.replicas.to(ids.device), offset=ep.rank)
 
 
 @dataclass

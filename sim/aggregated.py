@@ -13,14 +13,15 @@ import simpy
 
 from .cost.step import RankBatch
 from .decode import DecodeRanks
+from .instance import Instance
 from .metrics import RequestLog
 from .pricer import StepPricer
 
 
-class AggregatedInstance:
+class AggregatedInstance(Instance):
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, ranks: DecodeRanks,
                  budget: int, queries_per_seq: float, log: RequestLog, need_of, osl_of, on_done):
-        self.env, self.name, self.pricer, self.ranks, self.log = env, name, pricer, ranks, log
+        self.ranks, self.log = ranks, log
         self.budget, self.q = budget, queries_per_seq
         self.need_of, self.osl_of, self.on_done = need_of, osl_of, on_done
         n = len(ranks.batch)
@@ -28,10 +29,7 @@ class AggregatedInstance:
         self.pinned: list[deque] = [deque() for _ in range(n)]  # requests in prefill per rank
         self.progress: dict[int, int] = {}
         self.prefilling = np.zeros(n)
-        self.busy_s = 0.0
-        self.steps = 0
-        self._wake = env.event()
-        env.process(self.run())
+        super().__init__(env, name, pricer)
 
     @property
     def load(self) -> int:
@@ -39,8 +37,7 @@ class AggregatedInstance:
 
     def submit(self, rid: int) -> None:
         self.queue.append(rid)
-        if not self._wake.triggered:
-            self._wake.succeed()
+        self.notify()
 
     def _pin(self) -> None:
         """Move queued requests onto ranks with a free slot and KV room."""
@@ -92,8 +89,7 @@ class AggregatedInstance:
         while True:
             self._pin()
             if self.ranks.running == 0 and not self.prefilling.any():
-                self._wake = self.env.event()
-                yield self._wake
+                yield self.idle()
                 continue
             chunks = self._chunks()
             decoding = self.ranks.running
@@ -104,9 +100,7 @@ class AggregatedInstance:
                 dt = self.pricer.step(rb)
             else:
                 dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
-            yield self.env.timeout(dt)
-            self.busy_s += dt
-            self.steps += 1
+            yield self.busy(dt)
             now = self.env.now
             if decoding:
                 self.log.step_durations.append(dt)

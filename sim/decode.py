@@ -13,6 +13,7 @@ from collections import deque
 import numpy as np
 import simpy
 
+from .instance import Instance
 from .metrics import RequestLog
 from .pricer import StepPricer
 
@@ -67,18 +68,15 @@ class DecodeRanks:
         return done
 
 
-class DecodeInstance:
+class DecodeInstance(Instance):
     """A decode instance: admits requests whose KV has arrived, steps until they finish."""
 
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, ranks: DecodeRanks,
                  log: RequestLog, ctx_of, osl_of, on_done):
-        self.env, self.name, self.pricer, self.ranks, self.log = env, name, pricer, ranks, log
+        self.ranks, self.log = ranks, log
         self.ctx_of, self.osl_of, self.on_done = ctx_of, osl_of, on_done
         self.waiting: deque[int] = deque()
-        self.busy_s = 0.0
-        self.steps = 0
-        self._wake = env.event()
-        env.process(self.run())
+        super().__init__(env, name, pricer)
 
     @property
     def load(self) -> int:
@@ -87,8 +85,7 @@ class DecodeInstance:
     def deliver(self, rid: int) -> None:
         """KV of `rid` has arrived."""
         self.waiting.append(rid)
-        if not self._wake.triggered:
-            self._wake.succeed()
+        self.notify()
 
     def _admit(self) -> list[int]:
         new = []
@@ -107,13 +104,10 @@ class DecodeInstance:
         while True:
             new = self._admit()
             if self.ranks.running == 0:
-                self._wake = self.env.event()
-                yield self._wake
+                yield self.idle()
                 continue
             dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
-            yield self.env.timeout(dt)
-            self.busy_s += dt
-            self.steps += 1
+            yield self.busy(dt)
             now = self.env.now
             self.log.step_durations.append(dt)
             self.log.step_seqs.append(self.ranks.running)

@@ -12,6 +12,7 @@ import numpy as np
 import simpy
 
 from .cost.step import RankBatch
+from .instance import Instance
 from .pricer import StepPricer
 
 
@@ -42,20 +43,16 @@ def rank_batch(chunks) -> RankBatch:
                      [np.array([c[2] for c in ch], float) for ch in chunks])
 
 
-class PrefillInstance:
+class PrefillInstance(Instance):
     """A prefill instance; `on_prefilled(rid)` hands finished prompts to KV transfer."""
 
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, budget: int, max_seqs: int,
                  need_of, on_prefilled):
-        self.env, self.name, self.pricer = env, name, pricer
         self.budget, self.max_seqs, self.need_of, self.on_prefilled = budget, max_seqs, need_of, on_prefilled
         self.queue: deque[int] = deque()
         self.done_tokens: dict[int, int] = {}
         self.queued_tokens = 0
-        self.busy_s = 0.0
-        self.steps = 0
-        self._wake = env.event()
-        env.process(self.run())
+        super().__init__(env, name, pricer)
 
     @property
     def load(self) -> int:
@@ -65,21 +62,17 @@ class PrefillInstance:
         cached, total = self.need_of(rid)
         self.queue.append(rid)
         self.queued_tokens += total - cached
-        if not self._wake.triggered:
-            self._wake.succeed()
+        self.notify()
 
     def run(self):
         ranks = self.pricer.ranks
         while True:
             if not self.queue:
-                self._wake = self.env.event()
-                yield self._wake
+                yield self.idle()
                 continue
             chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs)
             dt = self.pricer.step(rank_batch(chunks))
-            yield self.env.timeout(dt)
-            self.busy_s += dt
-            self.steps += 1
+            yield self.busy(dt)
             for ch in chunks:
                 for rid, take, start in ch:
                     self.queued_tokens -= take
