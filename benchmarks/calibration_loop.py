@@ -2,7 +2,8 @@
 
   1. (--microbench) measure matmul rate and copy bandwidth -> configs/hardware/cpu-local.yaml
   2. execute tiny-cpu on 2 gloo ranks over a sweep of decode batch sizes and prefill token budgets
-     (one temporary plan per sweep point: the plan's max_batch_per_rank / max_tokens_per_step)
+     (one temporary plan per sweep point: the plan's max_batch_per_rank / max_tokens_per_step),
+     every point repeated in separate runs (seeds 0..repeats-1), interleaved in time
   3. calibrate a cpu-local profile on some sizes, holding others out
   4. execute a serving-mode run of the plan's workload
   5. validate: held-out steps per op and per step, serving TTFT/TPOT p50/p90 through the simulator
@@ -22,9 +23,11 @@ from pathlib import Path
 
 from sim.specs import dump_yaml, load_plan
 
-FULL = {"decode": (1, 2, 4, 8, 12, 16), "prefill": (32, 64, 128, 192, 256),
-        "holdout": ("decode:4,12", "prefill:128"), "steps": 12}
-QUICK = {"decode": (1, 4, 16), "prefill": (32, 128), "holdout": ("decode:4",), "steps": 4}
+# Sweep points are repeated in separate runs, interleaved in time: a neighbour's burst on the
+# shared cores slows a whole run, and the fit takes the median over runs of each run's median.
+FULL = {"decode": (1, 2, 4, 6, 8, 12, 16), "prefill": (32, 64, 96, 128, 192, 256),
+        "holdout": ("decode:4,12", "prefill:96,192"), "steps": 12, "repeats": 3}
+QUICK = {"decode": (1, 4, 16), "prefill": (32, 128, 256), "holdout": ("decode:4",), "steps": 6, "repeats": 1}
 RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
 
 
@@ -35,8 +38,8 @@ def sweep_plans(plan_name: str, cfg: dict, folder: Path) -> list[tuple[str, Path
     for b in cfg["decode"]:
         lay = dataclasses.replace(plan.decode[0], max_batch_per_rank=b)
         out.append((f"decode-b{b}", dataclasses.replace(plan, decode=(lay,))))
-    for t in cfg["prefill"]:
-        lay = dataclasses.replace(plan.prefill[0], max_tokens_per_step=t, max_batch_per_rank=1)
+    for t in cfg["prefill"]:  # whole prompts fill the budget (the last one chunked): t tokens per rank
+        lay = dataclasses.replace(plan.prefill[0], max_tokens_per_step=t)
         out.append((f"prefill-t{t}", dataclasses.replace(plan, prefill=(lay,))))
     paths = []
     for label, p in out:
@@ -69,11 +72,13 @@ def main(argv=None) -> int:
         sh(RACKPLAN + ["calibrate", "--microbench", "--hardware", "cpu-local",
                        "--out-hardware", "configs/hardware/cpu-local.yaml"])
     runs = []
-    for label, path in sweep_plans(args.plan, cfg, out):
-        run = out / "sweep" / label
-        sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
-                       "--steps", str(cfg["steps"])])
-        runs.append(run)
+    for rep in range(cfg["repeats"]):
+        for label, path in sweep_plans(args.plan, cfg, out):
+            run = out / "sweep" / f"{label}-r{rep}"
+            skip = ["--skip-prefill"] if label.startswith("decode") else []
+            sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
+                           "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])
+            runs.append(run)
     prof = Path(args.profile_out or out / "cpu-local.yaml")
     hold = [x for h in cfg["holdout"] for x in ("--holdout", h)]
     meas = [x for r in runs for x in ("--measurements", str(r))]

@@ -105,14 +105,15 @@ def _from_measurements(args, base, name):
     fit, held = split_holdout(samples, parse_holdout(args.holdout))
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     fx = Fitter(plan, model, hw, fit)
-    prof, scale = fit_profile(fx, base, name, getattr(args, "launch_s", None))
+    prof = fit_profile(fx, base, name, getattr(args, "launch_s", None))
     first = records[0]
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
              "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"], "run_versions": first["versions"],
              "fit_sizes": {r: sorted({s.size for s in fit if s.role == r}) for r in ("decode", "prefill")},
              "held_out_sizes": {r: sorted({s.size for s in held if s.role == r}) for r in ("decode", "prefill")},
-             "op_scale": {k: round(v, 4) for k, v in scale.items()},
-             "note": "op_scale: measured/predicted per op (proposed Profile.op_scale); fit_error: MAPE % on fit set"}
+             "method": "per op: op_fixed x layers + op_scale x roofline (shared curves), soft-L1 relative "
+                       "least squares on medians of per-run medians; a2a alpha + bytes/bw; host by step time",
+             "note": "fit_error: MAPE % on the fit set; `rackplan validate` reports held-out error"}
     return prof, extra, {"fit_error": dict(prof.fit_error), "fit_steps": len(fit), "held_out_steps": len(held)}
 
 

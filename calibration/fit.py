@@ -1,22 +1,26 @@
 """Fit a Profile to measured steps, through the real cost model (sim.cost.step.step_cost).
 
-Four stages, each a robust least-squares fit on relative error:
-  1. compute ops (GEMMs, attention, router, lm_head, experts): gemm_eff_max, gemm_m_half, mem_eff,
-     mem_bytes_half, op_fixed_s, attn_eff, shared by every op the roofline prices;
+Three stages, each a robust least-squares fit on relative error:
+  1. compute ops (GEMMs, attention, router, lm_head, experts): every op is priced as
+        seconds = op_fixed[op] x layers + op_scale[op] x roofline(op; shared curves)
+     Small ops are dominated by a fixed cost per call (host dispatch of several kernels on CPU,
+     launch and latency floors on GPU) that no multiplicative factor can carry, so each op gets
+     its own fixed seconds per layer and its own efficiency (op_scale), both linear given the
+     shared roofline curves (gemm_eff_max, gemm_m_half, mem_bytes_half, attn_eff). The curves are
+     fitted outside, the per-op pairs inside by iteratively reweighted least squares (variable
+     projection): four nonlinear parameters, two linear ones per op;
   2. dispatch / combine: alpha_s and bw_eff per (kernel, phase) on the local link;
   3. host: cpu_step_s and cpu_per_request_s so that device ops + host time = measured step time
-     (what the simulator consumes); launch_s comes from the microbenchmark when given;
-  4. per-op scale: measured / predicted median per op, the residual the shared curves cannot carry.
-     Profile has no field for it yet: it is stored in provenance["op_scale"] (proposed field
-     `Profile.op_scale: dict[str, float]`, applied to each op's seconds in step_cost).
+     (what the simulator consumes); launch_s comes from the microbenchmark when given.
 """
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+from scipy.optimize import least_squares
 
-from sim.cost.step import CostContext, step_cost
+from sim.cost.step import CostContext, op_layers, step_cost
 from sim.specs import A2AParams, HardwareSpec, ModelSpec, Plan, Profile, SpecError
 
 from .robust import check_points, fit_relative, mape
@@ -24,10 +28,12 @@ from .samples import DEVICE_OPS, StepSample, layout_for
 
 COMPUTE_OPS = ("attn.proj", "attn.core", "router", "moe.experts", "shared_expert", "dense_ffn", "lm_head")
 COMM_OPS = ("moe.dispatch", "moe.combine")
-# stage 1 parameters: name, lower, upper
-COMPUTE_PARAMS = (("gemm_eff_max", 1e-3, 1.0), ("gemm_m_half", 0.0, 1e5), ("mem_eff", 1e-3, 1.0),
-                  ("mem_bytes_half", 0.0, 1e9), ("op_fixed_s", 0.0, 1e-2), ("attn_eff", 1e-3, 1.0))
+# stage 1 shared-curve parameters: name, lower, upper
+SHARED_PARAMS = (("gemm_eff_max", 1e-3, 1.0), ("gemm_m_half", 0.0, 1e4), ("mem_bytes_half", 0.0, 1e8),
+                 ("attn_eff", 1e-3, 1.0))
 MIN_SAMPLES = 3  # distinct step shapes needed before any curve is fitted
+MIN_PHASE_POINTS = 3  # shapes of one phase before an op gets a line of its own for that phase
+SOFT_L1 = 0.05  # relative error at which the robust loss turns linear (noisy shared machine)
 
 
 class Fitter:
@@ -55,20 +61,81 @@ class Fitter:
         return np.array(pred), np.array(meas)
 
 
+def _roofline(prof: Profile) -> Profile:
+    """The profile's shared curves alone: no per-op terms, no per-kernel fixed time."""
+    return dataclasses.replace(prof, op_scale={}, op_fixed={}, op_fixed_s=0.0)
+
+
+def fit_op_line(layers: float, roof: np.ndarray, meas: np.ndarray, iters: int = 20) -> tuple[float, float]:
+    """(fixed seconds per layer >= 0, scale > 0) minimising the soft-L1 relative error of
+    layers x fixed + scale x roof against meas (IRLS on the linear least-squares problem)."""
+    a = np.stack([np.full_like(roof, layers), roof], 1) / meas[:, None]  # [N, 2]; target: ones
+    w = np.ones(len(meas))
+    coef = np.array([0.0, 1.0])
+    for _ in range(iters):
+        sw = np.sqrt(w)[:, None]
+        coef = np.linalg.lstsq(a * sw, sw[:, 0], rcond=None)[0]
+        if coef[0] < 0:  # no fixed part: scale alone
+            coef = np.array([0.0, float(np.sum(w * a[:, 1]) / np.sum(w * a[:, 1] ** 2))])
+        if coef[1] <= 1e-6:  # no work part: fixed alone
+            coef = np.array([float(np.sum(w * a[:, 0]) / np.sum(w * a[:, 0] ** 2)), 1e-6])
+        err = a @ coef - 1.0
+        w = 1.0 / np.sqrt(1.0 + (err / SOFT_L1) ** 2)
+    return float(coef[0]), float(coef[1])
+
+
+def _compute_table(fx: Fitter, prof: Profile) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per "op/phase" key: (roofline seconds, measured seconds) over the samples that measured it.
+    Decode and prefill run different code for one op (attention above all), so each phase with
+    enough shapes gets its own line; a phase with fewer falls back to the op's pooled line."""
+    rows: dict[tuple, tuple[list, list]] = {}
+    roof = _roofline(prof)
+    for s in fx.samples:
+        bd = fx.price(roof, s).breakdown()
+        for op in COMPUTE_OPS:
+            if s.ops.get(op, 0.0) > 0 and bd.get(op, 0.0) > 0:
+                r, m = rows.setdefault((op, s.role), ([], []))
+                r.append(bd[op])
+                m.append(s.ops[op])
+    out = {}
+    for op in COMPUTE_OPS:
+        phases = [ph for ph in ("decode", "prefill") if (op, ph) in rows]
+        if all(len(rows[(op, ph)][1]) >= MIN_PHASE_POINTS for ph in phases):
+            out.update({f"{op}/{ph}": tuple(map(np.array, rows[(op, ph)])) for ph in phases})
+        elif phases:
+            out[op] = tuple(np.concatenate([np.array(rows[(op, ph)][i]) for ph in phases]) for i in (0, 1))
+    return out
+
+
+def _per_op(fx: Fitter, prof: Profile) -> tuple[dict, dict, np.ndarray]:
+    """Per-op fixed and scale for the profile's shared curves, and every relative error."""
+    fixed, scale, errs = {}, {}, []
+    for key, (roof, meas) in _compute_table(fx, prof).items():
+        layers = op_layers(fx.model, key.split("/")[0])
+        f, k = fit_op_line(layers, roof, meas) if len(meas) >= 2 else (0.0, float(np.median(meas / roof)))
+        fixed[key], scale[key] = f, k
+        errs.append((layers * f + k * roof) / meas - 1.0)
+    return fixed, scale, np.concatenate(errs) if errs else np.zeros(0)
+
+
 def fit_compute(fx: Fitter, base: Profile) -> Profile:
-    """Stage 1: shared roofline curves over every compute op."""
-    _, meas = fx.op_pairs(base, COMPUTE_OPS)
-    check_points(meas, len(COMPUTE_PARAMS), "measurements", "compute op seconds")
-    names = [p[0] for p in COMPUTE_PARAMS]
+    """Stage 1: shared roofline curves (outer, nonlinear) and per-op fixed + scale (inner, linear)."""
+    table = _compute_table(fx, base)
+    check_points(np.concatenate([m for _, m in table.values()]) if table else np.zeros(0),
+                 len(SHARED_PARAMS) + 2, "measurements", "compute op seconds")
+    names = [p[0] for p in SHARED_PARAMS]
+    lo, hi = np.array([p[1] for p in SHARED_PARAMS]), np.array([p[2] for p in SHARED_PARAMS])
 
     def make(p):
-        return dataclasses.replace(base, **{n: float(v) for n, v in zip(names, p)})
+        return dataclasses.replace(base, op_fixed_s=0.0, **{n: float(v) for n, v in zip(names, p)})
 
-    x0 = [getattr(base, n) for n in names]
-    p, _ = fit_relative(lambda p: fx.op_pairs(make(p), COMPUTE_OPS)[0], x0,
-                        [p[1] for p in COMPUTE_PARAMS], [p[2] for p in COMPUTE_PARAMS], meas,
-                        "measurements", "compute op seconds")
-    return make(p)
+    x0 = np.clip([getattr(base, n) for n in names], lo, hi)
+    res = least_squares(lambda p: _per_op(fx, make(p))[2], x0, bounds=(lo, hi), loss="soft_l1",
+                        f_scale=SOFT_L1, x_scale="jac", max_nfev=200)
+    prof = make([_sig(x) for x in res.x])
+    fixed, scale, _ = _per_op(fx, prof)
+    return dataclasses.replace(prof, op_fixed={k: _sig(v) for k, v in fixed.items()},
+                               op_scale={k: _sig(v) for k, v in scale.items()})
 
 
 def fit_comm(fx: Fitter, prof: Profile) -> Profile:
@@ -97,8 +164,8 @@ def _fit_entry(fx, prof, entries, sub, kernel, phase, op):
 
     meas = np.array([s.ops[op] for s in sub])
     p, _ = fit_relative(pred, [float(np.min(meas)) / 2, 0.5], [0.0, 1e-3], [float(np.max(meas)), 1.5], meas,
-                        "measurements", f"{op} seconds ({kernel})")
-    return make(p)
+                        "measurements", f"{op} seconds ({kernel})", f_scale=SOFT_L1)
+    return make([_sig(p[0]), _sig(p[1])])
 
 
 def fit_host(fx: Fitter, prof: Profile, launch_s: float | None = None) -> Profile:
@@ -115,40 +182,31 @@ def fit_host(fx: Fitter, prof: Profile, launch_s: float | None = None) -> Profil
         return np.array([fx.price(make(p), s).seconds for s in fx.samples])
 
     p, _ = fit_relative(pred, [prof.cpu_step_s, prof.cpu_per_request_s], [0.0, 0.0],
-                        [float(np.max(steps)), float(np.max(steps))], steps, "measurements", "step seconds")
-    return make(p)
+                        [float(np.max(steps)), float(np.max(steps))], steps, "measurements", "step seconds",
+                        f_scale=SOFT_L1)
+    return make([_sig(p[0]), _sig(p[1])])
 
 
-def fit_op_scale(fx: Fitter, prof: Profile) -> dict[str, float]:
-    """Stage 4: median measured / predicted per device op (1.0 where the op was not measured)."""
+def op_errors(fx: Fitter, prof: Profile) -> dict[str, float]:
+    """MAPE (%) per op and of the step, over the fitter's samples."""
     out = {}
     for op in DEVICE_OPS:
         pred, meas = fx.op_pairs(prof, [op])
         if len(meas):
-            out[op] = float(np.median(meas / pred))
+            out[op] = mape(pred, meas)
+    out["step"] = mape([fx.price(prof, s).seconds for s in fx.samples], [s.step_s for s in fx.samples])
     return out
 
 
-def op_errors(fx: Fitter, prof: Profile, op_scale: dict[str, float] | None = None) -> dict[str, float]:
-    """MAPE (%) per op, of the step and of host time, over the fitter's samples."""
-    out = {}
-    for op in DEVICE_OPS:
-        pred, meas = fx.op_pairs(prof, [op])
-        if len(meas):
-            out[op] = mape(pred * (op_scale or {}).get(op, 1.0), meas)
-    costs = [fx.price(prof, s) for s in fx.samples]
-    out["step"] = mape([c.seconds for c in costs], [s.step_s for s in fx.samples])
-    host = [(c.breakdown().get("host.exposed", 0.0), s.host_s) for c, s in zip(costs, fx.samples) if s.host_s > 0]
-    if host:
-        out["host"] = mape(*zip(*host))
-    return out
-
-
-def fit_profile(fx: Fitter, base: Profile, name: str, launch_s: float | None = None) -> tuple[Profile, dict]:
-    """All stages; returns the profile (fit_error filled, MAPE % per op) and the op scales."""
+def fit_profile(fx: Fitter, base: Profile, name: str, launch_s: float | None = None) -> Profile:
+    """All stages; returns the profile with fit_error (MAPE % per op and step on the fit set)."""
     prof = fit_compute(fx, dataclasses.replace(base, name=name, hardware=fx.hw.name))
     prof = fit_comm(fx, prof)
     prof = fit_host(fx, prof, launch_s)
-    scale = fit_op_scale(fx, prof)
-    errs = op_errors(fx, prof, scale)
-    return dataclasses.replace(prof, fit_error={k: round(v, 3) for k, v in errs.items()}), scale
+    errs = op_errors(fx, prof)
+    return dataclasses.replace(prof, fit_error={k: round(v, 3) for k, v in errs.items()})
+
+
+def _sig(x: float) -> float:
+    """Four significant digits: readable YAML, far below the measurement noise."""
+    return float(f"{float(x):.4g}")

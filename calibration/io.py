@@ -123,10 +123,11 @@ def provenance(inputs: list[str | Path], **extra) -> dict:
 def read_runs(paths: list[str | Path], plan) -> list[dict]:
     """Records of several runs of `plan` or of sweep variants of it (same model, hardware and
     instance shapes, other batch limits). Each file holds one plan (read_measurements checks);
-    a file from another model, hardware or instance shape is an error."""
+    a file from another model, hardware or instance shape is an error. Each record gets `_run`,
+    the index of its file, so that steps of repeated runs stay apart."""
     out = []
     shapes = {(lay.role, lay.dp, lay.ep_size) for lay in plan.prefill + plan.decode + plan.aggregated}
-    for p in paths:
+    for i, p in enumerate(paths):
         recs = read_measurements(p)
         first = recs[0]
         if (first["model"], first["hardware"]) != (plan.model, plan.hardware):
@@ -137,5 +138,5 @@ def read_runs(paths: list[str | Path], plan) -> list[dict]:
             if role and not any(s[0] in (role, "both") and s[1:] == (r["instance_dp"], r["ep"]) for s in shapes):
                 raise SpecError(str(p), "instance_dp", f"an instance shape of plan {plan.name}",
                                 f"{role} dp={r['instance_dp']} ep={r['ep']}")
-        out += recs
+        out += [dict(r, _run=i) for r in recs]  # step numbers restart in every run
     return out

@@ -2,8 +2,14 @@
 
 Records of one step (all ranks) become a `StepSample`: per-rank decode batch and context, prefill
 chunks, and per op the slowest rank's seconds (the cost model prices the slowest rank, an EP step
-waits for it). Repeats of the same shape collapse to their medians, because the machine is shared
-and single steps are noisy.
+waits for it). Sweep steps of one shape collapse to medians, in two levels: the median over each
+run's steps, then the median over runs. The machine is shared, and a neighbour's burst slows a
+whole run (2x for seconds at a time), so a shape needs repeated runs and the median of their
+medians, not one long run. Serving-mode steps are all different; they stay one sample each.
+
+Shape of a step: decode by the batch per rank (contexts within a sweep point differ only by the
+workload's draw; the sample carries their median), prefill by the new tokens per rank (the token
+budget when the budget is filled; the chunk mix of the median step is the sample's).
 """
 from __future__ import annotations
 
@@ -16,7 +22,6 @@ from sim.specs import Layout, Plan, SpecError
 
 DEVICE_OPS = ("attn.proj", "attn.core", "router", "moe.dispatch", "moe.experts", "moe.combine",
               "shared_expert", "dense_ffn", "lm_head")
-CTX_BUCKET = 64  # tokens of mean context: decode steps of one sweep point differ only in context
 
 
 @dataclass
@@ -29,8 +34,11 @@ class StepSample:
     ops: dict[str, float]  # measured seconds per op (slowest rank)
     step_s: float
     host_s: float
-    repeats: int = 1
+    repeats: int = 1  # steps behind the medians
     steps: list[int] = field(default_factory=list)
+    runs: int = 1  # runs (measurement files) behind the medians
+    serve: bool = False  # a serving-mode step (one step, never merged)
+    run: int = 0
 
 
 def layout_for(plan: Plan, role: str) -> Layout:
@@ -42,22 +50,25 @@ def layout_for(plan: Plan, role: str) -> Layout:
 
 
 def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
-    """Collapse measured records (not request records) into median step samples per shape."""
+    """Collapse measured records (not request records) into median step samples per shape.
+    Records may carry `_run` (which file they came from, see io.read_runs): step numbers restart
+    in every run."""
     by_step: dict[tuple, list[dict]] = {}
     for r in records:
         if r["op"] == "request" or r["source"] != "measured":
             continue
-        by_step.setdefault((r["plan_hash"], r["role"], r["step"]), []).append(r)  # runs of a sweep
-    raw = [s for s in (_one_step(role, step, recs, plan) for (_, role, step), recs in sorted(by_step.items()))
-           if s is not None]
+        by_step.setdefault((r.get("_run", 0), r["plan_hash"], r["role"], r["step"]), []).append(r)
+    raw = [_one_step(run, role, step, recs, plan) for (run, _, role, step), recs in sorted(by_step.items())]
+    raw = [s for s in raw if s is not None]
     groups: dict[tuple, list[StepSample]] = {}
     for s in raw:
         groups.setdefault(_shape_key(s), []).append(s)
     return [_median(g) for g in groups.values()]
 
 
-def _one_step(role: str, step: int, recs: list[dict], plan: Plan) -> StepSample | None:
-    if role == "serve":  # serving-mode steps: prefill if any rank ran prompt tokens
+def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> StepSample | None:
+    serve = role == "serve"
+    if serve:  # serving-mode steps: prefill if any rank ran prompt tokens
         role = "prefill" if any(r["shape"].get("prefill_new") for r in recs) else "decode"
     ranks = layout_for(plan, role).dp
     dec_b, dec_c = np.zeros(ranks), np.zeros(ranks)
@@ -76,39 +87,58 @@ def _one_step(role: str, step: int, recs: list[dict], plan: Plan) -> StepSample 
         if shp.get("prefill_new"):
             pre_new[k] = np.asarray(shp["prefill_new"], float)
             pre_pre[k] = np.asarray(shp.get("prefill_prefix") or [0] * len(shp["prefill_new"]), float)
-        elif role == "decode" and "batch" in shp:
+        if "batch" in shp and not shp.get("prefill_new"):
             dec_b[k], dec_c[k] = shp["batch"], shp.get("ctx_sum", 0)
     if step_s <= 0:
         return None  # a step without its wall time cannot be compared
     rb = RankBatch(dec_b, dec_c, pre_new, pre_pre) if role == "prefill" else RankBatch(dec_b, dec_c)
+    if role == "prefill" and not np.any(dec_b):
+        rb = RankBatch(np.zeros(ranks), np.zeros(ranks), pre_new, pre_pre)
     size = int(max(float(np.sum(n)) for n in pre_new)) if role == "prefill" else int(np.max(dec_b))
-    return StepSample(role, size, rb, ops, step_s, host_s, 1, [step])
+    return StepSample(role, size, rb, ops, step_s, host_s, 1, [step], serve=serve, run=run)
 
 
 def _shape_key(s: StepSample) -> tuple:
+    if s.serve:
+        return ("serve", s.run, s.steps[0])
     if s.role == "prefill":
-        return ("prefill", tuple(tuple(n.astype(int)) for n in s.rb.pre_new),
-                tuple(tuple((p // CTX_BUCKET).astype(int)) for p in s.rb.pre_prefix))
-    mean_ctx = s.rb.dec_ctx / np.maximum(s.rb.dec_batch, 1)
-    return ("decode", tuple(s.rb.dec_batch.astype(int)), tuple((mean_ctx // CTX_BUCKET).astype(int)))
+        return ("prefill", tuple(int(np.sum(n)) for n in s.rb.pre_new))
+    return ("decode", tuple(s.rb.dec_batch.astype(int)))
+
+
+def _attn_work(s: StepSample) -> float:
+    """Attention pairs of a prefill step (which chunk mix is the median one)."""
+    return float(sum(np.sum(n * (p + n / 2)) for n, p in zip(s.rb.pre_new, s.rb.pre_prefix)))
 
 
 def _median(group: list[StepSample]) -> StepSample:
+    """Per op: the median of each run's median, then the median over runs."""
     first = group[0]
     if len(group) == 1:
         return first
+    runs: dict[int, list[StepSample]] = {}
+    for s in group:
+        runs.setdefault(s.run, []).append(s)
+
+    def med(get) -> float:
+        vals = ([v for v in map(get, ss) if v is not None] for ss in runs.values())
+        return float(np.median([np.median(v) for v in vals if v]))
+
     names = {n for s in group for n in s.ops}
-    ops = {n: float(np.median([s.ops[n] for s in group if n in s.ops])) for n in names}
-    rb = first.rb
+    ops = {n: med(lambda s, n=n: s.ops.get(n)) for n in names}
     if first.role == "decode":
-        rb = RankBatch(rb.dec_batch, np.median([s.rb.dec_ctx for s in group], axis=0))
-    return StepSample(first.role, first.size, rb, ops, float(np.median([s.step_s for s in group])),
-                      float(np.median([s.host_s for s in group])), len(group),
-                      [n for s in group for n in s.steps])
+        rb = RankBatch(first.rb.dec_batch, np.median([s.rb.dec_ctx for s in group], axis=0))
+    else:
+        work = sorted(group, key=_attn_work)
+        rb = work[len(work) // 2].rb
+    return StepSample(first.role, first.size, rb, ops, med(lambda s: s.step_s), med(lambda s: s.host_s),
+                      len(group), [n for s in group for n in s.steps], len(runs))
 
 
 def split_holdout(samples: list[StepSample], holdout: dict[str, set[int]]) -> tuple[list, list]:
-    """(fit, held-out) by role and size: e.g. {"decode": {4, 12}} holds out decode batches 4 and 12."""
-    held = [s for s in samples if s.size in holdout.get(s.role, set())]
-    fit = [s for s in samples if s.size not in holdout.get(s.role, set())]
+    """(fit, held-out) by role and size: e.g. {"decode": {4, 12}} holds out decode batches 4 and 12.
+    Serving-mode steps are never fitted on."""
+    sweep = [s for s in samples if not s.serve]
+    held = [s for s in sweep if s.size in holdout.get(s.role, set())]
+    fit = [s for s in sweep if s.size not in holdout.get(s.role, set())]
     return fit, held

@@ -45,22 +45,24 @@ def fit_sizes_of(prof: Profile) -> dict[str, set[int]]:
     return {k: set(v) for k, v in (prof.provenance.get("fit_sizes") or {}).items()}
 
 
-def compare_steps(plan: Plan, samples: list[StepSample], prof: Profile, op_scale: dict | None = None) -> Report:
-    """Per-op and per-step errors, on all samples and on the held-out ones."""
+def compare_steps(plan: Plan, samples: list[StepSample], prof: Profile) -> Report:
+    """Per-op and per-step errors, on all sweep samples and on the held-out ones (serving-mode
+    steps, one step each, are compared as their own set)."""
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     fitted = fit_sizes_of(prof)
+    served = [s for s in samples if s.serve]
+    samples = [s for s in samples if not s.serve]
     held = [s for s in samples if fitted and s.size not in fitted.get(s.role, set())]
     rep = Report({k: sorted(v) for k, v in fitted.items()},
                  {r: sorted({s.size for s in held if s.role == r}) for r in ("decode", "prefill")})
     fx = Fitter.__new__(Fitter)
     fx.plan, fx.model, fx.hw = plan, model, hw
-    costs = {id(s): fx.price(prof, s) for s in samples}
-    for name, sub in (("all", samples), ("held-out", held)):
+    costs = {id(s): fx.price(prof, s) for s in samples + served}
+    for name, sub in (("all", samples), ("held-out", held), ("serve", served)):
         if not sub:
             continue
         for op in DEVICE_OPS:
-            pairs = [(costs[id(s)].breakdown().get(op, 0.0) * (op_scale or {}).get(op, 1.0), s.ops[op])
-                     for s in sub if s.ops.get(op, 0.0) > 0]
+            pairs = [(costs[id(s)].breakdown().get(op, 0.0), s.ops[op]) for s in sub if s.ops.get(op, 0.0) > 0]
             pairs = [(p, m) for p, m in pairs if p > 0]
             if pairs:
                 p, m = np.array(pairs).T

@@ -10,6 +10,7 @@ those (all steps when there are none). Exit 1 when a gated MAPE exceeds --max-ma
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from sim.specs import load_plan, load_profile
@@ -26,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="profile to validate (default: the plan's, else datasheet)")
     p.add_argument("--vllm-bench", action="append", default=[], help="`vllm bench serve` result JSON to compare")
     p.add_argument("--max-mape", type=float, help="exit 1 when a gated MAPE (%%) is above this")
-    p.add_argument("--raw-ops", action="store_true", help="per-op predictions without the fitted op_scale")
+    p.add_argument("--raw-ops", action="store_true",
+                   help="predict without the profile's per-op terms (op_scale, op_fixed): the shared curves alone")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -34,9 +36,10 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     prof = load_profile(args.profile or plan.profile or "datasheet")
     records = io.read_runs(args.measurements, plan)
-    scale = None if args.raw_ops else prof.provenance.get("op_scale")
+    if args.raw_ops:
+        prof = dataclasses.replace(prof, op_scale={}, op_fixed={})
     samples = step_samples(records, plan)
-    rep = compare_steps(plan, samples, prof, scale) if samples else Report({}, {})
+    rep = compare_steps(plan, samples, prof) if samples else Report({}, {})
     rep.serving = compare_serving(plan, records, prof)
     for path in args.vllm_bench:
         bench = compare_vllm_bench(plan, io.read_vllm_bench(path), prof)
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                           "steps": rep.steps, "step_mape": rep.step_mape, "serving": rep.serving,
                           "gated": gated}, indent=2))
     else:
-        print_report(rep, prof.name, scale is not None)
+        print_report(rep, prof.name, not args.raw_ops)
     if args.max_mape is not None:
         over = {k: v for k, v in gated.items() if v > args.max_mape}
         if over:
@@ -62,7 +65,7 @@ def print_report(rep: Report, name: str, scaled: bool) -> None:
     print(f"profile {name}: fitted on {_sizes(rep.fit_sizes) or 'unknown sizes'}; "
           f"held out: {_sizes(rep.held_sizes) or 'none'}")
     if rep.ops:
-        print(f"\nper op (seconds per step, mean; {'with' if scaled else 'without'} fitted op_scale)")
+        print(f"\nper op (seconds per step, mean; {'with' if scaled else 'without'} per-op op_fixed/op_scale)")
         print(f"  {'op':<14} {'set':<9} {'n':>3} {'predicted':>11} {'measured':>11} {'MAPE%':>7}")
         for r in rep.ops:
             print(f"  {r['op']:<14} {r['set']:<9} {r['n']:>3} {r['predicted_s']:>11.3e} {r['measured_s']:>11.3e} "

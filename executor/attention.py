@@ -99,6 +99,31 @@ def _banded(q, k, v, span: int) -> torch.Tensor:
     return torch.cat(parts, 1)
 
 
+def _with_past(entry, past, seq_lens):
+    """Packed [sum(P_i + n_i), D]: each sequence's earlier entries, then its chunk's."""
+    parts, start = [], 0
+    for p, n in zip(past, seq_lens, strict=True):
+        parts += [p, entry[start:start + n]]
+        start += n
+    return torch.cat(parts, 0) if parts else entry
+
+
+def prefix_attention(q, k, v, seq_lens: list[int], prefix: list[int], span: int | None = None):
+    """Chunked-prefill attention: q [T, h, dq] packed chunks of n_i tokens at positions P_i..;
+    k [L, hk, dq], v [L, hk, dv] packed per sequence as P_i + n_i entries -> [T, h, dv]."""
+    out, qs, ks = [], 0, 0
+    rep = q.shape[1] // k.shape[1]
+    for n, p in zip(seq_lens, prefix, strict=True):
+        qi = q[qs:qs + n].transpose(0, 1)  # [h, n, dq]
+        ki, vi = (t[ks:ks + p + n].transpose(0, 1).repeat_interleave(rep, 0) for t in (k, v))
+        row = torch.arange(p, p + n, device=q.device)[:, None]
+        col = torch.arange(p + n, device=q.device)[None, :]
+        mask = (col <= row) & ((col > row - span) if span else True)  # [n, P+n]
+        out.append(F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask))
+        qs, ks = qs + n, ks + p + n
+    return torch.cat(out, 1).transpose(0, 1) if out else q.new_zeros(0, q.shape[1], v.shape[-1])
+
+
 class KVCache:
     """Per layer a padded [slots, max_ctx, entry_dim] cache and per-slot lengths."""
 
@@ -163,24 +188,33 @@ class Attention(torch.nn.Module):
         k = rope(k.view(-1, self.kvh, self.d), pos).flatten(1)
         return torch.cat((k, v), -1)
 
-    def prefill(self, x, pos, seq_lens, timer) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [T, H] packed prompts, pos [T] -> (out [T, H], cache entries [T, entry_dim])."""
-        t = x.shape[0]
+    def prefill(self, x, pos, seq_lens, timer, past=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, H] packed prompts (or prompt chunks), pos [T] -> (out [T, H], cache entries
+        [T, entry_dim]). `past`: per sequence the cache entries of its earlier chunks [P_i, D]
+        (chunked prefill); the chunk attends over them and itself."""
         with timer.section("attn.proj"):
             q = self._q(x)  # [T, h, dq]
             entry = self._kv_entry(x, pos)
-            if self.kind == "mla":
-                kvb = (entry[:, :self.r] @ self.w["kv_b"]).view(t, self.heads, -1)  # [T, h, dn+dv]
-                k_pe = entry[:, None, self.r:].expand(t, self.heads, self.dr)
-                k = torch.cat((kvb[..., :self.dn], k_pe), -1)  # [T, h, dn+dr]
-                v = kvb[..., self.dn:]
-                q = torch.cat((q[..., :self.dn], rope(q[..., self.dn:], pos)), -1)
-            else:
-                q, k, v = self._split_heads(q, entry, pos)
+            keys = entry if past is None else _with_past(entry, past, seq_lens)  # [L, D]
+            q, k, v = self._qkv(q, keys, pos)
         with timer.section("attn.core"):
-            o = causal_attention(q, k, v, seq_lens, self.span)  # [T, h, dv]
+            if past is None:
+                o = causal_attention(q, k, v, seq_lens, self.span)  # [T, h, dv]
+            else:
+                o = prefix_attention(q, k, v, seq_lens, [p.shape[0] for p in past], self.span)
         with timer.section("attn.proj"):
             return self._out(o), entry
+
+    def _qkv(self, q, keys, pos):
+        """Roped queries [T, h, dq] and keys/values [L, h|kvh, d] from cache entries [L, D]."""
+        if self.kind != "mla":
+            return self._split_heads(q, keys, pos)
+        n = keys.shape[0]
+        kvb = (keys[:, :self.r] @ self.w["kv_b"]).view(n, self.heads, -1)  # [L, h, dn+dv]
+        k_pe = keys[:, None, self.r:].expand(n, self.heads, self.dr)
+        k = torch.cat((kvb[..., :self.dn], k_pe), -1)  # [L, h, dn+dr]
+        q = torch.cat((q[..., :self.dn], rope(q[..., self.dn:], pos)), -1)
+        return q, k, kvb[..., self.dn:]
 
     def _split_heads(self, q, entry, pos):
         """gqa/csa: roped queries [T, h, d] and keys/values [T, kvh, d] from cache entries."""

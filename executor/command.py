@@ -2,7 +2,9 @@
 
 The plan's prefill instance runs prefill steps at its token budget per rank, its decode instance
 decode steps at its batch per rank (context lengths from the plan's workload). Serving mode
-(--workload: requests through prefill -> KV hand-off -> decode) is not implemented yet.
+(--workload W.yaml): W's requests (sim.workload.make_requests, W's seed) arrive on the wall clock
+and go through chunked prefill -> KV hand-off -> continuous-batching decode (serve.py), with
+per-request TTFT/TPOT/E2E records; the prefill and decode instances time-share the same ranks.
 Instances with more ranks than the machine are replayed at one rank's exact shapes (records say
 what was measured and what was modelled). Under torchrun the same command runs one rank per
 process (RANK / WORLD_SIZE from the environment). Test hook: RACKPLAN_EXEC_FAULT=raise:R|kill:R.
@@ -19,10 +21,15 @@ from pathlib import Path
 def add_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan YAML (path or name under configs/plans)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo ranks; cuda: NCCL")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per instance (after --warmup)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per instance (after --warmup; "
+                   "not used in serving mode)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    p.add_argument("--workload", help="serving mode (not implemented yet: rejected)")
-    p.add_argument("--out", required=True, help="output folder for measurements.jsonl")
+    p.add_argument("--workload", help="serving mode: run this workload's requests (path or name under "
+                   "configs/workloads) through prefill -> KV hand-off -> decode")
+    p.add_argument("--requests", type=int, help="serving mode: at most this many requests (default: the "
+                   "workload's num_requests)")
+    p.add_argument("--out", required=True, help="output folder for measurements.jsonl (serving mode also "
+                   "writes expert_counts.jsonl)")
     p.add_argument("--ranks", type=int, help="world size (default: the largest that the plan and machine allow)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and routing")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the run is killed")
@@ -38,9 +45,9 @@ def default_world(plan, device: str, serving: bool) -> int:
     import torch
 
     from .runner import instances
-    if serving:
-        return plan.prefill[0].gpus + plan.decode[0].gpus if plan.decode else plan.aggregated[0].gpus
     need = max(lay.ep_size for _, lay in instances(plan))
+    if serving:  # prefill and decode time-share ranks; no replays, so every rank is started
+        return need
     have = torch.cuda.device_count() if device == "cuda" else (os.cpu_count() or 1)
     return max(1, min(need, have))
 
@@ -49,17 +56,17 @@ def run(args) -> int:
     from sim.specs import SpecError, load_plan, load_workload
     plan = load_plan(args.plan)
     if args.workload:
-        load_workload(args.workload)
-        # serving mode (continuous batching, KV hand-off, TTFT/TPOT records) is not built yet
-        raise SpecError("execute", "--workload", "no workload: serving mode is not implemented yet",
-                        args.workload)
-    for name in ("steps", "ranks", "timeout"):
+        _check_serving(plan, load_workload(args.workload), args)
+    for name in ("steps", "ranks", "timeout", "requests"):
         val = getattr(args, name)
         if val is not None and val <= 0:
             raise SpecError("execute", f"--{name}", "a positive number", val)
     import torch
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    if args.workload and args.device == "cuda" and default_world(plan, "cuda", True) > torch.cuda.device_count():
+        raise SpecError(str(args.plan), "decode.dp", f"at most {torch.cuda.device_count()} GPUs here for serving "
+                        "mode (one rank per GPU, no replays)", default_world(plan, "cuda", True))
     cfg = _config(args)
     t0 = time.perf_counter()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -77,10 +84,25 @@ def run(args) -> int:
     return _report(records, Path(args.out), time.perf_counter() - t0, args.json)
 
 
+def _check_serving(plan, workload, args) -> None:
+    """What serving mode cannot run, as one line naming the field (before any rank starts)."""
+    from sim.specs import SpecError
+    if not plan.disaggregated:
+        raise SpecError(str(args.plan), "prefill", "a disaggregated plan (prefill + decode) for serving mode",
+                        "aggregated")
+    if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
+        from sim.workload import read_trace
+        read_trace(workload.trace)  # a missing or malformed trace fails here, not in every rank
+    need = max(plan.prefill[0].ep_size, plan.decode[0].ep_size)
+    if args.ranks is not None and 0 < args.ranks < need:
+        raise SpecError("execute", "--ranks", f"at least {need} in serving mode (no replays)", args.ranks)
+
+
 def _config(args):
     from .runner import RunConfig
     return RunConfig(plan=str(args.plan), device=args.device, steps=args.steps, warmup=args.warmup,
-                     workload=args.workload, seed=args.seed, timeout_s=args.timeout,
+                     workload=args.workload, serve=bool(args.workload), requests=args.requests,
+                     seed=args.seed, timeout_s=args.timeout,
                      max_dense=args.max_dense_layers, max_moe=args.max_moe_layers,
                      cuda_graphs=not args.no_cuda_graphs, skip_prefill=args.skip_prefill,
                      fault=os.environ.get("RACKPLAN_EXEC_FAULT"))
@@ -104,11 +126,24 @@ def _run_torchrun(cfg):
 def _report(records: list[dict], out: Path, wall_s: float, as_json: bool) -> int:
     from .records import summary_table, write_jsonl
     from .schema import read_measurements
+    trace = [r for r in records if r.get("kind") == "expert_counts"]
+    records = [r for r in records if r.get("kind") != "expert_counts"]
     path = out / "measurements.jsonl"
     write_jsonl(records, path)
+    if trace:
+        write_jsonl(trace, out / "expert_counts.jsonl")
     read_measurements(path)  # the schema check calibration will run
     if as_json:
-        print(json.dumps({"out": str(path), "records": len(records), "wall_s": round(wall_s, 3)}))
+        summary = {"out": str(path), "records": len(records), "wall_s": round(wall_s, 3)}
+        reqs = [r for r in records if r["op"] == "request"]
+        if reqs:
+            import numpy as np
+            summary["requests"] = len(reqs)
+            for key in ("ttft_s", "tpot_s", "e2e_s"):
+                vals = [r[key] for r in reqs]
+                summary[key[:-2] + "_p50_s"] = float(np.percentile(vals, 50))
+                summary[key[:-2] + "_p90_s"] = float(np.percentile(vals, 90))
+        print(json.dumps(summary))
     else:
         print(summary_table(records))
         print(f"{len(records)} records -> {path} ({wall_s:.1f} s)")

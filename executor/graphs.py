@@ -33,7 +33,8 @@ def graph_decode_records(loop) -> list[dict]:
         return []
     out = []
     shape = {"batch": len(st["ctx"]), "tokens": len(st["ctx"]), "ctx_sum": sum(c + 1 for c in st["ctx"]),
-             "tokens_global": len(st["ctx"]) * loop.layout.dp, "expert_tokens": loop.replay.expert_tokens()}
+             "tokens_global": len(st["ctx"]) * loop.layout.dp, "expert_tokens": loop.replay.expert_tokens(),
+             "budget": loop.layout.max_tokens_per_step, "max_batch": loop.layout.max_batch_per_rank}
     for step in range(loop.me.cfg.steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()

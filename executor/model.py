@@ -30,13 +30,20 @@ class Batch:
     slots: Optional[torch.Tensor] = None  # [B] cache slot per sequence (None: 0..B-1)
     pos_range: tuple[int, int] = (0, 0)  # min, max of pos (host ints: no device sync)
     ends: Optional[torch.Tensor] = None  # [B] index of each sequence's last token
+    prefix: Optional[list[int]] = None  # prefill: tokens of each sequence already in its cache slot
 
     @classmethod
-    def prefill(cls, tokens, seq_lens: list[int], slots=None) -> "Batch":
+    def prefill(cls, tokens, seq_lens: list[int], slots=None, prefix: Optional[list[int]] = None) -> "Batch":
+        """Packed prompt chunks; a chunk with prefix P starts at position P and attends over the P
+        entries already in its cache slot (chunked prefill)."""
         dev = tokens.device
-        pos = torch.cat([torch.arange(n, device=dev) for n in seq_lens]) if seq_lens else tokens
+        prefix = list(prefix) if prefix is not None and any(prefix) else None
+        starts = prefix or [0] * len(seq_lens)
+        pos = torch.cat([torch.arange(p, p + n, device=dev) for p, n in zip(starts, seq_lens, strict=True)]) \
+            if seq_lens else tokens
         ends = torch.tensor(seq_lens, device=dev, dtype=torch.long).cumsum(0) - 1
-        return cls("prefill", tokens, pos, list(seq_lens), slots, (0, max(seq_lens, default=1) - 1), ends)
+        last = max((p + n for p, n in zip(starts, seq_lens, strict=True)), default=1) - 1
+        return cls("prefill", tokens, pos, list(seq_lens), slots, (min(starts, default=0), last), ends, prefix)
 
     @classmethod
     def decode(cls, tokens, ctx: list[int], slots=None) -> "Batch":
@@ -88,6 +95,7 @@ class Model:
         self.layers = [Layer(spec, i, seed, dtype, device, ep if build_experts else _NoExperts(ep))
                        for i in layers]
         self.moe: Callable = self._moe_ep
+        self.expert_counts: Optional[list[torch.Tensor]] = None  # a list: router counts [E] per MoE layer
 
     def _moe_ep(self, layer: Layer, y, ids, w, timer):
         run = moe_forward_dbo if self.dbo and y.shape[0] > 1 else moe_forward
@@ -110,12 +118,16 @@ class Model:
             return torch.zeros_like(x)
         if batch.phase == "decode":
             return layer.attn.decode(x, batch.pos, cache, li, batch.slots, timer, batch.pos_range)
-        out, entry = layer.attn.prefill(x, batch.pos, batch.seq_lens, timer)
-        if cache is not None:  # store the prompt's cache entries in each sequence's slot
+        slots = batch.slots.tolist() if batch.slots is not None else list(range(batch.num_seqs))
+        prefix = batch.prefix or [0] * batch.num_seqs
+        past = None
+        if batch.prefix is not None:  # chunked prefill: earlier chunks' entries from the cache
+            past = [cache.data[li][s, :p] for s, p in zip(slots, prefix, strict=True)]
+        out, entry = layer.attn.prefill(x, batch.pos, batch.seq_lens, timer, past)
+        if cache is not None:  # store the chunk's cache entries in each sequence's slot
             start = 0
-            slots = batch.slots.tolist() if batch.slots is not None else range(batch.num_seqs)
-            for slot, n in zip(slots, batch.seq_lens, strict=True):
-                cache.data[li][slot, :n] = entry[start:start + n]
+            for slot, p, n in zip(slots, prefix, batch.seq_lens, strict=True):
+                cache.data[li][slot, p:p + n] = entry[start:start + n]
                 start += n
         return out
 
@@ -125,6 +137,9 @@ class Model:
                 return layer.ffn(y)
         with timer.section("router"):
             ids, w = layer.router(y)  # [T, k]
+        if self.expert_counts is not None:
+            # stays on the device: read after the step, so no sync inside the timed forward
+            self.expert_counts.append(torch.bincount(ids.reshape(-1), minlength=self.spec.moe.num_experts))
         routed = self.moe(layer, y, ids, w, timer)
         if layer.shared is None:
             return routed

@@ -75,7 +75,8 @@ def summary_table(records: list[dict]) -> str:
         lines.append(f"{role:8} {ep:>4} {str(graphs):>6} {op:14} {ms:9.3f} {per_layer:9.3f} {len(rs):>4}  {src}")
     reqs = [r for r in records if r["op"] == "request"]
     if reqs:
-        mean = lambda key: sum(r[key] for r in reqs) / len(reqs)
-        lines.append(f"requests {len(reqs)}: mean TTFT {1e3 * mean('ttft_s'):.1f} ms, mean TPOT "
-                     f"{1e3 * mean('tpot_s'):.1f} ms, mean E2E {1e3 * mean('e2e_s'):.1f} ms")
+        ms = {key: sorted(1e3 * r[key] for r in reqs) for key in ("ttft_s", "tpot_s", "e2e_s")}
+        pct = lambda vals, q: vals[min(len(vals) - 1, int(q * len(vals)))]  # nearest rank
+        lines.append(f"requests {len(reqs)}: " + ", ".join(
+            f"{key[:-2].upper()} p50 {pct(v, 0.5):.1f} ms p90 {pct(v, 0.9):.1f} ms" for key, v in ms.items()))
     return "\n".join(lines)

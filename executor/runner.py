@@ -3,7 +3,8 @@
 One rank's job (`run_rank`): for each instance of the plan (prefill, then decode), build the
 rank's shard, run `warmup + steps` steps and turn each timed step into records. An instance whose
 EP size fits the world runs for real over a process group (ranks 0..ep-1); a bigger one is
-replayed (replay.py). Rank 0 gathers every rank's records at the end.
+replayed (replay.py). Rank 0 gathers every rank's records at the end. Serving mode
+(`RunConfig.serve`) runs serve.py's loop instead.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ class RunConfig:
     steps: int = 5
     warmup: int = 1
     workload: Optional[str] = None  # lengths from this workload instead of the plan's
+    serve: bool = False  # serving mode: the workload's requests through prefill -> KV -> decode
+    requests: Optional[int] = None  # serving: at most this many requests (default: the workload's)
     seed: int = 0
     timeout_s: float = 120.0
     max_dense: Optional[int] = None  # layer caps (replays of full-size models)
@@ -85,6 +88,9 @@ def instances(plan) -> list[tuple[str, object]]:
 def run_rank(cfg: RunConfig, rank: int, world: int) -> list[dict]:
     """One rank's whole run; returns all ranks' records on rank 0 (empty elsewhere)."""
     me = Rank(cfg, rank, world)
+    if cfg.serve:
+        from .serve import serve_rank
+        return serve_rank(me)
     records = []
     for role, layout in instances(me.plan):
         if not (cfg.skip_prefill and role == "prefill"):
@@ -141,6 +147,7 @@ class StepLoop:
 
     def records(self, step: int, sec: dict, shape: dict) -> list[dict]:
         modelled = ()
+        shape.update(budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank)
         if self.replay is not None:
             sec.update(self.replay.modelled_a2a(shape["tokens"], self.n_moe, self.role))
             modelled = MODELLED_OPS

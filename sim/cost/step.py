@@ -201,27 +201,33 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
     return sum(op.seconds for op in ops), ops
 
 
-def _op_layers(name: str, groups: list) -> int:
-    """Layers of the step that run op `name` (what Profile.op_fixed counts per)."""
+def op_layers(model: ModelSpec, name: str) -> int:
+    """Layers of a step that run op `name`: what Profile.op_fixed is counted per. (A V4.1 prefill
+    step without decode tokens counts its decoder half too: op_fixed is fitted on other models.)"""
     if name in ("lm_head", "draft"):
         return 1
-    n_dense, n_moe = sum(g[0] for g in groups), sum(g[1] for g in groups)
+    n_dense, n_moe = model.layers_in("decode")
     if name in ("attn.proj", "attn.core"):
         return n_dense + n_moe
     return n_dense if name == "dense_ffn" else n_moe
 
 
-def _calibrated(prof: Profile, acc: _Acc, moe_ops: list[Op], groups: list) -> list[Op]:
-    """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work."""
-    for name, f in prof.op_scale.items():
-        if name in acc.rank_ops:
-            acc.rank_ops[name][0] *= f
-    for name, f in prof.op_fixed.items():
-        if name in acc.rank_ops:
-            rec = acc.rank_ops[name]
-            rec[0] += np.where(rec[0] > 0, f * _op_layers(name, groups), 0.0)
-    return [dataclasses.replace(op, seconds=op.seconds * prof.op_scale.get(op.name, 1.0)
-                                + (prof.op_fixed.get(op.name, 0.0) * op.count if op.seconds > 0 else 0.0))
+def _calibrated(cx: CostContext, acc: _Acc, moe_ops: list[Op], phase: str) -> list[Op]:
+    """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work.
+    A key "op/phase" (phase: prefill for any step with prompt tokens, else decode) wins over "op"."""
+    prof = cx.prof
+
+    def get(table: dict, name: str, default: float) -> float:
+        return table.get(f"{name}/{phase}", table.get(name, default))
+
+    for name, rec in acc.rank_ops.items():
+        f, fixed = get(prof.op_scale, name, 1.0), get(prof.op_fixed, name, 0.0)
+        if fixed:
+            rec[0] = rec[0] * f + np.where(rec[0] > 0, fixed * op_layers(cx.model, name), 0.0)
+        elif f != 1.0:
+            rec[0] *= f
+    return [dataclasses.replace(op, seconds=op.seconds * get(prof.op_scale, op.name, 1.0)
+                                + (get(prof.op_fixed, op.name, 0.0) * op.count if op.seconds > 0 else 0.0))
             for op in moe_ops]
 
 
@@ -262,7 +268,7 @@ def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
         passes = lay.speculation.num_tokens if d.kind == "mtp" else d.forward_passes
         acc.rank("draft", sec, fl, by, passes)
     if cx.prof.op_scale or cx.prof.op_fixed:  # calibrated per-op corrections
-        moe_ops = _calibrated(cx.prof, acc, moe_ops, groups)
+        moe_ops = _calibrated(cx, acc, moe_ops, "prefill" if has_pre else "decode")
     rank_s, rank_ops, _ = acc.slowest(rb.ranks)
     comm = sum(op.seconds for op in moe_ops if op.kind == "comm")
     compute = rank_s + sum(op.seconds for op in moe_ops if op.kind != "comm")

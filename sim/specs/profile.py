@@ -53,7 +53,8 @@ class Profile:
     dbo_efficiency: float = 0.9  # fraction of the overlappable time DBO actually hides
     op_scale: dict[str, float] = field(default_factory=dict)  # fitted per-op correction factors
     # fitted per-op fixed seconds per layer the op runs in (host dispatch of its kernels on CPU,
-    # launch-bound ops): added after op_scale, on ranks where the op has work
+    # launch-bound ops): added after op_scale, on ranks where the op has work. Keys of both tables
+    # are op names ("attn.core") or op/phase ("attn.core/prefill"), the latter winning
     op_fixed: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)

@@ -56,7 +56,7 @@ def test_placement_replicas_and_bounds():
     ep = make_ep_group(None, 0, 2, 4, [0, 1, 2, 3, 0, 3])
     assert ep.bounds == [0, 3, 6] and ep.local_logical == [0, 1, 2]
     slots = to_slots(torch.tensor([[0, 3], [0, 3]]), ep)
-    assert slots.tolist() == [[0, 3], [4, 5]]  # token index picks the replica
+    assert slots.tolist() == [[0, 3], [4, 5]]  # each choice of an expert takes the next replica
     assert slot_bounds(256, 72)[-1] == 256
     with pytest.raises(ValueError):
         make_ep_group(None, 0, 1, 4, [0, 1, 2])

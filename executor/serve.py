@@ -1,0 +1,337 @@
+"""Serving mode on real ranks: a workload's requests through prefill -> KV hand-off -> decode.
+
+One lockstep loop on every rank. Rank 0 runs the Scheduler (serving.py) on the wall clock:
+requests arrive at their scheduled times from the run start (an idle engine sleeps until the
+next one) and each tick's schedule (prefill chunks, KV transfers, decode seats) is broadcast to
+all ranks. A tick then runs, in order:
+  1. a prefill step on the prefill instance's ranks at its token budget (chunked prompts attend
+     over their earlier chunks' KV), with real EP all-to-all dispatch/combine;
+  2. the KV hand-off: every prefilled prompt's cache entries [layers, isl, D] plus its first
+     sampled token go from its prefill rank to its decode rank in one all_to_all_single over the
+     world group (bytes), where they are staged until the request takes a decode seat;
+  3. a decode step on the decode instance's ranks: one token per seated request (continuous
+     batching: seats free as requests finish and are refilled from the staged ones).
+Time sharing: a plan's prefill rank i and decode rank i are the same process i (a 2-core CPU
+cannot hold 4 busy ranks), so prefill and decode steps alternate instead of overlapping, and a
+KV hand-off whose source and destination rank coincide is a copy inside the process (it still
+goes through the all-to-all). Records say so: shape["time_shared"] on step records.
+Records: per step per op ("prefill" / "decode" roles, as in the benchmark mode), and one
+"request" record per request (role "serve") with ttft_s, tpot_s, e2e_s, isl, osl, arrival_s.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from sim.specs import SpecError
+from sim.workload import make_requests
+
+from .attention import sub_seed
+from .model import Batch, Model, layer_ids
+from .parallel import make_ep_group
+from .records import step_records
+from .serving import Scheduler, Tick
+from .timing import NullTimer, StepTimer, wall
+
+IDLE_POLL_S = 1.0  # longest sleep before rank 0 tells the others it is still waiting
+
+
+def prompt_tokens(seed: int, rid: int, isl: int, vocab: int) -> torch.Tensor:
+    """Request `rid`'s prompt token ids [isl] (any rank, and the tests' reference, can draw them)."""
+    rng = np.random.default_rng(sub_seed(seed, "prompt", rid))
+    return torch.from_numpy(rng.integers(0, vocab, isl))
+
+
+class Instance:
+    """One instance's shard on this rank: model, KV cache, EP group, timer."""
+
+    def __init__(self, me, role: str, layout, group, slots: int, max_ctx: int):
+        self.me, self.role, self.layout, self.group = me, role, layout, group
+        ids = layer_ids(me.spec, role, me.cfg.max_dense, me.cfg.max_moe)
+        ep = make_ep_group(group, me.rank, layout.ep_size, me.spec.moe.num_experts)
+        self.model = Model(me.spec, me.cfg.seed, me.device, me.dtype, ep, ids,
+                           dbo=layout.dbo and me.kind == "cuda")
+        self.model.expert_counts = []  # [E] logical expert counts per MoE layer of the last step
+        self.cache = self.model.kv_cache(slots, max_ctx)
+        self.timer = StepTimer(me.kind, group)
+        self.n_dense = sum(layer.dense for layer in self.model.layers)
+        self.n_moe = len(self.model.layers) - self.n_dense
+        self.steps = 0
+
+    def forward(self, batch: Batch, sample) -> tuple[dict, object]:
+        """Timed forward + sampling (the StepLoop's timing): seconds per op, sampled ids."""
+        for layer in self.model.layers:
+            if not layer.dense:
+                layer.experts.rows = 0
+        self.timer.reset()
+        if self.group is not None:
+            dist.barrier(group=self.group)
+        with wall(self.me.kind) as w:
+            logits = self.model.forward(batch, self.cache, self.timer)
+            with self.timer.section("host", host=True):
+                out = sample(logits)
+        sec = self.timer.collect()
+        sec["step"] = w["seconds"]
+        return sec, out
+
+    def expert_tokens(self) -> int:
+        rows = [layer.experts.rows for layer in self.model.layers if not layer.dense]
+        return round(sum(rows) / len(rows)) if rows else 0
+
+    def record(self, sec: dict, shape: dict, prep_s: float) -> list[dict]:
+        sec["host"] = sec.get("host", 0.0) + prep_s
+        sec["step"] += prep_s
+        shape.update(expert_tokens=self.expert_tokens(), budget=self.layout.max_tokens_per_step,
+                     max_batch=self.layout.max_batch_per_rank, time_shared=True)
+        self.steps += 1
+        return step_records(self.me.base, self.role, self.layout, self.steps - 1, sec, shape,
+                            self.me.dtype_name, self.n_dense, self.n_moe)
+
+
+class Engine:
+    """This rank's part of every tick; it keeps the staged KV, decode seats and outputs."""
+
+    def __init__(self, me, reqs):
+        self.me, self.reqs, self.rank = me, reqs, me.rank
+        pre, dec = me.plan.prefill[0], me.plan.decode[0]
+        groups = {ep: (dist.new_group(list(range(ep))) if ep > 1 else None)
+                  for ep in sorted({pre.ep_size, dec.ep_size})}
+        isl, osl = reqs.isl.tolist(), reqs.osl.tolist()
+        self.pre = Instance(me, "prefill", pre, groups[pre.ep_size], pre.max_batch_per_rank + 1,
+                            max(isl)) if me.rank < pre.ep_size else None
+        self.dec = Instance(me, "decode", dec, groups[dec.ep_size], dec.max_batch_per_rank,
+                            max(i + o for i, o in zip(isl, osl, strict=True)) + 1) \
+            if me.rank < dec.ep_size else None
+        inst = self.dec or self.pre  # None on a rank beyond both instances (an idle rank)
+        data = inst.cache.data if inst else []
+        self.kv_layers = len(data)
+        self.kv_dim, self.kv_elem = (data[0].shape[-1], data[0].element_size()) if data else (0, 0)
+        self.first: dict[int, int] = {}  # rid -> token sampled by its last prefill chunk
+        self.staged: dict[int, tuple[torch.Tensor, int]] = {}  # rid -> (KV [layers, L, D], token)
+        self.last: dict[int, int] = {}  # decode slot -> its sequence's last token
+        self.info: dict[int, dict] = {}  # rid -> what this rank saw (checksums, output tokens)
+        self.records: list[dict] = []
+        self.trace: list[dict] = []  # expert counts per step and MoE layer
+        self.num_steps = 0  # prefill and decode steps, the same count on every rank
+
+    def prompt(self, rid: int) -> torch.Tensor:
+        return prompt_tokens(self.me.cfg.seed, rid, int(self.reqs.isl[rid]), self.me.spec.vocab_size)
+
+    def run(self, tick: Tick) -> tuple[float, float]:
+        """Run one tick; returns (perf_counter when every rank had finished the prefill step, the KV
+        hand-off's wall seconds), both NaN/0 for a tick without a hand-off."""
+        prefilled, xfer_s = math.nan, 0.0
+        if tick.has_prefill:
+            self.prefill_step(tick)
+        if tick.transfers:
+            prefilled, xfer_s = self.transfer(tick)
+        if tick.has_decode:
+            self.decode_step(tick)
+        return prefilled, xfer_s
+
+    def prefill_step(self, tick: Tick) -> None:
+        if self.pre is not None:
+            t0 = time.perf_counter()
+            chunks = tick.prefill[self.rank]
+            parts = [self.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
+            toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+            batch = Batch.prefill(toks.to(self.me.device), [c.take for c in chunks],
+                                  torch.tensor([c.slot for c in chunks], device=self.me.device),
+                                  [c.start for c in chunks])
+            shape = {"batch": len(chunks), "tokens": int(toks.numel()),
+                     "ctx_sum": sum(c.start + c.take for c in chunks),
+                     "tokens_global": sum(c.take for per in tick.prefill for c in per),
+                     "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
+            prep_s = time.perf_counter() - t0
+            sec, ids = self.pre.forward(batch, lambda logits: logits.argmax(-1).tolist())
+            for c, tok in zip(chunks, ids, strict=True):
+                if c.last:
+                    self.first[c.rid] = tok
+            self.records += self.pre.record(sec, shape, prep_s)
+            self._trace(self.pre)
+        self.num_steps += 1
+
+    def transfer(self, tick: Tick) -> tuple[float, float]:
+        """KV + first token of each prefilled prompt: prefill rank -> decode rank (all_to_all)."""
+        world = self.me.world
+        send, send_splits = [], [0] * world
+        for dst in range(world):
+            for tr in (t for t in tick.transfers if t.src == self.rank and t.dst == dst):
+                kv = torch.stack([d[tr.src_slot, :tr.length] for d in self.pre.cache.data])  # [layers, L, D]
+                self.info.setdefault(tr.rid, {})["kv_checksum_sent"] = float(kv.double().sum())
+                tok = torch.tensor([self.first.pop(tr.rid)], dtype=torch.long, device=kv.device)
+                send += [kv.reshape(-1).view(torch.uint8), tok.view(torch.uint8)]
+                send_splits[dst] += send[-2].numel() + 8
+        recv = [t for src in range(world) for t in tick.transfers if t.src == src and t.dst == self.rank]
+        recv_splits = [sum(self._kv_bytes(t) for t in recv if t.src == s) for s in range(world)]
+        inp = torch.cat(send) if send else torch.zeros(0, dtype=torch.uint8, device=self.me.device)
+        out = torch.empty(sum(recv_splits), dtype=torch.uint8, device=self.me.device)
+        dist.barrier()  # every prefill rank is done: the hand-off starts now
+        prefilled = time.perf_counter()
+        with wall(self.me.kind) as w:
+            dist.all_to_all_single(out, inp, recv_splits, send_splits)
+        self._stage(recv, out)
+        return prefilled, w["seconds"]
+
+    def _kv_bytes(self, tr) -> int:
+        return self.kv_layers * tr.length * self.kv_dim * self.kv_elem + 8
+
+    def _stage(self, recv, out: torch.Tensor) -> None:
+        at = 0
+        for tr in recv:
+            n = self._kv_bytes(tr) - 8
+            # clone: a byte offset need not be aligned for the wider dtype's view
+            kv = out[at:at + n].clone().view(self.dec.cache.data[0].dtype).view(self.kv_layers, tr.length,
+                                                                                 self.kv_dim)
+            tok = int(out[at + n:at + n + 8].clone().view(torch.long)[0])
+            at += n + 8
+            self.staged[tr.rid] = (kv, tok)
+            self.info.setdefault(tr.rid, {}).update(kv_checksum_recv=float(kv.double().sum()), kv_bytes=n)
+
+    def decode_step(self, tick: Tick) -> None:
+        if self.dec is not None:
+            t0 = time.perf_counter()
+            seats = tick.decode[self.rank]
+            for s in seats:
+                if s.new:
+                    self._seat(s)
+            dev = self.me.device
+            batch = Batch.decode(torch.tensor([self.last[s.slot] for s in seats], dtype=torch.long, device=dev),
+                                 [s.ctx for s in seats], torch.tensor([s.slot for s in seats], device=dev))
+            shape = {"batch": len(seats), "tokens": len(seats), "ctx_sum": sum(s.ctx + 1 for s in seats),
+                     "tokens_global": sum(len(per) for per in tick.decode)}
+            prep_s = time.perf_counter() - t0
+            sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist())
+            for s, tok in zip(seats, ids, strict=True):
+                self.last[s.slot] = tok
+                self.info[s.rid]["output_tokens"].append(tok)
+            self.records += self.dec.record(sec, shape, prep_s)
+            self._trace(self.dec)
+        self.num_steps += 1
+
+    def _seat(self, s) -> None:
+        """Install a staged request's KV in its decode slot (the hand-off's receiving side)."""
+        kv, tok = self.staged.pop(s.rid)
+        for li, d in enumerate(self.dec.cache.data):
+            d[s.slot, :kv.shape[1]] = kv[li]
+        self.last[s.slot] = tok
+        self.info[s.rid]["output_tokens"] = []
+
+    def _trace(self, inst: Instance) -> None:
+        """Logical expert counts of this step per MoE layer (sim.routing.read_expert_trace)."""
+        for i, counts in enumerate(inst.model.expert_counts):
+            self.trace.append({"step": self.num_steps, "layer": i, "rank": self.rank, "role": inst.role,
+                               "expert_counts": counts.tolist()})
+        inst.model.expert_counts.clear()
+
+    def warmup(self, steps: int) -> None:
+        """Untimed steps on dummy tokens in slot 0 of each cache (later hand-offs overwrite it)."""
+        dev = self.me.device
+        for _ in range(steps):
+            for inst in (self.pre, self.dec):
+                if inst is None:
+                    continue
+                n = max(1, min(4, inst.cache.max_ctx - 1))
+                toks, slot = torch.zeros(n, dtype=torch.long, device=dev), torch.zeros(1, dtype=torch.long, device=dev)
+                batch = Batch.prefill(toks, [n], slot) if inst.role == "prefill" else Batch.decode(toks[:1], [n], slot)
+                inst.model.forward(batch, inst.cache, NullTimer())
+                inst.model.expert_counts.clear()
+
+
+def check_servable(me) -> None:
+    """Serving mode runs a disaggregated plan's first prefill and decode instances for real."""
+    plan = me.plan
+    if not plan.disaggregated:
+        raise SpecError(me.cfg.plan, "prefill", "a disaggregated plan (prefill + decode) for serving mode",
+                        "aggregated")
+    for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
+        if lay.tp != 1:
+            raise SpecError(me.cfg.plan, f"{role}.tp", "1 (the executor runs DP attention + EP MoE)", lay.tp)
+        if lay.ep_size > me.world:
+            raise SpecError(me.cfg.plan, f"{role}.dp", f"at most {me.world} ranks (serving runs no replays)",
+                            lay.ep_size)
+    if layer_ids(me.spec, "prefill", me.cfg.max_dense, me.cfg.max_moe) != \
+            layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe):
+        raise SpecError(me.plan.model, "layers", "the same layers in prefill and decode for serving mode")
+
+
+def _next(sched: Scheduler, t0: float):
+    """Rank 0: the next tick to broadcast, ("idle", None) after a bounded sleep, or ("stop", None)."""
+    now = time.perf_counter() - t0
+    sched.arrive(now)
+    if sched.finished:
+        return "stop", None
+    if sched.busy:
+        return "tick", sched.plan(now)
+    wait = sched.next_arrival() - now
+    time.sleep(min(IDLE_POLL_S, wait) if math.isfinite(wait) and wait > 0 else 0.0)
+    return "idle", None
+
+
+def serve_rank(me) -> list[dict]:
+    """One rank's serving run; rank 0 gets every rank's step records plus the request records."""
+    check_servable(me)
+    from sim.specs import load_workload
+    wl = load_workload(me.cfg.workload)
+    reqs = make_requests(wl, me.cfg.requests)
+    engine = Engine(me, reqs)
+    engine.warmup(me.cfg.warmup)
+    pre, dec = me.plan.prefill[0], me.plan.decode[0]
+    sched = Scheduler(reqs.isl.tolist(), reqs.osl.tolist(), reqs.cached.tolist(), reqs.arrival_s.tolist(),
+                      pre.ep_size, pre.max_tokens_per_step, pre.max_batch_per_rank, dec.ep_size,
+                      dec.max_batch_per_rank, wl.arrival.concurrency or 0) if me.rank == 0 else None
+    dist.barrier()
+    t0 = time.perf_counter()
+    while True:
+        msg = [_next(sched, t0) if me.rank == 0 else None]
+        dist.broadcast_object_list(msg, src=0)
+        kind, tick = msg[0]
+        if kind == "stop":
+            break
+        if kind == "idle":
+            continue
+        if tick.index == 0:
+            me.fault("step")
+        prefilled, xfer_s = engine.run(tick)
+        dist.barrier()  # the tick ends when every rank is done: its tokens exist now
+        if me.rank == 0:
+            sched.done(tick, time.perf_counter() - t0, prefilled - t0, xfer_s)
+    return _gather(me, engine, sched, reqs)
+
+
+def _gather(me, engine: Engine, sched, reqs) -> list[dict]:
+    parts = [None] * me.world if me.rank == 0 else None
+    dist.gather_object((engine.records, engine.info, engine.trace), parts, dst=0)
+    if me.rank != 0:
+        return []
+    info: dict[int, dict] = {}
+    for _, part, _ in parts:
+        for rid, d in part.items():
+            info.setdefault(rid, {}).update(d)
+    steps = [r for recs, _, _ in parts for r in recs]
+    trace = [dict(t, kind="expert_counts") for _, _, tr in parts for t in tr]
+    return steps + request_records(me, sched, reqs, info) + trace
+
+
+def request_records(me, sched: Scheduler, reqs, info: dict) -> list[dict]:
+    """One 'request' record per request, times from the scheduler's wall clock (run start = 0)."""
+    dec = me.plan.decode[0]
+    n_layers = len(layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe))
+    out = []
+    for rid, t in enumerate(sched.times):
+        isl, osl = int(reqs.isl[rid]), int(reqs.osl[rid])
+        ttft, e2e = t.first_token - t.arrival, t.finish - t.arrival
+        tpot = (t.finish - t.first_token) / (osl - 1) if osl > 1 else 0.0
+        shape = {"isl": isl, "osl": osl, "cached": int(reqs.cached[rid]), "prefill_rank": t.prefill_rank,
+                 "decode_rank": t.decode_rank, "time_shared": True}
+        out.append(dict(me.base, rank=t.decode_rank, role="serve", instance_dp=dec.dp, ep=dec.ep_size, step=rid,
+                        op="request", layers=n_layers, shape=shape, dtype=me.dtype_name, seconds=e2e,
+                        source="measured", cuda_graphs=False, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, isl=isl,
+                        osl=osl, arrival_s=t.arrival, queue_s=t.prefill_start - t.arrival,
+                        prefill_done_s=t.prefill_done, first_token_s=t.first_token, finish_s=t.finish,
+                        kv_transfer_s=t.kv_transfer_s, **info.get(rid, {})))
+    return out

@@ -1,0 +1,91 @@
+"""Serving mode's pieces without ranks: the scheduler's tick plans and timeline on a fake clock,
+and chunked prefill (a prompt in chunks equals the prompt at once)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from executor.model import Batch, Model, layer_ids
+from executor.parallel import make_ep_group
+from executor.serving import Scheduler
+from executor.timing import NullTimer
+
+from .test_exec_model import _variant
+
+pytestmark = pytest.mark.unit
+
+
+def _sched(isl, osl, arrival, n_prefill=2, budget=8, max_seqs=2, n_decode=2, max_batch=1, concurrency=0):
+    return Scheduler(list(isl), list(osl), [0] * len(isl), list(arrival), n_prefill, budget, max_seqs,
+                     n_decode, max_batch, concurrency)
+
+
+def _run(sched, dt=1.0, max_ticks=100):
+    """Tick at a fixed step time dt (ticks end at dt, 2dt, ...); returns the plans."""
+    now, ticks = 0.0, []
+    while not sched.finished and len(ticks) < max_ticks:
+        sched.arrive(now)
+        if not sched.busy:
+            now = sched.next_arrival()
+            continue
+        tick = sched.plan(now)
+        ticks.append(tick)
+        now += dt
+        sched.done(tick, now)
+    return ticks
+
+
+def test_timeline_prefill_handoff_first_decode_step():
+    """One request: prefill, KV hand-off and first decode step share tick 0 (TTFT = 1 tick), then
+    osl - 1 more decode steps."""
+    s = _sched([5], [3], [0.0])
+    ticks = _run(s)
+    assert [t.has_prefill for t in ticks] == [True, False, False]
+    assert ticks[0].transfers[0].length == 5 and ticks[0].decode[0][0].new
+    t = s.times[0]
+    assert (t.arrival, t.prefill_done, t.first_token, t.finish) == (0.0, 1.0, 1.0, 3.0)
+
+
+def test_long_prompt_is_chunked_on_one_rank_at_the_budget():
+    s = _sched([20], [1], [0.0], budget=8)
+    ticks = _run(s)
+    chunks = [c for t in ticks for per in t.prefill for c in per]
+    assert [(c.start, c.take, c.last) for c in chunks] == [(0, 8, False), (8, 8, False), (16, 4, True)]
+    assert len({c.slot for c in chunks}) == 1
+    assert {r for t in ticks for r, per in enumerate(t.prefill) if per} == {0}
+    assert s.times[0].first_token == 3.0
+
+
+def test_continuous_batching_seats_a_request_when_one_finishes():
+    """One decode rank with one seat: the second request waits staged until the first finishes."""
+    s = _sched([4, 4], [2, 2], [0.0, 0.0], n_decode=1, max_batch=1)
+    ticks = _run(s)
+    assert [[x.rid for x in t.decode[0]] for t in ticks] == [[0], [0], [1], [1]]
+    assert s.times[1].prefill_done == 1.0 and s.times[1].first_token == 3.0
+
+
+def test_idle_engine_waits_for_arrivals_and_closed_loop_releases_on_finish():
+    s = _sched([4, 4], [1, 1], [0.0, 5.0])
+    _run(s)
+    assert s.times[1].arrival == 5.0 and s.times[1].first_token == 6.0
+    c = _sched([4, 4, 4], [2, 2, 2], [math.nan] * 3, concurrency=2)
+    _run(c)
+    assert [t.arrival for t in c.times] == [0.0, 0.0, c.times[0].finish]
+
+
+@pytest.mark.parametrize("kind", ["mla", "gqa", "csa"])
+def test_chunked_prefill_equals_whole_prompt(kind):
+    spec = _variant(kind)
+    model = Model(spec, 0, "cpu", torch.float32, make_ep_group(None, 0, 1, spec.moe.num_experts),
+                  layer_ids(spec, "prefill"))
+    toks = torch.randint(0, spec.vocab_size, (23,), generator=torch.Generator().manual_seed(2))
+    whole = model.kv_cache(1, 24)
+    want = model.forward(Batch.prefill(toks, [23]), whole, NullTimer())
+    cache, slot = model.kv_cache(2, 24), torch.tensor([1])
+    for start, end in ((0, 9), (9, 17), (17, 23)):
+        got = model.forward(Batch.prefill(toks[start:end], [end - start], slot, [start]), cache, NullTimer())
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for a, b in zip(whole.data, cache.data, strict=True):
+        torch.testing.assert_close(b[1, :23], a[0, :23], rtol=1e-4, atol=1e-4)
