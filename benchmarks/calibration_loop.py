@@ -5,7 +5,8 @@
      (one temporary plan per sweep point: the plan's max_batch_per_rank / max_tokens_per_step),
      every point repeated in separate runs (seeds 0..repeats-1), interleaved in time
   3. calibrate a cpu-local profile on some sizes, holding others out
-  4. execute a serving-mode run of the plan's workload
+  4. execute serving-mode runs of the plan's workload (same requests, repeated)
+  Every run waits (up to quiet_s) for the shared cores to be quiet before it starts.
   5. validate: held-out steps per op and per step, serving TTFT/TPOT p50/p90 through the simulator
 
 Usage: python benchmarks/calibration_loop.py [--quick] [--out runs/calibration] [--microbench]
@@ -26,8 +27,10 @@ from sim.specs import dump_yaml, load_plan
 # Sweep points are repeated in separate runs, interleaved in time: a neighbour's burst on the
 # shared cores slows a whole run, and the fit takes the median over runs of each run's median.
 FULL = {"decode": (1, 2, 4, 6, 8, 12, 16), "prefill": (32, 64, 96, 128, 192, 256),
-        "holdout": ("decode:4,12", "prefill:96,192"), "steps": 12, "repeats": 3}
-QUICK = {"decode": (1, 4, 16), "prefill": (32, 128, 256), "holdout": ("decode:4",), "steps": 6, "repeats": 1}
+        "holdout": ("decode:4,12", "prefill:96,192"), "steps": 12, "repeats": 3, "serve_repeats": 3,
+        "quiet_s": 20.0}
+QUICK = {"decode": (1, 4, 16), "prefill": (32, 128, 256), "holdout": ("decode:4",), "steps": 6, "repeats": 1,
+         "serve_repeats": 1, "quiet_s": 0.0}
 RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
 
 
@@ -47,6 +50,27 @@ def sweep_plans(plan_name: str, cfg: dict, folder: Path) -> list[tuple[str, Path
         dump_yaml(p, path)
         paths.append((label, path))
     return paths
+
+
+def busy_fraction(window_s: float = 0.5) -> float:
+    """Share of this machine's CPU time in use over `window_s` (from /proc/stat; 0 elsewhere)."""
+    def sample():
+        v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(v) - v[3] - v[4], sum(v)  # busy (not idle, not iowait), total jiffies
+    if not Path("/proc/stat").exists():
+        return 0.0
+    (b0, t0), _ = sample(), time.sleep(window_s)
+    b1, t1 = sample()
+    return (b1 - b0) / max(t1 - t0, 1)
+
+
+def wait_quiet(max_wait_s: float, busy_max: float = 0.2) -> float:
+    """Wait (at most `max_wait_s`) until the shared cores are quiet, so a run does not start in
+    a neighbour's burst; returns the seconds waited."""
+    t0 = time.time()
+    while time.time() - t0 < max_wait_s and busy_fraction() > busy_max:
+        pass
+    return time.time() - t0
 
 
 def sh(args: list[str]) -> None:
@@ -76,6 +100,7 @@ def main(argv=None) -> int:
         for label, path in sweep_plans(args.plan, cfg, out):
             run = out / "sweep" / f"{label}-r{rep}"
             skip = ["--skip-prefill"] if label.startswith("decode") else []
+            wait_quiet(cfg["quiet_s"])
             sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
                            "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])
             runs.append(run)
@@ -83,11 +108,15 @@ def main(argv=None) -> int:
     hold = [x for h in cfg["holdout"] for x in ("--holdout", h)]
     meas = [x for r in runs for x in ("--measurements", str(r))]
     sh(RACKPLAN + ["calibrate", "--plan", args.plan, *meas, *hold, "--name", "cpu-local", "--out", str(prof)])
-    serve = out / "serve"
-    sh(RACKPLAN + ["execute", "--plan", args.plan, "--device", "cpu", "--out", str(serve),
-                   "--workload", load_plan(args.plan).workload or "tiny-chat"])
+    serves = []
+    for rep in range(cfg["serve_repeats"]):
+        serve = out / f"serve-r{rep}"
+        wait_quiet(cfg["quiet_s"])
+        sh(RACKPLAN + ["execute", "--plan", args.plan, "--device", "cpu", "--out", str(serve), "--seed", str(rep),
+                       "--workload", load_plan(args.plan).workload or "tiny-chat"])
+        serves += ["--measurements", str(serve)]
     report = out / "validate.json"
-    cmd = RACKPLAN + ["validate", "--plan", args.plan, *meas, "--measurements", str(serve), "--profile", str(prof)]
+    cmd = RACKPLAN + ["validate", "--plan", args.plan, *meas, *serves, "--profile", str(prof)]
     sh(cmd)
     res = subprocess.run(cmd + ["--json", "--max-mape", str(args.max_mape)], capture_output=True, text=True)
     text = res.stdout[: res.stdout.rfind("}") + 1]

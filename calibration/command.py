@@ -108,7 +108,8 @@ def _from_measurements(args, base, name):
     prof = fit_profile(fx, base, name, getattr(args, "launch_s", None))
     first = records[0]
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
-             "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"], "run_versions": first["versions"],
+             "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"],
+             "run_versions": first["versions"],
              "fit_sizes": {r: sorted({s.size for s in fit if s.role == r}) for r in ("decode", "prefill")},
              "held_out_sizes": {r: sorted({s.size for s in held if s.role == r}) for r in ("decode", "prefill")},
              "method": "per op: op_fixed x layers + op_scale x roofline (shared curves), soft-L1 relative "

@@ -67,8 +67,8 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
 
 
 def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> StepSample | None:
-    serve = role == "serve"
-    if serve:  # serving-mode steps: prefill if any rank ran prompt tokens
+    serve = role == "serve" or any(r["shape"].get("time_shared") for r in recs)  # serving-mode steps
+    if role == "serve":  # prefill if any rank ran prompt tokens
         role = "prefill" if any(r["shape"].get("prefill_new") for r in recs) else "decode"
     ranks = layout_for(plan, role).dp
     dec_b, dec_c = np.zeros(ranks), np.zeros(ranks)
@@ -100,7 +100,7 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
 
 def _shape_key(s: StepSample) -> tuple:
     if s.serve:
-        return ("serve", s.run, s.steps[0])
+        return ("serve", s.role, s.run, s.steps[0])
     if s.role == "prefill":
         return ("prefill", tuple(int(np.sum(n)) for n in s.rb.pre_new))
     return ("decode", tuple(s.rb.dec_batch.astype(int)))
@@ -132,7 +132,7 @@ def _median(group: list[StepSample]) -> StepSample:
         work = sorted(group, key=_attn_work)
         rb = work[len(work) // 2].rb
     return StepSample(first.role, first.size, rb, ops, med(lambda s: s.step_s), med(lambda s: s.host_s),
-                      len(group), [n for s in group for n in s.steps], len(runs))
+                      len(group), [n for s in group for n in s.steps], len(runs), first.serve, first.run)
 
 
 def split_holdout(samples: list[StepSample], holdout: dict[str, set[int]]) -> tuple[list, list]:

@@ -5,13 +5,11 @@ provenance does not list), so a profile's error bar is reported on data it never
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from sim.specs import Arrival, LengthDist, Plan, Profile, Workload, load_hardware, load_model
+from sim.specs import Arrival, Plan, Profile, load_hardware, load_model
 
 from .fit import Fitter
 from .robust import mape
@@ -35,7 +33,7 @@ class Report:
         out = {f"op {r['op']}": r["mape"] for r in self.ops if r["set"] == s}
         if s in self.step_mape:
             out["step"] = self.step_mape[s]
-        for key in ("ttft_p50", "tpot_p50"):
+        for key in ("lockstep.ttft_p50", "lockstep.tpot_p50"):
             if f"{key}_err" in self.serving:
                 out[key] = abs(self.serving[f"{key}_err"]) * 100
         return out
@@ -78,41 +76,12 @@ def compare_steps(plan: Plan, samples: list[StepSample], prof: Profile) -> Repor
     return rep
 
 
-def request_workload(records: list[dict], name: str, trace_dir: str | Path | None = None) -> Workload | None:
-    """The serving run's requests (arrival, prompt and output lengths) as a trace workload."""
-    reqs = sorted((r for r in records if r["op"] == "request" and r["rank"] == 0), key=lambda r: r["arrival_s"])
-    if not reqs:
-        return None
-    folder = Path(trace_dir or tempfile.mkdtemp(prefix="rackplan-validate-"))
-    path = folder / "served_requests.csv"
-    lines = ["timestamp,context_tokens,generated_tokens"]
-    lines += [f"{r['arrival_s']:.6f},{int(r['isl'])},{int(r['osl'])}" for r in reqs]
-    path.write_text("\n".join(lines) + "\n")
-    trace = LengthDist(kind="trace")
-    return Workload(name=name, arrival=Arrival(kind="trace"), isl=trace, osl=trace, num_requests=len(reqs),
-                    trace=str(path))
-
-
 def compare_serving(plan: Plan, records: list[dict], prof: Profile) -> dict[str, float]:
-    """Simulated vs measured TTFT and TPOT p50/p90 of the run's own requests."""
-    from sim.simulator import simulate
+    """Predicted vs measured TTFT/TPOT p50/p90 of a serving run (serve_replay.py: the executor's
+    time-shared lockstep replay, gated, and the simulator's plan-as-planned replay)."""
+    from .serve_replay import compare
 
-    with tempfile.TemporaryDirectory(prefix="rackplan-validate-") as tmp:
-        wl = request_workload(records, f"{plan.name}-served", tmp)
-        if wl is None:
-            return {}
-        sim = simulate(plan, wl, prof)
-    reqs = [r for r in records if r["op"] == "request" and r["rank"] == 0]
-    meas = {"ttft": np.array([r["ttft_s"] for r in reqs]),
-            "tpot": np.array([r["tpot_s"] for r in reqs if r["osl"] > 1])}
-    pred = {"ttft": sim.ttft_s[np.isfinite(sim.ttft_s)], "tpot": sim.tpot_s[np.isfinite(sim.tpot_s)]}
-    out: dict[str, float] = {"requests": float(len(reqs))}
-    for metric in ("ttft", "tpot"):
-        for q in (50, 90):
-            p, m = float(np.percentile(pred[metric], q)), float(np.percentile(meas[metric], q))
-            out[f"{metric}_p{q}_predicted_s"], out[f"{metric}_p{q}_measured_s"] = p, m
-            out[f"{metric}_p{q}_err"] = p / m - 1
-    return out
+    return compare(plan, records, prof)
 
 
 def compare_vllm_bench(plan: Plan, bench: dict, prof: Profile) -> dict[str, float]:
