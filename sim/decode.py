@@ -72,11 +72,11 @@ class DecodeInstance(Instance):
     """A decode instance: admits requests whose KV has arrived, steps until they finish."""
 
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, ranks: DecodeRanks,
-                 log: RequestLog, ctx_of, osl_of, on_done):
+                 log: RequestLog, ctx_of, osl_of, on_done, shared=None):
         self.ranks, self.log = ranks, log
         self.ctx_of, self.osl_of, self.on_done = ctx_of, osl_of, on_done
         self.waiting: deque[int] = deque()
-        super().__init__(env, name, pricer)
+        super().__init__(env, name, pricer, shared)
 
     @property
     def load(self) -> int:
@@ -107,7 +107,7 @@ class DecodeInstance(Instance):
                 yield self.idle()
                 continue
             dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
-            yield self.busy(dt)
+            yield from self.busy(dt)
             now = self.env.now
             self.log.step_durations.append(dt)
             self.log.step_seqs.append(self.ranks.running)

@@ -8,8 +8,10 @@ from .pricer import StepPricer
 
 
 class Instance:
-    def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer):
+    def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer,
+                 shared: simpy.Resource | None = None):
         self.env, self.name, self.pricer = env, name, pricer
+        self.shared = shared  # colocated instances take turns on the same GPUs
         self.busy_s = 0.0
         self.steps = 0
         self._wake = env.event()
@@ -28,8 +30,13 @@ class Instance:
         self._wake = self.env.event()
         return self._wake
 
-    def busy(self, seconds: float) -> simpy.Event:
-        """Run one step of `seconds`."""
+    def busy(self, seconds: float):
+        """Run one step of `seconds` (after the shared GPUs are free, when colocated)."""
         self.busy_s += seconds
         self.steps += 1
-        return self.env.timeout(seconds)
+        if self.shared is None:
+            yield self.env.timeout(seconds)
+            return
+        with self.shared.request() as turn:
+            yield turn
+            yield self.env.timeout(seconds)

@@ -47,12 +47,12 @@ class PrefillInstance(Instance):
     """A prefill instance; `on_prefilled(rid)` hands finished prompts to KV transfer."""
 
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, budget: int, max_seqs: int,
-                 need_of, on_prefilled):
+                 need_of, on_prefilled, shared=None):
         self.budget, self.max_seqs, self.need_of, self.on_prefilled = budget, max_seqs, need_of, on_prefilled
         self.queue: deque[int] = deque()
         self.done_tokens: dict[int, int] = {}
         self.queued_tokens = 0
-        super().__init__(env, name, pricer)
+        super().__init__(env, name, pricer, shared)
 
     @property
     def load(self) -> int:
@@ -72,7 +72,7 @@ class PrefillInstance(Instance):
                 continue
             chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs)
             dt = self.pricer.step(rank_batch(chunks))
-            yield self.busy(dt)
+            yield from self.busy(dt)
             for ch in chunks:
                 for rid, take, start in ch:
                     self.queued_tokens -= take

@@ -55,19 +55,25 @@ class _Deployment:
         self.front, self.decoders = [], []
         mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
         if plan.disaggregated:
+            # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
+            n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
+            shared = [simpy.Resource(env, capacity=1) for _ in range(n_shared)] if plan.colocated else None
             for i, lay in enumerate(plan.prefill):
                 pr = mk(lay)
                 for j in range(lay.replicas):
+                    turn = shared[len(self.front)] if shared else None
                     self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr, lay.max_tokens_per_step,
-                                                      lay.max_batch_per_rank, self.need_of, self._to_transfer))
+                                                      lay.max_batch_per_rank, self.need_of, self._to_transfer,
+                                                      turn))
             for i, lay in enumerate(plan.decode):
                 pr = mk(lay)
                 for j in range(lay.replicas):
                     ranks = DecodeRanks(lay.dp, lay.max_batch_per_rank, self.caps[f"decode[{i}]"],
                                         _tokens_per_step(lay))
+                    turn = shared[len(self.decoders)] if shared else None
                     self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, ranks, log,
                                                         lambda r: float(isl[r]), lambda r: int(reqs.osl[r]),
-                                                        self._done))
+                                                        self._done, turn))
         else:
             for i, lay in enumerate(plan.aggregated):
                 pr = mk(lay)

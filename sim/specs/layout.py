@@ -116,6 +116,9 @@ class Plan:
     profile: Optional[str] = None  # calibrated profile to use by default
     predicted: dict[str, float] = field(default_factory=dict)
     description: str = ""
+    # prefill and decode instances time-share the same GPUs (instance i of each pool on the same
+    # ranks, one step at a time), as the CPU executor's serving mode runs them
+    colocated: bool = False
 
     def __post_init__(self):
         positive(self.num_gpus, "num_gpus")
@@ -125,6 +128,8 @@ class Plan:
         if disagg:
             check(bool(self.prefill) and bool(self.decode), "prefill",
                   "both prefill and decode instances in a disaggregated plan")
+        check(not self.colocated or disagg, "colocated", "false for an aggregated plan (its instances "
+              "already share their GPUs)")
         for i, lay in enumerate(self.prefill):
             check(lay.role == "prefill", f"prefill[{i}].role", "'prefill'", lay.role)
         for i, lay in enumerate(self.decode):
@@ -136,6 +141,8 @@ class Plan:
 
     @property
     def gpus_used(self) -> int:
+        if self.colocated:
+            return max(sum(lay.total_gpus for lay in pool) for pool in (self.prefill, self.decode))
         return sum(lay.total_gpus for lay in self.prefill + self.decode + self.aggregated)
 
     @property

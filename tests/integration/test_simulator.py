@@ -143,3 +143,16 @@ def test_aggregated_and_default_plans_run():
     res = simulate(plan, load_workload("single-user"), PROF, num_requests=2)
     assert res.metrics["tps_per_user"] > 100
     assert np.isfinite(res.e2e_s).all()
+
+
+def test_colocated_prefill_and_decode_take_turns():
+    """Colocated pools time-share GPUs: a prefill step delays the decode steps behind it, so TPOT
+    grows under load while the GPU count halves."""
+    base = small_plan()
+    coloc = dataclasses.replace(base, colocated=True)
+    assert coloc.gpus_used == 8 and base.gpus_used == 16
+    w = wl(rate=8.0, isl=2000, osl=100, n=200)
+    sep = simulate_specs(base, MODEL, HW, w, PROF).metrics
+    shared = simulate_specs(coloc, MODEL, HW, w, PROF).metrics
+    assert shared["tpot_p90_s"] > sep["tpot_p90_s"] * 1.2
+    assert shared["output_tps_per_gpu"] > sep["output_tps_per_gpu"]
