@@ -4,7 +4,8 @@
   2. execute tiny-cpu on 2 gloo ranks over a sweep of decode batch sizes and prefill token budgets
      (one temporary plan per sweep point: the plan's max_batch_per_rank / max_tokens_per_step),
      every point repeated in separate runs (seeds 0..repeats-1), interleaved in time
-  3. calibrate a cpu-local profile on some sizes, holding others out
+  3. calibrate a cpu-local profile on some sizes, holding others out (engine-loop overhead from a
+     serving run of a different workload, tiny-chunked)
   4. execute serving-mode runs of the plan's workload (same requests, repeated)
   Every run waits (up to quiet_s) for the shared cores to be quiet before it starts.
   5. validate: held-out steps per op and per step, serving TTFT/TPOT p50/p90 through the simulator
@@ -104,10 +105,17 @@ def main(argv=None) -> int:
             sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
                            "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])
             runs.append(run)
+    # engine-loop overhead per tick (cpu_iteration_s) is fitted on a serving run of another workload
+    # (tiny-chunked, closed loop) and validated on the plan's own workload below
+    loop_run = out / "serve-fit"
+    wait_quiet(cfg["quiet_s"])
+    sh(RACKPLAN + ["execute", "--plan", args.plan, "--device", "cpu", "--out", str(loop_run),
+                   "--workload", "tiny-chunked"])
     prof = Path(args.profile_out or out / "cpu-local.yaml")
     hold = [x for h in cfg["holdout"] for x in ("--holdout", h)]
     meas = [x for r in runs for x in ("--measurements", str(r))]
-    sh(RACKPLAN + ["calibrate", "--plan", args.plan, *meas, *hold, "--name", "cpu-local", "--out", str(prof)])
+    sh(RACKPLAN + ["calibrate", "--plan", args.plan, *meas, "--measurements", str(loop_run), *hold,
+                   "--name", "cpu-local", "--out", str(prof)])
     serves = []
     for rep in range(cfg["serve_repeats"]):
         serve = out / f"serve-r{rep}"

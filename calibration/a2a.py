@@ -146,7 +146,7 @@ def _identifiable(pts: list[A2APoint]) -> bool:
 def _prior_entries(groups: dict, prior: Profile) -> list[A2AParams]:
     """Provisional entries (from the prior profile) so mixed-link predictions can run."""
     out = []
-    for kernel, link, phase in groups:
+    for kernel, _link, phase in groups:
         for lk in ("nvlink", "scaleout"):
             try:
                 base = prior.a2a_params(kernel, lk, 8, phase)
@@ -199,12 +199,13 @@ def _per_ep(pts, generic, others, make, model, hw, where) -> list[A2AParams]:
         sub = [p for p in pts if p.ep == ep]
         y = np.array([p.seconds for p in sub])
         if _identifiable(sub):
-            (a, b), _ = fit_relative(lambda p: predict(sub, others + [make(p, ep)], model, hw),
+            (a, b), _ = fit_relative(lambda p, sub=sub, ep=ep: predict(sub, others + [make(p, ep)], model, hw),
                                      [generic.alpha_s, generic.bw_eff], [0.0, 0.01], [float(np.max(y)), 1.5],
                                      y, f"{where}/ep{ep}", "points", minimax=True)
         else:
             a = generic.alpha_s
-            (b,), _ = fit_relative(lambda p: predict(sub, others + [make([a, p[0]], ep)], model, hw),
+            (b,), _ = fit_relative(lambda p, sub=sub, a=a, ep=ep: predict(sub, others + [make([a, p[0]], ep)],
+                                                                             model, hw),
                                    [generic.bw_eff], [0.01], [1.5], y, f"{where}/ep{ep}", "points")
         out.append(make([a, b], ep))
     return out

@@ -94,7 +94,7 @@ def build_profile(args):
 
 
 def _from_measurements(args, base, name):
-    from .fit import Fitter, fit_profile
+    from .fit import Fitter, fit_iteration, fit_profile
     from .samples import split_holdout, step_samples
 
     if not args.plan:
@@ -106,6 +106,9 @@ def _from_measurements(args, base, name):
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     fx = Fitter(plan, model, hw, fit)
     prof = fit_profile(fx, base, name, getattr(args, "launch_s", None))
+    iteration = fit_iteration(records)
+    if iteration is not None:
+        prof = dataclasses.replace(prof, cpu_iteration_s=_sig(iteration))
     first = records[0]
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
              "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"],

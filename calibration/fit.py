@@ -207,6 +207,14 @@ def fit_profile(fx: Fitter, base: Profile, name: str, launch_s: float | None = N
     return dataclasses.replace(prof, fit_error={k: round(v, 3) for k, v in errs.items()})
 
 
+def fit_iteration(records: list[dict]) -> float | None:
+    """Engine-loop seconds per step from serving runs' per-tick 'host' records (role 'serve'):
+    median over ticks of the tick's overhead / the steps it ran. None without serving records."""
+    per_step = [r["seconds"] / n for r in records if r["op"] == "host" and r["role"] == "serve"
+                for n in [r["shape"].get("prefill_steps", 0) + r["shape"].get("decode_steps", 0)] if n > 0]
+    return float(np.median(per_step)) if per_step else None
+
+
 def _sig(x: float) -> float:
     """Four significant digits: readable YAML, far below the measurement noise."""
     return float(f"{float(x):.4g}")

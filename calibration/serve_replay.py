@@ -81,7 +81,8 @@ def lockstep(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarra
             now = sched.next_arrival()
             continue
         tick = sched.plan(now)
-        t = now + (_prefill_s(cx_p, tick) if tick.has_prefill else 0.0)
+        t = now + _iteration_s(prof, plan, tick)
+        t += _prefill_s(cx_p, tick) if tick.has_prefill else 0.0
         prefilled = t
         xfer = _transfer_s(model, hw, prof, tick, pre.ep_size)
         t += xfer
@@ -92,6 +93,13 @@ def lockstep(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarra
     tpot = np.array([(tl.finish - tl.first_token) / (int(r["osl"]) - 1)
                      for tl, r in zip(sched.times, reqs) if int(r["osl"]) > 1])
     return {"ttft": ttft, "tpot": tpot}
+
+
+def _iteration_s(prof: Profile, plan: Plan, tick) -> float:
+    """Engine-loop overhead of a tick: once per step it runs, as the simulator charges it."""
+    steps = int(tick.has_prefill and not plan.prefill[0].async_scheduling) + \
+        int(tick.has_decode and not plan.decode[0].async_scheduling)
+    return prof.cpu_iteration_s * steps
 
 
 def _prefill_s(cx: CostContext, tick) -> float:

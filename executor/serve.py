@@ -287,6 +287,7 @@ def serve_rank(me) -> list[dict]:
     dist.barrier()
     t0 = time.perf_counter()
     while True:
+        t_tick, n_rec = time.perf_counter(), len(engine.records)
         msg = [_next(sched, t0) if me.rank == 0 else None]
         dist.broadcast_object_list(msg, src=0)
         kind, tick = msg[0]
@@ -300,7 +301,21 @@ def serve_rank(me) -> list[dict]:
         dist.barrier()  # the tick ends when every rank is done: its tokens exist now
         if me.rank == 0:
             sched.done(tick, time.perf_counter() - t0, prefilled - t0, xfer_s)
+            engine.records.append(_iteration_record(me, tick, engine.records[n_rec:], t_tick))
     return _gather(me, engine, sched, reqs)
+
+
+def _iteration_record(me, tick, step_recs: list[dict], t_tick: float) -> dict:
+    """Rank 0's engine-loop time of one tick outside its timed steps (scheduling, the schedule
+    broadcast, KV hand-off, the closing barrier): op 'host', role 'serve'."""
+    steps = [r for r in step_recs if r["op"] == "step"]
+    wall = time.perf_counter() - t_tick
+    shape = {"prefill_steps": sum(r["role"] == "prefill" for r in steps),
+             "decode_steps": sum(r["role"] == "decode" for r in steps), "tick": tick.index, "time_shared": True}
+    lay = me.plan.decode[0]
+    return dict(me.base, role="serve", instance_dp=lay.dp, ep=lay.ep_size, step=tick.index, op="host", layers=1,
+                shape=shape, dtype=me.dtype_name, seconds=max(wall - sum(r["seconds"] for r in steps), 0.0),
+                source="measured", cuda_graphs=False)
 
 
 def _gather(me, engine: Engine, sched, reqs) -> list[dict]:

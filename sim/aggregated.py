@@ -100,7 +100,7 @@ class AggregatedInstance(Instance):
                 dt = self.pricer.step(rb)
             else:
                 dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
-            yield from self.busy(dt)
+            yield self.busy(dt)
             now = self.env.now
             if decoding:
                 self.log.step_durations.append(dt)

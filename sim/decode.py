@@ -76,6 +76,7 @@ class DecodeInstance(Instance):
         self.ranks, self.log = ranks, log
         self.ctx_of, self.osl_of, self.on_done = ctx_of, osl_of, on_done
         self.waiting: deque[int] = deque()
+        self._last_end = 0.0  # end of the previous decode step: continuing sequences' last token
         super().__init__(env, name, pricer, shared)
 
     @property
@@ -102,15 +103,24 @@ class DecodeInstance(Instance):
 
     def run(self):
         while True:
+            if self.ranks.running == 0 and not self.waiting:
+                yield self.idle()
+                continue
+            yield from self.take_turn()
             new = self._admit()
-            if self.ranks.running == 0:
+            if self.ranks.running == 0:  # head of line waits for KV room
+                self.end_turn()
                 yield self.idle()
                 continue
             dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
-            yield from self.busy(dt)
+            yield self.busy(dt)
+            self.end_turn()
             now = self.env.now
-            self.log.step_durations.append(dt)
-            self.log.step_seqs.append(self.ranks.running)
+            # ITL: continuing sequences got their previous token at the previous step's end (colocated
+            # pools: a prefill turn may sit in between); new sequences got their first token (TTFT)
+            self.log.step_durations.append(now - self._last_end)
+            self.log.step_seqs.append(self.ranks.running - len(new))
+            self._last_end = now
             self.log.step_end.append(now)
             self.log.step_tokens.append(self.ranks.running * self.ranks.tps)
             for rid in new:

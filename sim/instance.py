@@ -1,5 +1,8 @@
-"""What every simulated instance shares: a name, a step pricer, busy time, and the wake-up event
-its main loop sleeps on while it has nothing to do."""
+"""What every simulated instance shares: a name, a step pricer, busy time, the wake-up event its
+main loop sleeps on while it has nothing to do, and (colocated pools) the turn on shared GPUs.
+
+Colocated prefill and decode instances alternate like one engine loop: a prefill step (with the
+KV hand-off of the prompts it finished), then a decode step that already seats those prompts."""
 from __future__ import annotations
 
 import simpy
@@ -30,13 +33,18 @@ class Instance:
         self._wake = self.env.event()
         return self._wake
 
-    def busy(self, seconds: float):
-        """Run one step of `seconds` (after the shared GPUs are free, when colocated)."""
+    def take_turn(self):
+        """Colocated: wait until the shared GPUs are free (`yield from`); a no-op otherwise."""
+        if self.shared is not None:
+            self._turn = self.shared.request()
+            yield self._turn
+
+    def end_turn(self) -> None:
+        if self.shared is not None:
+            self.shared.release(self._turn)
+
+    def busy(self, seconds: float) -> simpy.Event:
+        """Run one step of `seconds`."""
         self.busy_s += seconds
         self.steps += 1
-        if self.shared is None:
-            yield self.env.timeout(seconds)
-            return
-        with self.shared.request() as turn:
-            yield turn
-            yield self.env.timeout(seconds)
+        return self.env.timeout(seconds)

@@ -47,11 +47,12 @@ class PrefillInstance(Instance):
     """A prefill instance; `on_prefilled(rid)` hands finished prompts to KV transfer."""
 
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, budget: int, max_seqs: int,
-                 need_of, on_prefilled, shared=None):
+                 need_of, on_prefilled, shared=None, handoff_s=None):
         self.budget, self.max_seqs, self.need_of, self.on_prefilled = budget, max_seqs, need_of, on_prefilled
         self.queue: deque[int] = deque()
         self.done_tokens: dict[int, int] = {}
         self.queued_tokens = 0
+        self.handoff_s = handoff_s  # colocated: KV hand-off inside the turn, seconds for a list of rids
         super().__init__(env, name, pricer, shared)
 
     @property
@@ -70,15 +71,19 @@ class PrefillInstance(Instance):
             if not self.queue:
                 yield self.idle()
                 continue
+            yield from self.take_turn()
             chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs)
             dt = self.pricer.step(rank_batch(chunks))
-            yield from self.busy(dt)
+            finished = [rid for ch in chunks for rid, take, start in ch if start + take >= self.need_of(rid)[1]]
+            if self.handoff_s is not None and finished:
+                dt += self.handoff_s(finished)
+            yield self.busy(dt)
+            self.end_turn()
             for ch in chunks:
-                for rid, take, start in ch:
+                for rid, take, _ in ch:
                     self.queued_tokens -= take
-                    if start + take >= self.need_of(rid)[1]:
-                        self.queue.remove(rid)
-                        self.done_tokens.pop(rid, None)
-                        self.on_prefilled(rid)
-                    else:
-                        self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take
+                    self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take
+            for rid in finished:
+                self.queue.remove(rid)
+                self.done_tokens.pop(rid, None)
+                self.on_prefilled(rid)

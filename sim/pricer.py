@@ -36,6 +36,8 @@ class StepPricer:
         self._cache: dict = {}
         self.calls = 0
         self.misses = 0
+        # engine-loop overhead between steps: hidden by async scheduling, else paid every step
+        self.iteration_s = 0.0 if cx.layout.async_scheduling else cx.prof.cpu_iteration_s
 
     def decode(self, batch: np.ndarray, ctx: np.ndarray) -> float:
         """Seconds of a decode step with per-rank running sequences and context sums."""
@@ -47,7 +49,7 @@ class StepPricer:
         key = (b_max, int(mean_ctx // CTX_BUCKET), int(round(math.log(max(total, 1.0)) / LOG_STEP)))
         hit = self._cache.get(key)
         if hit is not None:
-            return hit
+            return hit + self.iteration_s
         self.misses += 1
         rep_ctx = (key[1] + 0.5) * CTX_BUCKET
         tot = math.exp(key[2] * LOG_STEP) if total >= 1 else 0.0
@@ -55,7 +57,7 @@ class StepPricer:
         dec_b[0] = b_max
         sec = step_cost(self.cx, RankBatch(dec_b, dec_b * rep_ctx)).seconds
         self._cache[key] = sec
-        return sec
+        return sec + self.iteration_s
 
     def step(self, rb: RankBatch) -> float:
         """Seconds of a prefill or mixed step (decode part quantised like `decode`)."""
@@ -70,7 +72,7 @@ class StepPricer:
         key = tuple(sorted(d + q for d, q in zip(key, pre)))
         hit = self._cache.get(key)
         if hit is not None:
-            return hit
+            return hit + self.iteration_s
         self.misses += 1
         dec_b = np.array([k[0] for k in key], float)
         dec_c = np.array([(k[1] + 0.5) * CTX_BUCKET for k in key]) * dec_b
@@ -83,4 +85,4 @@ class StepPricer:
             prefs.append(np.full(nseq, p))
         sec = step_cost(self.cx, RankBatch(dec_b, dec_c, news, prefs)).seconds
         self._cache[key] = sec
-        return sec
+        return sec + self.iteration_s

@@ -61,10 +61,12 @@ class _Deployment:
             for i, lay in enumerate(plan.prefill):
                 pr = mk(lay)
                 for j in range(lay.replicas):
-                    turn = shared[len(self.front)] if shared else None
+                    k = len(self.front)
+                    turn = shared[k] if shared else None
+                    to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
                     self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr, lay.max_tokens_per_step,
-                                                      lay.max_batch_per_rank, self.need_of, self._to_transfer,
-                                                      turn))
+                                                      lay.max_batch_per_rank, self.need_of, to_decode,
+                                                      turn, self._handoff_s if shared else None))
             for i, lay in enumerate(plan.decode):
                 pr = mk(lay)
                 for j in range(lay.replicas):
@@ -101,6 +103,18 @@ class _Deployment:
         self.log.prefill_done[rid] = self.env.now
         dest = self._pick(self.decoders)
         self.env.process(self._transfer(rid, dest))
+
+    def _to_paired(self, rid: int, k: int) -> None:
+        """Colocated: the hand-off ran inside prefill k's turn; the decoder on the same GPUs seats it
+        (the k-th one, or the least loaded when the decode pool has fewer instances)."""
+        self.log.prefill_done[rid] = self.env.now
+        dest = self.decoders[k] if k < len(self.decoders) else self._pick(self.decoders)
+        dest.deliver(rid)
+
+    def _handoff_s(self, rids: list[int]) -> float:
+        """Colocated: one KV exchange per step carries every finished prompt; the longest decides."""
+        ctx = max(float(self.reqs.isl[r]) for r in rids)
+        return kv_transfer_seconds(self.model, self.hw, self.prof, ctx, True)
 
     def _transfer(self, rid: int, dest: DecodeInstance):
         ctx = float(self.reqs.isl[rid])

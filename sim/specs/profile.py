@@ -47,6 +47,9 @@ class Profile:
     kv_transfer_bw_eff: float = 0.7
     cpu_step_s: float = 2.0e-3  # scheduler + batch preparation per step
     cpu_per_request_s: float = 10.0e-6  # per running request per step (metadata, sampling)
+    # engine-loop time outside a step when scheduling is synchronous (schedule broadcast, barriers,
+    # hand-off bookkeeping); the simulator charges it once per step; 0 = none measured
+    cpu_iteration_s: float = 0.0
     launch_s: float = 4.0e-6  # host time per kernel launch without CUDA graphs
     kernels_per_layer: int = 24  # kernel launches per transformer layer in a step
     graph_launch_s: float = 50.0e-6  # one CUDA-graph replay launch
@@ -64,6 +67,7 @@ class Profile:
             v = getattr(self, name)
             check(0 < v <= 1.0, name, "a fraction in (0, 1]", v)
         for name in ("gemm_m_half", "mem_bytes_half", "op_fixed_s", "kv_transfer_alpha_s", "cpu_step_s",
+                     "cpu_iteration_s",
                      "cpu_per_request_s", "launch_s", "graph_launch_s"):
             non_negative(getattr(self, name), name)
         positive(self.kernels_per_layer, "kernels_per_layer")

@@ -78,8 +78,10 @@ def test_kv_moved_between_processes(chat):
 
 def test_step_records_carry_the_calibration_shape(chat):
     out, recs = chat
-    steps = [r for r in recs if r["op"] != "request"]
+    steps = [r for r in recs if r["op"] != "request" and r["role"] != "serve"]
     assert {r["role"] for r in steps} == {"prefill", "decode"}
+    ticks = [r for r in recs if r["role"] == "serve" and r["op"] == "host"]  # engine-loop time per tick
+    assert ticks and all(r["shape"]["prefill_steps"] + r["shape"]["decode_steps"] >= 1 for r in ticks)
     keys = {"batch", "tokens", "ctx_sum", "tokens_global", "expert_tokens", "budget", "max_batch"}
     assert all(keys <= r["shape"].keys() for r in steps)
     pre = [r for r in steps if r["role"] == "prefill"]

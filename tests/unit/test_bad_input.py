@@ -33,7 +33,7 @@ def write(tmp_path, name, text):
 @pytest.mark.parametrize("mutate,field", [
     (lambda t: t.replace("dp: 2\n    max_tokens_per_step: 256", "dp: 0\n    max_tokens_per_step: 256"), "dp"),
     (lambda t: t.replace("num_gpus: 4", "num_gpus: -4"), "num_gpus"),
-    (lambda t: t.replace("num_gpus: 4", "num_gpus: 3"), "num_gpus"),  # DEP sizes need 4 GPUs
+    (lambda t: t.replace("num_gpus: 4", "num_gpus: 1"), "num_gpus"),  # DEP2 pools need 2 GPUs
     (lambda t: t.replace("model: tiny-moe", "model: gpt-9"), "model"),
     (lambda t: t.replace("hardware: cpu-local", "hardware: tpu-v9"), "hardware"),
     (lambda t: t + "colour: blue\n", "colour"),
