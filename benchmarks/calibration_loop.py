@@ -28,7 +28,7 @@ from sim.specs import dump_yaml, load_plan
 # Sweep points are repeated in separate runs, interleaved in time: a neighbour's burst on the
 # shared cores slows a whole run, and the fit takes the median over runs of each run's median.
 FULL = {"decode": (1, 2, 4, 6, 8, 12, 16), "prefill": (32, 64, 96, 128, 192, 256),
-        "holdout": ("decode:4,12", "prefill:96,192"), "steps": 12, "repeats": 3, "serve_repeats": 3,
+        "holdout": ("decode:4,12", "prefill:96,192"), "steps": 12, "repeats": 5, "serve_repeats": 3,
         "quiet_s": 20.0}
 QUICK = {"decode": (1, 4, 16), "prefill": (32, 128, 256), "holdout": ("decode:4",), "steps": 6, "repeats": 1,
          "serve_repeats": 1, "quiet_s": 0.0}
