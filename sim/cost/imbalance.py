@@ -4,8 +4,9 @@ factor = E[max over EP ranks of the rank's token-expert load] / mean, where a st
 counts are a multinomial draw of the batch's T * top_k choices from a power-law popularity
 (sim/routing.py) and the placement is contiguous (policy "none") or EPLB's (sim/eplb) computed
 from that popularity. The simulator asks once per step, so each (ep, redundant, policy, skew,
-top_k, E, ...) gets a table over a log-spaced grid of global tokens, built once from seeded
-vectorised sampling, and a call is a cached lookup plus a linear interpolation in log2(T).
+top_k, E, ...) gets a table over a log-spaced grid of global tokens, each point sampled (seeded,
+vectorised) the first time a step needs it, and a call is a lookup plus a linear interpolation in
+log2(T).
 `random_routing_factor` is the closed form for uniform routing, kept as a cross-check.
 """
 from __future__ import annotations
@@ -50,22 +51,22 @@ def imbalance_factor(tokens_global: float, top_k: int, num_experts: int, ep: int
         return 1.0
     if policy == "none":
         redundant_experts, gpus_per_node, num_groups = 0, 8, 1
-    xs, ys = factor_table(ep, redundant_experts, policy, float(skew), top_k, num_experts,
-                          gpus_per_node, num_groups)
+    cfg = (ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups)
+    xs = GRID_LOG2
     x = math.log2(tokens_global) if tokens_global > 1.0 else 0.0
     i = bisect_right(xs, x)
     if i >= len(xs):
-        return ys[-1]
+        return _point(cfg, len(xs) - 1)
     if i == 0:
-        return ys[0]
+        return _point(cfg, 0)
     t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-    return ys[i - 1] + t * (ys[i] - ys[i - 1])
+    lo, hi = _point(cfg, i - 1), _point(cfg, i)
+    return lo + t * (hi - lo)
 
 
-@lru_cache(maxsize=None)
-def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_k: int,
-                 num_experts: int, gpus_per_node: int = 8, num_groups: int = 1) -> tuple[tuple, tuple]:
-    """(log2 tokens_global grid, factor at each point): sampled once per configuration."""
+def _config(ep: int, redundant_experts: int, policy: str, skew: float, top_k: int, num_experts: int,
+            gpus_per_node: int, num_groups: int):
+    """(placement, computed grid points) of one configuration; checks its EPLB knobs."""
     if policy not in ("none", "global", "hierarchical"):
         raise SpecError("eplb", "policy", "one of 'hierarchical', 'global', 'none'", policy)
     slots = num_experts + redundant_experts
@@ -73,15 +74,42 @@ def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_
         raise SpecError("eplb", "redundant_experts",
                         f"num_experts + redundant_experts ({slots}) divisible by ep ({ep})", redundant_experts)
     pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
-    placement = placement_for(pop, ep, redundant_experts, policy, gpus_per_node, num_groups)
-    factors = expected_factor(_draws(skew, top_k, num_experts), ep, placement, SEED)
-    return GRID_LOG2, tuple(float(max(f, 1.0)) for f in factors)
+    return placement_for(pop, ep, redundant_experts, policy, gpus_per_node, num_groups), {}
 
 
-@lru_cache(maxsize=4)
-def _draws(skew: float, top_k: int, num_experts: int) -> np.ndarray:
-    """Expert counts [grid, samples, layers, E], shared by every placement (common random numbers)."""
+_config_cached = lru_cache(maxsize=None)(_config)
+
+
+@lru_cache(maxsize=256)
+def _draws(skew: float, top_k: int, num_experts: int, i: int) -> np.ndarray:
+    """Expert counts [1, samples, layers, E] at grid point i, shared by every placement (common
+    random numbers); seeded per point, so a point is the same whichever points were asked first."""
     pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
-    tokens = np.rint(2.0 ** np.asarray(GRID_LOG2)).astype(np.int64)
-    rng = np.random.default_rng([SEED, num_experts, top_k, int(round(skew * 1e6))])
+    tokens = np.array([int(round(2.0 ** GRID_LOG2[i]))], dtype=np.int64)
+    rng = np.random.default_rng([SEED, num_experts, top_k, int(round(skew * 1e6)), i])
     return sample_counts(pop, tokens, top_k, SAMPLES_PER_LAYER, rng).astype(np.float32)
+
+
+def _point(cfg: tuple, i: int) -> float:
+    """Factor at grid point i, sampled the first time it is asked for (a simulation touches a few)."""
+    placement, points = _config_cached(*cfg)
+    if i not in points:
+        ep, _, _, skew, top_k, num_experts = cfg[:6]
+        counts = _draws(skew, top_k, num_experts, i)
+        points[i] = float(max(expected_factor(counts, ep, placement, SEED)[0], 1.0))
+    return points[i]
+
+
+def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_k: int,
+                 num_experts: int, gpus_per_node: int = 8, num_groups: int = 1) -> tuple[tuple, tuple]:
+    """(log2 tokens_global grid, factor at each point) of one configuration, all points sampled."""
+    cfg = (ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups)
+    return GRID_LOG2, tuple(_point(cfg, i) for i in range(len(GRID_LOG2)))
+
+
+def _clear_caches() -> None:
+    _config_cached.cache_clear()
+    _draws.cache_clear()
+
+
+factor_table.cache_clear = _clear_caches  # type: ignore[attr-defined]
