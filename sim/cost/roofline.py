@@ -65,12 +65,3 @@ def price(flops, nbytes, peak_flops: float, eff_compute, hw: HardwareSpec, prof:
     t_compute = np.divide(flops, peak_flops * np.maximum(eff_compute, 1e-9))
     t_mem = np.divide(nbytes, hw.hbm_bw * np.maximum(mem_eff(nbytes, prof), 1e-9))
     return np.maximum(t_compute, t_mem) + prof.op_fixed_s
-
-
-def gemm_op(name: str, m: float, k: int, n: int, wbytes: float, dtype: str, layers: int,
-            hw: HardwareSpec, prof: Profile, act_bytes: float = 2.0) -> Op:
-    """A weight GEMM [m, k] x [k, n] repeated over `layers` layers: weights read once per layer."""
-    flops = 2.0 * m * k * n
-    nbytes = k * n * wbytes + m * (k + n) * act_bytes
-    sec = float(price(flops, nbytes, hw.flops_for(dtype), gemm_eff(m, prof), hw, prof))
-    return Op(name, "gemm", sec * layers, flops * layers, nbytes * layers, layers)

@@ -140,22 +140,22 @@ class _Acc:
         for i, name in enumerate(names):
             self.rank(name, sec[i], flops[i], nbytes[i], 1.0)
 
-    def slowest(self, ranks: int) -> tuple[float, list[Op], float]:
+    def slowest(self) -> tuple[float, list[Op]]:
         total = sum(rec[0] for rec in self.rank_ops.values())
         r = int(np.argmax(total))
         ops = [Op(name, "attn" if name == "attn.core" else "gemm", float(rec[0, r]), float(rec[1, r]),
                   float(rec[2, r])) for name, rec in self.rank_ops.items()]
-        return float(total[r]), ops, r
+        return float(total[r]), ops
 
 
 def _layer_group(cx: CostContext, rb: RankBatch, acc: _Acc, n_dense: int, n_moe: int,
-                 tokens: np.ndarray, with_prefill: bool, phase: str, q: float) -> tuple[float, list[Op]]:
-    """Add one group of layers (same tokens per rank) to `acc`; return MoE/a2a seconds and ops."""
+                 tokens: np.ndarray, with_prefill: bool, q: float) -> list[Op]:
+    """Add one group of layers (same tokens per rank) to `acc`; return its MoE/a2a ops."""
     m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
     tp = lay.tp
     n_layers = n_dense + n_moe
     if n_layers == 0:
-        return 0.0, []
+        return []
     _gemm_block(cx, acc, tokens, n_dense, n_moe)
     scale = n_layers / m.num_layers
     for comp in m.attention.kv:
@@ -168,19 +168,19 @@ def _layer_group(cx: CostContext, rb: RankBatch, acc: _Acc, n_dense: int, n_moe:
                    for n, p in zip(rb.pre_new, rb.pre_prefix)]
             acc.rank("attn.core", *[np.array(x) for x in zip(*res)], 1)
     if n_moe == 0:
-        return 0.0, []
+        return []
     if m.extra_bytes_per_token:
         by = tokens * m.extra_bytes_per_token / max(n_moe, 1)
         acc.rank("engram", np.where(tokens > 0, price(0.0, by, 1.0, 1.0, hw, prof), 0.0), 0.0, by, n_moe)
     return _moe_global(cx, tokens, n_moe, kernel="high_throughput" if with_prefill else "low_latency")
 
 
-def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) -> tuple[float, list[Op]]:
+def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) -> list[Op]:
     """Routed experts on the busiest EP rank + dispatch/combine, over `n_moe` layers."""
     m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-    t_global = float(np.sum(tokens)) * lay.tp / lay.tp  # DP ranks hold distinct tokens
+    t_global = float(np.sum(tokens))  # DP ranks hold distinct tokens
     if t_global <= 0:
-        return 0.0, []
+        return []
     ep = lay.ep_size
     f = imbalance_factor(t_global, m.moe.top_k, m.moe.num_experts, ep, cx.skew,
                          lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
@@ -198,7 +198,7 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
     ops = [Op("moe.experts", "gemm", t_exp * n_moe, flops * n_moe, nbytes * n_moe, n_moe),
            Op("moe.dispatch", "comm", t_disp * n_moe, count=n_moe),
            Op("moe.combine", "comm", t_comb * n_moe, count=n_moe)]
-    return sum(op.seconds for op in ops), ops
+    return ops
 
 
 def op_layers(model: ModelSpec, name: str) -> int:
@@ -251,8 +251,7 @@ def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
         groups = [(dd, dm, dec_tokens + pre_tokens, has_pre)]
         rest = rb
     for i, (nd, nm, tok, with_pre) in enumerate(groups):
-        _, ops = _layer_group(cx, rb if i == 0 else rest, acc, nd, nm, tok, with_pre, "decode", q)
-        moe_ops += ops
+        moe_ops += _layer_group(cx, rb if i == 0 else rest, acc, nd, nm, tok, with_pre, q)
     head_m = dec_tokens + rb.prefill_seqs()
     sec, fl, by = _gemm(head_m, m.hidden_size, m.vocab_size / lay.tp, 2.0, "bf16", cx.hw, cx.prof)
     acc.rank("lm_head", sec, fl, by, 1)
@@ -269,7 +268,7 @@ def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
         acc.rank("draft", sec, fl, by, passes)
     if cx.prof.op_scale or cx.prof.op_fixed:  # calibrated per-op corrections
         moe_ops = _calibrated(cx, acc, moe_ops, "prefill" if has_pre else "decode")
-    rank_s, rank_ops, _ = acc.slowest(rb.ranks)
+    rank_s, rank_ops = acc.slowest()
     comm = sum(op.seconds for op in moe_ops if op.kind == "comm")
     compute = rank_s + sum(op.seconds for op in moe_ops if op.kind != "comm")
     return compute, comm, rank_ops + moe_ops
