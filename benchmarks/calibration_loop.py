@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim.specs import dump_yaml, load_plan
+from rackplan.specs import dump_yaml, load_plan
 
 # Sweep points are repeated in separate runs, interleaved in time: a neighbour's burst on the
 # shared cores slows a whole run, and the fit takes the median over runs of each run's median.

@@ -10,9 +10,9 @@ Run: python benchmarks/eplb_table.py
 """
 from __future__ import annotations
 
-from sim.cost.imbalance import imbalance_factor
-from sim.cost.step import CostContext, decode_step
-from sim.specs import EPLBConfig, Layout, SpecError, load_hardware, load_model, load_profile
+from rackplan.sim.cost.imbalance import imbalance_factor
+from rackplan.sim.cost.step import CostContext, decode_step
+from rackplan.specs import EPLBConfig, Layout, SpecError, load_hardware, load_model, load_profile
 
 SIZES = ((8, "h200-sxm"), (16, "h200-sxm"), (32, "h200-sxm"), (64, "h200-sxm"), (72, "gb200-nvl72"))
 SKEWS = (0.0, 0.3, 0.6)  # power-law exponent of expert popularity (hot expert 1x / 3.8x / 12x mean)

@@ -8,8 +8,8 @@ Run: python benchmarks/public_case.py
 """
 from __future__ import annotations
 
-from sim.cost.step import CostContext, decode_step, prefill_step
-from sim.specs import EPLBConfig, Layout, load_hardware, load_model, load_profile
+from rackplan.sim.cost.step import CostContext, decode_step, prefill_step
+from rackplan.specs import EPLBConfig, Layout, load_hardware, load_model, load_profile
 
 PUBLISHED_PREFILL = {1024: 57_674 / 8, 2048: 54_543 / 8, 4096: 50_302 / 8}  # tok/s per GPU (per node / 8)
 PUBLISHED_DECODE = 22_282 / 8  # tok/s per GPU, EP72, batch 256, KV 2000, TBO on

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from sim.simulator import simulate
-from sim.specs import Arrival, Layout, LengthDist, Plan, Workload, load_plan, load_profile, load_workload
+from rackplan.sim.simulator import simulate
+from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_plan, load_profile, load_workload
 
 
 def timed(plan, wl, prof, n=None):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cost.alltoall import a2a_seconds, bytes_per_token, nvlink_share
-from sim.specs import A2AParams, HardwareSpec, Layout, ModelSpec, Profile, SpecError, load_model
+from rackplan.sim.cost.alltoall import a2a_seconds, bytes_per_token, nvlink_share
+from rackplan.specs import A2AParams, HardwareSpec, Layout, ModelSpec, Profile, SpecError, load_model
 
 from .io import read_table
 from .robust import fit_relative

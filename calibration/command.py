@@ -16,7 +16,7 @@ import dataclasses
 import datetime as dt
 import json
 
-from sim.specs import SpecError, dump_yaml, load_hardware, load_model, load_plan, load_profile, plan_hash
+from rackplan.specs import SpecError, dump_yaml, load_hardware, load_model, load_plan, load_profile, plan_hash
 
 from . import io
 

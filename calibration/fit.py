@@ -20,8 +20,8 @@ import dataclasses
 import numpy as np
 from scipy.optimize import least_squares
 
-from sim.cost.step import CostContext, op_layers, step_cost
-from sim.specs import A2AParams, HardwareSpec, ModelSpec, Plan, Profile, SpecError
+from rackplan.sim.cost.step import CostContext, op_layers, step_cost
+from rackplan.specs import A2AParams, HardwareSpec, ModelSpec, Plan, Profile, SpecError
 
 from .robust import check_points, fit_relative, mape
 from .samples import DEVICE_OPS, StepSample, layout_for

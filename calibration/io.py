@@ -13,7 +13,7 @@ import math
 import platform
 from pathlib import Path
 
-from sim.specs import SpecError
+from rackplan.specs import SpecError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -25,7 +25,7 @@ def file_sha256(path: str | Path) -> str:
 
 def read_measurements(path: str | Path) -> list[dict]:
     """Validated measurement records (executor/schema.py) from a file or run folder."""
-    from executor.schema import read_measurements as _read
+    from rackplan.executor.schema import read_measurements as _read
 
     return _read(path)
 

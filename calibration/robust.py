@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy.optimize import least_squares, minimize
 
-from sim.specs import SpecError
+from rackplan.specs import SpecError
 
 
 def check_points(measured: np.ndarray, num_params: int, where: str, what: str) -> np.ndarray:

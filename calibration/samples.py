@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.cost.step import RankBatch
-from sim.specs import Layout, Plan, SpecError
+from rackplan.sim.cost.step import RankBatch
+from rackplan.specs import Layout, Plan, SpecError
 
 DEVICE_OPS = ("attn.proj", "attn.core", "router", "moe.dispatch", "moe.experts", "moe.combine",
               "shared_expert", "dense_ffn", "lm_head")

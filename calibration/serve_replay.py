@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cost.step import CostContext, RankBatch, step_cost
-from sim.cost.transfer import kv_transfer_seconds
-from sim.specs import Arrival, LengthDist, Plan, Profile, Workload, load_hardware, load_model
+from rackplan.sim.cost.step import CostContext, RankBatch, step_cost
+from rackplan.sim.cost.transfer import kv_transfer_seconds
+from rackplan.specs import Arrival, LengthDist, Plan, Profile, Workload, load_hardware, load_model
 
 
 def served_requests(records: list[dict]) -> list[dict]:
@@ -54,7 +54,7 @@ def trace_workload(reqs: list[dict], name: str, folder: Path) -> Workload:
 
 def simulator(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarray]:
     """TTFT and TPOT of the requests through the discrete-event simulator (plan as planned)."""
-    from sim.simulator import simulate
+    from rackplan.sim.simulator import simulate
 
     with tempfile.TemporaryDirectory(prefix="rackplan-validate-") as tmp:
         res = simulate(plan, trace_workload(reqs, f"{plan.name}-served", Path(tmp)), prof)
@@ -63,7 +63,7 @@ def simulator(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarr
 
 def lockstep(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarray]:
     """TTFT and TPOT of the requests through the executor's time-shared tick loop, cost-model priced."""
-    from executor.serving import Scheduler
+    from rackplan.executor.serving import Scheduler
 
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     pre, dec = plan.prefill[0], plan.decode[0]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from executor.schema import SCHEMA_VERSION
-from sim.cost.step import CostContext, RankBatch, step_cost
-from sim.specs import Plan, Profile, load_hardware, load_model, plan_hash
+from rackplan.executor.schema import SCHEMA_VERSION
+from rackplan.sim.cost.step import CostContext, RankBatch, step_cost
+from rackplan.specs import Plan, Profile, load_hardware, load_model, plan_hash
 
 from .samples import layout_for
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.specs import Arrival, Plan, Profile, load_hardware, load_model
+from rackplan.specs import Arrival, Plan, Profile, load_hardware, load_model
 
 from .fit import Fitter
 from .robust import mape
@@ -88,8 +88,8 @@ def compare_vllm_bench(plan: Plan, bench: dict, prof: Profile) -> dict[str, floa
     """Simulated vs `vllm bench serve` TTFT/TPOT at the bench's request rate or concurrency."""
     import dataclasses
 
-    from sim.simulator import simulate, with_rate
-    from sim.specs import load_workload
+    from rackplan.sim.simulator import simulate, with_rate
+    from rackplan.specs import load_workload
 
     wl = load_workload(plan.workload or "tiny-chat")
     if bench.get("max_concurrency"):

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import json
 
-from sim.specs import load_plan, load_profile
+from rackplan.specs import load_plan, load_profile
 
 from . import io
 from .samples import step_samples

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from sim.specs import ModelSpec
+from rackplan.specs import ModelSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

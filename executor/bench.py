@@ -1,6 +1,6 @@
 """Kernel benchmarks for the GPU check: Triton grouped GEMM vs one torch matmul of the same
 FLOPs, and a decode-shaped MoE (few tokens per expert: weight-read bound) in bytes/s against a
-large device-to-device copy. `python -m executor.bench --out DIR` writes DIR/bench.json; without
+large device-to-device copy. `python -m rackplan.executor.bench --out DIR` writes DIR/bench.json; without
 CUDA it prints what it would run and exits 0 (dry run).
 """
 from __future__ import annotations

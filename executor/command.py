@@ -53,7 +53,7 @@ def default_world(plan, device: str, serving: bool) -> int:
 
 
 def run(args) -> int:
-    from sim.specs import SpecError, load_plan, load_workload
+    from rackplan.specs import SpecError, load_plan, load_workload
     plan = load_plan(args.plan)
     if args.workload:
         _check_serving(plan, load_workload(args.workload), args)
@@ -86,12 +86,12 @@ def run(args) -> int:
 
 def _check_serving(plan, workload, args) -> None:
     """What serving mode cannot run, as one line naming the field (before any rank starts)."""
-    from sim.specs import SpecError
+    from rackplan.specs import SpecError
     if not plan.disaggregated:
         raise SpecError(str(args.plan), "prefill", "a disaggregated plan (prefill + decode) for serving mode",
                         "aggregated")
     if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
-        from sim.workload import read_trace
+        from rackplan.sim.workload import read_trace
         read_trace(workload.trace)  # a missing or malformed trace fails here, not in every rank
     need = max(plan.prefill[0].ep_size, plan.decode[0].ep_size)
     if args.ranks is not None and 0 < args.ranks < need:

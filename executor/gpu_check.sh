@@ -22,7 +22,7 @@ run() {  # run [timeout_s] cmd...: log it; in a dry run only print it
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >>"$OUT/log.txt" 2>&1
 [ -z "$DRY" ] && nvidia-smi >>"$OUT/log.txt" 2>&1
 run 120 $PY -m pytest tests/gpu -q -p no:cacheprovider
-run 90 $PY -m executor.bench --out "$OUT/bench"
+run 90 $PY -m rackplan.executor.bench --out "$OUT/bench"
 for model in v3 v41; do
     for n in 8 32 72; do
         role=""; [ "$n" != 8 ] && role="--skip-prefill"  # prefill DEP2 is the same in all three

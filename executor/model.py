@@ -12,7 +12,7 @@ from typing import Callable, Literal, Optional
 
 import torch
 
-from sim.specs import ModelSpec
+from rackplan.specs import ModelSpec
 
 from .attention import Attention, KVCache, randn, rms_norm, sub_seed, weight
 from .moe import MLP, Experts, Router

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sim.specs import ModelSpec
+from rackplan.specs import ModelSpec
 
 from .attention import randn, sub_seed, swiglu, weight
 from .kernels.grouped_gemm import grouped_gemm

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from sim.cost.alltoall import a2a_seconds
-from sim.specs import load_hardware, load_profile
+from rackplan.sim.cost.alltoall import a2a_seconds
+from rackplan.specs import load_hardware, load_profile
 
 from .attention import randn, rms_norm, sub_seed
 from .moe import Experts

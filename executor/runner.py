@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from sim.specs import SpecError, load_model, load_plan, load_workload, plan_hash
+from rackplan.specs import SpecError, load_model, load_plan, load_workload, plan_hash
 
 from .attention import sub_seed
 from .model import Batch, Model, layer_ids

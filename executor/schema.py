@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from sim.specs import SpecError
+from rackplan.specs import SpecError
 
 SCHEMA_VERSION = 1
 OPS = ("attn.proj", "attn.core", "router", "moe.dispatch", "moe.experts", "moe.combine",

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from sim.specs import SpecError
-from sim.workload import make_requests
+from rackplan.sim.workload import make_requests
+from rackplan.specs import SpecError
 
 from .attention import sub_seed
 from .model import Batch, Model, layer_ids
@@ -275,7 +275,7 @@ def _next(sched: Scheduler, t0: float):
 def serve_rank(me) -> list[dict]:
     """One rank's serving run; rank 0 gets every rank's step records plus the request records."""
     check_servable(me)
-    from sim.specs import load_workload
+    from rackplan.specs import load_workload
     wl = load_workload(me.cfg.workload)
     reqs = make_requests(wl, me.cfg.requests)
     engine = Engine(me, reqs)

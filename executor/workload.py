@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from sim.specs import SpecError
+from rackplan.specs import SpecError
 
 DEFAULT_ISL, DEFAULT_OSL = 512, 128  # tokens, when a plan names no workload
 

@@ -1,4 +1,8 @@
-"""`rackplan` console script: one subcommand per module, each with add_arguments(parser) and run(args).
+"""`rackplan` console script: an explicit table of subcommands, each module imported only when run.
+
+A subcommand module exposes add_arguments(parser) and run(args) -> int. `rackplan --help` imports
+none of them (the table carries each one-line help), so start-up stays cheap and a broken module
+is a crash with its traceback when its command runs, never a command that silently disappears.
 
 Bad input (a SpecError or any error carrying `exit_code`) prints one line and exits with that code:
 2 for bad input, 3 when no layout meets the SLOs.
@@ -8,51 +12,57 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from dataclasses import dataclass
 
-# subcommand -> module exposing add_arguments(parser) and run(args) -> int; the module docstring's
-# first line is the help text. Modules must not import torch at import time.
+
+@dataclass(frozen=True)
+class Command:
+    module: str  # exposes add_arguments(parser) and run(args); or add_<name>_arguments / run_<name>
+    help: str
+
+
 COMMANDS = {
-    "simulate": "sim.commands.simulate",
-    "plan": "sim.search.command",
-    "whatif": "sim.search.whatif_command",
-    "execute": "executor.command",
-    "calibrate": "calibration.command",
-    "validate": "calibration.validate_command",
-    "models": "sim.commands.listing",
-    "hardware": "sim.commands.listing",
+    "simulate": Command("rackplan.sim.commands.simulate", "simulate a plan serving a workload (the default command)"),
+    "plan": Command("rackplan.sim.search.command", "search layouts for the most tokens/s per GPU under the SLOs"),
+    "whatif": Command("rackplan.sim.search.whatif_command", "simulate a plan under changed hardware, model or "
+                      "profile"),
+    "execute": Command("rackplan.executor.command", "run a plan for real (gloo on CPU, NCCL on GPU)"),
+    "calibrate": Command("rackplan.calibration.command", "fit a profile from measurements, tables or benchmarks"),
+    "validate": Command("rackplan.calibration.validate_command", "compare a profile's predictions with "
+                        "measurements"),
+    "models": Command("rackplan.sim.commands.listing", "list the embedded models"),
+    "hardware": Command("rackplan.sim.commands.listing", "list the embedded hardware"),
 }
+DEFAULT = "simulate"  # bare `rackplan` runs the main job on the embedded defaults
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rackplan",
-        description="Plan, simulate and prove MoE serving layouts on GPU racks.",
-    )
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only `command`'s module is imported (its arguments are added), the others are
+    listed by name and help."""
+    parser = argparse.ArgumentParser(prog="rackplan", description="Plan, simulate and prove MoE serving "
+                                     "layouts on GPU racks.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, modname in COMMANDS.items():
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:
-            if exc.name and modname.startswith(exc.name):
-                continue  # subcommand not built yet
-            raise
-        doc = (mod.__doc__ or "").strip().splitlines()
-        p = sub.add_parser(name, help=doc[0] if doc else "", description=doc[0] if doc else "")
-        add = getattr(mod, f"add_{name}_arguments", None) or mod.add_arguments
-        add(p)
-        p.set_defaults(_run=getattr(mod, f"run_{name}", None) or mod.run)
+    for name, cmd in COMMANDS.items():
+        p = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        if name == command:
+            mod = importlib.import_module(cmd.module)
+            doc = (mod.__doc__ or "").strip()
+            if doc:
+                p.description = doc.splitlines()[0]
+            (getattr(mod, f"add_{name}_arguments", None) or mod.add_arguments)(p)
+            p.set_defaults(_run=getattr(mod, f"run_{name}", None) or mod.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        argv = ["simulate"]  # the main job on the embedded defaults
-    args = parser.parse_args(argv)
+        argv = [DEFAULT]
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     if not getattr(args, "_run", None):
-        parser.print_help()
+        build_parser().print_help()
         return 2
     try:
         return int(args._run(args) or 0)

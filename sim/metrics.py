@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .specs import SLO
+from rackplan.specs import SLO
 
 
 class RequestLog:

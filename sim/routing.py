@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .specs import SpecError
+from rackplan.specs import SpecError
 
 
 def popularity(num_experts: int, skew: float, top_k: int = 1) -> np.ndarray:

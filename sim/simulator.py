@@ -10,6 +10,8 @@ import dataclasses
 import numpy as np
 import simpy
 
+from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
+
 from .aggregated import AggregatedInstance
 from .cost.memory import check_fits
 from .cost.step import CostContext
@@ -18,7 +20,6 @@ from .decode import DecodeInstance, DecodeRanks
 from .metrics import RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .pricer import StepPricer
-from .specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
 from .workload import Requests, make_requests
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .specs import LengthDist, SpecError, Workload
+from rackplan.specs import LengthDist, SpecError, Workload
 
 
 @dataclass(frozen=True)

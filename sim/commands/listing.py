@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from ..specs import available, load_hardware, load_model
+from rackplan.specs import available, load_hardware, load_model
 
 
 def add_arguments(p) -> None:

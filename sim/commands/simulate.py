@@ -11,7 +11,7 @@ import math
 import sys
 import time
 
-from ..specs import load_plan, load_profile, load_workload
+from rackplan.specs import load_plan, load_profile, load_workload
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 

@@ -7,7 +7,7 @@ Low-latency kernels serve decode, high-throughput kernels serve prefill.
 """
 from __future__ import annotations
 
-from ..specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
+from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
 
 
 def bytes_per_token(model: ModelSpec, dtype: str) -> float:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import KVComponent, ModelSpec
+from rackplan.specs import KVComponent, ModelSpec
+
 from .roofline import price
 
 

@@ -6,7 +6,7 @@ n, so the step takes max(gpu, host); without it the two add up.
 """
 from __future__ import annotations
 
-from ..specs import Layout, Profile
+from rackplan.specs import Layout, Profile
 
 
 def host_seconds(layout: Layout, prof: Profile, batch: float, num_layers: int, graphs: bool) -> float:

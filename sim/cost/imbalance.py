@@ -17,9 +17,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from rackplan.specs import SpecError
+
 from ..eplb.model import expected_factor, placement_for
 from ..routing import layer_popularity, sample_counts
-from ..specs import SpecError
 
 GRID_LOG2 = tuple(float(x) for x in np.arange(0.0, 21.5, 0.5))  # tokens_global from 1 to 2M, half-octave steps
 NUM_LAYERS = 16  # sampled layers, each with its own permutation of the popularity

@@ -4,7 +4,8 @@ A layout that does not fit is bad input: `check_fits` raises a SpecError naming 
 """
 from __future__ import annotations
 
-from ..specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, SpecError
+from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, SpecError
+
 from .moe import expert_bytes, physical_experts_per_rank
 
 RESERVE_FRACTION = 0.05  # CUDA context, NCCL/DeepEP buffers, allocator slack (vLLM keeps ~5-10%)

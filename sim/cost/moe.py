@@ -5,7 +5,7 @@ global tokens each picking k of E experts, an expert is hit with probability 1 -
 """
 from __future__ import annotations
 
-from ..specs import DTYPE_BYTES, Layout, ModelSpec
+from rackplan.specs import DTYPE_BYTES, Layout, ModelSpec
 
 
 def physical_experts_per_rank(model: ModelSpec, layout: Layout) -> float:

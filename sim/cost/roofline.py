@@ -10,7 +10,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..specs import HardwareSpec, Profile
+from rackplan.specs import HardwareSpec, Profile
 
 OpKind = Literal["gemm", "attn", "mem", "comm", "cpu"]
 

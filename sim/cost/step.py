@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
+from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
+
 from . import attention as attn
 from .alltoall import a2a_seconds
 from .host import combine_host, host_seconds

@@ -5,7 +5,7 @@ one NVLink domain, else over the scale-out NIC of the sending rank.
 """
 from __future__ import annotations
 
-from ..specs import HardwareSpec, ModelSpec, Profile
+from rackplan.specs import HardwareSpec, ModelSpec, Profile
 
 
 def kv_transfer_bytes(model: ModelSpec, context_tokens: float) -> float:

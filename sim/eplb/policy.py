@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..specs import SpecError
+from rackplan.specs import SpecError
 
 POLICIES = ("hierarchical", "global", "none")
 

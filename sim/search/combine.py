@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from rackplan.specs import SLO, Layout
+
 from ..cost.transfer import kv_transfer_seconds
-from ..specs import SLO, Layout
 from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic
 
 SLO_MARGIN = 0.9  # plan estimates to 90% of each SLO: the simulator's tails are the real test

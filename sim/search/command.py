@@ -14,7 +14,8 @@ import re
 import sys
 from dataclasses import replace
 
-from ..specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_profile, load_workload
+from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_profile, load_workload
+
 from . import planner
 from .space import SearchSpace
 

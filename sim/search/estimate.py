@@ -17,9 +17,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
+
 from ..cost.memory import kv_capacity_tokens
 from ..cost.step import CostContext, RankBatch, StepCost, decode_step, prefill_step, step_cost
-from ..specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
 
 WAIT_TAIL = math.log(10.0)  # p90 of an exponential wait, in units of its mean
 DETERMINISTIC = 0.5  # (1 + cs^2) / 2 with cs ~ 0: Kingman's correction for fixed service times

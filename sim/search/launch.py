@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ..specs import HardwareSpec, Layout, ModelSpec, Plan
+from rackplan.specs import HardwareSpec, Layout, ModelSpec, Plan
 
 HF_IDS = {  # rackplan model name -> Hugging Face repository (override with MODEL=...)
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",

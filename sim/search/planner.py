@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Callable, Literal
 
-from ..specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
+from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
+
 from . import combine
 from . import space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
 from .pareto import front, thin
-from .verify import Check, auto_requests, check, simulator_available
+from .verify import Check, auto_requests, check
 
 Objective = Literal["throughput", "min-gpus", "latency"]
 OBJECTIVES = ("throughput", "min-gpus", "latency")
@@ -202,7 +203,7 @@ def to_plan(req: Request, cand: Candidate, name: str, predicted: dict) -> Plan:
 
 def verify(req: Request, points: list[Candidate]) -> list[Verified]:
     """Simulate every front point at its target load (its estimated rate, or the fixed target)."""
-    if not (req.simulate and simulator_available()):
+    if not req.simulate:
         return [Verified(c, None) for c in points]
     backoffs = 1 if req.objective == "throughput" else 0
     tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, c.rate_rps,

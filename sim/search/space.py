@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rackplan.specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation
+
 from ..cost.memory import kv_capacity_tokens
-from ..specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 

@@ -1,14 +1,13 @@
 """Simulator check of planned deployments at their target load: do the p90 tails meet the SLOs?
 
 `run_simulation` is the single call site of the simulator, so what-if studies can hand it
-modified model / hardware / profile objects (through `sim.simulator.simulate_specs` once it
-exists; until then plain `simulate`, which loads model and hardware by name from the plan).
+modified model / hardware / profile objects (`rackplan.sim.simulator.simulate_specs`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..specs import SLO, Arrival, HardwareSpec, ModelSpec, Plan, Profile, Workload
+from rackplan.specs import SLO, Arrival, HardwareSpec, ModelSpec, Plan, Profile, Workload
 
 BACKOFF = 0.85  # rate factor for a retry when the tails miss the SLOs at the estimated rate
 MIN_REQUESTS, MAX_REQUESTS = 64, 4000
@@ -25,26 +24,12 @@ def auto_requests(rate_rps: float, e2e_s: float, step_s: float, decode_instances
     return int(min(MAX_REQUESTS, max(MIN_REQUESTS, round(rate_rps * horizon))))
 
 
-def simulator_available() -> bool:
-    try:
-        import sim.simulator  # noqa: F401
-    except ModuleNotFoundError as exc:
-        if exc.name and "sim.simulator".startswith(exc.name):
-            return False
-        raise
-    return True
-
-
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
                    num_requests: int | None = None, seed: int | None = None) -> dict:
     """Simulated metrics of `plan` on `workload` with these spec objects (the one call site)."""
-    from .. import simulator
+    from ..simulator import simulate_specs
 
-    fn = getattr(simulator, "simulate_specs", None)
-    if fn is not None:
-        res = fn(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
-    else:
-        res = simulator.simulate(plan, workload, profile, num_requests=num_requests, seed=seed)
+    res = simulate_specs(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
     return dict(res.metrics)
 
 

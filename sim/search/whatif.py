@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from ..specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload
+from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload
 
 ALIASES = {  # friendly key -> (field, factor to the field's unit)
     "hardware.nvlink_gbps": ("hardware.scaleup_bw", 1e9),

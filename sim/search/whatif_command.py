@@ -16,7 +16,8 @@ from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 
-from ..specs import SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
+
 from . import planner, whatif
 from .verify import at_rate, run_simulation
 

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grouped_gemm_and_permute_on_gpu(dtype):
-    from executor.kernels.grouped_gemm import grouped_gemm, grouped_gemm_ref
-    from executor.kernels.permute import permute, unpermute, unpermute_ref
+    from rackplan.executor.kernels.grouped_gemm import grouped_gemm, grouped_gemm_ref
+    from rackplan.executor.kernels.permute import permute, unpermute, unpermute_ref
     c = torch.tensor([33, 0, 7, 150])
     x = torch.randn(int(c.sum()), 512, device="cuda").to(dtype)
     w = (torch.randn(4, 512, 384, device="cuda") / 512 ** 0.5).to(dtype)
@@ -34,5 +34,5 @@ def test_execute_tiny_on_one_gpu(tmp_path):
            "--device", "cuda", "--ranks", "1", "--steps", "2", "--out", str(tmp_path)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    from executor.schema import read_measurements
+    from rackplan.executor.schema import read_measurements
     assert read_measurements(tmp_path)

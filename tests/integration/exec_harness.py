@@ -11,7 +11,7 @@ def _entry(fn, rank, world, tmp, args):
     code = 0
     try:
         torch.set_num_threads(1)
-        from executor.parallel import init_distributed
+        from rackplan.executor.parallel import init_distributed
         init_distributed("gloo", rank, world, os.path.join(tmp, "store"), 30.0)
         torch.save(fn(rank, world, *args), os.path.join(tmp, f"out{rank}.pt"))
     except BaseException as exc:  # noqa: BLE001

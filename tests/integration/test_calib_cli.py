@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from calibration.synthetic import synth_records, write_jsonl
+from rackplan.calibration.synthetic import synth_records, write_jsonl
 from rackplan.cli import main
-from sim.specs import load_plan, load_profile
+from rackplan.specs import load_plan, load_profile
 
 pytestmark = pytest.mark.integration
 PLAN = load_plan("tiny-cpu")

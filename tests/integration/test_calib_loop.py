@@ -1,6 +1,4 @@
-"""Reduced closed loop on this machine: execute a small sweep -> calibrate -> validate (< 60 s).
-Skipped until the executor's `rackplan execute` exists."""
-import importlib.util
+"""Reduced closed loop on this machine: execute a small sweep -> calibrate -> validate (< 60 s)."""
 import json
 import sys
 from pathlib import Path
@@ -11,8 +9,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("executor.command", "executor.serve")),
-                    reason="rackplan execute (sweep and serving mode) not built yet")
 def test_quick_loop(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import calibration_loop

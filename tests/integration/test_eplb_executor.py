@@ -7,14 +7,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from executor.attention import randn, sub_seed
-from executor.moe import Experts, Router, moe_reference
-from executor.parallel import dispatch, make_ep_group, moe_forward, to_slots
-from executor.timing import NullTimer
-from sim.cost.imbalance import NUM_LAYERS, SEED, imbalance_factor
-from sim.eplb import rebalance_experts
-from sim.routing import layer_popularity
-from sim.specs import load_model
+from rackplan.executor.attention import randn, sub_seed
+from rackplan.executor.moe import Experts, Router, moe_reference
+from rackplan.executor.parallel import dispatch, make_ep_group, moe_forward, to_slots
+from rackplan.executor.timing import NullTimer
+from rackplan.sim.cost.imbalance import NUM_LAYERS, SEED, imbalance_factor
+from rackplan.sim.eplb import rebalance_experts
+from rackplan.sim.routing import layer_popularity
+from rackplan.specs import load_model
 
 from .exec_harness import run_ranks
 

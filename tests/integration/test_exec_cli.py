@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.schema import read_measurements
+from rackplan.executor.schema import read_measurements
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,11 +7,11 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executor.attention import randn, sub_seed
-from executor.moe import Experts, Router, moe_reference
-from executor.parallel import make_ep_group, moe_forward, moe_forward_dbo
-from executor.timing import NullTimer
-from sim.specs import load_model
+from rackplan.executor.attention import randn, sub_seed
+from rackplan.executor.moe import Experts, Router, moe_reference
+from rackplan.executor.parallel import make_ep_group, moe_forward, moe_forward_dbo
+from rackplan.executor.timing import NullTimer
+from rackplan.specs import load_model
 
 from .exec_harness import run_ranks
 

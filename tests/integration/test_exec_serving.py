@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from executor.model import Batch, Model, layer_ids
-from executor.parallel import make_ep_group
-from executor.schema import read_measurements
-from executor.serve import prompt_tokens
-from executor.timing import NullTimer
-from sim.routing import read_expert_trace
-from sim.specs import load_model
+from rackplan.executor.model import Batch, Model, layer_ids
+from rackplan.executor.parallel import make_ep_group
+from rackplan.executor.schema import read_measurements
+from rackplan.executor.serve import prompt_tokens
+from rackplan.executor.timing import NullTimer
+from rackplan.sim.routing import read_expert_trace
+from rackplan.specs import load_model
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

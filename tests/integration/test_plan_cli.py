@@ -6,9 +6,9 @@ import csv
 import pytest
 
 from rackplan.cli import main
-from sim.search import planner
-from sim.search.verify import at_rate, run_simulation
-from sim.specs import load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.sim.search import planner
+from rackplan.sim.search.verify import at_rate, run_simulation
+from rackplan.specs import load_hardware, load_model, load_plan, load_profile, load_workload
 
 pytestmark = pytest.mark.integration
 TINY = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "4", "--workload", "tiny-chat",
@@ -41,7 +41,7 @@ def test_plan_read_back_simulates_identically(planned):
     model, hw, prof = load_model(plan.model), load_hardware(plan.hardware), load_profile("datasheet")
     wl = at_rate(load_workload(plan.workload), plan.predicted["request_rate"])
     again = run_simulation(plan, model, hw, wl, prof, 200, 1)
-    from sim.specs import Plan, from_dict, to_dict
+    from rackplan.specs import Plan, from_dict, to_dict
     copy = from_dict(Plan, to_dict(plan))
     assert run_simulation(copy, model, hw, wl, prof, 200, 1) == again
 

@@ -5,12 +5,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sim.cost.step import CostContext
-from sim.cost.transfer import kv_transfer_seconds
-from sim.prefill import rank_batch
-from sim.pricer import StepPricer
-from sim.simulator import simulate, simulate_specs
-from sim.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
+from rackplan.sim.cost.step import CostContext
+from rackplan.sim.cost.transfer import kv_transfer_seconds
+from rackplan.sim.prefill import rank_batch
+from rackplan.sim.pricer import StepPricer
+from rackplan.sim.simulator import simulate, simulate_specs
+from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.integration
 PROF = load_profile("datasheet")
@@ -92,7 +92,7 @@ def test_conservation():
     w = dataclasses.replace(wl(rate=20.0, n=300), isl=LengthDist(kind="uniform", low=100, high=3000),
                             osl=LengthDist(kind="lognormal", mean=200, sigma=0.8, max=2000))
     res = simulate_specs(plan, MODEL, HW, w, PROF)
-    from sim.workload import make_requests
+    from rackplan.sim.workload import make_requests
     reqs = make_requests(w)
     assert np.isfinite(res.e2e_s).all()  # every request finished
     assert res.metrics["output_tokens"] == reqs.osl.sum()
@@ -138,7 +138,7 @@ def test_throughput_saturates_at_capacity():
 
 
 def test_aggregated_and_default_plans_run():
-    from sim.specs import load_plan, load_workload
+    from rackplan.specs import load_plan, load_workload
     plan = load_plan("v41-flash-gb300-single-user")
     res = simulate(plan, load_workload("single-user"), PROF, num_requests=2)
     assert res.metrics["tps_per_user"] > 100

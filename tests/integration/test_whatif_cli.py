@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 
 from rackplan.cli import main
-from sim.search import whatif
-from sim.search.whatif_command import study
-from sim.specs import load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.sim.search import whatif
+from rackplan.sim.search.whatif_command import study
+from rackplan.specs import load_hardware, load_model, load_plan, load_profile, load_workload
 
 pytestmark = pytest.mark.integration
 

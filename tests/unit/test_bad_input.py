@@ -86,7 +86,7 @@ def test_bad_workloads(tmp_path, capsys, yaml_text, field):
 def test_specs_load_and_are_frozen():
     from dataclasses import FrozenInstanceError
 
-    from sim.specs import available, load_hardware, load_model
+    from rackplan.specs import available, load_hardware, load_model
     for name in available("models"):
         m = load_model(name)
         with pytest.raises(FrozenInstanceError):

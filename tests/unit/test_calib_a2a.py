@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from calibration.a2a import fit_a2a, predict, read_points
-from calibration.io import DATA_DIR
-from sim.specs import A2AParams, SpecError, load_hardware, load_model, load_profile
+from rackplan.calibration.a2a import fit_a2a, predict, read_points
+from rackplan.calibration.io import DATA_DIR
+from rackplan.specs import A2AParams, SpecError, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.unit
 MODEL = load_model("deepseek-v3")

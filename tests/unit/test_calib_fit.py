@@ -4,13 +4,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from calibration.fit import Fitter, fit_profile
-from calibration.robust import check_points, fit_relative
-from calibration.samples import split_holdout, step_samples
-from calibration.synthetic import synth_records
-from calibration.validate import compare_steps
-from sim.cost.step import CostContext, decode_step
-from sim.specs import SpecError, load_hardware, load_model, load_plan, load_profile
+from rackplan.calibration.fit import Fitter, fit_profile
+from rackplan.calibration.robust import check_points, fit_relative
+from rackplan.calibration.samples import split_holdout, step_samples
+from rackplan.calibration.synthetic import synth_records
+from rackplan.calibration.validate import compare_steps
+from rackplan.sim.cost.step import CostContext, decode_step
+from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile
 
 pytestmark = pytest.mark.unit
 PLAN = load_plan("tiny-cpu")

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from calibration.serve_replay import compare, lockstep
-from sim.cost.step import CostContext, RankBatch, step_cost
-from sim.cost.transfer import kv_transfer_seconds
-from sim.specs import load_hardware, load_model, load_plan, load_profile
+from rackplan.calibration.serve_replay import compare, lockstep
+from rackplan.sim.cost.step import CostContext, RankBatch, step_cost
+from rackplan.sim.cost.transfer import kv_transfer_seconds
+from rackplan.specs import load_hardware, load_model, load_plan, load_profile
 
 pytestmark = pytest.mark.unit
 PLAN = load_plan("tiny-cpu")

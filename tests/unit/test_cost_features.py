@@ -4,10 +4,10 @@ import dataclasses
 
 import pytest
 
-from sim.cost.memory import kv_capacity_tokens, weight_bytes_per_rank
-from sim.cost.step import CostContext, decode_step, prefill_step
-from sim.cost.transfer import kv_transfer_bytes, kv_transfer_seconds
-from sim.specs import Layout, Speculation, load_hardware, load_model, load_profile
+from rackplan.sim.cost.memory import kv_capacity_tokens, weight_bytes_per_rank
+from rackplan.sim.cost.step import CostContext, decode_step, prefill_step
+from rackplan.sim.cost.transfer import kv_transfer_bytes, kv_transfer_seconds
+from rackplan.specs import Layout, Speculation, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.unit
 PROF = load_profile("datasheet")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from executor.placement import (
+from rackplan.executor.placement import (
     expert_counts,
     map_to_slots,
     moe_reference,
@@ -13,9 +13,9 @@ from executor.placement import (
     tokens_per_rank,
     tokens_per_slot,
 )
-from sim.cost.imbalance import NUM_LAYERS, SEED, imbalance_factor
-from sim.eplb import identity_placement, placement_for, rebalance_experts
-from sim.routing import layer_popularity
+from rackplan.sim.cost.imbalance import NUM_LAYERS, SEED, imbalance_factor
+from rackplan.sim.eplb import identity_placement, placement_for, rebalance_experts
+from rackplan.sim.routing import layer_popularity
 
 pytestmark = pytest.mark.unit
 E, K, EP, H, INTER = 16, 4, 4, 32, 16

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.eplb import (
+from rackplan.sim.eplb import (
     balanced_packing,
     contiguous_share,
     identity_placement,
@@ -12,7 +12,7 @@ from sim.eplb import (
     rebalance_experts,
     replicate_experts,
 )
-from sim.specs import SpecError
+from rackplan.specs import SpecError
 
 pytestmark = pytest.mark.unit
 

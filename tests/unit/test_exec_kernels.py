@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor.kernels import interpreting
-from executor.kernels.grouped_gemm import grouped_gemm, grouped_gemm_ref
-from executor.kernels.permute import permute, permute_ref, unpermute, unpermute_ref
+from rackplan.executor.kernels import interpreting
+from rackplan.executor.kernels.grouped_gemm import grouped_gemm, grouped_gemm_ref
+from rackplan.executor.kernels.permute import permute, permute_ref, unpermute, unpermute_ref
 
 pytestmark = [pytest.mark.unit,
               pytest.mark.skipif(not interpreting(), reason="needs TRITON_INTERPRET=1 from process start")]

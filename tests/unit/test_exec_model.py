@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from executor.model import Batch, Model, layer_ids
-from executor.moe import Router
-from executor.parallel import make_ep_group, slot_bounds, to_slots
-from executor.timing import NullTimer
-from executor.workload import prefill_lengths
-from sim.specs import load_model, load_workload
+from rackplan.executor.model import Batch, Model, layer_ids
+from rackplan.executor.moe import Router
+from rackplan.executor.parallel import make_ep_group, slot_bounds, to_slots
+from rackplan.executor.timing import NullTimer
+from rackplan.executor.workload import prefill_lengths
+from rackplan.specs import load_model, load_workload
 
 pytestmark = pytest.mark.unit
 TINY = load_model("tiny-moe")

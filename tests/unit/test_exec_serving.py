@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from executor.model import Batch, Model, layer_ids
-from executor.parallel import make_ep_group
-from executor.serving import Scheduler
-from executor.timing import NullTimer
+from rackplan.executor.model import Batch, Model, layer_ids
+from rackplan.executor.parallel import make_ep_group
+from rackplan.executor.serving import Scheduler
+from rackplan.executor.timing import NullTimer
 
 from .test_exec_model import _variant
 

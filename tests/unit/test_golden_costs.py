@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from sim.cost import alltoall, moe
-from sim.cost.step import CostContext, decode_step, prefill_step
-from sim.specs import Layout, load_hardware, load_model, load_profile
+from rackplan.sim.cost import alltoall, moe
+from rackplan.sim.cost.step import CostContext, decode_step, prefill_step
+from rackplan.specs import Layout, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.unit
 V3 = load_model("deepseek-v3")

@@ -4,10 +4,10 @@ import time
 import numpy as np
 import pytest
 
-from sim.cost.imbalance import NUM_LAYERS, SEED, factor_table, imbalance_factor, random_routing_factor
-from sim.eplb import placement_for, replay_factor
-from sim.routing import layer_popularity, sample_counts
-from sim.specs import SpecError
+from rackplan.sim.cost.imbalance import NUM_LAYERS, SEED, factor_table, imbalance_factor, random_routing_factor
+from rackplan.sim.eplb import placement_for, replay_factor
+from rackplan.sim.routing import layer_popularity, sample_counts
+from rackplan.specs import SpecError
 
 pytestmark = pytest.mark.unit
 E, K = 64, 4  # small model: 64 experts, top-4

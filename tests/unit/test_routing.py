@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from sim.routing import layer_popularity, popularity, popularity_from_counts, read_expert_trace, sample_counts
-from sim.specs import SpecError
+from rackplan.sim.routing import layer_popularity, popularity, popularity_from_counts, read_expert_trace, sample_counts
+from rackplan.specs import SpecError
 
 pytestmark = pytest.mark.unit
 

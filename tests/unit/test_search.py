@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.search import combine, launch, pareto, planner, space, whatif
-from sim.search.estimate import Pricer, price_decode, price_prefill, traffic_of
-from sim.specs import SLO, Layout, SpecError, load_hardware, load_model, load_profile, load_workload
+from rackplan.sim.search import combine, launch, pareto, planner, space, whatif
+from rackplan.sim.search.estimate import Pricer, price_decode, price_prefill, traffic_of
+from rackplan.specs import SLO, Layout, SpecError, load_hardware, load_model, load_profile, load_workload
 
 pytestmark = pytest.mark.unit
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from sim.specs import Arrival, LengthDist, SpecError, Workload
-from sim.workload import make_requests, read_trace
+from rackplan.sim.workload import make_requests, read_trace
+from rackplan.specs import Arrival, LengthDist, SpecError, Workload
 
 pytestmark = pytest.mark.unit
 
@@ -61,7 +61,7 @@ def test_bad_trace(tmp_path):
 
 
 def test_weighted_percentiles_equal_repeated():
-    from sim.metrics import weighted_percentiles
+    from rackplan.sim.metrics import weighted_percentiles
     rng = np.random.default_rng(0)
     v, w = rng.random(50), rng.integers(0, 20, 50)
     rep = np.repeat(v, w)

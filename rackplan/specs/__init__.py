@@ -1,4 +1,6 @@
-"""Specs: frozen dataclasses loaded from YAML under configs/, by name or by path."""
+"""Specs: the shared vocabulary (frozen dataclasses) loaded from YAML, by embedded name or by path.
+
+Embedded specs live in `rackplan.configs` (the checkout's configs/ folder)."""
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +17,21 @@ from .model import DTYPE_BYTES, AttentionSpec, DraftSpec, Dtypes, KVComponent, M
 from .profile import A2AParams, Profile
 from .workload import Arrival, LengthDist, Workload
 
-CONFIG_DIR = Path(os.environ.get("RACKPLAN_CONFIGS", Path(__file__).resolve().parents[2] / "configs"))
+
+def _config_dir() -> Path:
+    """The embedded configs: package data of `rackplan.configs` (a checkout's configs/ folder in an
+    editable install), unless $RACKPLAN_CONFIGS names another folder."""
+    if os.environ.get("RACKPLAN_CONFIGS"):
+        return Path(os.environ["RACKPLAN_CONFIGS"])
+    from importlib.util import find_spec
+
+    spec = find_spec("rackplan.configs")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("rackplan.configs (the embedded YAML specs) is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+CONFIG_DIR = _config_dir()
 KINDS = {
     "models": ModelSpec,
     "hardware": HardwareSpec,
