@@ -22,12 +22,11 @@ from scipy.optimize import least_squares
 
 from rackplan.sim.cost.step import CostContext, op_layers, step_cost
 from rackplan.specs import A2AParams, HardwareSpec, ModelSpec, Plan, Profile, SpecError
+from rackplan.specs.ops import COMPUTE_OPS, DEVICE_OPS
 
 from .robust import check_points, fit_relative, mape
-from .samples import DEVICE_OPS, StepSample, layout_for
+from .samples import StepSample, layout_for
 
-COMPUTE_OPS = ("attn.proj", "attn.core", "router", "moe.experts", "shared_expert", "dense_ffn", "lm_head")
-COMM_OPS = ("moe.dispatch", "moe.combine")
 # stage 1 shared-curve parameters: name, lower, upper
 SHARED_PARAMS = (("gemm_eff_max", 1e-3, 1.0), ("gemm_m_half", 0.0, 1e4), ("mem_bytes_half", 0.0, 1e8),
                  ("attn_eff", 1e-3, 1.0))

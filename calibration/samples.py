@@ -20,9 +20,6 @@ import numpy as np
 from rackplan.sim.cost.step import RankBatch
 from rackplan.specs import Layout, Plan, SpecError
 
-DEVICE_OPS = ("attn.proj", "attn.core", "router", "moe.dispatch", "moe.experts", "moe.combine",
-              "shared_expert", "dense_ffn", "lm_head")
-
 
 @dataclass
 class StepSample:

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rackplan.specs import Arrival, Plan, Profile, load_hardware, load_model
+from rackplan.specs.ops import DEVICE_OPS
 
 from .fit import Fitter
 from .robust import mape
-from .samples import DEVICE_OPS, StepSample
+from .samples import StepSample
 
 
 @dataclass

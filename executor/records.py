@@ -13,21 +13,9 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from rackplan.specs.ops import op_layers
+
 from .schema import SCHEMA_VERSION
-
-ATTN_OPS = ("attn.proj", "attn.core")
-MOE_OPS = ("router", "moe.dispatch", "moe.experts", "moe.combine", "shared_expert")
-
-
-def op_layers(op: str, n_dense: int, n_moe: int) -> int:
-    """Layers an op's seconds are summed over."""
-    if op in ATTN_OPS or op in ("step", "host"):
-        return n_dense + n_moe
-    if op == "dense_ffn":
-        return n_dense
-    if op in MOE_OPS:
-        return n_moe
-    return 1
 
 
 def base_record(plan, plan_hash: str, device_name: str, versions: dict, rank: int, world: int) -> dict:

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 
 from rackplan.specs import SpecError
+from rackplan.specs.ops import RECORD_OPS
 
 SCHEMA_VERSION = 1
-OPS = ("attn.proj", "attn.core", "router", "moe.dispatch", "moe.experts", "moe.combine",
-       "shared_expert", "dense_ffn", "lm_head", "host", "step", "request")
+OPS = RECORD_OPS  # rackplan/specs/ops.py: the one op vocabulary
 ROLES = ("prefill", "decode", "serve")
 REQUIRED = {
     "schema": int, "plan_hash": str, "plan": str, "model": str, "hardware": str, "device": str,

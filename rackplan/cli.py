@@ -57,10 +57,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        argv = [DEFAULT]
-    command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = [DEFAULT] + argv  # `rackplan --requests 200` simulates the embedded defaults
+    command = argv[0] if argv[0] in COMMANDS else None
+    args = build_parser(command).parse_args(argv)
     if not getattr(args, "_run", None):
         build_parser().print_help()
         return 2

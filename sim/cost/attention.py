@@ -11,6 +11,7 @@ import numpy as np
 
 from rackplan.specs import KVComponent, ModelSpec
 
+from . import efficiency
 from .roofline import price
 
 
@@ -52,7 +53,8 @@ def decode_component(model, comp: KVComponent, batch, ctx_sum, queries_per_seq: 
     if comp.has_indexer:
         flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
         nbytes = nbytes + batch * idx * comp.indexer_key_bytes
-    sec = price(flops, nbytes, hw.flops_for("bf16"), prof.attn_eff, hw, prof)
+    sec = price(flops, nbytes, hw.flops_for("bf16"),
+                efficiency.attention(prof, "decode", model.attention.kind, "bf16", batch, avg), hw, prof)
     sec = np.where(batch > 0, sec, 0.0)
     return sec * layers, flops * layers, nbytes * layers
 
@@ -78,7 +80,8 @@ def prefill_component(model, comp: KVComponent, new_tokens, prefix, tp: int, lay
         nbytes += float(np.sum(indexed(comp, p + n))) * comp.indexer_key_bytes
     if pairs <= 0:
         return 0.0, 0.0, 0.0
-    sec = float(price(flops, nbytes, hw.flops_for("bf16"), prof.attn_eff, hw, prof))
+    eff = efficiency.attention(prof, "prefill", model.attention.kind, "bf16", float(len(n)), float(np.max(p + n)))
+    sec = float(price(flops, nbytes, hw.flops_for("bf16"), eff, hw, prof))
     return sec * layers, flops * layers, nbytes * layers
 
 

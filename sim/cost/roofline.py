@@ -1,18 +1,18 @@
 """Pricing one op: time = max(flops / (peak * eff_compute), bytes / (bw * eff_mem)) + fixed.
 
-Compute efficiency rises with the GEMM's row count M (skinny decode GEMMs are weight-read bound);
-bandwidth efficiency rises with the bytes one kernel moves (small reads are latency bound).
+Efficiencies over shape come from efficiency.py (compute efficiency rises with a GEMM's row count M,
+bandwidth efficiency with the bytes one kernel moves).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from rackplan.specs import HardwareSpec, Profile
+from rackplan.specs.ops import OpKind
 
-OpKind = Literal["gemm", "attn", "mem", "comm", "cpu"]
+from . import efficiency
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,8 @@ class StepCost:
         return sum(op.bytes for op in self.ops)
 
 
-def gemm_eff(m, prof: Profile):
-    """Fraction of peak a GEMM with `m` rows reaches (saturating in m)."""
-    return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
-
-
-def mem_eff(nbytes, prof: Profile):
-    """Fraction of HBM bandwidth a kernel moving `nbytes` reaches."""
-    return prof.mem_eff * nbytes / (nbytes + prof.mem_bytes_half)
-
-
 def price(flops, nbytes, peak_flops: float, eff_compute, hw: HardwareSpec, prof: Profile):
     """Roofline seconds for one kernel (numpy-friendly: arrays in, arrays out)."""
     t_compute = np.divide(flops, peak_flops * np.maximum(eff_compute, 1e-9))
-    t_mem = np.divide(nbytes, hw.hbm_bw * np.maximum(mem_eff(nbytes, prof), 1e-9))
+    t_mem = np.divide(nbytes, hw.hbm_bw * np.maximum(efficiency.memory(prof, nbytes), 1e-9))
     return np.maximum(t_compute, t_mem) + prof.op_fixed_s

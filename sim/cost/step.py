@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
+from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile, ops
 
 from . import attention as attn
+from . import efficiency
 from .alltoall import a2a_seconds
 from .host import combine_host, host_seconds
 from .imbalance import imbalance_factor
 from .moe import distinct_experts_per_rank, expert_bytes
-from .roofline import Op, StepCost, gemm_eff, mem_eff, price
+from .roofline import Op, StepCost, price
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def _gemm(m, k, n, wbytes, dtype, hw, prof, act=2.0):
     m = np.asarray(m, float)
     flops = 2.0 * m * k * n
     nbytes = k * n * wbytes + m * (k + n) * act
-    sec = np.where(m > 0, price(flops, nbytes, hw.flops_for(dtype), gemm_eff(m, prof), hw, prof), 0.0)
+    sec = np.where(m > 0, price(flops, nbytes, hw.flops_for(dtype), efficiency.gemm(prof, dtype, m, n, k), hw, prof),
+                   0.0)
     return sec, flops, nbytes
 
 
@@ -115,8 +117,8 @@ def _gemm_block(cx: CostContext, acc: "_Acc", tokens: np.ndarray, n_dense: int, 
     mm = np.asarray(tokens, float)[None, :]  # [1, R]
     flops = 2.0 * mm * k * n  # [G, R]
     nbytes = wbytes + mm * (k + n) * 2.0
-    t_c = flops / (peak * np.maximum(gemm_eff(mm, prof), 1e-9))
-    t_m = nbytes / (hw.hbm_bw * mem_eff(nbytes, prof))
+    t_c = flops / (peak * np.maximum(efficiency.gemm(prof, cx.model.dtypes.compute, mm, n, k), 1e-9))
+    t_m = nbytes / (hw.hbm_bw * efficiency.memory(prof, nbytes))
     sec = np.where(mm > 0, np.maximum(t_c, t_m) + prof.op_fixed_s, 0.0) * layers
     acc.block(names, onehot @ sec, onehot @ (flops * layers), onehot @ (nbytes * layers))
 
@@ -191,7 +193,7 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
     h, inter = m.hidden_size, m.moe.expert_intermediate
     flops = 2.0 * busiest * 3 * h * inter
     nbytes = distinct * expert_bytes(m) + busiest * (2 * h + 3 * inter) * 2.0
-    eff = gemm_eff(busiest / distinct, prof)
+    eff = efficiency.experts(prof, m.dtypes.expert_compute_dtype, busiest / distinct, 2 * inter, h)
     t_exp = float(price(flops, nbytes, hw.flops_for(m.dtypes.expert_compute_dtype), eff, hw, prof))
     send = max(float(np.max(tokens)), t_global / ep * f)
     t_disp = a2a_seconds(m, lay, hw, prof, send, "dispatch", kernel)
@@ -205,12 +207,7 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
 def op_layers(model: ModelSpec, name: str) -> int:
     """Layers of a step that run op `name`: what Profile.op_fixed is counted per. (A V4.1 prefill
     step without decode tokens counts its decoder half too: op_fixed is fitted on other models.)"""
-    if name in ("lm_head", "draft"):
-        return 1
-    n_dense, n_moe = model.layers_in("decode")
-    if name in ("attn.proj", "attn.core"):
-        return n_dense + n_moe
-    return n_dense if name == "dense_ffn" else n_moe
+    return ops.op_layers(name, *model.layers_in("decode"))
 
 
 def _calibrated(cx: CostContext, acc: _Acc, moe_ops: list[Op], phase: str) -> list[Op]:
@@ -262,7 +259,8 @@ def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
         wb = DTYPE_BYTES[d.weight_dtype]
         fl = 2.0 * d.active_params * dm_
         by = np.minimum(d.total_params, d.active_params * np.maximum(dm_, 1.0)) * wb
-        sec = np.where(dm_ > 0, price(fl, by, cx.hw.flops_for(m.dtypes.compute), gemm_eff(dm_, cx.prof),
+        sec = np.where(dm_ > 0, price(fl, by, cx.hw.flops_for(m.dtypes.compute),
+                                      efficiency.gemm(cx.prof, d.weight_dtype, dm_),
                                       cx.hw, cx.prof), 0.0)
         # MTP runs one module pass per draft token; a block drafter runs its fixed stage count
         passes = lay.speculation.num_tokens if d.kind == "mtp" else d.forward_passes
