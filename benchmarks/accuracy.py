@@ -1,0 +1,167 @@
+"""Accuracy benchmark: every published deployment in benchmarks/cases/ predicted side by side with
+its published figure, per profile, with the error statistics the cost-model work is judged by.
+
+Cases (one YAML per source, schema in accuracy_cases.py) come from shared/reference/public_cases.md
+and public_case_sglang_96xH100.md. Expressible cases are simulated (sim.simulator.simulate_specs)
+or, for per-phase figures measured with the other phase unlimited, priced as one step of the
+tested instance; inexpressible ones are listed with the feature they need (`--all` still runs
+those that carry a plan, outside the error summary).
+
+Run:  python benchmarks/accuracy.py [--profile datasheet --profile configs/profiles/X.yaml]
+      [--case ID ...] [--cases DIR] [--all] [--seed 0] [--json] [--out DIR]
+`--profile default` prices each case with its hardware's `default_profile` (when its hardware YAML
+names one); without --profile: datasheet, plus `default` when any case's hardware names one.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accuracy_cases import CASES_DIR, Case, load_cases, profile_applies  # noqa: E402
+from accuracy_predict import predict  # noqa: E402
+from accuracy_report import Outcome, print_tables, summarise, to_json, write_outputs  # noqa: E402
+
+from rackplan.specs import HardwareSpec, Profile, SpecError, load_hardware, load_profile  # noqa: E402
+
+DEFAULT = "default"  # --profile keyword: each case's hardware default profile
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="accuracy.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", action="append", metavar="P",
+                   help="profile name or YAML path, repeatable; 'default' = each case hardware's "
+                        "default_profile (default: datasheet, plus 'default' when a hardware names one)")
+    p.add_argument("--case", action="append", metavar="ID",
+                   help="only cases whose id contains ID or whose group (case file name) is ID; repeatable")
+    p.add_argument("--cases", type=Path, default=CASES_DIR, metavar="DIR",
+                   help="folder of case YAML files (default: benchmarks/cases)")
+    p.add_argument("--all", action="store_true",
+                   help="also run inexpressible cases that carry a plan (shown apart, not in the summary)")
+    p.add_argument("--seed", type=int, default=0, help="simulation seed (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    p.add_argument("--out", type=Path, metavar="DIR", help="also write DIR/accuracy.csv and DIR/accuracy.png")
+    return p
+
+
+class Profiles:
+    """Resolves a --profile label to the Profile that prices a case on its hardware (cached)."""
+
+    def __init__(self):
+        self._cache: dict[str, Profile] = {}
+
+    def _load(self, name: str) -> Profile:
+        if name not in self._cache:
+            self._cache[name] = load_profile(name)
+        return self._cache[name]
+
+    def for_case(self, label: str, hw: HardwareSpec) -> tuple[Profile | None, str]:
+        """(profile, "") or (None, why it does not apply)."""
+        name = label
+        if label == DEFAULT:
+            name = getattr(hw, "default_profile", None)
+            if not name:
+                return None, f"{hw.name} names no default_profile"
+        prof = self._load(name)
+        if not profile_applies(prof, hw):
+            return None, f"profile {prof.name} was fitted on {prof.hardware}, the case runs on {hw.name}"
+        return prof, ""
+
+    def label(self, label: str) -> str:
+        return "hardware default" if label == DEFAULT else self._load(label).name
+
+
+def select(cases: list[Case], patterns: list[str] | None) -> list[Case]:
+    """Cases to report: all of them (inexpressible ones listed), filtered by --case."""
+    if patterns:
+        cases = [c for c in cases if any(p in c.id or p == c.group for p in patterns)]
+        if not cases:
+            raise SpecError("", "--case", "an id or group of benchmarks/cases/*.yaml", ",".join(patterns))
+    return cases
+
+
+def default_labels(cases: list[Case]) -> list[str]:
+    hws = {c.hardware for c in cases if c.runnable}
+    named = any(getattr(load_hardware(h), "default_profile", None) for h in hws)
+    return ["datasheet"] + ([DEFAULT] if named else [])
+
+
+def run_cases(cases: list[Case], labels: list[str], seed: int, run_all: bool = False,
+              num_requests: int | None = None, progress: bool = False) -> dict[str, dict[str, Outcome]]:
+    """Predict every runnable case (expressible ones, or all with run_all) under every profile label."""
+    todo = [c for c in cases if c.runnable and (c.expressible or run_all)]
+    profiles = Profiles()
+    results: dict[str, dict[str, Outcome]] = {}
+    bar = _progress(progress, len(todo) * len(labels))
+    for c in todo:
+        hw = load_hardware(c.hardware)
+        results[c.id] = {}
+        for lab in labels:
+            prof, why = profiles.for_case(lab, hw)
+            results[c.id][profiles.label(lab)] = _one(c, prof, why, seed, num_requests)
+            bar(c.id)
+    bar(None)
+    return results
+
+
+def _one(case: Case, prof: Profile | None, why: str, seed: int, num_requests: int | None) -> Outcome:
+    if prof is None:
+        return Outcome(skipped=why)
+    try:
+        return Outcome(predicted=float(predict(case, prof, seed, num_requests)))
+    except (SpecError, RuntimeError) as exc:  # a layout that does not fit, a run that cannot finish
+        return Outcome(error=str(exc))
+
+
+def _progress(enabled: bool, total: int):
+    """A rich progress bar on stderr; returns tick(case_id), tick(None) closes it."""
+    if not enabled or total == 0:
+        return lambda _cid: None
+    from rich.console import Console
+    from rich.progress import Progress
+
+    prog = Progress(console=Console(stderr=True), transient=True)
+    task = prog.add_task("predicting", total=total)
+    prog.start()
+
+    def tick(cid):
+        if cid is None:
+            prog.stop()
+        else:
+            prog.update(task, advance=1, description=cid)
+    return tick
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cases = select(load_cases(args.cases), args.case)
+        labels_in = args.profile or default_labels(cases)
+        profiles = Profiles()
+        labels = [profiles.label(lab) for lab in labels_in]
+        if len(set(labels)) != len(labels):
+            raise SpecError("", "--profile", "distinct profiles (two share a name)", ", ".join(labels_in))
+        results = run_cases(cases, labels_in, args.seed, args.all, progress=not args.json)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summaries = {lab: summarise(cases, {cid: r[lab] for cid, r in results.items() if lab in r}) for lab in labels}
+    if args.json:
+        sys.stdout.write(to_json(cases, results, labels, summaries, args.seed) + "\n")
+    else:
+        n_expr = sum(c.expressible for c in cases)
+        print_tables(cases, results, labels, summaries,
+                     f"[bold]accuracy[/]: {len(cases)} public cases ({n_expr} expressible), profiles "
+                     f"{', '.join(labels)}, seed {args.seed}")
+    if args.out:
+        for path in write_outputs(args.out, cases, results, labels):
+            print(f"wrote {path}", file=sys.stderr)
+    failed = [cid for cid, r in results.items() if any(o.error for o in r.values())]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The accuracy benchmark end to end on two cheap cases: a cost-model step and a real simulation."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import accuracy  # noqa: E402
+
+pytestmark = pytest.mark.integration
+CHEAP = ["--case", "h100-decode-ep72", "--case", "r1-gb300-prefill-ep2"]
+
+
+def _run(capsys, *args):
+    code = accuracy.main([*CHEAP, "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_two_cases_finite_and_reproducible(capsys, tmp_path):
+    code, rep = _run(capsys, "--seed", "3", "--out", str(tmp_path))
+    assert code == 0
+    preds = {c["id"]: c["predictions"]["datasheet"] for c in rep["cases"]}
+    assert set(preds) == {"h100-decode-ep72", "r1-gb300-prefill-ep2"}
+    for p in preds.values():
+        assert math.isfinite(p["predicted"]) and p["predicted"] > 0 and p["error"] is None
+    assert rep["summary"]["datasheet"]["rows"] == 2
+    assert _run(capsys, "--seed", "3")[1] == rep  # same seed, same report
+    assert (tmp_path / "accuracy.csv").read_text().count("\n") == 3  # header + one row per case
+    assert (tmp_path / "accuracy.png").stat().st_size > 1000
+
+
+def test_a_profile_for_other_hardware_does_not_apply(capsys):
+    code, rep = _run(capsys, "--profile", "datasheet", "--profile", "h800-deepep")
+    assert code == 0
+    for c in rep["cases"]:
+        assert c["predictions"]["h800-deepep"]["predicted"] is None
+        assert "fitted on h800" in c["predictions"]["h800-deepep"]["skipped"]
+    assert rep["summary"]["h800-deepep"] is None
+
+
+def test_bad_case_file_exits_2_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "x.yaml").write_text("cases:\n  - {id: x}\n")
+    out = tmp_path / "out"
+    assert accuracy.main(["--cases", str(tmp_path / "cases"), "--out", str(out)]) == 2
+    assert "field" in capsys.readouterr().err
+    assert not out.exists()

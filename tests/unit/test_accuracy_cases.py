@@ -1,0 +1,92 @@
+"""The accuracy benchmark's case files: every case loads, says what it needs, and resolves into specs."""
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import accuracy_cases as ac  # noqa: E402
+from accuracy_report import Outcome, summarise  # noqa: E402
+
+from rackplan.specs import DTYPE_BYTES, SpecError  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return ac.load_cases()
+
+
+def test_every_case_states_its_source_metric_and_status(cases):
+    assert len(cases) >= 40
+    for c in cases:
+        assert c.source.startswith("https://"), c.id
+        assert c.metric.definition, c.id
+        if c.expressible:
+            assert c.runnable and not c.missing, c.id
+        else:
+            assert c.missing, c.id
+        if c.mark == "derived":
+            assert c.formula, c.id
+
+
+def test_simulated_cases_say_why_their_request_count(cases):
+    for c in cases:
+        if c.method == "simulate" and c.runnable:
+            assert c.num_requests and c.requests_note, c.id
+
+
+def test_nvfp4_override_changes_only_the_dtypes(cases):
+    case = next(c for c in cases if c.id == "r1-gb300-mixed-ep2")
+    sc = ac.resolve(case)
+    base = ac.load_model_variant("deepseek-v3", {}, "test")
+    assert sc.model.dtypes.expert_weights == "nvfp4" and sc.model.dtypes.expert_compute == "fp4"
+    assert sc.model.dtypes.attention_weights == "bf16"
+    assert (sc.model.hidden_size, sc.model.moe, sc.model.attention) == (base.hidden_size, base.moe, base.attention)
+    assert DTYPE_BYTES[sc.model.dtypes.expert_weights] == pytest.approx(0.5625)
+
+
+def test_ratio_sides_resolve_to_their_overrides(cases):
+    case = next(c for c in cases if c.id == "h100-tbo-prefill-16k-vs-8k")
+    num, den = ac.resolve(case, case.ratio.numerator), ac.resolve(case, case.ratio.denominator)
+    assert (num.instance.dbo, num.tokens_per_rank, num.instance.max_tokens_per_step) == (True, 16384, 16384)
+    assert (den.instance.dbo, den.tokens_per_rank, den.instance.max_tokens_per_step) == (False, 8192, 8192)
+
+
+def test_deep_merge_keeps_the_base():
+    base = {"a": {"b": 1, "c": 2}, "d": [1]}
+    assert ac.deep_merge(base, {"a": {"b": 5}, "d": [2]}) == {"a": {"b": 5, "c": 2}, "d": [2]}
+    assert base == {"a": {"b": 1, "c": 2}, "d": [1]}
+
+
+@pytest.mark.parametrize("text, field", [
+    ("cases:\n  - {id: x, description: d, published: 1, unit: s, mark: text, expressible: false,"
+     " metric: {quantity: step_s}}\n", "missing"),
+    ("cases:\n  - {id: x, description: d, published: 1, unit: s, mark: chart, expressible: true,"
+     " metric: {quantity: step_s}}\n", "method"),
+    ("cases:\n  - {id: x, description: d, published: 1, unit: s, mark: derived, expressible: false,"
+     " missing: m, metric: {quantity: step_s}}\n", "formula"),
+    ("cases:\n  - {id: x, description: d, published: 1, unit: s, mark: text, expressible: false,"
+     " missing: m, metric: {quantity: throughput}}\n", "metric.tokens"),
+    ("cases:\n  - {id: x, description: d, published: 1, unit: s, mark: text, expressible: false,"
+     " missing: m, metric: {quantity: step_s}, colour: red}\n", "colour"),
+    ("source: s\nextra: 1\ncases: []\n", "extra"),
+])
+def test_bad_case_files_name_the_field(tmp_path, text, field):
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(SpecError) as err:
+        ac.load_cases(tmp_path)
+    assert field in str(err.value)
+
+
+def test_summary_counts_sign_by_direction_of_better(cases):
+    by_id = {c.id: c for c in cases}
+    thr, itl = by_id["h100-decode-ep72"], by_id["h100-decode-itl"]  # tok/s (higher better), seconds (lower)
+    outs = {thr.id: Outcome(predicted=thr.published * 1.5), itl.id: Outcome(predicted=itl.published * 1.1)}
+    s = summarise([thr, itl], outs)
+    assert (s.rows, s.over_share, s.beyond_2x) == (2, 0.5, 0)  # the faster-than-published ITL is pessimistic
+    assert s.median_abs_error == pytest.approx(0.3) and s.max_abs_error == pytest.approx(0.5)
+    assert not s.median_met and s.factor_met and s.share_met
