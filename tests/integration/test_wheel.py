@@ -27,7 +27,9 @@ def wheel_env(tmp_path_factory):
     py = tmp / "venv" / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
-    (Path(site) / "rackplan_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # every site-packages folder this interpreter sees (a venv may chain to another through a .pth)
+    deps = [p for p in sys.path if p.rstrip("/").endswith("site-packages")] or [sysconfig.get_paths()["purelib"]]
+    (Path(site) / "rackplan_test_deps.pth").write_text("\n".join(deps) + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)], check=True,
                    capture_output=True)
     work = tmp / "elsewhere"
