@@ -82,9 +82,12 @@ def read_vllm_bench(path: str | Path) -> dict:
             v = _finite(data, f"{stat}_{metric}_ms", path)
             if v is not None:
                 out[f"{metric}_{stat}_s"] = v / 1e3
-    for key in ("request_rate", "max_concurrency", "num_prompts", "completed", "model_id", "backend"):
+    for key in ("request_rate", "max_concurrency", "num_prompts", "completed", "model_id", "backend",
+                "total_input_tokens", "total_output_tokens", "burstiness"):
         if key in data:
             out[key] = data[key]
+    # --save-detailed: per-request input_lens / output_lens (calibration/bench_workload.py replays them)
+    out["detailed"] = isinstance(data.get("input_lens"), list) and isinstance(data.get("output_lens"), list)
     out["flags"] = {k: v for k, v in data.items() if k in ("serving_flags", "server_args", "metadata")}
     return out
 

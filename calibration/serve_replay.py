@@ -13,6 +13,7 @@ decode instances on their own hardware, running at once. So two predictions are 
 """
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -41,11 +42,11 @@ def measured(records: list[dict]) -> dict[str, np.ndarray]:
 
 
 def trace_workload(reqs: list[dict], name: str, folder: Path) -> Workload:
-    """The requests (arrival, prompt and output lengths) as a trace workload for the simulator."""
-    path = folder / "served_requests.csv"
-    lines = ["timestamp,context_tokens,generated_tokens"]
-    lines += [f"{r['arrival_s']:.6f},{int(r['isl'])},{int(r['osl'])}"
-              for r in sorted(reqs, key=lambda r: r["arrival_s"])]
+    """The requests (arrival, prompt and output lengths) as a trace workload for the simulator
+    (plain JSONL: timestamp in seconds, input_length, output_length; sim/traces.py)."""
+    path = folder / "served_requests.jsonl"
+    lines = [json.dumps({"timestamp": round(r["arrival_s"], 6), "input_length": int(r["isl"]),
+                         "output_length": int(r["osl"])}) for r in sorted(reqs, key=lambda r: r["arrival_s"])]
     path.write_text("\n".join(lines) + "\n")
     trace = LengthDist(kind="trace")
     return Workload(name=name, arrival=Arrival(kind="trace"), isl=trace, osl=trace, num_requests=len(reqs),

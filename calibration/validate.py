@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rackplan.specs import Arrival, Plan, Profile, load_hardware, load_model
+from rackplan.specs import Plan, Profile, load_hardware, load_model
 from rackplan.specs.ops import DEVICE_OPS
 
 from .fit import Fitter
@@ -85,20 +85,16 @@ def compare_serving(plan: Plan, records: list[dict], prof: Profile) -> dict[str,
     return compare(plan, records, prof)
 
 
-def compare_vllm_bench(plan: Plan, bench: dict, prof: Profile) -> dict[str, float]:
-    """Simulated vs `vllm bench serve` TTFT/TPOT at the bench's request rate or concurrency."""
-    import dataclasses
+def compare_vllm_bench(plan: Plan, bench: dict, prof: Profile) -> dict[str, float | str]:
+    """Simulated vs `vllm bench serve` TTFT/TPOT: the bench's own request lengths at its request rate
+    or concurrency (calibration/bench_workload.py); `workload` says which lengths were used."""
+    from rackplan.sim.simulator import simulate
 
-    from rackplan.sim.simulator import simulate, with_rate
-    from rackplan.specs import load_workload
+    from .bench_workload import bench_workload
 
-    wl = load_workload(plan.workload or "tiny-chat")
-    if bench.get("max_concurrency"):
-        wl = dataclasses.replace(wl, arrival=Arrival(kind="concurrency", concurrency=int(bench["max_concurrency"])))
-    elif isinstance(bench.get("request_rate"), (int, float)) and np.isfinite(bench["request_rate"]):
-        wl = with_rate(wl, float(bench["request_rate"]))
-    sim = simulate(plan, wl, prof, num_requests=int(bench.get("num_prompts") or wl.num_requests))
-    out = {}
+    wl = bench_workload(bench, plan)
+    sim = simulate(plan, wl, prof)
+    out: dict[str, float | str] = {"workload": wl.description}
     for metric, arr in (("ttft", sim.ttft_s), ("tpot", sim.tpot_s)):
         m = bench.get(f"{metric}_median_s")
         if m:

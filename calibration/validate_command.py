@@ -79,6 +79,8 @@ def print_report(rep: Report, name: str, scaled: bool) -> None:
         print("  step MAPE: " + ", ".join(f"{k} {v:.1f}%" for k, v in rep.step_mape.items()))
     if rep.serving:
         print("\nserving (simulated vs measured)")
+        for key in sorted(k for k, v in rep.serving.items() if isinstance(v, str)):
+            print(f"  {key}: {rep.serving[key]}")  # what was simulated (e.g. a vllm bench's lengths)
         for key in sorted(k for k in rep.serving if k.endswith("_err")):
             stem = key[:-4]
             print(f"  {stem:<16} predicted {rep.serving[stem + '_predicted_s']:.4f} s  measured "

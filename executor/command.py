@@ -91,8 +91,8 @@ def _check_serving(plan, workload, args) -> None:
         raise SpecError(str(args.plan), "prefill", "a disaggregated plan (prefill + decode) for serving mode",
                         "aggregated")
     if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
-        from rackplan.sim.workload import read_trace
-        read_trace(workload.trace)  # a missing or malformed trace fails here, not in every rank
+        from rackplan.sim.traces import load_trace
+        load_trace(workload)  # a missing or malformed trace fails here, not in every rank
     need = max(plan.prefill[0].ep_size, plan.decode[0].ep_size)
     if args.ranks is not None and 0 < args.ranks < need:
         raise SpecError("execute", "--ranks", f"at least {need} in serving mode (no replays)", args.ranks)

@@ -19,9 +19,13 @@ from .pricer import StepPricer
 
 
 class AggregatedInstance(Instance):
+    """With `prefix` (sim/prefix_cache.InstancePrefixes) a request's cached tokens come from this
+    instance's cache, decided when the request is pinned to a rank."""
+
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, ranks: DecodeRanks,
-                 budget: int, queries_per_seq: float, log: RequestLog, need_of, osl_of, on_done):
-        self.ranks, self.log = ranks, log
+                 budget: int, queries_per_seq: float, log: RequestLog, need_of, osl_of, on_done, prefix=None):
+        self.ranks, self.log, self.prefix = ranks, log, prefix
+        self.queued_tokens = 0  # prompt tokens still to prefill (queued or pinned)
         self.budget, self.q = budget, queries_per_seq
         self.need_of, self.osl_of, self.on_done = need_of, osl_of, on_done
         n = len(ranks.batch)
@@ -36,6 +40,8 @@ class AggregatedInstance(Instance):
         return self.ranks.running + int(self.prefilling.sum()) + len(self.queue)
 
     def submit(self, rid: int) -> None:
+        cached, total = self.need_of(rid)
+        self.queued_tokens += total - cached
         self.queue.append(rid)
         self.notify()
 
@@ -51,6 +57,9 @@ class AggregatedInstance(Instance):
                 return
             rank = int(np.argmin(np.where(ok, r.batch + self.prefilling, np.inf)))
             self.queue.popleft()
+            if self.prefix is not None:  # [prefix cache] the hit is known once pinned
+                cached = self.prefix.schedule(rid)
+                self.queued_tokens -= cached
             r.reserve(rank, kv)
             self.prefilling[rank] += 1
             self.pinned[rank].append(rid)
@@ -72,6 +81,8 @@ class AggregatedInstance(Instance):
         return out
 
     def _finish_prefill(self, rank: int, rid: int, now: float) -> None:
+        if self.prefix is not None:
+            self.prefix.finish(rid)
         self.pinned[rank].remove(rid)
         self.prefilling[rank] -= 1
         del self.progress[rid]
@@ -112,5 +123,6 @@ class AggregatedInstance(Instance):
             for rank, ch in enumerate(chunks):
                 for rid, take, start in ch:
                     self.progress[rid] = start + take
+                    self.queued_tokens -= take
                     if start + take >= self.need_of(rid)[1]:
                         self._finish_prefill(rank, rid, now)

@@ -113,5 +113,7 @@ def summarise(log: RequestLog, isl: np.ndarray, osl: np.ndarray, cached: np.ndar
         goodput_rps=float(ok.sum()) / dur,
         slo_attainment=float(ok.mean()),
         mean_in_system=float(log.mean_in_system(t0, t1)),
+        # prompt tokens served from prefix caches (the trace's block hashes, else the flat rate)
+        prefix_hit_rate=float(cached.sum()) / max(float(isl.sum()), 1.0),
     )
     return SimResult(m, utilisation, ttft, tpot, e2e, steps)

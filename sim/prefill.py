@@ -16,8 +16,9 @@ from .instance import Instance
 from .pricer import StepPricer
 
 
-def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int, max_seqs: int):
-    """Chunks for one step: per rank a list of (rid, new tokens, prefix tokens already computed)."""
+def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int, max_seqs: int, on_first=None):
+    """Chunks for one step: per rank a list of (rid, new tokens, prefix tokens already computed).
+    `on_first(rid)` runs when a request is first scheduled (the prefix cache decides its hit then)."""
     left = np.full(ranks, budget)
     seqs = np.zeros(ranks, dtype=int)
     chunks: list[list[tuple[int, int, int]]] = [[] for _ in range(ranks)]
@@ -26,6 +27,8 @@ def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int
         if not open_.any():
             break
         r = int(np.argmax(np.where(open_, left, -1)))
+        if on_first is not None and rid not in done_tokens:  # [prefix cache]
+            on_first(rid)
         cached, total = need_of(rid)
         start = cached + done_tokens.get(rid, 0)
         take = int(min(total - start, left[r]))
@@ -44,11 +47,13 @@ def rank_batch(chunks) -> RankBatch:
 
 
 class PrefillInstance(Instance):
-    """A prefill instance; `on_prefilled(rid)` hands finished prompts to KV transfer."""
+    """A prefill instance; `on_prefilled(rid)` hands finished prompts to KV transfer. With `prefix`
+    (sim/prefix_cache.InstancePrefixes) a request's cached tokens come from this instance's cache."""
 
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, budget: int, max_seqs: int,
-                 need_of, on_prefilled, shared=None, handoff_s=None):
+                 need_of, on_prefilled, shared=None, handoff_s=None, prefix=None):
         self.budget, self.max_seqs, self.need_of, self.on_prefilled = budget, max_seqs, need_of, on_prefilled
+        self.prefix = prefix
         self.queue: deque[int] = deque()
         self.done_tokens: dict[int, int] = {}
         self.queued_tokens = 0
@@ -65,6 +70,9 @@ class PrefillInstance(Instance):
         self.queued_tokens += total - cached
         self.notify()
 
+    def _first_scheduled(self, rid: int) -> None:  # [prefix cache] the hit is known once scheduled
+        self.queued_tokens -= self.prefix.schedule(rid)
+
     def run(self):
         ranks = self.pricer.ranks
         while True:
@@ -72,7 +80,8 @@ class PrefillInstance(Instance):
                 yield self.idle()
                 continue
             yield from self.take_turn()
-            chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs)
+            chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs,
+                                self._first_scheduled if self.prefix is not None else None)
             dt = self.pricer.step(rank_batch(chunks))
             finished = [rid for ch in chunks for rid, take, start in ch if start + take >= self.need_of(rid)[1]]
             if self.handoff_s is not None and finished:
@@ -84,6 +93,8 @@ class PrefillInstance(Instance):
                     self.queued_tokens -= take
                     self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take
             for rid in finished:
+                if self.prefix is not None:  # [prefix cache]
+                    self.prefix.finish(rid)
                 self.queue.remove(rid)
                 self.done_tokens.pop(rid, None)
                 self.on_prefilled(rid)

@@ -19,6 +19,7 @@ from .cost.transfer import kv_transfer_seconds
 from .decode import DecodeInstance, DecodeRanks
 from .metrics import RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
+from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
 from .workload import Requests, make_requests
 
@@ -49,9 +50,11 @@ class _Deployment:
         self.model, self.hw, self.prof = model, hw, prof
         self.same_domain = plan.gpus_used <= hw.domain_size
         self.caps = validate_plan(plan, model, hw)
-        self.rr = 0
+        self.rr = 0  # least_loaded: picks so far (ties rotate)
+        self.turns: dict[int, int] = {}  # round_robin, prefix_aware: picks so far per pool
         self.on_request_done = None
-        isl, cached = reqs.isl, reqs.cached
+        isl = reqs.isl
+        self.cached = cached = reqs.cached.copy()  # [N] prefix-cache hits; with block hashes set as requests run
         self.need_of = lambda rid: (int(cached[rid]), int(isl[rid]))
         self.front, self.decoders = [], []
         mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
@@ -67,7 +70,8 @@ class _Deployment:
                     to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
                     self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr, lay.max_tokens_per_step,
                                                       lay.max_batch_per_rank, self.need_of, to_decode,
-                                                      turn, self._handoff_s if shared else None))
+                                                      turn, self._handoff_s if shared else None,
+                                                      self._prefixes(f"prefill[{i}]", lay)))
             for i, lay in enumerate(plan.decode):
                 pr = mk(lay)
                 for j in range(lay.replicas):
@@ -86,19 +90,37 @@ class _Deployment:
                                         _tokens_per_step(lay))
                     self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr, ranks,
                                                          lay.max_tokens_per_step, q, log, self.need_of,
-                                                         lambda r: int(reqs.osl[r]), self._done))
+                                                         lambda r: int(reqs.osl[r]), self._done,
+                                                         self._prefixes(f"aggregated[{i}]", lay)))
 
-    def _pick(self, instances):
-        if self.plan.router == "round_robin":
-            self.rr += 1
-            return instances[(self.rr - 1) % len(instances)]
-        self.rr += 1  # ties go round-robin, so idle instances share the load
+    def _prefixes(self, pool: str, lay) -> InstancePrefixes | None:
+        """[prefix cache] With block hashes, an instance's cache holds its KV capacity (all DP ranks)."""
+        if self.reqs.blocks is None:
+            return None
+        return InstancePrefixes(self.caps[pool] * lay.dp, self.reqs.blocks, self.reqs.block_size, self.reqs.isl,
+                                self.cached)
+
+    def _pick(self, instances, rid: int | None = None):
         n = len(instances)
+        if self.plan.router in ("round_robin", "prefix_aware"):
+            k = self.turns[id(instances)] = self.turns.get(id(instances), 0) + 1  # each pool its own turn
+            if self.plan.router == "round_robin":
+                return instances[(k - 1) % n]
+            if rid is not None:
+                # [prefix cache] least prompt work queued ahead plus this request's uncached part (the most
+                # cached blocks win between equal queues); without block hashes: least queued tokens
+                return min(enumerate(instances), key=lambda x: (x[1].queued_tokens - self._hit(x[1], rid),
+                                                                (x[0] - k) % n))[1]
+        self.rr += 1  # ties go round-robin, so idle instances share the load
         return min(enumerate(instances), key=lambda x: (x[1].load, (x[0] - self.rr) % n))[1]
+
+    @staticmethod
+    def _hit(inst, rid: int) -> int:
+        return inst.prefix.hit_tokens(rid) if inst.prefix is not None else 0
 
     def submit(self, rid: int) -> None:
         self.log.arrive(rid, self.env.now)
-        self._pick(self.front).submit(rid)
+        self._pick(self.front, rid).submit(rid)
 
     def _to_transfer(self, rid: int) -> None:
         self.log.prefill_done[rid] = self.env.now
@@ -161,7 +183,7 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
         raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
                            "than any rank's KV capacity?)")
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
-    return summarise(log, reqs.isl, reqs.osl, reqs.cached, plan.gpus_used, plan.slo,
+    return summarise(log, reqs.isl, reqs.osl, dep.cached, plan.gpus_used, plan.slo,
                      dep.utilisation(max(t1 - t0, 1e-12)), dep.steps(),
                      closed_loop=workload.arrival.kind == "concurrency")
 

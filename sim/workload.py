@@ -1,31 +1,31 @@
-"""Request generation: arrival times and token lengths from a Workload spec (seeded), or a trace.
-
-Traces are read as published: CSV with a header holding timestamp / context tokens / generated
-tokens columns (Azure LLM inference trace: TIMESTAMP as a datetime, ContextTokens,
-GeneratedTokens), or JSONL with timestamp (milliseconds, Mooncake trace), input_length,
-output_length.
+"""Request generation: arrival times and token lengths from a Workload spec (seeded), or a trace
+(sim/traces.py reads the public formats). The one place the simulator's requests are drawn.
 """
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from rackplan.specs import LengthDist, SpecError, Workload
 
+from .traces import load_trace
+
 
 @dataclass(frozen=True)
 class Requests:
-    """Requests to simulate. arrival_s is NaN for closed-loop workloads (issued on completion)."""
+    """Requests to simulate. arrival_s is NaN for closed-loop workloads (issued on completion).
+
+    With `blocks` (a trace's hash_ids) `cached` is all zero here: the simulator's prefix caches
+    decide the hits as requests run (sim/prefix_cache.py)."""
 
     arrival_s: np.ndarray  # [N] seconds
     isl: np.ndarray  # [N] prompt tokens
     osl: np.ndarray  # [N] output tokens
-    cached: np.ndarray  # [N] prompt tokens served from the prefix cache
+    cached: np.ndarray  # [N] prompt tokens served from the prefix cache (flat prefix_hit_rate)
+    blocks: Optional[tuple[tuple[int, ...], ...]] = None  # [N] block hashes of each prompt
+    block_size: int = 0  # prompt tokens per block (with blocks)
 
     def __len__(self) -> int:
         return len(self.isl)
@@ -45,60 +45,29 @@ def _sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.nd
     return out.astype(np.int64)
 
 
-def _parse_time(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return datetime.fromisoformat(text.strip()[:26]).timestamp()
-
-
-def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival seconds from the first request, input lengths, output lengths) of a trace file."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError("", "trace", "an existing trace file (CSV or JSONL)", str(path))
-    times, isl, osl = [], [], []
-    try:
-        if path.suffix == ".jsonl":
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    rec = json.loads(line)
-                    times.append(float(rec["timestamp"]) / 1000.0)
-                    isl.append(int(rec["input_length"]))
-                    osl.append(int(rec["output_length"]))
-        else:
-            with path.open(newline="") as fh:
-                for row in csv.DictReader(fh):
-                    low = {k.strip().lower(): v for k, v in row.items()}
-                    times.append(_parse_time(low["timestamp"]))
-                    isl.append(int(low.get("contexttokens") or low["context_tokens"]))
-                    osl.append(int(low.get("generatedtokens") or low["generated_tokens"]))
-    except (KeyError, ValueError, json.JSONDecodeError) as exc:
-        raise SpecError(str(path), "trace", "timestamp, context/input and generated/output columns",
-                        str(exc)) from None
-    if not times:
-        raise SpecError(str(path), "trace", "at least one request")
-    t = np.asarray(times)
-    order = np.argsort(t, kind="stable")
-    t = t[order] - t[order][0]
-    return t, np.asarray(isl)[order], np.maximum(np.asarray(osl)[order], 1)
-
-
 def make_requests(wl: Workload, num_requests: int | None = None, seed: int | None = None) -> Requests:
     """Draw the workload's requests deterministically from `seed` (default: the workload's)."""
     n = num_requests or wl.num_requests
     rng = np.random.default_rng(wl.seed if seed is None else seed)
-    trace = read_trace(wl.trace) if wl.trace else None
+    trace = load_trace(wl, limit=n) if wl.trace else None
     if trace is not None:
-        n = min(n, len(trace[0]))
-    isl = trace[1][:n] if wl.isl.kind == "trace" else _sample_lengths(wl.isl, n, rng)
-    osl = trace[2][:n] if wl.osl.kind == "trace" else _sample_lengths(wl.osl, n, rng)
+        n = min(n, len(trace))
+    isl = trace.isl[:n] if wl.isl.kind == "trace" else _sample_lengths(wl.isl, n, rng)
+    osl = trace.osl[:n] if wl.osl.kind == "trace" else _sample_lengths(wl.osl, n, rng)
     if wl.arrival.kind == "poisson":
         arrival = np.cumsum(rng.exponential(1.0 / wl.arrival.rate, size=n))
     elif wl.arrival.kind == "trace":
-        arrival = trace[0][:n] * wl.arrival.time_scale
+        if trace.arrival_s is None:
+            raise SpecError(wl.name, "arrival.kind", "poisson or concurrency (this trace has no arrival times)",
+                            "trace")
+        arrival = trace.arrival_s[:n] * wl.arrival.time_scale
     else:
         arrival = np.full(n, np.nan)
+    blocks = trace.blocks[:n] if trace is not None and trace.blocks is not None and wl.isl.kind == "trace" else None
+    if blocks is not None and wl.prefix_hit_rate > 0:
+        raise SpecError(wl.name, "prefix_hit_rate", "0 with a trace that has hash_ids (its block hashes decide "
+                        "the hits)", wl.prefix_hit_rate)
     cached = np.floor(isl * wl.prefix_hit_rate).astype(np.int64)
     cached = np.minimum(cached, isl - 1)  # at least one token is always computed
-    return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached)
+    return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached, blocks,
+                    trace.block_size if blocks is not None else 0)

@@ -65,8 +65,8 @@ class Arrival:
 
 @dataclass(frozen=True)
 class Workload:
-    """Requests to serve. A trace (CSV timestamp,context_tokens,generated_tokens or JSONL
-    timestamp,input_length,output_length) supplies arrivals and/or lengths."""
+    """Requests to serve. A trace file supplies arrivals and/or lengths (formats: sim/traces.py); a
+    Mooncake trace's hash_ids also decide prefix-cache hits, in place of `prefix_hit_rate`."""
 
     name: str
     arrival: Arrival
@@ -76,6 +76,9 @@ class Workload:
     prefix_hit_rate: float = 0.0  # fraction of prompt tokens served from the prefix cache
     routing_skew: float = 0.0  # power-law exponent of expert popularity (0 = uniform)
     trace: Optional[str] = None
+    # the readers' names in sim/traces.py (READERS), or auto: detected from the file
+    trace_format: Literal["auto", "azure", "burstgpt", "mooncake", "jsonl", "vllm_bench"] = "auto"
+    block_size: Optional[int] = None  # prompt tokens per hash_ids block (None: the format's, 512 for Mooncake)
     seed: int = 0
     description: str = ""
 
@@ -87,3 +90,9 @@ class Workload:
         uses_trace = self.arrival.kind == "trace" or "trace" in (self.isl.kind, self.osl.kind)
         check(not uses_trace or self.trace is not None, "trace",
               "a trace file path when arrival or lengths come from a trace")
+        check(self.trace_format == "auto" or self.trace is not None, "trace_format",
+              "auto unless a trace file is given", self.trace_format)
+        if self.block_size is not None:
+            positive(self.block_size, "block_size")
+            check(self.trace is not None and self.isl.kind == "trace", "block_size",
+                  "unset unless prompt lengths (and their hash_ids) come from a trace", self.block_size)

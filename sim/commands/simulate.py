@@ -67,7 +67,8 @@ def print_table(plan, workload, profile, result, wall_s: float) -> None:
             ("prefill (uncached) tokens/s per GPU", m["prefill_tps_per_gpu"]),
             ("tokens/s per user (median)", m["tps_per_user"]), ("requests/s", m["request_rate"]),
             ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
-             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"])]
+             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"]),
+            ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
     for name, val in rows:
         thr.add_row(name, f"{val:,.2f}")
     con.print(thr)
