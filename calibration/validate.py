@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rackplan.specs import Arrival, Plan, Profile, load_hardware, load_model
+from rackplan.specs import Plan, Profile, load_hardware, load_model
 from rackplan.specs.ops import DEVICE_OPS
 
 from .fit import Fitter
@@ -34,7 +34,7 @@ class Report:
         out = {f"op {r['op']}": r["mape"] for r in self.ops if r["set"] == s}
         if s in self.step_mape:
             out["step"] = self.step_mape[s]
-        for key in ("lockstep.ttft_p50", "lockstep.tpot_p50"):
+        for key in ("lockstep.ttft_p50", "lockstep.tpot_p50", "vllm.ttft_p50", "vllm.tpot_p50"):
             if f"{key}_err" in self.serving:
                 out[key] = abs(self.serving[f"{key}_err"]) * 100
         return out
@@ -85,23 +85,15 @@ def compare_serving(plan: Plan, records: list[dict], prof: Profile) -> dict[str,
     return compare(plan, records, prof)
 
 
-def compare_vllm_bench(plan: Plan, bench: dict, prof: Profile) -> dict[str, float]:
-    """Simulated vs `vllm bench serve` TTFT/TPOT at the bench's request rate or concurrency."""
-    import dataclasses
+def compare_vllm_bench(plan: Plan, bench, prof: Profile) -> dict[str, float]:
+    """The bench's own requests replayed through the simulator (bench_fit.replay) vs what it measured:
+    TTFT / TPOT statistics as '{stat}_predicted_s', '{stat}_measured_s', '{stat}_err'."""
+    from .bench_fit import replay, statistics
 
-    from rackplan.sim.simulator import simulate, with_rate
-    from rackplan.specs import load_workload
-
-    wl = load_workload(plan.workload or "tiny-chat")
-    if bench.get("max_concurrency"):
-        wl = dataclasses.replace(wl, arrival=Arrival(kind="concurrency", concurrency=int(bench["max_concurrency"])))
-    elif isinstance(bench.get("request_rate"), (int, float)) and np.isfinite(bench["request_rate"]):
-        wl = with_rate(wl, float(bench["request_rate"]))
-    sim = simulate(plan, wl, prof, num_requests=int(bench.get("num_prompts") or wl.num_requests))
+    meas = statistics(bench, bench.ttft_s, bench.tpot_s)
+    pred = statistics(bench, *replay(plan, bench, prof))
     out = {}
-    for metric, arr in (("ttft", sim.ttft_s), ("tpot", sim.tpot_s)):
-        m = bench.get(f"{metric}_median_s")
-        if m:
-            p = float(np.nanmedian(arr))
-            out.update({f"{metric}_p50_predicted_s": p, f"{metric}_p50_measured_s": m, f"{metric}_p50_err": p / m - 1})
+    for k, m in meas.items():
+        if np.isfinite(m) and m > 0:
+            out.update({f"{k}_predicted_s": pred[k], f"{k}_measured_s": m, f"{k}_err": pred[k] / m - 1})
     return out
