@@ -284,7 +284,8 @@ def simulated_bench(plan: Plan, prof: Profile, workload, num_requests: int | Non
     rate = workload.arrival.rate if workload.arrival.kind == "poisson" else "inf"
     out = {"date": "20261201-000000", "endpoint_type": "openai", "backend": "openai", "label": None,
            "model_id": _served_name(plan), "tokenizer_id": _served_name(plan), "num_prompts": len(reqs),
-           "rackplan_plan": plan.name, "rackplan_plan_hash": plan_hash(plan), "request_rate": rate,
+           "rackplan_plan": plan.name, "rackplan_plan_hash": plan_hash(plan), "rackplan_workload": workload.name,
+           "request_rate": rate,
            "burstiness": 1.0, "max_concurrency": None, "duration": dur, "completed": len(reqs), "failed": 0,
            "total_input_tokens": int(reqs.isl.sum()), "total_output_tokens": int(osl.sum()),
            "request_throughput": len(reqs) / dur, "request_goodput": None,
