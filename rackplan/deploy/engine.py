@@ -74,7 +74,7 @@ class Context:
     hw: HardwareSpec
     prof: Profile
     workload: Workload
-    memo: dict = field(default_factory=dict, compare=False, repr=False)  # derived values, computed once
+    memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)  # derived values, once
 
     @property
     def family(self) -> Family:

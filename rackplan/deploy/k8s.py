@@ -110,27 +110,18 @@ def manifests(pl: Placement, cx: Context) -> list[dict]:
     return [leader_worker_set(inst, cx) for inst in firsts]
 
 
-class _Dumper:
-    """yaml.SafeDumper that writes multi-line strings (the pod scripts) as literal blocks."""
-
-    @staticmethod
-    def dump(docs: list[dict]) -> str:
-        import yaml
-
-        class D(yaml.SafeDumper):
-            pass
-
-        def text(dumper, value):
-            style = "|" if "\n" in value else None
-            return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-        D.add_representer(str, text)
-        return yaml.dump_all(docs, Dumper=D, sort_keys=False, width=200)
-
-
 def dump(docs: list[dict]) -> str:
-    """YAML text of several documents, pod scripts kept readable."""
-    return _Dumper.dump(docs)
+    """YAML text of several documents, multi-line strings (the pod scripts) as literal blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump_all(docs, Dumper=Dumper, sort_keys=False, width=200)
 
 
 def inferencepool_values(cx: Context) -> dict:
