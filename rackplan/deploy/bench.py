@@ -15,7 +15,7 @@ import json
 from rackplan.specs import Workload, plan_hash
 
 from .engine import Context
-from .scripts import continued
+from .scripts import checked, continued
 
 CHUNK = 256  # tokens per trace hash id (--timed-trace-chunk-hash-size)
 UNIQUE_IDS = 1_000_000  # hash ids at and above this are private to one request
@@ -69,16 +69,16 @@ def _tokenizer_flags(cx: Context) -> list[str]:
 
 def bench_words(cx: Context, num_requests: int) -> list[str]:
     """The `vllm bench serve` words of bench.sh."""
-    return (["vllm", "bench", "serve", "--backend", "openai", "--base-url", '"http://$ROUTER_HOST:$ROUTER_PORT"',
-             "--endpoint", "/v1/completions", "--model", '"$MODEL"'] + _tokenizer_flags(cx)
-            + ["--dataset-name", "timed_trace", "--dataset-path", '"$HERE/bench_trace.jsonl"',
-               "--timed-trace-chunk-hash-size", str(CHUNK), "--timed-trace-sec-multiplier", "0.001",
-               "--num-prompts", str(num_requests)] + _load_flags(cx)
-            + ["--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-               "--metadata", f"rackplan_plan={cx.plan.name}", f"rackplan_plan_hash={plan_hash(cx.plan)}",
-               f"rackplan_workload={cx.workload.name}",
-               "--save-result", "--save-detailed", "--result-dir", '"$RESULTS"', "--result-filename",
-               "bench.json", "--seed", str(cx.workload.seed)])
+    target = ["--backend", "openai", "--base-url", '"http://$ROUTER_HOST:$ROUTER_PORT"', "--endpoint",
+              "/v1/completions", "--model", '"$MODEL"'] + _tokenizer_flags(cx)
+    requests = ["--dataset-name", "timed_trace", "--dataset-path", '"$HERE/bench_trace.jsonl"',
+                "--timed-trace-chunk-hash-size", str(CHUNK), "--timed-trace-sec-multiplier", "0.001",
+                "--num-prompts", str(num_requests), "--ignore-eos"] + _load_flags(cx)
+    result = ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+              "--metadata", f"rackplan_plan={cx.plan.name}", f"rackplan_plan_hash={plan_hash(cx.plan)}",
+              f"rackplan_workload={cx.workload.name}", "--save-result", "--save-detailed",
+              "--result-dir", '"$RESULTS"', "--result-filename", "bench.json", "--seed", str(cx.workload.seed)]
+    return checked("vllm bench serve", ["vllm", "bench", "serve"] + target + requests + result)
 
 
 def bench_script(cx: Context, num_requests: int) -> str:

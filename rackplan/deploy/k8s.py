@@ -15,7 +15,7 @@ import re
 
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement
-from .scripts import continued
+from .scripts import checked, continued
 
 IMAGE = "vllm/vllm-openai:v0.33.0"  # the release vllm_flags.txt was taken from
 SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.7.1"  # llm-d wide-ep-lws decode.yaml
@@ -54,7 +54,8 @@ def pod_words(inst: Instance, cx: Context) -> list[str]:
         f += ["--data-parallel-size-local", str(s.ranks), "--data-parallel-start-rank", '"$START_RANK"',
               "--data-parallel-address", '"$LWS_LEADER_ADDRESS"', "--data-parallel-hybrid-lb"]
     api, stream = frontend_settings(lay, s.ranks)
-    return f + ["--api-server-count", str(api), "--stream-interval", str(stream)] + serve_flags(lay, cx)
+    return checked("vllm serve", f + ["--api-server-count", str(api), "--stream-interval", str(stream)]
+                   + serve_flags(lay, cx))
 
 
 def _container(inst: Instance, cx: Context) -> dict:

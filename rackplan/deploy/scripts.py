@@ -14,6 +14,7 @@ import shlex
 
 from rackplan.specs import plan_hash
 
+from . import flaglist
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement, Slice
 
@@ -41,6 +42,14 @@ def continued(words: list[str], indent: str = "    ") -> str:
     return f" \\\n{indent}".join(sh(g) for g in groups if g)
 
 
+def checked(tool: str, words: list[str]) -> list[str]:
+    """`words` unchanged if every long flag is in `tool`'s kept vLLM list; a generator bug otherwise."""
+    bad = flaglist.unknown(tool, words)
+    if bad:
+        raise RuntimeError(f"rackplan.deploy emitted flags {tool} does not have: {bad} (see vllm_flags.txt)")
+    return words
+
+
 def placement_flags(inst: Instance, s: Slice) -> list[str]:
     """Where this slice runs in its instance's DP group, and its ports."""
     lay = inst.layout
@@ -56,8 +65,8 @@ def placement_flags(inst: Instance, s: Slice) -> list[str]:
 
 def serve_command(inst: Instance, s: Slice, cx: Context) -> list[str]:
     """The `vllm serve` words of one slice (model and served name from $MODEL)."""
-    return (["vllm", "serve", '"$MODEL"', "--served-model-name", '"$MODEL"'] + placement_flags(inst, s)
-            + serve_flags(inst.layout, cx))
+    return checked("vllm serve", ["vllm", "serve", '"$MODEL"', "--served-model-name", '"$MODEL"']
+                   + placement_flags(inst, s) + serve_flags(inst.layout, cx))
 
 
 def _describe(inst: Instance, s: Slice) -> str:
@@ -101,6 +110,7 @@ def router_script(pl: Placement, cx: Context) -> str:
         words += ["--worker-urls"] + endpoints(pl.pool("aggregated"))
     # hybrid LB: each endpoint's own API server spreads requests over its local DP ranks
     words += ["--host", "0.0.0.0", "--port", '"$ROUTER_PORT"', "--intra-node-data-parallel-size", "1"]
+    checked("vllm-router", words)
     return "\n".join(["#!/usr/bin/env bash",
                       f"# Request router for plan {cx.plan.name}: {cx.plan.summary}. Run on $ROUTER_HOST after "
                       "every host script is up (pip install vllm-router).",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackplan.deploy import bench, build, context_for, engine, flaglist, placement, write
+from rackplan.deploy import bench, build, context_for, engine, flaglist, placement, scripts, write
 from rackplan.specs import EPLBConfig, Layout, Plan, SpecError, Speculation, load_model, load_plan
 
 pytestmark = pytest.mark.unit
@@ -113,6 +113,8 @@ def test_kept_list_names_its_vllm_release_and_catches_a_misspelling():
     assert len(lists["vllm serve"]) > 300 and "--data-parallel-hybrid-lb" in lists["vllm serve"]
     assert flaglist.unknown("vllm serve", ["--enable-expert-paralel", "--port=8000", "8000"]) == [
         "--enable-expert-paralel"]
+    with pytest.raises(RuntimeError, match="enable-expert-paralel"):  # the generator refuses to write one
+        scripts.checked("vllm serve", ["vllm", "serve", "--enable-expert-paralel"])
 
 
 def test_generated_files_pass_bash_n(built, tmp_path):
