@@ -92,6 +92,11 @@ def _arrays(path, data: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def _finite_rate(rate) -> bool:
+    """vLLM records an unthrottled run's request_rate as "inf"."""
+    return isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate)
+
+
 def read_bench(path: str | Path, plan: Plan) -> Bench:
     """The successful requests of a bench result JSON of `plan`; SpecError on another model, another
     plan's run, missing detailed fields or no successful request."""
@@ -101,14 +106,16 @@ def read_bench(path: str | Path, plan: Plan) -> Bench:
     data = json.loads(Path(path).read_text())
     _check_model(path, data, plan)
     a = _arrays(path, data)
-    errors = data.get("errors") or [""] * len(a["ttfts"])
+    n = len(a["ttfts"])
+    errors = data.get("errors") or [""] * n
+    if not isinstance(errors, list) or len(errors) != n:
+        raise SpecError(str(path), "errors", f"a list of {n} error strings, one per request")
     ok = np.array([not e for e in errors]) & (a["output_lens"] > 0) & np.isfinite(a["ttfts"]) & (a["ttfts"] > 0)
     if not ok.any():
         raise SpecError(str(path), "errors", "at least one successful request")
     order = np.argsort(a["start_times"][ok], kind="stable")
     pick = lambda k: a[k][ok][order]  # noqa: E731
-    rate = data.get("request_rate")
-    closed = data.get("max_concurrency") and (rate in ("inf", None) or not math.isfinite(float(rate)))
+    closed = bool(data.get("max_concurrency")) and not _finite_rate(data.get("request_rate"))
     return Bench(str(path), summary, pick("start_times") - pick("start_times")[0], pick("input_lens"),
                  pick("output_lens"), pick("ttfts"), pick("latencies"),
                  int(data["max_concurrency"]) if closed else None)

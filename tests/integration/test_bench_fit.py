@@ -139,3 +139,14 @@ def test_not_json_is_refused(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SpecError, match="vllm bench serve result JSON"):
         bench_fit.read_bench(path, load_plan(H200))
+
+
+def test_closed_loop_bench_replays_at_its_concurrency(tmp_path):
+    plan = load_plan(H200)
+    data = _handwritten(plan.name, plan_hash(plan))
+    data.update(request_rate="inf", max_concurrency=2)  # `--max-concurrency 2 --request-rate inf`
+    path = tmp_path / "closed.json"
+    path.write_text(json.dumps(data))
+    b = bench_fit.read_bench(path, plan)
+    assert b.concurrency == 2
+    assert np.isfinite(compare_vllm_bench(plan, b, load_profile("datasheet"))["tpot_p50_err"])
