@@ -1,8 +1,7 @@
-"""The requests a `vllm bench serve` run sent, as a Workload the simulator replays.
+"""The requests a `vllm bench serve` run without per-request data sent, as a Workload the simulator
+replays (a --save-detailed run is replayed request by request at its own send times: bench_fit.replay).
 
-Lengths: per request from the result's input_lens / output_lens when the bench ran with
---save-detailed (read as the vllm_bench trace format, sim/traces.py; failed requests dropped);
-otherwise every request gets the bench's mean input and output lengths (total_input_tokens and
+Lengths: every request gets the bench's mean input and output lengths (total_input_tokens and
 total_output_tokens over completed), and the workload's description says so. Load: closed loop at
 max_concurrency when the bench capped it, else Poisson at request_rate (vLLM's burstiness 1), else
 (request_rate inf, no cap) every request at once. No prefix-cache hits are assumed (bench prompts
@@ -17,23 +16,16 @@ from rackplan.specs import Arrival, LengthDist, Plan, SpecError, Workload, load_
 
 
 def bench_workload(bench: dict, plan: Plan) -> Workload:
-    """The bench's requests (calibration/io.read_vllm_bench's summary `bench`) at its load."""
+    """The bench's requests at its mean lengths (calibration/io.read_vllm_bench's summary `bench`), at
+    its load."""
     src = bench["source"]
-    if bench.get("detailed"):
-        from rackplan.sim.traces import read_trace
-
-        n = len(read_trace(src, "vllm_bench"))
-        lengths = dict(isl=LengthDist(kind="trace"), osl=LengthDist(kind="trace"), trace=src,
-                       trace_format="vllm_bench")
-        said = f"per-request lengths of {n} requests (input_lens/output_lens)"
-    else:
-        n = int(bench.get("completed") or 0)
-        if n < 1:
-            raise SpecError(src, "completed", "at least one completed request", bench.get("completed"))
-        mean_in, mean_out = (_mean(bench, key, n) for key in ("total_input_tokens", "total_output_tokens"))
-        lengths = dict(isl=LengthDist(kind="fixed", value=mean_in), osl=LengthDist(kind="fixed", value=mean_out))
-        said = (f"mean lengths of {n} requests: {mean_in} in / {mean_out} out (no --save-detailed "
-                "input_lens/output_lens)")
+    n = int(bench.get("completed") or 0)
+    if n < 1:
+        raise SpecError(src, "completed", "at least one completed request", bench.get("completed"))
+    mean_in, mean_out = (_mean(bench, key, n) for key in ("total_input_tokens", "total_output_tokens"))
+    lengths = dict(isl=LengthDist(kind="fixed", value=mean_in), osl=LengthDist(kind="fixed", value=mean_out))
+    said = (f"mean lengths of {n} requests: {mean_in} in / {mean_out} out (no --save-detailed "
+            "input_lens/output_lens)")
     arrival, load = _arrival(bench, n)
     skew = load_workload(plan.workload).routing_skew if plan.workload else 0.0
     return Workload(name=f"vllm-bench {Path(src).name}", arrival=arrival, num_requests=n, routing_skew=skew,

@@ -6,6 +6,11 @@ Examples:
   rackplan calibrate --a2a-table calibration/data/deepep_h800_a2a.csv --hardware h800 \\
       --out configs/profiles/h800-deepep.yaml
   rackplan calibrate --microbench --hardware cpu-local --out-hardware configs/hardware/cpu-local.yaml
+  rackplan calibrate --vllm-bench results/bench.json --plan plan.yaml --out fitted.yaml
+
+A `vllm bench serve --save-result --save-detailed` JSON of a plan's deployment (launch/bench.sh)
+fits what end-to-end latencies identify (bench_fit.py: per-phase scales, host time per step, KV
+transfer cost) on top of the base profile (--base, else the plan's, else datasheet).
 
 Nothing is written unless every input reads and every fit succeeds; files are replaced atomically.
 """
@@ -28,9 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--holdout", action="append", default=[], metavar="ROLE:N,N",
                    help="hold these step sizes out of the fit, e.g. decode:4,12 or prefill:128")
     p.add_argument("--a2a-table", action="append", default=[], help="published all-to-all table (CSV)")
-    p.add_argument("--vllm-bench", action="append", default=[], help="`vllm bench serve` result JSON (recorded)")
+    p.add_argument("--vllm-bench", action="append", default=[],
+                   help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable): "
+                        "fit per-phase scales, host time per step and KV transfer cost")
     p.add_argument("--hardware", help="hardware the tables or microbenchmark describe (default: the plan's)")
-    p.add_argument("--base", default="datasheet", help="profile whose values seed the fit and fill the rest")
+    p.add_argument("--base", help="profile whose values seed the fit and fill the rest (default: datasheet; for "
+                   "--vllm-bench alone the plan's profile, else datasheet)")
     p.add_argument("--name", help="name of the written profile (default: from --out)")
     p.add_argument("--out", help="profile YAML to write")
     p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
@@ -53,13 +61,13 @@ def parse_holdout(items: list[str]) -> dict[str, set[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not (args.microbench or args.measurements or args.a2a_table):
-        raise SpecError("calibrate", "inputs", "--measurements, --a2a-table or --microbench")
+    if not (args.microbench or args.measurements or args.a2a_table or args.vllm_bench):
+        raise SpecError("calibrate", "inputs", "--measurements, --a2a-table, --vllm-bench or --microbench")
     result: dict = {}
     if args.microbench:
         result["microbench"] = _microbench(args)
         args.launch_s = result["microbench"]["launch_s"]  # host cost of one op feeds the host fit
-    if args.measurements or args.a2a_table:
+    if args.measurements or args.a2a_table or args.vllm_bench:
         if not args.out:
             raise SpecError("calibrate", "--out", "a profile YAML path to write")
         prof, summary = build_profile(args)
@@ -72,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 def build_profile(args):
     """Read every input, fit, and return (profile, summary) without writing anything."""
-    base = load_profile(args.base)
-    benches = [io.read_vllm_bench(p) for p in args.vllm_bench]
+    base = load_profile(args.base or _bench_base(args))
     name = args.name or (args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0] if args.out else "fitted")
     inputs, extra, summary = [], {}, {}
     prof = base
@@ -86,11 +93,59 @@ def build_profile(args):
         extra.update(a2a_extra)
         summary["a2a_max_error_pct"] = a2a_extra["a2a_fit"]["max_error_pct"]
         inputs += args.a2a_table
-    if benches:
-        extra["vllm_bench"] = benches
+    if args.vllm_bench:
+        base_ref = None if (args.measurements or args.a2a_table) else (args.base or _bench_base(args))
+        prof, bench_extra, bench_summary = _from_vllm_bench(args, prof, name, base_ref)
+        extra.update(bench_extra)
+        summary.update(bench_summary)
         inputs += args.vllm_bench
     prov = io.provenance(inputs, **extra)
     return dataclasses.replace(prof, name=name, provenance=prov), summary
+
+
+def _bench_base(args) -> str:
+    """Default base: the plan's profile for a bench-only fit, else datasheet."""
+    if args.vllm_bench and args.plan and not (args.measurements or args.a2a_table):
+        return load_plan(args.plan).profile or "datasheet"
+    return "datasheet"
+
+
+def _from_vllm_bench(args, prof, name, base_ref):
+    """Fit bench_fit.PARAMS to the bench runs on top of `prof`; base_ref names `prof` if it is a saved one."""
+    from .bench_fit import PARAMS, fit, read_bench
+
+    if not args.plan:
+        raise SpecError("calibrate", "--plan", "the plan the vllm bench run served")
+    plan = load_plan(args.plan)
+    benches = [read_bench(p, plan) for p in args.vllm_bench]
+    f = _with_status(lambda: fit(plan, benches, prof, name), len(benches))
+    pct = lambda d: {k: round(v * 100, 2) for k, v in d.items()}  # noqa: E731
+    params = {k: {"value": f.values[k], "identified": f.identified[k], "sd_log": round(f.sd[k], 4)}
+              for k in PARAMS}
+    extra = {"plan": plan.name, "plan_hash": plan_hash(plan), "vllm_bench_fit": {
+        "base_profile": base_ref, "parameters": params, "error_before_pct": pct(f.before),
+        "error_after_pct": pct(f.after), "simulations": f.sims,
+        "benches": [{k: v for k, v in b.summary.items() if k != "flags"} for b in benches],
+        "method": "the benches' requests replayed through the simulator; Gauss-Newton on log-parameters "
+                  "(finite differences) with a log(3) prior around the base; identified = posterior sd < "
+                  "prior sd / 3; per-phase scales are op_scale 'op/prefill' and 'op/decode' of every device op"}}
+    fit_error = {**prof.fit_error, **{f"vllm.{k}": abs(v) for k, v in pct(f.after).items()}}
+    summary = {"vllm_bench": {k: f"{f.values[k]:.4g}" + ("" if f.identified[k] else " (not identified: base)")
+                              for k in PARAMS},
+               "error_before_pct": pct(f.before), "error_after_pct": pct(f.after)}
+    return dataclasses.replace(f.profile, fit_error=fit_error), extra, summary
+
+
+def _with_status(fn, benches: int):
+    """Run a bench fit under a rich status line when stderr is a terminal."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return fn()
+    from rich.console import Console
+
+    with Console(stderr=True).status(f"fitting {benches} vllm bench run(s) through the simulator"):
+        return fn()
 
 
 def _from_measurements(args, base, name):

@@ -5,6 +5,7 @@ provenance does not list), so a profile's error bar is reported on data it never
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +35,7 @@ class Report:
         out = {f"op {r['op']}": r["mape"] for r in self.ops if r["set"] == s}
         if s in self.step_mape:
             out["step"] = self.step_mape[s]
-        for key in ("lockstep.ttft_p50", "lockstep.tpot_p50"):
+        for key in ("lockstep.ttft_p50", "lockstep.tpot_p50", "vllm.ttft_p50", "vllm.tpot_p50"):
             if f"{key}_err" in self.serving:
                 out[key] = abs(self.serving[f"{key}_err"]) * 100
         return out
@@ -85,19 +86,32 @@ def compare_serving(plan: Plan, records: list[dict], prof: Profile) -> dict[str,
     return compare(plan, records, prof)
 
 
-def compare_vllm_bench(plan: Plan, bench: dict, prof: Profile) -> dict[str, float | str]:
-    """Simulated vs `vllm bench serve` TTFT/TPOT: the bench's own request lengths at its request rate
-    or concurrency (calibration/bench_workload.py); `workload` says which lengths were used."""
-    from rackplan.sim.simulator import simulate
+def compare_vllm_bench(plan: Plan, bench, prof: Profile) -> dict[str, float | str]:
+    """What a `vllm bench serve` run measured vs its requests through the simulator: TTFT / TPOT
+    statistics as '{stat}_predicted_s', '{stat}_measured_s', '{stat}_err', and 'workload' saying what
+    was replayed. `bench`: a bench_fit.Bench (--save-detailed: each request at its own send time and
+    lengths, bench_fit.replay), or io.read_vllm_bench's summary of a run without per-request data
+    (every request at the bench's mean lengths, at its rate or concurrency: bench_workload.py)."""
+    from .bench_fit import Bench, replay, statistics
 
-    from .bench_workload import bench_workload
+    if isinstance(bench, Bench):
+        meas = statistics(bench, bench.ttft_s, bench.tpot_s)
+        pred = statistics(bench, *replay(plan, bench, prof))
+        said = f"per-request send times and lengths of {len(bench.isl)} requests (--save-detailed)"
+    else:
+        from rackplan.sim.simulator import simulate
 
-    wl = bench_workload(bench, plan)
-    sim = simulate(plan, wl, prof)
-    out: dict[str, float | str] = {"workload": wl.description}
-    for metric, arr in (("ttft", sim.ttft_s), ("tpot", sim.tpot_s)):
-        m = bench.get(f"{metric}_median_s")
-        if m:
-            p = float(np.nanmedian(arr))
-            out.update({f"{metric}_p50_predicted_s": p, f"{metric}_p50_measured_s": m, f"{metric}_p50_err": p / m - 1})
+        from .bench_workload import bench_workload
+
+        wl = bench_workload(bench, plan)
+        sim = simulate(plan, wl, prof)
+        said = wl.description
+        meas = {f"{m}_p{q}": bench.get(f"{m}_{'median' if q == 50 else 'p90'}_s", math.nan)
+                for m in ("ttft", "tpot") for q in (50, 90)}
+        pred = {f"{m}_p{q}": float(np.nanpercentile(arr, q)) for m, arr in (("ttft", sim.ttft_s), ("tpot", sim.tpot_s))
+                for q in (50, 90)}
+    out: dict[str, float | str] = {"workload": said}
+    for k, m in meas.items():
+        if m is not None and np.isfinite(m) and m > 0:
+            out.update({f"{k}_predicted_s": pred[k], f"{k}_measured_s": m, f"{k}_err": pred[k] / m - 1})
     return out

@@ -1,8 +1,13 @@
 """Compare a profile's predictions with measurements: per op, per step, TTFT/TPOT (MAPE).
 
-Example:
+Examples:
   rackplan validate --plan tiny-cpu --measurements runs/heldout --measurements runs/serve \\
       --profile configs/profiles/cpu-local.yaml --max-mape 10
+  rackplan validate --plan plan.yaml --vllm-bench results/bench.json --profile fitted.yaml
+
+A `vllm bench serve` result is checked by replaying its own requests through the simulator; for a
+profile fitted from a bench (`calibrate --vllm-bench`) the error of its base profile is shown beside
+it (before -> after).
 
 Steps whose sizes the profile was not fitted on are reported as held-out, and --max-mape gates
 those (all steps when there are none). Exit 1 when a gated MAPE exceeds --max-mape.
@@ -13,7 +18,7 @@ import argparse
 import dataclasses
 import json
 
-from rackplan.specs import load_plan, load_profile
+from rackplan.specs import SpecError, load_plan, load_profile
 
 from . import io
 from .samples import step_samples
@@ -22,10 +27,11 @@ from .validate import Report, compare_serving, compare_steps, compare_vllm_bench
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="plan the measurements ran (name or YAML path)")
-    p.add_argument("--measurements", action="append", default=[], required=True,
+    p.add_argument("--measurements", action="append", default=[],
                    help="measurements.jsonl or run folder (repeatable)")
     p.add_argument("--profile", help="profile to validate (default: the plan's, else datasheet)")
-    p.add_argument("--vllm-bench", action="append", default=[], help="`vllm bench serve` result JSON to compare")
+    p.add_argument("--vllm-bench", action="append", default=[],
+                   help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable)")
     p.add_argument("--max-mape", type=float, help="exit 1 when a gated MAPE (%%) is above this")
     p.add_argument("--raw-ops", action="store_true",
                    help="predict without the profile's per-op terms (op_scale, op_fixed): the shared curves alone")
@@ -33,17 +39,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not (args.measurements or args.vllm_bench):
+        raise SpecError("validate", "inputs", "--measurements and/or --vllm-bench")
     plan = load_plan(args.plan)
     prof = load_profile(args.profile or plan.profile or "datasheet")
-    records = io.read_runs(args.measurements, plan)
+    records = io.read_runs(args.measurements, plan) if args.measurements else []
     if args.raw_ops:
         prof = dataclasses.replace(prof, op_scale={}, op_fixed={})
-    samples = step_samples(records, plan)
+    samples = step_samples(records, plan) if records else []
     rep = compare_steps(plan, samples, prof) if samples else Report({}, {})
-    rep.serving = compare_serving(plan, records, prof)
-    for path in args.vllm_bench:
-        bench = compare_vllm_bench(plan, io.read_vllm_bench(path), prof)
-        rep.serving.update({f"vllm.{k}": v for k, v in bench.items()})
+    rep.serving = compare_serving(plan, records, prof) if records else {}
+    rep.serving.update(_vllm_bench(plan, args.vllm_bench, prof))
     gated = rep.gated()
     if args.json:
         print(json.dumps({"fit_sizes": rep.fit_sizes, "held_out_sizes": rep.held_sizes, "ops": rep.ops,
@@ -61,9 +67,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vllm_bench(plan, paths: list[str], prof) -> dict[str, float]:
+    """'vllm.{stat}_*' for the profile and, when it was fitted from a bench, 'vllm.before.{stat}_*' for
+    its base profile (several benches: the first one's keys, then 'vllm{i}.')."""
+    from .bench_fit import read_bench, read_summary
+
+    base = _base_profile(prof)
+    out: dict[str, float] = {}
+    for i, path in enumerate(paths):
+        tag = "vllm" if i == 0 else f"vllm{i}"
+        summary = read_summary(path, plan)  # a run without --save-detailed: replayed at its means
+        bench = read_bench(path, plan) if summary["detailed"] else summary
+        out.update({f"{tag}.{k}": v for k, v in compare_vllm_bench(plan, bench, prof).items()})
+        if base is not None:
+            out.update({f"{tag}.before.{k}": v for k, v in compare_vllm_bench(plan, bench, base).items()})
+    return out
+
+
+def _base_profile(prof):
+    """The profile a bench fit started from (provenance vllm_bench_fit.base_profile), if it loads."""
+    ref = (prof.provenance.get("vllm_bench_fit") or {}).get("base_profile")
+    try:
+        return load_profile(ref) if ref else None
+    except (SpecError, OSError):
+        return None
+
+
 def print_report(rep: Report, name: str, scaled: bool) -> None:
-    print(f"profile {name}: fitted on {_sizes(rep.fit_sizes) or 'unknown sizes'}; "
-          f"held out: {_sizes(rep.held_sizes) or 'none'}")
+    if rep.ops or rep.steps or rep.fit_sizes:
+        print(f"profile {name}: fitted on {_sizes(rep.fit_sizes) or 'unknown sizes'}; "
+              f"held out: {_sizes(rep.held_sizes) or 'none'}")
+    else:
+        print(f"profile {name}")
     if rep.ops:
         print(f"\nper op (seconds per step, mean; {'with' if scaled else 'without'} per-op op_fixed/op_scale)")
         print(f"  {'op':<14} {'set':<9} {'n':>3} {'predicted':>11} {'measured':>11} {'MAPE%':>7}")
@@ -77,14 +112,30 @@ def print_report(rep: Report, name: str, scaled: bool) -> None:
             print(f"  {r['role']:<8} {r['size']:>5} {r['set']:<9} {r['repeats']:>3} {r['predicted_s']:>11.3e} "
                   f"{r['measured_s']:>11.3e} {r['err'] * 100:>7.1f}")
         print("  step MAPE: " + ", ".join(f"{k} {v:.1f}%" for k, v in rep.step_mape.items()))
-    if rep.serving:
+    _print_bench(rep.serving)
+    if any(not k.startswith("vllm") for k in rep.serving):
         print("\nserving (simulated vs measured)")
-        for key in sorted(k for k, v in rep.serving.items() if isinstance(v, str)):
-            print(f"  {key}: {rep.serving[key]}")  # what was simulated (e.g. a vllm bench's lengths)
-        for key in sorted(k for k in rep.serving if k.endswith("_err")):
+        for key in sorted(k for k in rep.serving if k.endswith("_err") and not k.startswith("vllm")):
             stem = key[:-4]
             print(f"  {stem:<16} predicted {rep.serving[stem + '_predicted_s']:.4f} s  measured "
                   f"{rep.serving[stem + '_measured_s']:.4f} s  err {rep.serving[key] * 100:+.1f}%")
+
+
+def _print_bench(serving: dict[str, float]) -> None:
+    """vLLM bench replay: measured, base profile (before) and this profile (after)."""
+    keys = sorted(k for k in serving if k.startswith("vllm") and ".before." not in k and k.endswith("_err"))
+    if not keys:
+        return
+    print("\nvllm bench serve (its requests replayed through the simulator)")
+    for key in sorted(k for k, v in serving.items() if isinstance(v, str)):
+        print(f"  {key}: {serving[key]}")  # what was replayed (each request, or the bench's means)
+    print(f"  {'statistic':<24} {'measured':>10} {'before':>9} {'after':>9}")
+    for key in keys:
+        stem = key[:-4]
+        tag, stat = stem.split(".", 1)
+        before = serving.get(f"{tag}.before.{stat}_err")
+        b = f"{before * 100:+8.1f}%" if before is not None else f"{'-':>9}"
+        print(f"  {stem:<24} {serving[stem + '_measured_s']:>9.4f}s {b} {serving[key] * 100:+8.1f}%")
 
 
 def _sizes(d: dict) -> str:

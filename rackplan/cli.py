@@ -26,6 +26,8 @@ COMMANDS = {
     "plan": Command("rackplan.sim.search.command", "search layouts for the most tokens/s per GPU under the SLOs"),
     "whatif": Command("rackplan.sim.search.whatif_command", "simulate a plan under changed hardware, model or "
                       "profile"),
+    "deploy": Command("rackplan.deploy.command", "write vLLM launch files (per-host scripts, router, benchmark, "
+                      "Kubernetes) for an existing plan"),
     "execute": Command("rackplan.executor.command", "run a plan for real (gloo on CPU, NCCL on GPU)"),
     "calibrate": Command("rackplan.calibration.command", "fit a profile from measurements, tables or benchmarks"),
     "validate": Command("rackplan.calibration.validate_command", "compare a profile's predictions with "

@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="search disaggregated, aggregated or both kinds of deployment")
     p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan")
     p.add_argument("--report", default=None, metavar="DIR",
-                   help="write report.md, pareto.png, pareto.csv and launch.sh here")
+                   help="write report.md, pareto.png, pareto.csv and launch/ (vLLM launch files) here")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="processes")
     p.add_argument("--sim-requests", type=int, default=None,
                    help="requests per simulator check (default: sized to reach steady state)")

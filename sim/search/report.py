@@ -1,26 +1,40 @@
-"""The planner's report folder: report.md, pareto.csv, pareto.png and launch.sh."""
+"""The planner's report folder: report.md, pareto.csv, pareto.png and launch/ (rackplan.deploy)."""
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+from rackplan import deploy
+from rackplan.specs import SpecError
+
 from ..cost.step import StepCost
 from .estimate import Pricer, price_prefill, traffic_of
-from .launch import launch_script
 from .planner import Result, Verified
 
 
 def write_all(res: Result, folder: str | Path) -> list[Path]:
-    """Write every report file into `folder`; returns their paths."""
+    """Write every report file into `folder` (launch files under launch/); returns their paths.
+    The launch files are built first, so a plan vLLM cannot run fails before anything is written."""
+    launch, why_not = _launch_files(res)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "pareto.csv", folder / "pareto.png", folder / "report.md", folder / "launch.sh"]
+    paths = [folder / "pareto.csv", folder / "pareto.png", folder / "report.md"]
     write_csv(res, paths[0])
     write_png(res, paths[1])
-    paths[2].write_text(markdown(res))
-    paths[3].write_text(launch_script(res.plan, res.request.model, res.request.hw))
-    paths[3].chmod(0o755)
-    return paths
+    paths[2].write_text(markdown(res, sorted(launch), why_not))
+    return paths + (deploy.write(launch, folder / "launch") if launch else [])
+
+
+def _launch_files(res: Result) -> tuple[dict[str, str], str]:
+    """The chosen plan's launch files, or none and why (a test model, a plan vLLM cannot place)."""
+    r = res.request
+    if not deploy.servable(r.model):
+        return {}, (f"vLLM serves no checkpoint of {r.model.name} (launch files are written for "
+                    f"{', '.join(sorted(deploy.FAMILIES))})")
+    try:
+        return deploy.build(deploy.Context(res.plan, r.model, r.hw, r.profile, r.workload)), ""
+    except SpecError as exc:
+        return {}, f"vLLM cannot run this plan as laid out ({exc})"
 
 
 CSV_FIELDS = ("summary", "gpus", "est_request_rate", "est_tps_gpu", "est_tps_user", "est_ttft_p90_s",
@@ -140,7 +154,7 @@ def _why(res: Result) -> list[str]:
             f"against the {_ms(res.request.slo.tpot_p90_s)} ms TPOT SLO.", ""]
 
 
-def markdown(res: Result) -> str:
+def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> str:
     r, w = res.request, res.winner
     t = res.timings
     sim_note = "simulated at each point's target load" if res.simulated else \
@@ -163,9 +177,17 @@ def markdown(res: Result) -> str:
     ranked = sorted(res.verified, key=lambda v: (not v.passed, -v.tps_gpu))
     lines += [_row(i + 1, v) for i, v in enumerate(ranked)] + [""]
     lines += ["## Where the winner's time goes (op by op)", ""] + _winner_steps(res)
-    lines += ["Files: `pareto.csv` (every estimated deployment), `pareto.png`, "
-              "`launch.sh` (one vllm serve per instance).", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _files_section(res, launch_files, why_not))
+
+
+def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[str]:
+    """The report folder's files and how to run the launch files."""
+    head = "`pareto.csv` (every estimated deployment), `pareto.png` (the front)"
+    if not launch_files:
+        return ["## Files", "", f"{head}. No `launch/`: {why_not or 'not built'}.", ""]
+    names = ", ".join(f"`{n}`" for n in launch_files)
+    return ["## Files", "", f"{head} and `launch/`, the vLLM deployment of the chosen plan: {names}.", "",
+            deploy.how_to_run(f"{res.plan.name}.yaml"), ""]
 
 
 def console_table(res: Result, top: int = 8) -> str:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from rackplan.calibration.bench_fit import read_bench
 from rackplan.calibration.io import read_vllm_bench
 from rackplan.calibration.synthetic import synth_records, write_jsonl
 from rackplan.calibration.validate import compare_vllm_bench
@@ -17,9 +18,9 @@ PLAN = load_plan("tiny-cpu")
 
 def test_compare_uses_the_bench_lengths():
     prof = load_profile("cpu-local")
-    long = compare_vllm_bench(PLAN, read_vllm_bench(DATA / "vllm_bench_detailed.json"), prof)
+    long = compare_vllm_bench(PLAN, read_bench(DATA / "vllm_bench_detailed.json", PLAN), prof)
     short = compare_vllm_bench(PLAN, read_vllm_bench(DATA / "vllm_bench_summary.json"), prof)
-    assert long["workload"].startswith("per-request lengths of 5 requests")
+    assert long["workload"].startswith("per-request send times and lengths of 5 requests")
     assert short["workload"].startswith("mean lengths of 6 requests: 60 in / 10 out")
     for out, bench in ((long, "vllm_bench_detailed.json"), (short, "vllm_bench_summary.json")):
         measured = json.loads((DATA / bench).read_text())["median_ttft_ms"] / 1e3

@@ -43,6 +43,7 @@ def test_wheel_holds_configs_and_data(wheel_env):
     assert "rackplan/configs/models/deepseek-v4.1-flash.yaml" in names
     assert "rackplan/configs/plans/v41-flash-gb300-nvl72.yaml" in names
     assert "rackplan/calibration/data/deepep_h800_a2a.csv" in names
+    assert "rackplan/deploy/vllm_flags.txt" in names  # the kept vLLM flag list the launch files are checked against
     assert not [n for n in names if n.split("/")[0] in ("sim", "executor", "calibration", "configs")]
 
 

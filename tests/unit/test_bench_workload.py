@@ -15,15 +15,15 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 PLAN = load_plan("tiny-cpu")
 
 
-def test_detailed_result_replays_each_request():
-    bench = read_vllm_bench(DATA / "vllm_bench_detailed.json")
-    assert bench["detailed"] is True
-    wl = bench_workload(bench, PLAN)
-    assert wl.arrival.kind == "concurrency" and wl.arrival.concurrency == 2  # max_concurrency 2, rate inf
-    assert wl.isl.kind == "trace" and wl.trace_format == "vllm_bench" and wl.num_requests == 5
+def test_detailed_result_as_a_trace_workload_replays_each_request():
+    """A --save-detailed result is also a trace format of its own (sim/traces.py 'vllm_bench')."""
+    from rackplan.specs import Arrival, LengthDist, Workload
+
+    wl = Workload(name="b", arrival=Arrival(kind="concurrency", concurrency=2), isl=LengthDist(kind="trace"),
+                  osl=LengthDist(kind="trace"), trace=str(DATA / "vllm_bench_detailed.json"),
+                  trace_format="vllm_bench", num_requests=5)
     r = make_requests(wl)
     assert list(r.isl) == [32, 64, 96, 80, 40] and list(r.osl) == [8, 12, 16, 10, 6]  # the failed one dropped
-    assert "per-request lengths of 5 requests" in wl.description
 
 
 def test_summary_result_uses_its_means_and_says_so():

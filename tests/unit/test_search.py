@@ -1,4 +1,4 @@
-"""Planner pieces: search space, analytic estimate, Pareto front, what-if keys, launch flags."""
+"""Planner pieces: search space, analytic estimate, Pareto front, what-if keys."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rackplan.sim.search import combine, launch, pareto, planner, space, whatif
+from rackplan.sim.search import combine, pareto, planner, space, whatif
 from rackplan.sim.search.estimate import Pricer, price_decode, price_prefill, traffic_of
 from rackplan.specs import SLO, Layout, SpecError, load_hardware, load_model, load_profile, load_workload
 
@@ -119,16 +119,3 @@ def test_faster_hardware_never_slows_a_step(key, values):
                           pr.prefill(dataclasses.replace(lay, role="prefill"), (4000.0,), 0.0).seconds))
         for slower, faster in zip(times, times[1:], strict=False):
             assert faster[0] <= slower[0] + 1e-12 and faster[1] <= slower[1] + 1e-12
-
-
-def test_launch_flags_use_vllm_spellings():
-    m = load_model("deepseek-v3")
-    lay = Layout("decode", dp=16, dbo=True, speculation=planner.sp.Speculation(1, 1.8),
-                 eplb=planner.sp.EPLBConfig(16, "hierarchical"), max_batch_per_rank=64)
-    flags = launch.serve_flags(lay, m, disaggregated=True)
-    for f in ("--data-parallel-size", "--enable-expert-parallel", "--enable-eplb", "--eplb-config",
-              "--enable-dbo", "--speculative-config", "--kv-transfer-config", "--max-num-seqs",
-              "--max-num-batched-tokens", "--tensor-parallel-size", "--all2all-backend"):
-        assert f in flags
-    assert '"num_redundant_experts": 16' in flags[flags.index("--eplb-config") + 1]
-    assert '"NixlConnector"' in flags[flags.index("--kv-transfer-config") + 1]

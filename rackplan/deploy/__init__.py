@@ -1,0 +1,86 @@
+"""Deployment output for a plan: what runs it on real hosts with vLLM, and benchmarks it.
+
+launch/
+  README.md             how to run the files below, in order
+  env.sh                model and host addresses every script reads
+  host-NN.sh            one per host: its `vllm serve` processes (GPUs, DP ranks, ports)
+  router.sh             vllm-router in front (P/D mode for a disaggregated plan)
+  bench.sh              `vllm bench serve` at the planned load -> detailed result JSON
+  bench_trace.jsonl     the planned requests (timed trace) bench.sh replays
+  k8s/modelserver.yaml  llm-d wide-EP LeaderWorkerSets (one per layout)
+  k8s/inferencepool.values.yaml  Helm values for the llm-d inference scheduler's InferencePool
+Modules: engine.py (flags per instance), placement.py (hosts, GPUs, ranks, ports), scripts.py
+(shell files), bench.py, k8s.py, flaglist.py (the kept vLLM flag list the tests hold us to).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from rackplan.specs import Plan, SpecError, load_hardware, load_model, load_profile, load_workload
+
+from .engine import FAMILIES, Context, servable
+from .readme import how_to_run
+
+__all__ = ["FAMILIES", "Context", "context_for", "build", "write", "write_launch", "how_to_run", "servable"]
+MARKER = ".rackplan-launch"  # marks a folder this module wrote (and may replace)
+
+
+def context_for(plan: Plan, profile: str | None = None, workload: str | None = None) -> Context:
+    """Specs a plan's launch files depend on, loaded by name (profile: the plan's, else datasheet)."""
+    wl = workload or plan.workload
+    if wl is None:
+        raise SpecError("", "workload", "a workload (the plan names none; pass --workload)")
+    return Context(plan, load_model(plan.model), load_hardware(plan.hardware),
+                   load_profile(profile or plan.profile or "datasheet"), load_workload(wl))
+
+
+def build(cx: Context) -> dict[str, str]:
+    """Every launch file as {relative path: text}; raises SpecError before anything is written."""
+    from . import bench, k8s, scripts
+    from .placement import place
+
+    pl = place(cx.plan, cx.hw)
+    trace = bench.trace_lines(cx)
+    files = {"env.sh": scripts.env_script(pl, cx)}
+    files.update({f"host-{h:02d}.sh": scripts.host_script(h, pl, cx) for h in range(pl.num_hosts)})
+    files["router.sh"] = scripts.router_script(pl, cx)
+    files["bench.sh"] = bench.bench_script(cx, len(trace))
+    files["bench_trace.jsonl"] = "\n".join(trace) + "\n"
+    files["k8s/modelserver.yaml"] = k8s.dump(k8s.manifests(pl, cx))
+    files["k8s/inferencepool.values.yaml"] = k8s.dump([k8s.inferencepool_values(cx)])
+    from .readme import readme
+
+    files["README.md"] = readme(pl, cx, sorted(files))
+    return files
+
+
+def write(files: dict[str, str], folder: str | Path) -> list[Path]:
+    """Write `files` under `folder` all at once: into a temporary sibling, then renamed into place."""
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()) and not (folder / MARKER).exists():
+        raise SpecError(str(folder), "(folder)", "an empty folder or one that holds rackplan launch files")
+    files = {**files, MARKER: "launch files written by rackplan; this folder is replaced when regenerated\n"}
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        for rel, text in files.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+            if rel.endswith(".sh"):
+                p.chmod(0o755)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [folder / rel for rel in sorted(files) if rel != MARKER]
+
+
+def write_launch(cx: Context, folder: str | Path) -> list[Path]:
+    """Build and write the launch folder of `cx.plan`; returns the written paths."""
+    return write(build(cx), folder)

@@ -1,0 +1,37 @@
+"""Write the vLLM launch files of an existing plan (no re-planning).
+
+Example:
+  rackplan deploy --plan configs/plans/v41-flash-gb300-nvl72.yaml --out launch/
+writes env.sh, one host-NN.sh per host, router.sh, bench.sh + bench_trace.jsonl and the llm-d
+Kubernetes manifests (see launch/README.md for the order to run them). Nothing is written unless
+every file builds; an existing --out folder is replaced only if rackplan wrote it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from rackplan.specs import load_plan
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", required=True, help="plan to deploy (name under configs/plans or a YAML path)")
+    p.add_argument("--out", required=True, help="folder for the launch files")
+    p.add_argument("--profile", help="profile the DBO thresholds are priced with (default: the plan's, else "
+                   "datasheet)")
+    p.add_argument("--workload", help="workload bench.sh replays (default: the plan's)")
+    p.add_argument("--json", action="store_true", help="print the written files as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import context_for, write_launch
+
+    plan = load_plan(args.plan)
+    paths = write_launch(context_for(plan, args.profile, args.workload), args.out)
+    if args.json:
+        print(json.dumps({"plan": plan.name, "files": [str(p) for p in paths]}, indent=2))
+        return 0
+    hosts = sum(1 for p in paths if p.name.startswith("host-"))
+    print(f"deploy: {plan.summary} -> {args.out}/ ({hosts} host scripts, router.sh, bench.sh, k8s/); "
+          f"see {args.out}/README.md")
+    return 0

@@ -1,0 +1,212 @@
+"""The `vllm serve` engine flags one planned instance implies (everything except where it runs).
+
+Each flag mirrors what the simulator priced for that layout, so the deployment runs the plan:
+- EP: `--enable-expert-parallel` when the MoE is expert-parallel over the instance (DEPn, TPxDP-EP);
+  all-to-all kernels of the class the cost model prices (DeepEP high-throughput for prefill steps,
+  low-latency for decode steps);
+- EPLB: `--enable-eplb` + `--eplb-config` with the planned redundant experts;
+- DBO: `--enable-dbo` with token thresholds at the batch where the cost model says the split starts
+  to pay (vLLM splits a step only above them);
+- speculation per model family (vLLM's method names: "mtp" for V3 / V3.2 / V4, "dspark" for V4.1,
+  whose draft stages ship inside the target checkpoint, so no draft `model` is given);
+- NIXL KV transfer for disaggregated instances, the model's KV-cache dtype, prefix caching as the
+  workload assumes, CUDA-graph mode (graphs only for decode-only steps, as priced), async scheduling;
+- per-rank limits: `--max-num-seqs` = planned sequences per rank, `--max-num-batched-tokens` = the
+  planned prefill token budget, and for decode at least seqs x (1 + draft tokens), so vLLM never
+  caps a decode step the simulator let through.
+Sources: vLLM 0.33.0 engine arguments (vllm/engine/arg_utils.py, config/parallel.py,
+config/speculative.py; kept flag list in vllm_flags.txt); vLLM recipes (DeepSeek-V3.2, V4-Flash,
+V4.1-Flash); llm-d guides/wide-ep-lws (vllm-deepseek-v4 decode/prefill).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from rackplan.specs import HardwareSpec, Layout, ModelSpec, Plan, Profile, SpecError, Workload
+
+DBO_GRID = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)  # tokens per rank
+DBO_MIN = 2  # vLLM 0.33 rejects thresholds below the number of micro-batches (config/parallel.py)
+KV_DTYPES = {"fp8": "fp8", "bf16": "bfloat16", "fp16": "float16", "fp32": "auto", "nvfp4": "nvfp4_ds_mla"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How vLLM serves one model family."""
+
+    hf_id: str  # Hugging Face repository (also the served model name)
+    spec_method: str | None  # vLLM speculative method of the model's own drafter
+    extra: tuple[str, ...]  # family-specific serve flags
+    source: str
+    env: tuple[tuple[str, str], ...] = ()  # environment the recipe sets
+
+
+FAMILIES = {
+    "deepseek-v3": Family("deepseek-ai/DeepSeek-V3", "mtp", ("--trust-remote-code",),
+                          "vLLM recipes DeepSeek-V3.yaml"),
+    "deepseek-v3.2": Family("deepseek-ai/DeepSeek-V3.2", "mtp",
+                            ("--trust-remote-code", "--tokenizer-mode", "deepseek_v32"),
+                            "vLLM recipes DeepSeek-V3.2.yaml (base_args, tool_calling)"),
+    "deepseek-v4-flash": Family("deepseek-ai/DeepSeek-V4-Flash", "mtp",
+                                ("--trust-remote-code", "--block-size", "256", "--tokenizer-mode", "deepseek_v4"),
+                                "vLLM recipes DeepSeek-V4-Flash.yaml (base_args, PD cluster)"),
+    # V4.1 dropped MTP; DSpark stages ship under mtp.* in the target checkpoint (vLLM
+    # config/speculative.py: method "dspark" takes the target model as its draft).
+    "deepseek-v4.1-flash": Family("deepseek-ai/DeepSeek-V4.1-Flash", "dspark",
+                                  ("--tokenizer-mode", "deepseek_v41", "--language-model-only"),
+                                  "vLLM recipes DeepSeek-V4.1-Flash.yaml (base_args, spec_decoding, text_only)",
+                                  (("VLLM_ENGINE_READY_TIMEOUT_S", "3600"),)),  # recipe base_env: long first load
+    "qwen3-235b-a22b": Family("Qwen/Qwen3-235B-A22B", None, (), "Qwen/Qwen3-235B-A22B model card"),
+}
+
+
+def servable(model: ModelSpec) -> bool:
+    """Whether vLLM serves a released checkpoint of this model (test models like tiny-moe: no)."""
+    return model.name in FAMILIES
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the flags of a plan's instances depend on besides the layout."""
+
+    plan: Plan
+    model: ModelSpec
+    hw: HardwareSpec
+    prof: Profile
+    workload: Workload
+    memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)  # derived values, once
+
+    @property
+    def family(self) -> Family:
+        fam = FAMILIES.get(self.model.name)
+        if fam is None:
+            raise SpecError("", "model", "a model vLLM deployment knows: " + ", ".join(sorted(FAMILIES)),
+                            self.model.name)
+        return fam
+
+
+def _json(obj: dict) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def decode_tokens(lay: Layout) -> int:
+    """Tokens one decode step of a full rank carries: every sequence verifies 1 + draft tokens."""
+    return lay.max_batch_per_rank * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
+
+
+def batch_flags(lay: Layout) -> list[str]:
+    """Per-rank limits (vLLM's scheduler runs per DP rank)."""
+    budget = lay.max_tokens_per_step
+    if lay.role != "prefill":
+        budget = max(budget, decode_tokens(lay))
+    return ["--max-num-seqs", str(lay.max_batch_per_rank), "--max-num-batched-tokens", str(budget)]
+
+
+def parallel_flags(lay: Layout) -> list[str]:
+    """TP size and expert parallelism (vLLM's EP group is always the instance's DP x TP GPUs)."""
+    f = ["--tensor-parallel-size", str(lay.tp)]
+    if lay.ep_size == 1:
+        return f
+    if lay.ep_size != lay.gpus:
+        raise SpecError("", f"{lay.role}.ep", f"1 or dp*tp ({lay.gpus}): vLLM's expert-parallel group spans "
+                        "the whole instance", lay.ep_size)
+    kernel = "deepep_high_throughput" if lay.role == "prefill" else "deepep_low_latency"
+    f += ["--enable-expert-parallel", "--all2all-backend", kernel]
+    if lay.eplb.redundant_experts or lay.eplb.policy != "none":
+        f += ["--enable-eplb", "--eplb-config", _json({"num_redundant_experts": lay.eplb.redundant_experts})]
+    return f
+
+
+def speculation_flags(lay: Layout, cx: Context) -> list[str]:
+    """The drafter of the model's family. A prefill instance of a disaggregated plan runs the decode
+    pool's drafter too, so the KV it hands over has the draft layers' entries (vLLM V4.1 recipe:
+    "DSpark runs in both pools so the transferred KV stays compatible")."""
+    sp = lay.speculation
+    if sp is None and lay.role == "prefill":
+        sp = next((d.speculation for d in cx.plan.decode if d.speculation is not None), None)
+    if sp is None:
+        return []
+    method = cx.family.spec_method
+    if method is None or cx.model.draft is None:
+        raise SpecError("", f"{lay.role}.speculation", f"none: {cx.model.name} has no drafter vLLM serves")
+    spec = {"method": method, "num_speculative_tokens": sp.num_tokens}
+    if method == "dspark":
+        # the cost model prices verifying the whole block; adaptive verification would verify fewer
+        spec.update(rejection_sample_method="block", enable_adaptive_verification=False)
+    return ["--speculative-config", _json(spec)]
+
+
+def graph_flags(lay: Layout) -> list[str]:
+    """CUDA graphs for decode-only steps (what host.py prices), none for prompt steps."""
+    if not lay.cuda_graphs:
+        return ["--enforce-eager"]
+    f = ["--compilation-config", _json({"cudagraph_mode": "FULL_DECODE_ONLY"})]
+    if lay.role != "prefill":
+        f += ["--max-cudagraph-capture-size", str(decode_tokens(lay))]
+    return f
+
+
+def frontend_settings(lay: Layout, local_ranks: int) -> tuple[int, int]:
+    """(API-server processes per endpoint, stream interval in tokens).
+
+    The one place these are read: issue 15's planner will choose both per layout (host.api_servers,
+    host.stream_interval) and they belong here. Until a Layout carries them: vLLM's own defaults,
+    one API server per local DP rank (hybrid-LB default) and a stream interval of 1."""
+    return max(1, local_ranks), 1
+
+
+def dbo_flags(lay: Layout, cx: Context) -> list[str]:
+    if not (lay.dbo and lay.ep_size > 1):
+        return []
+    t = dbo_thresholds(lay, cx)
+    return ["--enable-dbo", "--dbo-decode-token-threshold", str(t["decode"]),
+            "--dbo-prefill-token-threshold", str(t["prefill"])]
+
+
+def dbo_thresholds(lay: Layout, cx: Context) -> dict[str, int]:
+    """Tokens per rank from which DBO's priced step is faster than the unsplit one, for decode-only and
+    prompt steps (the same cost model the planner used). Where DBO never pays up to the layout's
+    largest step, the threshold is one above it: vLLM then never splits a planned step."""
+    key = ("dbo", lay)
+    if key not in cx.memo:
+        cx.memo[key] = {phase: _crossover(lay, cx, phase) for phase in ("decode", "prefill")}
+    return cx.memo[key]
+
+
+def _crossover(lay: Layout, cx: Context, phase: str) -> int:
+    from rackplan.sim.search.estimate import Pricer, traffic_of
+
+    tr = traffic_of(cx.workload)
+    pr = Pricer(cx.model, cx.hw, cx.prof, tr.skew)
+    off = replace(lay, dbo=False)
+    q = 1 + (lay.speculation.num_tokens if lay.speculation else 0)
+    top = decode_tokens(lay) if phase == "decode" else lay.max_tokens_per_step
+
+    def gain(t: int) -> float:
+        if phase == "decode":
+            b = max(1.0, t / q)
+            return pr.decode(off, b, tr.ctx_mean).seconds - pr.decode(lay, b, tr.ctx_mean).seconds
+        return pr.prefill(off, (float(t),), tr.cached).seconds - pr.prefill(lay, (float(t),), tr.cached).seconds
+
+    grid = [t for t in DBO_GRID if t <= top] + [top]
+    pays = [t for i, t in enumerate(grid) if all(gain(u) > 0 for u in grid[i:])]
+    return max(DBO_MIN, pays[0]) if pays else top + 1
+
+
+def kv_flags(lay: Layout, cx: Context) -> list[str]:
+    kv = KV_DTYPES.get(cx.model.dtypes.kv_cache)
+    if kv is None:
+        raise SpecError("", "dtypes.kv_cache", "a KV dtype vLLM serves: " + ", ".join(KV_DTYPES),
+                        cx.model.dtypes.kv_cache)
+    f = ["--kv-cache-dtype", kv]
+    f.append("--enable-prefix-caching" if cx.workload.prefix_hit_rate > 0 else "--no-enable-prefix-caching")
+    if cx.plan.disaggregated:
+        f += ["--kv-transfer-config", _json({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
+    return f
+
+
+def serve_flags(lay: Layout, cx: Context) -> list[str]:
+    """Engine flags of one instance of `lay` (placement and ports are added by the launcher)."""
+    sched = ["--async-scheduling" if lay.async_scheduling else "--no-async-scheduling"]
+    return (list(cx.family.extra) + parallel_flags(lay) + dbo_flags(lay, cx) + speculation_flags(lay, cx)
+            + kv_flags(lay, cx) + batch_flags(lay) + graph_flags(lay) + sched)

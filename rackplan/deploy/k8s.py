@@ -1,0 +1,146 @@
+"""Kubernetes manifests for llm-d's wide-EP well-lit path (LeaderWorkerSet per role + InferencePool).
+
+Follows llm-d guides/wide-ep-lws (modelserver/gpu/vllm-deepseek-v4/base/{prefill,decode}.yaml and
+manifests/inferencepool.values.yaml): one LeaderWorkerSet per planned layout, `replicas` = planned
+instances, `size` = pods per instance (one pod per host), each pod requesting its GPUs
+(`nvidia.com/gpu`) and running `vllm serve` in hybrid-LB mode over its local DP ranks
+(`--data-parallel-start-rank` from LWS_WORKER_INDEX, `--data-parallel-address` = LWS_LEADER_ADDRESS).
+Decode pods carry llm-d's routing sidecar (port 8000 -> vLLM on 8200, NIXL connector), which runs the
+prefill-then-decode hand-off the inference scheduler (EPP) picks; the InferencePool selects the pods
+by the labels below. Engine flags are the same as the bare-host scripts (engine.py).
+"""
+from __future__ import annotations
+
+import re
+
+from .engine import Context, frontend_settings, serve_flags
+from .placement import Instance, Placement
+from .scripts import checked, continued
+
+IMAGE = "vllm/vllm-openai:v0.33.0"  # the release vllm_flags.txt was taken from
+SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.7.1"  # llm-d wide-ep-lws decode.yaml
+API_PORT = 8000  # pod port clients reach: vLLM (prefill, aggregated) or the routing sidecar (decode)
+DECODE_VLLM_PORT = 8200  # vLLM behind the decode pod's sidecar
+RPC_PORT = 5555  # --data-parallel-rpc-port inside the LWS group (llm-d's value)
+NIXL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT
+ROLE_LABEL = {"prefill": "prefill", "decode": "decode", "aggregated": "both"}
+
+
+def _name(text: str) -> str:
+    """A DNS-1123 name."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+
+
+def labels(cx: Context, pool: str | None = None) -> dict[str, str]:
+    out = {"llm-d.ai/inference-serving": "true", "llm-d.ai/guide": "wide-ep-lws",
+           "llm-d.ai/model": cx.family.hf_id.split("/")[-1]}
+    if pool:
+        out["llm-d.ai/role"] = ROLE_LABEL[pool]
+    return out
+
+
+def vllm_port(pool: str) -> int:
+    return DECODE_VLLM_PORT if pool == "decode" else API_PORT
+
+
+def pod_words(inst: Instance, cx: Context) -> list[str]:
+    """`vllm serve` words of one pod of `inst` (every pod of an instance runs the same command)."""
+    lay, s = inst.layout, inst.slices[0]
+    f = ["vllm", "serve", cx.family.hf_id, "--served-model-name", cx.family.hf_id,
+         "--port", str(vllm_port(inst.pool))]
+    if lay.dp > 1:
+        f += ["--data-parallel-size", str(lay.dp), "--data-parallel-rpc-port", str(RPC_PORT)]
+    if inst.multi_host:
+        f += ["--data-parallel-size-local", str(s.ranks), "--data-parallel-start-rank", '"$START_RANK"',
+              "--data-parallel-address", '"$LWS_LEADER_ADDRESS"', "--data-parallel-hybrid-lb"]
+    api, stream = frontend_settings(lay, s.ranks)
+    return checked("vllm serve", f + ["--api-server-count", str(api), "--stream-interval", str(stream)]
+                   + serve_flags(lay, cx))
+
+
+def _container(inst: Instance, cx: Context) -> dict:
+    s = inst.slices[0]
+    script = ["find /dev/shm -type f -delete  # stale segments from a crashed run (llm-d issue 352)",
+              'START_RANK=$(( ${LWS_WORKER_INDEX:-0} * DP_SIZE_LOCAL ))',
+              "exec " + continued(pod_words(inst, cx), "  ")]
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "llm-d-hf-token", "key": "HF_TOKEN"}}},
+           {"name": "DP_SIZE_LOCAL", "value": str(s.ranks)},
+           {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_PORT)},
+           {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    env += [{"name": k, "value": v} for k, v in cx.family.env]
+    gpus = {"nvidia.com/gpu": str(len(s.gpus))}
+    probe = {"httpGet": {"path": "/health", "port": "modelserver"}, "periodSeconds": 10, "timeoutSeconds": 5}
+    return {"name": "vllm", "image": IMAGE, "command": ["/bin/bash", "-c"], "args": ["\n".join(script)],
+            "env": env,
+            "ports": [{"containerPort": vllm_port(inst.pool), "name": "modelserver", "protocol": "TCP"},
+                      {"containerPort": NIXL_PORT, "name": "nixl", "protocol": "TCP"}],
+            "startupProbe": {**probe, "periodSeconds": 1, "failureThreshold": 3600},
+            "readinessProbe": {**probe, "httpGet": {"path": "/v1/models", "port": "modelserver"}},
+            "resources": {"limits": dict(gpus), "requests": dict(gpus)},
+            "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RAWIO"]}},
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
+
+
+def _sidecar() -> dict:
+    """llm-d's routing proxy: the decode pod's front door, which asks a prefill pod first."""
+    return {"name": "routing-proxy", "image": SIDECAR_IMAGE, "restartPolicy": "Always",
+            "args": [f"--port={API_PORT}", f"--vllm-port={DECODE_VLLM_PORT}", "--connector=nixlv2",
+                     "--secure-proxy=false"],
+            "ports": [{"containerPort": API_PORT, "name": "sidecar", "protocol": "TCP"}]}
+
+
+def leader_worker_set(inst: Instance, cx: Context) -> dict:
+    """The LeaderWorkerSet of the layout `inst` is the first replica of."""
+    lay, pool = inst.layout, inst.pool
+    pod: dict = {"containers": [_container(inst, cx)],
+                 "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}]}
+    if pool == "decode" and cx.plan.disaggregated:
+        pod = {"initContainers": [_sidecar()], **pod}
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": _name(f"{cx.plan.name}-{inst.name.rsplit('-', 1)[0]}"),
+                         "labels": labels(cx, pool)},
+            "spec": {"replicas": lay.replicas,
+                     "leaderWorkerTemplate": {"size": len(inst.slices),
+                                              "workerTemplate": {"metadata": {"labels": labels(cx, pool)},
+                                                                 "spec": pod}}}}
+
+
+def manifests(pl: Placement, cx: Context) -> list[dict]:
+    """One LeaderWorkerSet per planned layout (its first instance stands for all replicas)."""
+    firsts = [inst for inst in pl.instances if inst.name.endswith("-0")]
+    return [leader_worker_set(inst, cx) for inst in firsts]
+
+
+def dump(docs: list[dict]) -> str:
+    """YAML text of several documents, multi-line strings (the pod scripts) as literal blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump_all(docs, Dumper=Dumper, sort_keys=False, width=200)
+
+
+def inferencepool_values(cx: Context) -> dict:
+    """Helm values for the gateway-api-inference-extension InferencePool chart (llm-d scheduler)."""
+    plugins = [{"type": "random-picker", "parameters": {"maxNumOfEndpoints": 1}}]
+    profiles = [{"name": "default", "plugins": [{"pluginRef": "random-picker"}]}]
+    if cx.plan.disaggregated:  # always prefill remotely (threshold 0), as the plan prices every request
+        plugins = [{"type": "prefill-header-handler"}, {"type": "prefill-filter"}, {"type": "decode-filter"},
+                   *plugins, {"type": "pd-profile-handler", "parameters": {"threshold": 0, "hashBlockSize": 5}}]
+        profiles = [{"name": r, "plugins": [{"pluginRef": f"{r}-filter"}, {"pluginRef": "random-picker"}]}
+                    for r in ("prefill", "decode")]
+    config = {"apiVersion": "inference.networking.x-k8s.io/v1alpha1", "kind": "EndpointPickerConfig",
+              "plugins": plugins, "schedulingProfiles": profiles}
+    import yaml
+
+    return {"inferenceExtension": {"replicas": 1, "image": {"name": "llm-d-inference-scheduler",
+                                                            "hub": "ghcr.io/llm-d", "tag": "v0.5.0"},
+                                   "extProcPort": 9002, "pluginsConfigFile": "custom-plugins.yaml",
+                                   "pluginsCustomConfig": {"custom-plugins.yaml": yaml.safe_dump(config,
+                                                                                                 sort_keys=False)}},
+            "inferencePool": {"modelServers": {"matchLabels": labels(cx)}}}

@@ -1,0 +1,108 @@
+"""Where each planned instance runs: hosts, GPU indices, DP ranks per host, and its ports.
+
+Instances are placed in plan order (prefill, decode, aggregated pools; replicas in turn). One that
+needs at least a host takes whole hosts (its DP ranks split evenly, `--data-parallel-size-local`
+per host, `--data-parallel-start-rank` counting on); smaller ones share a host, packed first-fit
+on contiguous GPU indices (CUDA_VISIBLE_DEVICES). Every instance gets its own HTTP port, DP RPC
+port and NIXL side-channel port range (vLLM adds the DP rank to VLLM_NIXL_SIDE_CHANNEL_PORT), so
+instances sharing a host never collide.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rackplan.specs import HardwareSpec, Layout, Plan, SpecError
+
+HTTP_PORT = 8100  # first instance API port (the router listens on ROUTER_PORT, 8000)
+RPC_PORT = 13345  # first --data-parallel-rpc-port (vLLM docs' example value)
+NIXL_PORT = 5600  # vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The part of one instance on one host."""
+
+    host: int
+    gpus: tuple[int, ...]  # GPU indices on that host
+    start_rank: int  # first DP rank on this host
+    ranks: int  # DP ranks on this host
+
+    @property
+    def devices(self) -> str:
+        return ",".join(map(str, self.gpus))
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One running vLLM instance of a planned layout."""
+
+    name: str  # e.g. "prefill0-2": pool, layout index, replica
+    pool: str  # prefill | decode | aggregated
+    layout: Layout
+    port: int
+    rpc_port: int
+    nixl_port: int  # side-channel base port; rank r listens on nixl_port + r
+    slices: tuple[Slice, ...]
+
+    @property
+    def head(self) -> int:
+        return self.slices[0].host
+
+    @property
+    def multi_host(self) -> bool:
+        return len(self.slices) > 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    instances: tuple[Instance, ...]
+    num_hosts: int
+    gpus_per_host: int
+
+    def on_host(self, host: int) -> list[tuple[Instance, Slice]]:
+        return [(inst, s) for inst in self.instances for s in inst.slices if s.host == host]
+
+    def pool(self, name: str) -> list[Instance]:
+        return [inst for inst in self.instances if inst.pool == name]
+
+
+def _whole_hosts(lay: Layout, first: int, g: int, field: str) -> tuple[Slice, ...]:
+    if lay.gpus % g or g % lay.tp:
+        raise SpecError("", field, f"a layout that fills whole hosts of {g} GPUs ({lay.tag} has {lay.gpus} "
+                        f"GPUs, TP {lay.tp})")
+    local = g // lay.tp
+    return tuple(Slice(first + k, tuple(range(g)), k * local, local) for k in range(lay.gpus // g))
+
+
+def _shared_host(lay: Layout, used: list[int], g: int) -> Slice:
+    for h, n in enumerate(used):
+        if g - n >= lay.gpus:
+            used[h] += lay.gpus
+            return Slice(h, tuple(range(n, n + lay.gpus)), 0, lay.dp)
+    used.append(lay.gpus)
+    return Slice(len(used) - 1, tuple(range(lay.gpus)), 0, lay.dp)
+
+
+def place(plan: Plan, hw: HardwareSpec) -> Placement:
+    """Hosts, GPUs, DP ranks and ports of every instance of `plan`."""
+    if plan.colocated:
+        raise SpecError("", "colocated", "false for a vLLM deployment (time-shared prefill/decode GPUs are "
+                        "the CPU executor's mode; vLLM runs each instance on its own GPUs)")
+    g, used, out, nixl = hw.gpus_per_node, [], [], NIXL_PORT
+    for pool in ("prefill", "decode", "aggregated"):
+        for j, lay in enumerate(getattr(plan, pool)):
+            for i in range(lay.replicas):
+                if lay.gpus >= g:
+                    slices = _whole_hosts(lay, len(used), g, f"{pool}[{j}]")
+                    used += [g] * len(slices)
+                else:
+                    slices = (_shared_host(lay, used, g),)
+                n = len(out)
+                out.append(Instance(f"{pool}{j}-{i}", pool, lay, HTTP_PORT + n, RPC_PORT + n, nixl, slices))
+                nixl += lay.dp
+    hosts = len(used)
+    budget = -(-plan.num_gpus // g)
+    if hosts > budget:
+        raise SpecError("", "num_gpus", f"enough hosts: the instances need {hosts} hosts of {g} GPUs, the plan "
+                        f"has {plan.num_gpus} GPUs ({budget} hosts)")
+    return Placement(tuple(out), hosts, g)
