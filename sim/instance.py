@@ -34,10 +34,11 @@ class Instance:
         return self._wake
 
     def take_turn(self):
-        """Colocated: wait until the shared GPUs are free (`yield from`); a no-op otherwise."""
-        if self.shared is not None:
-            self._turn = self.shared.request()
-            yield self._turn
+        """Colocated: the request for the shared GPUs to wait on (`yield`); None otherwise."""
+        if self.shared is None:
+            return None
+        self._turn = self.shared.request()
+        return self._turn
 
     def end_turn(self) -> None:
         if self.shared is not None:

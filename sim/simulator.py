@@ -15,7 +15,7 @@ from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Wo
 from .aggregated import AggregatedInstance
 from .cost.memory import check_fits
 from .cost.step import CostContext
-from .cost.transfer import kv_transfer_seconds
+from .cost.transfer import kv_link
 from .decode import DecodeInstance, DecodeRanks
 from .metrics import RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
@@ -47,12 +47,15 @@ class _Deployment:
     def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog):
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
-        self.same_domain = plan.gpus_used <= hw.domain_size
+        self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
+        self.kv_local = kv_link(model, hw, prof, True)  # colocated hand-off between ranks of one domain
         self.caps = validate_plan(plan, model, hw)
         self.rr = 0
         self.on_request_done = None
-        isl, cached = reqs.isl, reqs.cached
-        self.need_of = lambda rid: (int(cached[rid]), int(isl[rid]))
+        isl, osl = reqs.isl.tolist(), reqs.osl.tolist()  # Python ints: read per request, per step
+        need = list(zip(reqs.cached.tolist(), isl))
+        self.isl = isl
+        self.need_of = need.__getitem__  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
         mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
         if plan.disaggregated:
@@ -75,8 +78,7 @@ class _Deployment:
                                         _tokens_per_step(lay))
                     turn = shared[len(self.decoders)] if shared else None
                     self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, ranks, log,
-                                                        lambda r: float(isl[r]), lambda r: int(reqs.osl[r]),
-                                                        self._done, turn))
+                                                        isl.__getitem__, osl.__getitem__, self._done, turn))
         else:
             for i, lay in enumerate(plan.aggregated):
                 pr = mk(lay)
@@ -86,24 +88,34 @@ class _Deployment:
                                         _tokens_per_step(lay))
                     self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr, ranks,
                                                          lay.max_tokens_per_step, q, log, self.need_of,
-                                                         lambda r: int(reqs.osl[r]), self._done))
+                                                         osl.__getitem__, self._done))
 
     def _pick(self, instances):
+        """The instance a request goes to: least loaded, ties round-robin by a counter of routing
+        decisions (a single-instance pool only counts the decision)."""
+        if len(instances) == 1:
+            self.rr += 1
+            return instances[0]
         if self.plan.router == "round_robin":
             self.rr += 1
             return instances[(self.rr - 1) % len(instances)]
         self.rr += 1  # ties go round-robin, so idle instances share the load
-        n = len(instances)
-        return min(enumerate(instances), key=lambda x: (x[1].load, (x[0] - self.rr) % n))[1]
+        n, best, best_key = len(instances), None, None
+        for i, inst in enumerate(instances):
+            key = (inst.load, (i - self.rr) % n)
+            if best_key is None or key < best_key:
+                best, best_key = inst, key
+        return best
 
     def submit(self, rid: int) -> None:
         self.log.arrive(rid, self.env.now)
         self._pick(self.front).submit(rid)
 
     def _to_transfer(self, rid: int) -> None:
+        """KV transfer to the least-loaded decoder: a timeout whose callback delivers."""
         self.log.prefill_done[rid] = self.env.now
         dest = self._pick(self.decoders)
-        self.env.process(self._transfer(rid, dest))
+        self.env.timeout(self.kv_link.seconds(self.isl[rid])).callbacks.append(lambda _ev: dest.deliver(rid))
 
     def _to_paired(self, rid: int, k: int) -> None:
         """Colocated: the hand-off ran inside prefill k's turn; the decoder on the same GPUs seats it
@@ -114,13 +126,7 @@ class _Deployment:
 
     def _handoff_s(self, rids: list[int]) -> float:
         """Colocated: one KV exchange per step carries every finished prompt; the longest decides."""
-        ctx = max(float(self.reqs.isl[r]) for r in rids)
-        return kv_transfer_seconds(self.model, self.hw, self.prof, ctx, True)
-
-    def _transfer(self, rid: int, dest: DecodeInstance):
-        ctx = float(self.reqs.isl[rid])
-        yield self.env.timeout(kv_transfer_seconds(self.model, self.hw, self.prof, ctx, self.same_domain))
-        dest.deliver(rid)
+        return self.kv_local.seconds(max(float(self.isl[r]) for r in rids))
 
     def _done(self, rid: int) -> None:
         self.log.done(rid, self.env.now)
@@ -135,7 +141,7 @@ class _Deployment:
 
 
 def _open_loop(env, dep: _Deployment, arrivals: np.ndarray):
-    for rid, t in enumerate(arrivals):
+    for rid, t in enumerate(arrivals.tolist()):
         if t > env.now:
             yield env.timeout(t - env.now)
         dep.submit(rid)

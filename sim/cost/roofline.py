@@ -63,6 +63,9 @@ def price(flops: float, nbytes: float, peak_flops: float, eff_compute: float, hw
           prof: Profile) -> float:
     """Roofline seconds of one kernel: the slower of compute and memory, plus the profile's fixed
     per-kernel time (floats in, float out; the one roofline of the cost model)."""
-    t_compute = flops / (peak_flops * max(eff_compute, 1e-9))
-    t_mem = nbytes / (hw.hbm_bw * max(efficiency.memory(prof, nbytes), 1e-9)) if nbytes > 0 else 0.0
-    return max(t_compute, t_mem) + prof.op_fixed_s
+    t_compute = flops / (peak_flops * (eff_compute if eff_compute > 1e-9 else 1e-9))
+    t_mem = 0.0
+    if nbytes > 0:
+        eff_mem = efficiency.memory(prof, nbytes)
+        t_mem = nbytes / (hw.hbm_bw * (eff_mem if eff_mem > 1e-9 else 1e-9))
+    return (t_compute if t_compute > t_mem else t_mem) + prof.op_fixed_s

@@ -132,15 +132,47 @@ class RankBatch:
         return Step(tuple(works), tuple(works.values()))
 
 
+RANK_MEMO = 200_000  # remembered rank works per layout (a few hundred bytes each)
+
+
 @dataclass(frozen=True)
 class _Group:
     """Layers of a step that see the same tokens on a rank: their GEMM ops and attention."""
 
     n_dense: int
     n_moe: int
-    gemms: tuple  # per op: (name, ((flops per token, weight bytes, act bytes per token, peak, dtype, n, k), ...))
+    gemms: tuple["_GemmOp", ...]
     attention: tuple  # (KV component, layers)
     prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
+
+
+class _GemmOp:
+    """The weight GEMMs of one op ([m, k] x [k, n] each, bf16 activations in and out) over its
+    layers, priced at m tokens per rank; remembered per m (full prefill ranks repeat it)."""
+
+    __slots__ = ("name", "layers", "rows", "hw", "prof", "memo")
+
+    def __init__(self, op: ops.ModelOp, hw: HardwareSpec, prof: Profile):
+        self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
+        self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * 2.0, hw.flops_for(g.compute_dtype),
+                           g.compute_dtype, g.n, g.k) for g in op.gemms)
+        self.memo: dict[float, tuple[float, float, float]] = {}
+
+    def at(self, m: float) -> tuple[float, float, float]:
+        """Seconds, flops, bytes over the op's layers at m tokens."""
+        hit = self.memo.get(m)
+        if hit is None:
+            prof, hw = self.prof, self.hw
+            sec = fl = by = 0.0
+            for per_tok, wbytes, act, peak, dtype, n, k in self.rows:
+                f, b = per_tok * m, wbytes + m * act
+                sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
+                fl += f
+                by += b
+            if len(self.memo) >= RANK_MEMO:
+                self.memo.clear()
+            hit = self.memo[m] = (sec * self.layers, fl * self.layers, by * self.layers)
+        return hit
 
 
 class StepModel:
@@ -157,7 +189,7 @@ class StepModel:
             enc = m.layers_in("prefill")
             self.groups_prefill = (self._group(*enc, True), self._group(full[0] - enc[0], full[1] - enc[1], False))
         step_ops = {op.name: op for op in ops.model_ops(m, lay, "decode")}
-        self.lm_head = self._gemm_rows(step_ops["lm_head"].gemms)
+        self.lm_head = _GemmOp(step_ops["lm_head"], hw, cx.prof)
         self.draft_passes = step_ops["draft"].layers if "draft" in step_ops else 0
         self.imbalance = imbalance_curve(m.moe.top_k, m.moe.num_experts, lay.ep_size, cx.skew,
                                          lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
@@ -165,17 +197,14 @@ class StepModel:
         self.expert_bytes = expert_bytes(m)
         self._a2a: dict[tuple[str, str], A2APhase | None] = {}
         self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
-
-    def _gemm_rows(self, gemms) -> tuple:
-        hw = self.cx.hw
-        return tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * 2.0, hw.flops_for(g.compute_dtype),
-                      g.compute_dtype, g.n, g.k) for g in gemms)
+        self._ranks: dict = {}
+        self._moes: dict = {}
 
     def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
-        m = self.cx.model
+        cx = self.cx
+        m = cx.model
         n_layers = n_dense + n_moe
-        gemms = tuple((op.name, op.layers, self._gemm_rows(op.gemms))
-                      for op in ops.layer_gemms(m, self.cx.layout, n_dense, n_moe))
+        gemms = tuple(_GemmOp(op, cx.hw, cx.prof) for op in ops.layer_gemms(m, cx.layout, n_dense, n_moe))
         scale = n_layers / m.num_layers
         layers = tuple((c, max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
         return _Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens)
@@ -188,20 +217,18 @@ class StepModel:
         return self._a2a[key]
 
     # -- per rank --------------------------------------------------------------------------------
-    def _gemms(self, rows, m: float, layers: float) -> tuple[float, float, float]:
-        """Seconds, flops, bytes of GEMM rows at m tokens, over `layers` layers."""
-        cx = self.cx
-        prof, hw = cx.prof, cx.hw
-        sec = fl = by = 0.0
-        for per_tok, wbytes, act, peak, dtype, n, k in rows:
-            f, b = per_tok * m, wbytes + m * act
-            sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
-            fl += f
-            by += b
-        return sec * layers, fl * layers, by * layers
-
     def _rank(self, w: RankWork, groups, phase: str) -> tuple[float, dict[str, list]]:
-        """(total seconds, name -> [seconds, flops, bytes]) of one rank's ops (corrections applied)."""
+        """(total seconds, name -> [seconds, flops, bytes]) of one rank's ops (corrections applied);
+        a pure function of the work, remembered (a simulation sees the same rank work often)."""
+        key = (w, phase)
+        hit = self._ranks.get(key)
+        if hit is None:
+            if len(self._ranks) >= RANK_MEMO:
+                self._ranks.clear()
+            hit = self._ranks[key] = self._price_rank(w, groups, phase)
+        return hit
+
+    def _price_rank(self, w: RankWork, groups, phase: str) -> tuple[float, dict[str, list]]:
         cx = self.cx
         m, hw, prof, tp = cx.model, cx.hw, cx.prof, cx.layout.tp
         dec_tokens = w.dec_seqs * self.q
@@ -220,8 +247,8 @@ class StepModel:
         for g in groups:
             tokens = dec_tokens + pre_tokens if g.prefill_tokens else dec_tokens
             if tokens > 0:
-                for name, layers, rows in g.gemms:
-                    add(name, *self._gemms(rows, tokens, layers))
+                for op in g.gemms:
+                    add(op.name, *op.at(tokens))
             for comp, layers in g.attention:
                 if w.dec_seqs > 0:
                     add("attn.core", *attn.decode_component(m, comp, w.dec_seqs, w.dec_ctx, self.q, tp, layers,
@@ -233,7 +260,7 @@ class StepModel:
                 add("engram", price(0.0, by, 1.0, 1.0, hw, prof) * g.n_moe, 0.0, by * g.n_moe)
         head_m = dec_tokens + w.pre_seqs
         if head_m > 0:
-            add("lm_head", *self._gemms(self.lm_head, head_m, 1))
+            add("lm_head", *self.lm_head.at(head_m))
         if self.draft_passes and w.dec_seqs > 0:
             add("draft", *self._draft(w.dec_seqs))
         total = 0.0
@@ -265,8 +292,18 @@ class StepModel:
         return sec * f + (fixed * layers if sec > 0 else 0.0)
 
     # -- the EP group --------------------------------------------------------------------------------
-    def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> list[Op]:
-        """Routed experts on the busiest EP rank + dispatch/combine, over `n_moe` layers."""
+    def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
+        """(experts, dispatch, combine seconds, experts flops, bytes) over `n_moe` layers: routed
+        experts on the busiest EP rank + the all-to-all; remembered like rank works."""
+        key = (t_global, t_max, n_moe, kernel, phase)
+        hit = self._moes.get(key)
+        if hit is None:
+            if len(self._moes) >= RANK_MEMO:
+                self._moes.clear()
+            hit = self._moes[key] = self._price_moe(t_global, t_max, n_moe, kernel, phase)
+        return hit
+
+    def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
         cx = self.cx
         m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
         ep = lay.ep_size
@@ -283,14 +320,14 @@ class StepModel:
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
         t_comb = comb.seconds(send) if comb else 0.0
-        return [Op("moe.experts", "gemm", self._corrected("moe.experts", t_exp * n_moe, phase, n_moe),
-                   flops * n_moe, nbytes * n_moe, n_moe),
-                Op("moe.dispatch", "comm", self._corrected("moe.dispatch", t_disp * n_moe, phase, n_moe), count=n_moe),
-                Op("moe.combine", "comm", self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), count=n_moe)]
+        return (self._corrected("moe.experts", t_exp * n_moe, phase, n_moe),
+                self._corrected("moe.dispatch", t_disp * n_moe, phase, n_moe),
+                self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), flops * n_moe, nbytes * n_moe)
 
     # -- the step --------------------------------------------------------------------------------------
-    def device(self, step: Step) -> tuple[float, float, list[Op]]:
-        """(compute seconds, communication seconds, ops) of one step without overlap or host time."""
+    def device(self, step: Step) -> tuple[float, float, dict[str, list], list[tuple]]:
+        """(compute seconds, communication seconds, the slowest rank's ops, the EP group's ops per
+        MoE layer group) of one step without overlap or host time."""
         has_pre = step.has_prefill
         groups = self.groups_prefill if has_pre else self.groups_decode
         phase = "prefill" if has_pre else "decode"
@@ -299,7 +336,8 @@ class StepModel:
             total, out = self._rank(w, groups, phase)
             if total > slowest:
                 slowest, rank_ops = total, out
-        moe_ops: list[Op] = []
+        experts_s = comm = 0.0
+        moe = []
         for g in groups:
             if not g.n_moe:
                 continue
@@ -307,20 +345,25 @@ class StepModel:
             t_global = sum(t * r for t, r in zip(toks, step.ranks))  # DP ranks hold distinct tokens
             if t_global > 0:
                 kernel = "high_throughput" if g.prefill_tokens else "low_latency"
-                moe_ops += self._moe(t_global, max(toks), g.n_moe, kernel, phase)
-        ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
-        comm = sum(op.seconds for op in moe_ops if op.kind == "comm")
-        compute = slowest + sum(op.seconds for op in moe_ops if op.kind != "comm")
-        return compute, comm, ops_ + moe_ops
+                res = self._moe(t_global, max(toks), g.n_moe, kernel, phase)
+                moe.append((g.n_moe,) + res)
+                experts_s += res[0]
+                comm += res[1]
+                comm += res[2]
+        return slowest + experts_s, comm, rank_ops, moe
 
     def price(self, step: Step) -> StepCost:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
         cx = self.cx
         lay, prof = cx.layout, cx.prof
-        compute, comm, ops_ = self.device(step)
+        compute, comm, rank_ops, moe = self.device(step)
+        ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
+        for n_moe, t_exp, t_disp, t_comb, flops, nbytes in moe:
+            ops_ += [Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe),
+                     Op("moe.dispatch", "comm", t_disp, count=n_moe), Op("moe.combine", "comm", t_comb, count=n_moe)]
         gpu = compute + comm
         if lay.dbo and lay.ep_size > 1 and comm > 0:
-            (c1, m1, _), (c2, m2, _) = (self.device(h) for h in step.halves())
+            (c1, m1, _, _), (c2, m2, _, _) = (self.device(h) for h in step.halves())
             overlapped = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
             ops_.append(Op("dbo.overlap", "comm", overlapped - gpu))
             gpu = overlapped
