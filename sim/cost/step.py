@@ -132,7 +132,7 @@ class RankBatch:
         return Step(tuple(works), tuple(works.values()))
 
 
-RANK_MEMO = 200_000  # remembered rank works per layout (a few hundred bytes each)
+RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,9 @@ class Pricer:
         return CostContext(self.model, self.hw, layout, self.prof, self.skew)
 
     def pricer(self, layout: Layout) -> StepPricer:
-        """The step pricer of a layout; step costs ignore role, replicas and per-rank limits, so
-        decode and aggregated variants of one shape share it."""
-        key = replace(layout, role="decode", replicas=1, max_batch_per_rank=1, max_tokens_per_step=1)
+        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Role and
+        replicas do not change a step's price, so decode and aggregated variants of a shape share it."""
+        key = replace(layout, role="decode", replicas=1)
         hit = self._pricers.get(key)
         if hit is None:
             hit = self._pricers[key] = StepPricer(self.cx(key))
