@@ -2,12 +2,16 @@
 
 `price(step)` is exact (the planner's estimate asks it for the steps it reasons about). The
 simulator's calls go through a cache keyed on quantised batch state: decode steps repeat with
-nearly the same state thousands of times; quantising the global batch to 1% and contexts to
-64-token buckets keeps the error well under 1% and makes a step a dict lookup. A prefill (or
-mixed) step is reduced per rank to (tokens, sequences, attention pairs sum n*(p + n/2)) in 2%
-buckets and priced at a representative batch with the same three numbers: exact for dense
-attention, within the bucket width for windowed / top-k attention. Every price is a step period
-(StepCost.period_s: the step plus the engine-loop time host.py charges between steps).
+nearly the same state thousands of times; quantising the global batch and the mean context of
+the slowest rank to 1% buckets (a representative value within 0.5% of the real one) keeps a
+step's error under 0.5% and makes a step a dict lookup. A prefill (or mixed) step is reduced per
+rank to (tokens, sequences, attention pairs sum n*(p + n/2)) in 2% buckets (within 1%) and
+priced at a representative batch with the same three numbers: exact for dense attention, within
+the bucket width for windowed / top-k attention. (Prefill steps rarely repeat, so their buckets
+buy little speed; they stay at 2% because TTFT tails near prefill saturation move by several
+percent with any 1% change of step prices, see benchmarks/RESULTS.md.) Every price is a step
+period (StepCost.period_s: the step plus the engine-loop time host.py charges between steps), as
+the planner's estimate uses it.
 """
 from __future__ import annotations
 
@@ -18,12 +22,12 @@ import numpy as np
 from .cost.roofline import StepCost
 from .cost.step import CostContext, RankWork, Step
 
-CTX_BUCKET = 64  # tokens of mean context per sequence
-LOG_STEP = math.log(1.01)  # 1% buckets for the global batch
+LOG_STEP = math.log(1.01)  # 1% buckets for the global batch and mean contexts
 LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention pairs
 
 
 def _qlog(x: float, step: float) -> int:
+    """Bucket of x >= 1 on a log scale (-1 for x < 1, which stands for 0)."""
     return int(round(math.log(x) / step)) if x >= 1 else -1
 
 
@@ -61,14 +65,12 @@ class StepPricer:
         r = _slowest_rank(batch, ctx) if self.ranks > 1 else 0
         b_max = int(batch[r])
         total = float(sum(batch)) if total is None else float(total)
-        mean_ctx = ctx[r] / max(b_max, 1)
-        key = (b_max, int(mean_ctx // CTX_BUCKET), int(round(math.log(max(total, 1.0)) / LOG_STEP)))
+        key = (b_max, _qlog(ctx[r] / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         self.misses += 1
-        rep_ctx = (key[1] + 0.5) * CTX_BUCKET
-        tot = math.exp(key[2] * LOG_STEP) if total >= 1 else 0.0
+        rep_ctx, tot = _unq(key[1], LOG_STEP), _unq(key[2], LOG_STEP)
         other = max(tot - b_max, 0.0) / max(self.ranks - 1, 1)
         works = [(RankWork(float(b_max), b_max * rep_ctx), 1)]
         if self.ranks > 1:
@@ -84,13 +86,13 @@ class StepPricer:
         key = []
         for r, ch in enumerate(chunks):
             b = int(batch[r]) if batch is not None else 0
-            c = int(ctx[r] / max(b, 1) // CTX_BUCKET) if batch is not None else 0
+            c = _qlog(ctx[r] / max(b, 1), LOG_STEP) if batch is not None else -1
             if ch:
                 tok = float(sum(take for _, take, _ in ch))
                 pairs = float(sum(take * (start + take / 2.0) for _, take, start in ch))
                 key.append((b, c, _qlog(tok, LOG_STEP_PREFILL), len(ch), _qlog(pairs, LOG_STEP_PREFILL)))
             else:
-                key.append((b, c, 0, 0, 0))
+                key.append((b, c, -1, 0, -1))
         # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them
         key = tuple(sorted(key))
         hit = self._cache.get(key)
@@ -103,7 +105,7 @@ class StepPricer:
             n = tok / max(nseq, 1)
             p = max(pairs / max(tok, 1e-9) - n / 2.0, 0.0)
             chunks = ((nseq, n, p),) if nseq else ()
-            works.append((RankWork(float(dec_b), (dec_c + 0.5) * CTX_BUCKET * dec_b, chunks), 1))
+            works.append((RankWork(float(dec_b), _unq(dec_c, LOG_STEP) * dec_b, chunks), 1))
         sec = self._cache[key] = self.model.price(_merged(works)).period_s
         return sec
 

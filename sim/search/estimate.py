@@ -64,7 +64,8 @@ def traffic_of(workload: Workload) -> Traffic:
 
 class Pricer:
     """Exact step costs of one (model, hardware, profile) for the planner: the simulator's step
-    pricer (sim/pricer.py) of each layout, so both price a step the same way."""
+    pricer (sim/pricer.py) of each layout, so both price a step the same way. Rates and latencies
+    use StepCost.period_s (the step plus the engine loop around it), as the simulator does."""
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0):
         self.model, self.hw, self.prof, self.skew = model, hw, prof, skew
@@ -152,13 +153,13 @@ def price_prefill(pr: Pricer, layout: Layout, tr: Traffic) -> PrefillUnit:
     budget = layout.max_tokens_per_step
     if tr.new <= budget:
         per_step = max(1, int(budget // tr.new))
-        full = pr.prefill(layout, (tr.new,) * per_step, tr.cached).seconds
-        light = pr.prefill(layout, (tr.new,), tr.cached).seconds
+        full = pr.prefill(layout, (tr.new,) * per_step, tr.cached).period_s
+        light = pr.prefill(layout, (tr.new,), tr.cached).period_s
         capacity = layout.dp * per_step / full
     else:  # chunked: ceil(new / budget) steps per request, each at the mean prefix
         steps = math.ceil(tr.new / budget)
         chunk = tr.new / steps
-        one = pr.prefill(layout, (chunk,), tr.cached + tr.new / 2).seconds
+        one = pr.prefill(layout, (chunk,), tr.cached + tr.new / 2).period_s
         full = light = steps * one
         capacity = layout.dp / full
     return PrefillUnit(layout, capacity, light, full)
@@ -234,7 +235,7 @@ def price_decode(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...])
     batches = tuple(b for b in grid if b <= limit)
     if not batches:
         return None
-    steps = tuple(pr.decode(layout, float(b), tr.ctx_mean).seconds for b in batches)
+    steps = tuple(pr.decode(layout, float(b), tr.ctx_mean).period_s for b in batches)
     return DecodeUnit(layout, _acceptance(layout), batches, steps, osl=tr.osl)
 
 
@@ -249,10 +250,10 @@ def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, .
         need = b * acc * tr.new / tr.osl  # prefill tokens per step that match completions
         if room < 1 or need > RHO_MAX * room:
             break
-        full = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2).seconds
+        full = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2).period_s
         rho = need / room
         # chunked prefill gives a prompt the whole room: a share rho of steps carry a full chunk
-        avg = rho * full + (1.0 - rho) * pr.decode(layout, float(b), tr.ctx_mean).seconds
+        avg = rho * full + (1.0 - rho) * pr.decode(layout, float(b), tr.ctx_mean).period_s
         steps_per_prompt = math.ceil(tr.new / room)
         cap = layout.dp * room / (tr.new * full)
         ttft = steps_per_prompt * full + queue_wait_p90(rho, cap)
