@@ -75,7 +75,7 @@ class StepPricer:
         works = [(RankWork(float(b_max), b_max * rep_ctx), 1)]
         if self.ranks > 1:
             works.append((RankWork(other, other * rep_ctx), self.ranks - 1))
-        sec = self._cache[key] = self.model.price(_merged(works)).period_s
+        sec = self._cache[key] = self.model.period(_merged(works))
         return sec
 
     def step(self, chunks, batch=None, ctx=None) -> float:
@@ -106,7 +106,7 @@ class StepPricer:
             p = max(pairs / max(tok, 1e-9) - n / 2.0, 0.0)
             chunks = ((nseq, n, p),) if nseq else ()
             works.append((RankWork(float(dec_b), _unq(dec_c, LOG_STEP) * dec_b, chunks), 1))
-        sec = self._cache[key] = self.model.price(_merged(works)).period_s
+        sec = self._cache[key] = self.model.period(_merged(works))
         return sec
 
 

@@ -60,14 +60,12 @@ class RankWork:
     dec_seqs: float = 0.0
     dec_ctx: float = 0.0
     chunks: tuple[Chunk, ...] = ()
+    pre_tokens: float = field(init=False, compare=False, repr=False)  # prefill tokens on the rank
+    pre_seqs: float = field(init=False, compare=False, repr=False)  # prefill chunks on the rank
 
-    @property
-    def pre_tokens(self) -> float:
-        return sum(c * n for c, n, _ in self.chunks)
-
-    @property
-    def pre_seqs(self) -> float:
-        return sum(c for c, _, _ in self.chunks)
+    def __post_init__(self):
+        object.__setattr__(self, "pre_tokens", sum(c * n for c, n, _ in self.chunks))
+        object.__setattr__(self, "pre_seqs", sum(c for c, _, _ in self.chunks))
 
     def half(self, odd: int) -> "RankWork":
         """One DBO micro-batch: half the decode sequences, every other prefill chunk (even ones
@@ -199,6 +197,7 @@ class StepModel:
         self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
         self._ranks: dict = {}
         self._moes: dict = {}
+        self.loop_s = loop_seconds(lay, cx.prof)
 
     def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
         cx = self.cx
@@ -354,25 +353,34 @@ class StepModel:
 
     def price(self, step: Step) -> StepCost:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
-        cx = self.cx
-        lay, prof = cx.layout, cx.prof
-        compute, comm, rank_ops, moe = self.device(step)
+        total, gpu, dbo, (compute, comm, rank_ops, moe) = self._evaluate(step)
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
         for n_moe, t_exp, t_disp, t_comb, flops, nbytes in moe:
             ops_ += [Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe),
                      Op("moe.dispatch", "comm", t_disp, count=n_moe), Op("moe.combine", "comm", t_comb, count=n_moe)]
-        gpu = compute + comm
-        if lay.dbo and lay.ep_size > 1 and comm > 0:
-            (c1, m1, _, _), (c2, m2, _, _) = (self.device(h) for h in step.halves())
-            overlapped = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
-            ops_.append(Op("dbo.overlap", "comm", overlapped - gpu))
-            gpu = overlapped
-        has_pre = step.has_prefill
-        batch = max(w.dec_seqs + w.pre_seqs for w in step.works)
-        host = host_seconds(lay, prof, batch, cx.model.num_layers, lay.cuda_graphs and not has_pre)
-        total = step_seconds(gpu, host, lay)
+        if dbo:
+            ops_.append(Op("dbo.overlap", "comm", gpu - (compute + comm)))
         ops_.append(Op("host.exposed", "cpu", total - gpu))
-        return StepCost(total, tuple(ops_), loop_seconds(lay, prof))
+        return StepCost(total, tuple(ops_), self.loop_s)
+
+    def period(self, step: Step) -> float:
+        """StepCost.period_s of `price(step)`, without building its op breakdown."""
+        return self._evaluate(step)[0] + self.loop_s
+
+    def _evaluate(self, step: Step) -> tuple:
+        """(step seconds, device seconds, DBO applied, device(step)): overlap and host time."""
+        cx = self.cx
+        lay, prof = cx.layout, cx.prof
+        dev = self.device(step)
+        compute, comm = dev[0], dev[1]
+        gpu = compute + comm
+        dbo = lay.dbo and lay.ep_size > 1 and comm > 0
+        if dbo:
+            (c1, m1, _, _), (c2, m2, _, _) = (self.device(h) for h in step.halves())
+            gpu = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
+        batch = max(w.dec_seqs + w.pre_seqs for w in step.works)
+        host = host_seconds(lay, prof, batch, cx.model.num_layers, lay.cuda_graphs and not step.has_prefill)
+        return step_seconds(gpu, host, lay), gpu, dbo, dev
 
 
 def step_cost(cx: CostContext, rb: RankBatch | Step) -> StepCost:
