@@ -112,6 +112,8 @@ class StepPricer:
 
 def _slowest_rank(batch, ctx) -> int:
     """The rank with the largest batch (then context): argmax of ctx + batch x 1e6."""
+    if isinstance(ctx, np.ndarray):
+        return int((ctx + batch * 1e6).argmax())
     return int(np.argmax(np.asarray(ctx) + np.asarray(batch) * 1e6))
 
 

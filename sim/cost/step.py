@@ -86,14 +86,14 @@ class Step:
 
     works: tuple[RankWork, ...]
     ranks: tuple[int, ...]
+    has_prefill: bool = field(init=False, compare=False, repr=False)  # any prompt tokens on any rank
+
+    def __post_init__(self):
+        object.__setattr__(self, "has_prefill", any(w.pre_tokens > 0 for w in self.works))
 
     @staticmethod
     def uniform(dp: int, work: RankWork) -> "Step":
         return Step((work,), (dp,))
-
-    @property
-    def has_prefill(self) -> bool:
-        return any(w.pre_tokens > 0 for w in self.works)
 
     def halves(self) -> tuple["Step", "Step"]:
         """The two DBO micro-batches."""
