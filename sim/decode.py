@@ -91,13 +91,14 @@ class DecodeRanks:
 
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
-        self.ctx += self.batch * self.tps
+        batch, ctx, heap = self.batch, self.ctx, self._heap
+        ctx += batch * self.tps
         self.step += 1
         done = []
-        while self._heap and self._heap[0][0] <= self.step:
-            _, rid, rank, end_ctx, kv = heapq.heappop(self._heap)
-            self.batch[rank] -= 1
-            self.ctx[rank] = max(self.ctx[rank] - end_ctx, 0.0)
+        while heap and heap[0][0] <= self.step:
+            _, rid, rank, end_ctx, kv = heapq.heappop(heap)
+            batch[rank] -= 1
+            ctx[rank] = max(ctx.item(rank) - end_ctx, 0.0)
             self.release(rank, kv)
             done.append(rid)
         return done

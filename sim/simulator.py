@@ -102,11 +102,12 @@ class _Deployment:
             self.rr += 1
             return instances[(self.rr - 1) % len(instances)]
         self.rr += 1  # ties go round-robin, so idle instances share the load
-        n, best, best_key = len(instances), None, None
-        for i, inst in enumerate(instances):
-            key = (inst.load, (i - self.rr) % n)
-            if best_key is None or key < best_key:
-                best, best_key = inst, key
+        n, rr = len(instances), self.rr
+        best, low, off = instances[0], instances[0].load, (-rr) % n
+        for i in range(1, n):
+            load = instances[i].load
+            if load < low or (load == low and (i - rr) % n < off):
+                best, low, off = instances[i], load, (i - rr) % n
         return best
 
     def submit(self, rid: int) -> None:

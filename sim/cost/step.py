@@ -376,7 +376,9 @@ class StepModel:
         gpu = compute + comm
         dbo = lay.dbo and lay.ep_size > 1 and comm > 0
         if dbo:
-            (c1, m1, _, _), (c2, m2, _, _) = (self.device(h) for h in step.halves())
+            a, z = step.halves()
+            c1, m1, _, _ = self.device(a)
+            c2, m2, _, _ = self.device(z) if z != a else (c1, m1, None, None)  # even splits: one price
             gpu = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
         batch = max(w.dec_seqs + w.pre_seqs for w in step.works)
         host = host_seconds(lay, prof, batch, cx.model.num_layers, lay.cuda_graphs and not step.has_prefill)
