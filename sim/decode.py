@@ -36,7 +36,10 @@ class DecodeRanks:
         self.kv_capacity = kv_capacity
         self.tps = tokens_per_step
         self.step = 0
-        self._heap: list[tuple[int, int, int, float, float]] = []  # (finish step, rid, rank, ctx, kv)
+        # finishing sequences: a heap of finish step << 32 | rid (ints compare faster than tuples)
+        # and per rid its (rank, context at the end, KV tokens)
+        self._heap: list[int] = []
+        self._seqs: dict[int, tuple[int, float, float]] = {}
         self._free = [(0, r) for r in range(ranks)]  # (seats, rank), least loaded first
 
     @property
@@ -87,7 +90,8 @@ class DecodeRanks:
         self.ctx[rank] += ctx
         if not reserved:
             self.reserve(rank, kv_need)
-        heapq.heappush(self._heap, (self.step + steps, rid, rank, ctx + steps * self.tps, kv_need))
+        heapq.heappush(self._heap, (self.step + steps) << 32 | rid)
+        self._seqs[rid] = (rank, ctx + steps * self.tps, kv_need)
 
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
@@ -95,8 +99,10 @@ class DecodeRanks:
         ctx += batch * self.tps
         self.step += 1
         done = []
-        while heap and heap[0][0] <= self.step:
-            _, rid, rank, end_ctx, kv = heapq.heappop(heap)
+        last = (self.step + 1) << 32  # keys below it finish by this step
+        while heap and heap[0] < last:
+            rid = heapq.heappop(heap) & 0xFFFFFFFF
+            rank, end_ctx, kv = self._seqs.pop(rid)
             batch[rank] -= 1
             ctx[rank] = max(ctx.item(rank) - end_ctx, 0.0)
             self.release(rank, kv)

@@ -55,9 +55,9 @@ class _Deployment:
         self.rr = 0
         self.on_request_done = None
         isl, osl = reqs.isl.tolist(), reqs.osl.tolist()  # Python ints: read per request, per step
-        need = list(zip(reqs.cached.tolist(), isl))
+        cached = reqs.cached.tolist()
         self.isl = isl
-        self.need_of = need.__getitem__  # rid -> (cached, prompt tokens)
+        self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
         mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
         if plan.disaggregated:

@@ -197,6 +197,7 @@ class StepModel:
         self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
         self._ranks: dict = {}
         self._moes: dict = {}
+        self._half_memo: dict = {}
         self.loop_s = loop_seconds(lay, cx.prof)
 
     def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
@@ -367,6 +368,18 @@ class StepModel:
         """StepCost.period_s of `price(step)`, without building its op breakdown."""
         return self._evaluate(step)[0] + self.loop_s
 
+    def _halves(self, step: Step) -> tuple[Step, Step]:
+        """step.halves(), each rank work's halves remembered (prefill works repeat)."""
+        pairs = []
+        for w in step.works:
+            hit = self._half_memo.get(w)
+            if hit is None:
+                if len(self._half_memo) >= RANK_MEMO:
+                    self._half_memo.clear()
+                hit = self._half_memo[w] = (w.half(0), w.half(1))
+            pairs.append(hit)
+        return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
+
     def _evaluate(self, step: Step) -> tuple:
         """(step seconds, device seconds, DBO applied, device(step)): overlap and host time."""
         cx = self.cx
@@ -376,7 +389,7 @@ class StepModel:
         gpu = compute + comm
         dbo = lay.dbo and lay.ep_size > 1 and comm > 0
         if dbo:
-            a, z = step.halves()
+            a, z = self._halves(step)
             c1, m1, _, _ = self.device(a)
             c2, m2, _, _ = self.device(z) if z != a else (c1, m1, None, None)  # even splits: one price
             gpu = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
