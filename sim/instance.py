@@ -18,10 +18,16 @@ class Instance:
         self.busy_s = 0.0
         self.steps = 0
         self._wake = env.event()
-        env.process(self.run())
+        self._loop = self.run()
+        env.process(self._loop)
 
     def run(self):  # pragma: no cover - each instance kind defines its main loop
         raise NotImplementedError
+
+    def stop(self) -> None:
+        """End the main loop (after a run): its frame no longer holds the instance, so the instance
+        and what it holds are freed when the deployment goes, without the cyclic collector."""
+        self._loop.close()
 
     def notify(self) -> None:
         """New work arrived: wake the main loop if it sleeps."""

@@ -139,6 +139,14 @@ class _Deployment:
     def utilisation(self, duration: float) -> dict[str, float]:
         return {inst.name: inst.busy_s / duration for inst in self.front + self.decoders}
 
+    def close(self) -> None:
+        """After a run: stop every main loop and drop the instances (they hold the deployment's
+        bound methods), so the run's state is freed by reference counting, not by a collection
+        that would rescan everything the run allocated."""
+        for inst in self.front + self.decoders:
+            inst.stop()
+        self.front, self.decoders, self.on_request_done = [], [], None
+
     def steps(self) -> dict[str, int]:
         return {inst.name: inst.steps for inst in self.front + self.decoders}
 
@@ -167,8 +175,16 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
                    num_requests: int | None = None, seed: int | None = None) -> SimResult:
     """Simulate `plan` serving `workload` with explicit spec objects (what-if studies pass edited ones)."""
     reqs = make_requests(workload, num_requests, seed)
-    env = simpy.Environment()
     log = RequestLog(len(reqs))
+    with _no_cyclic_gc():
+        util, steps = _run(plan, model, hw, workload, profile, reqs, log)
+    return summarise(log, reqs.isl, reqs.osl, reqs.cached, plan.gpus_used, plan.slo, util, steps,
+                     closed_loop=workload.arrival.kind == "concurrency")
+
+
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog):
+    """The SimPy run; returns (utilisation, steps) per instance, the deployment closed."""
+    env = simpy.Environment()
     dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
@@ -177,16 +193,16 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
             dep.submit(next(nxt))
     else:
         env.process(_open_loop(env, dep, reqs.arrival_s))
-    with _no_cyclic_gc():
-        env.run()
+    env.run()
     unfinished = int(np.isnan(log.finish).sum())
     if unfinished:
+        dep.close()
         raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
                            "than any rank's KV capacity?)")
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
-    return summarise(log, reqs.isl, reqs.osl, reqs.cached, plan.gpus_used, plan.slo,
-                     dep.utilisation(max(t1 - t0, 1e-12)), dep.steps(),
-                     closed_loop=workload.arrival.kind == "concurrency")
+    util, steps = dep.utilisation(max(t1 - t0, 1e-12)), dep.steps()
+    dep.close()
+    return util, steps
 
 
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,

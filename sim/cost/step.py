@@ -14,7 +14,7 @@ and per-sequence chunks, as measured steps have them) reduces to a `Step`: one s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -177,7 +177,7 @@ class StepModel:
     """Prices any step of one layout: the op list and constants of a CostContext, built once."""
 
     def __init__(self, cx: CostContext):
-        self.cx = cx
+        self.cx = cx = replace(cx)  # a copy that does not cache this model: no reference cycle
         m, lay, hw = cx.model, cx.layout, cx.hw
         self.q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
         full = m.layers_in("decode")
