@@ -159,7 +159,10 @@ def cache_dir() -> Path | None:
     env = os.environ.get(CACHE_ENV)
     if env is not None:
         return None if env.strip() in ("", "off") else Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    except RuntimeError:  # no home directory: sample in memory only
+        return None
     return Path(base) / "rackplan"
 
 
