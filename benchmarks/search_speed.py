@@ -2,10 +2,11 @@
 
 Runs a full `rackplan plan` (search + simulator check of the front) and, when it is installed
 (AICONFIGURATOR=path, or /work/aicvenv/bin/aiconfigurator), the same case through aiconfigurator
-0.12.0; both as subprocesses, CPU time from resource.getrusage(RUSAGE_CHILDREN). Prints a
-markdown block for benchmarks/RESULTS.md.
+0.12.0; both as subprocesses, CPU time and peak RSS of each child from os.wait4. With --seed-cases
+it also times the seed scenario (`rackplan plan`, no arguments) and GB300 NVL72 at 144 and 576
+GPUs, against issue 11's targets. Prints a markdown block for benchmarks/RESULTS.md.
 
-    python benchmarks/search_speed.py [--workers K]
+    python benchmarks/search_speed.py [--workers K] [--seed-cases]
 """
 from __future__ import annotations
 
@@ -26,28 +27,54 @@ AIC_ARGS = ["cli", "default", "--model", "deepseek-ai/DeepSeek-V3", "--total-gpu
 
 
 def timed(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(wall s, CPU s of the child and its children, completed process)."""
+    """(wall s, CPU s of the child and its children, completed process with `max_rss_mb`)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        proc = subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), out.read(), err.read())
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    proc.max_rss_mb = usage.ru_maxrss / 1024  # KiB on Linux
     return wall, cpu, proc
 
 
-def run_rackplan(workers: int) -> dict:
+def run_rackplan(workers: int, args: list[str] | None = None) -> dict:
+    if args is None:
+        args = ["--model", CASE["model"], "--hardware", CASE["hardware"], "--gpus", str(CASE["gpus"]),
+                "--workload", CASE["workload"], "--ttft-p90", CASE["ttft"], "--tpot-p90", CASE["tpot"]]
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "rackplan.cli", "plan", "--model", CASE["model"], "--hardware", CASE["hardware"],
-               "--gpus", str(CASE["gpus"]), "--workload", CASE["workload"], "--ttft-p90", CASE["ttft"],
-               "--tpot-p90", CASE["tpot"], "--out", f"{d}/plan.yaml", "--workers", str(workers), "--json", "--quiet"]
+        cmd = [sys.executable, "-m", "rackplan.cli", "plan"] + args + ["--out", f"{d}/plan.yaml", "--workers",
+                                                                       str(workers), "--json", "--quiet"]
         wall, cpu, proc = timed(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"rackplan failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout)
-    return {"wall_s": wall, "cpu_s": cpu, "layout": out["summary"], "gpus": out["gpus"],
+    return {"wall_s": wall, "cpu_s": cpu, "rss_mb": proc.max_rss_mb, "layout": out["summary"], "gpus": out["gpus"],
             "tps_gpu": out["predicted"]["output_tps_per_gpu"], "tps_user": out["predicted"]["tps_per_user"],
             "timings": out["timings"], "cmd": " ".join(cmd[1:])}
+
+
+SEED_CASES = (("seed scenario (72 x GB300, V4.1-Flash)", [], 30.0, None),
+              ("GB300 NVL72, 144 GPUs", ["--gpus", "144"], None, None),
+              ("GB300 NVL72, 576 GPUs", ["--gpus", "576"], 60.0, 300.0))
+
+
+def seed_cases(workers: int) -> list[str]:
+    lines = ["| planner case (`rackplan plan ... --workers 1`) | CPU s | target | peak RSS MB | target | "
+             "chosen | stages (wall s) |", "|---|---:|---:|---:|---:|---|---|"]
+    for name, args, cpu_max, rss_max in SEED_CASES:
+        r = run_rackplan(workers, args)
+        stages = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in r["timings"].items())
+        chosen = r["layout"].replace("|", "&#124;")  # a bare | would split the markdown cell
+        lines.append(f"| {name} `{' '.join(args) or '(no arguments)'}` | {r['cpu_s']:.2f} | "
+                     f"{f'<= {cpu_max:g}' if cpu_max else '-'} | {r['rss_mb']:.0f} | "
+                     f"{f'< {rss_max:g}' if rss_max else '-'} | {chosen} on {r['gpus']} GPUs | {stages} |")
+    return lines
 
 
 def find_aiconfigurator() -> str | None:
@@ -73,10 +100,11 @@ def run_aiconfigurator(path: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--seed-cases", action="store_true", help="also time the seed scenario and 144 / 576 GPUs")
     args = ap.parse_args()
     ours = run_rackplan(args.workers)
     lines = [f"rackplan: `{ours['cmd']}`",
-             f"- wall {ours['wall_s']:.2f} s, CPU {ours['cpu_s']:.2f} s (stages: "
+             f"- wall {ours['wall_s']:.2f} s, CPU {ours['cpu_s']:.2f} s, peak RSS {ours['rss_mb']:.0f} MB (stages: "
              + ", ".join(f"{k} {v:.2f}" for k, v in ours["timings"].items()) + ")",
              f"- chosen: {ours['layout']} on {ours['gpus']} GPUs, {ours['tps_gpu']:.0f} tokens/s/GPU, "
              f"{ours['tps_user']:.1f} tokens/s/user (simulator-verified rate)"]
@@ -93,7 +121,9 @@ def main() -> None:
                       f"- chosen ({aic['kind']}): {aic['row']}",
                       f"- {aic['tps_gpu']:.0f} tokens/s/GPU, {aic['tps_user']:.1f} tokens/s/user",
                       f"CPU ratio rackplan / aiconfigurator: {ours['cpu_s'] / aic['cpu_s']:.3f} "
-                      f"(target <= 0.25)"]
+                      f"(target <= 0.15)"]
+    if args.seed_cases:
+        lines += [""] + seed_cases(args.workers)
     print("\n".join(lines))
 
 

@@ -7,9 +7,9 @@ decode instances on their own hardware, running at once. So two predictions are 
   - `simulator`: the run's own requests (arrival, prompt and output lengths) through
     `sim.simulator.simulate` (what the planner predicts for this plan);
   - `lockstep`: the same requests through the executor's own scheduler (executor/serving.py,
-    pure Python, no torch), every tick priced by the cost model (`step_cost` of the tick's prefill
-    chunks and decode seats, `kv_transfer_seconds` of its hand-offs). This is the like-for-like
-    check of the profile on a time-shared run.
+    pure Python, no torch), every tick priced by the cost model (the step period, StepCost.period_s
+    with its engine-loop time, of the tick's prefill chunks and decode seats, `kv_transfer_seconds`
+    of its hand-offs). This is the like-for-like check of the profile on a time-shared run.
 """
 from __future__ import annotations
 
@@ -82,8 +82,7 @@ def lockstep(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarra
             now = sched.next_arrival()
             continue
         tick = sched.plan(now)
-        t = now + _iteration_s(prof, plan, tick)
-        t += _prefill_s(cx_p, tick) if tick.has_prefill else 0.0
+        t = now + (_prefill_s(cx_p, tick) if tick.has_prefill else 0.0)
         prefilled = t
         xfer = _transfer_s(model, hw, prof, tick, pre.ep_size)
         t += xfer
@@ -96,24 +95,17 @@ def lockstep(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarra
     return {"ttft": ttft, "tpot": tpot}
 
 
-def _iteration_s(prof: Profile, plan: Plan, tick) -> float:
-    """Engine-loop overhead of a tick: once per step it runs, as the simulator charges it."""
-    steps = int(tick.has_prefill and not plan.prefill[0].async_scheduling) + \
-        int(tick.has_decode and not plan.decode[0].async_scheduling)
-    return prof.cpu_iteration_s * steps
-
-
 def _prefill_s(cx: CostContext, tick) -> float:
     ranks = len(tick.prefill)
     new = [np.array([float(c.take) for c in per]) for per in tick.prefill]
     prefix = [np.array([float(c.start) for c in per]) for per in tick.prefill]
-    return step_cost(cx, RankBatch(np.zeros(ranks), np.zeros(ranks), new, prefix)).seconds
+    return step_cost(cx, RankBatch(np.zeros(ranks), np.zeros(ranks), new, prefix)).period_s
 
 
 def _decode_s(cx: CostContext, tick) -> float:
     batch = np.array([float(len(seats)) for seats in tick.decode])
     ctx = np.array([float(sum(s.ctx + 1 for s in seats)) for seats in tick.decode])
-    return step_cost(cx, RankBatch(batch, ctx)).seconds
+    return step_cost(cx, RankBatch(batch, ctx)).period_s
 
 
 def _transfer_s(model, hw, prof: Profile, tick, ranks: int) -> float:

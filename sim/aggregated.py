@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
 import simpy
 
-from .cost.step import RankBatch
 from .decode import DecodeRanks
 from .instance import Instance
 from .metrics import RequestLog
@@ -30,14 +28,14 @@ class AggregatedInstance(Instance):
         self.need_of, self.osl_of, self.on_done = need_of, osl_of, on_done
         n = len(ranks.batch)
         self.queue: deque[int] = deque()
-        self.pinned: list[deque] = [deque() for _ in range(n)]  # requests in prefill per rank
+        self.pinned: list[deque] = [deque() for _ in range(n)]  # requests in prefill per rank, in order
         self.progress: dict[int, int] = {}
-        self.prefilling = np.zeros(n)
+        self.prefilling = 0  # requests pinned to a rank, still in prefill
         super().__init__(env, name, pricer)
 
     @property
     def load(self) -> int:
-        return self.ranks.running + int(self.prefilling.sum()) + len(self.queue)
+        return self.ranks.running + self.prefilling + len(self.queue)
 
     def submit(self, rid: int) -> None:
         cached, total = self.need_of(rid)
@@ -46,22 +44,20 @@ class AggregatedInstance(Instance):
         self.notify()
 
     def _pin(self) -> None:
-        """Move queued requests onto ranks with a free slot and KV room."""
-        r = self.ranks
+        """Move queued requests onto ranks with a free seat and KV room (the least-loaded one)."""
         while self.queue:
             rid = self.queue[0]
             cached, total = self.need_of(rid)
             kv = total + self.osl_of(rid)
-            ok = (r.batch + self.prefilling < r.max_batch) & (r.kv_used + kv <= r.kv_capacity)
-            if not ok.any():
+            rank = self.ranks.pick_rank(kv)
+            if rank is None:
                 return
-            rank = int(np.argmin(np.where(ok, r.batch + self.prefilling, np.inf)))
             self.queue.popleft()
             if self.prefix is not None:  # [prefix cache] the hit is known once pinned
                 cached = self.prefix.schedule(rid)
                 self.queued_tokens -= cached
-            r.reserve(rank, kv)
-            self.prefilling[rank] += 1
+            self.ranks.reserve(rank, kv)
+            self.prefilling += 1
             self.pinned[rank].append(rid)
             self.progress[rid] = cached
 
@@ -83,34 +79,31 @@ class AggregatedInstance(Instance):
     def _finish_prefill(self, rank: int, rid: int, now: float) -> None:
         if self.prefix is not None:
             self.prefix.finish(rid)
-        self.pinned[rank].remove(rid)
-        self.prefilling[rank] -= 1
+        self.pinned[rank].remove(rid)  # finished prompts are the head of their rank's pins: O(1)
+        self.prefilling -= 1
         del self.progress[rid]
         self.log.first_token[rid] = now
         self.log.step_end.append(now)  # the prefill step emits the first token
         self.log.step_tokens.append(1.0)
         total, osl = self.need_of(rid)[1], self.osl_of(rid)
-        self.ranks.kv_used[rank] -= total + osl  # the reservation becomes the decode sequence's own
-        if osl > 1:
-            self.ranks.admit(rid, rank, total, osl - 1, total + osl)
+        if osl > 1:  # the reservation becomes the decode sequence's own
+            self.ranks.admit(rid, rank, total, osl - 1, total + osl, reserved=True)
         else:
+            self.ranks.release(rank, total + osl)
             self.on_done(rid)
 
     def run(self):
         while True:
             self._pin()
-            if self.ranks.running == 0 and not self.prefilling.any():
+            if self.ranks.running == 0 and not self.prefilling:
                 yield self.idle()
                 continue
             chunks = self._chunks()
             decoding = self.ranks.running
             if any(chunks):
-                rb = RankBatch(self.ranks.batch.copy(), self.ranks.ctx.copy(),
-                               [np.array([c[1] for c in ch], float) for ch in chunks],
-                               [np.array([c[2] for c in ch], float) for ch in chunks])
-                dt = self.pricer.step(rb)
+                dt = self.pricer.step(chunks, self.ranks.batch, self.ranks.ctx)
             else:
-                dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
+                dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx, self.ranks.running)
             yield self.busy(dt)
             now = self.env.now
             if decoding:

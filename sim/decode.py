@@ -1,7 +1,8 @@
 """Decode instance: continuous batching over DP ranks, one SimPy event per step.
 
-Per-rank state lives in numpy arrays (running sequences, context sums, reserved KV tokens);
-finishing steps sit in a heap, so a step costs O(ranks) + O(sequences that start or finish).
+Per-rank state: running sequences and context sums in numpy arrays (a step advances them all),
+seats and reserved KV per rank in lists; finishing steps sit in a heap and free seats in another,
+so a step costs O(ranks) vector work + O(log) per sequence that starts or finishes.
 Every running sequence emits `tokens_per_step` tokens a step (the speculation acceptance length).
 """
 from __future__ import annotations
@@ -19,51 +20,92 @@ from .pricer import StepPricer
 
 
 class DecodeRanks:
-    """Running sequences of one instance, vectorised per DP rank."""
+    """Running sequences of one instance per DP rank, and the seats and KV room they hold.
+
+    batch, ctx: [R] running sequences and the sum of their contexts (numpy: every step advances
+    all ranks at once). A seat is held by a running sequence or by one still in prefill on this
+    rank (aggregated serving); free seats are found through a heap of (seats, rank) entries, stale
+    ones skipped, so an admission does not scan the ranks."""
 
     def __init__(self, ranks: int, max_batch: int, kv_capacity: float, tokens_per_step: float):
         self.batch = np.zeros(ranks)  # [R] running sequences
         self.ctx = np.zeros(ranks)  # [R] sum of their contexts
-        self.kv_used = np.zeros(ranks)  # [R] reserved KV tokens
+        self.kv_used = [0.0] * ranks  # reserved KV tokens per rank
+        self.seats = [0] * ranks  # running + reserved sequences per rank
         self.max_batch = max_batch
         self.kv_capacity = kv_capacity
         self.tps = tokens_per_step
         self.step = 0
-        self._heap: list[tuple[int, int, int, float, float]] = []  # (finish step, rid, rank, ctx, kv)
+        # finishing sequences: a heap of finish step << 32 | rid (ints compare faster than tuples)
+        # and per rid its (rank, context at the end, KV tokens)
+        self._heap: list[int] = []
+        self._seqs: dict[int, tuple[int, float, float]] = {}
+        self._free = [(0, r) for r in range(ranks)]  # (seats, rank), least loaded first
 
     @property
     def running(self) -> int:
         return len(self._heap)
 
     def pick_rank(self, kv_need: float) -> int | None:
-        """Least-loaded rank with a free slot and room for `kv_need` tokens, or None."""
-        ok = (self.batch < self.max_batch) & (self.kv_used + kv_need <= self.kv_capacity)
-        if not ok.any():
-            return None
-        return int(np.argmin(np.where(ok, self.batch, np.inf)))
+        """Least-loaded rank (fewest seats, then lowest index) with a free seat and room for
+        `kv_need` tokens, or None."""
+        free, seats, skipped, found = self._free, self.seats, [], None
+        while free:
+            s, r = free[0]
+            if s != seats[r]:
+                heapq.heappop(free)  # stale entry
+                continue
+            if s >= self.max_batch:
+                break
+            if self.kv_used[r] + kv_need <= self.kv_capacity:
+                found = r
+                break
+            skipped.append(heapq.heappop(free))
+        for e in skipped:
+            heapq.heappush(free, e)
+        return found
 
-    def admit(self, rid: int, rank: int, ctx: float, new_tokens: int, kv_need: float) -> None:
-        """Start decoding `new_tokens` tokens for a sequence with `ctx` tokens of context."""
+    def _seat(self, rank: int, delta: int) -> None:
+        self.seats[rank] += delta
+        heapq.heappush(self._free, (self.seats[rank], rank))
+        if len(self._free) > 4 * len(self.seats) + 64:  # drop stale entries now and then
+            self._free = sorted({(s, r) for r, s in enumerate(self.seats)})
+
+    def reserve(self, rank: int, kv_need: float) -> None:
+        """Hold a seat and KV room on a rank for a sequence still in prefill (aggregated serving)."""
+        self._seat(rank, 1)
+        self.kv_used[rank] += kv_need
+
+    def release(self, rank: int, kv_need: float) -> None:
+        """Give back a reservation whose sequence needs no decode step."""
+        self._seat(rank, -1)
+        self.kv_used[rank] -= kv_need
+
+    def admit(self, rid: int, rank: int, ctx: float, new_tokens: int, kv_need: float,
+              reserved: bool = False) -> None:
+        """Start decoding `new_tokens` tokens for a sequence with `ctx` tokens of context (on a seat
+        and KV room it reserved, or taking them now)."""
         steps = max(1, math.ceil(new_tokens / self.tps))
         self.batch[rank] += 1
         self.ctx[rank] += ctx
-        self.kv_used[rank] += kv_need
-        heapq.heappush(self._heap, (self.step + steps, rid, rank, ctx + steps * self.tps, kv_need))
-
-    def reserve(self, rank: int, kv_need: float) -> None:
-        """Hold KV room on a rank for a sequence still in prefill (aggregated serving)."""
-        self.kv_used[rank] += kv_need
+        if not reserved:
+            self.reserve(rank, kv_need)
+        heapq.heappush(self._heap, (self.step + steps) << 32 | rid)
+        self._seqs[rid] = (rank, ctx + steps * self.tps, kv_need)
 
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
-        self.ctx += self.batch * self.tps
+        batch, ctx, heap = self.batch, self.ctx, self._heap
+        ctx += batch * self.tps
         self.step += 1
         done = []
-        while self._heap and self._heap[0][0] <= self.step:
-            _, rid, rank, end_ctx, kv = heapq.heappop(self._heap)
-            self.batch[rank] -= 1
-            self.ctx[rank] = max(self.ctx[rank] - end_ctx, 0.0)
-            self.kv_used[rank] -= kv
+        last = (self.step + 1) << 32  # keys below it finish by this step
+        while heap and heap[0] < last:
+            rid = heapq.heappop(heap) & 0xFFFFFFFF
+            rank, end_ctx, kv = self._seqs.pop(rid)
+            batch[rank] -= 1
+            ctx[rank] = max(ctx.item(rank) - end_ctx, 0.0)
+            self.release(rank, kv)
             done.append(rid)
         return done
 
@@ -106,13 +148,15 @@ class DecodeInstance(Instance):
             if self.ranks.running == 0 and not self.waiting:
                 yield self.idle()
                 continue
-            yield from self.take_turn()
+            turn = self.take_turn()
+            if turn is not None:
+                yield turn
             new = self._admit()
             if self.ranks.running == 0:  # head of line waits for KV room
                 self.end_turn()
                 yield self.idle()
                 continue
-            dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx)
+            dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx, self.ranks.running)
             yield self.busy(dt)
             self.end_turn()
             now = self.env.now

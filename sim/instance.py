@@ -18,10 +18,16 @@ class Instance:
         self.busy_s = 0.0
         self.steps = 0
         self._wake = env.event()
-        env.process(self.run())
+        self._loop = self.run()
+        env.process(self._loop)
 
     def run(self):  # pragma: no cover - each instance kind defines its main loop
         raise NotImplementedError
+
+    def stop(self) -> None:
+        """End the main loop (after a run): its frame no longer holds the instance, so the instance
+        and what it holds are freed when the deployment goes, without the cyclic collector."""
+        self._loop.close()
 
     def notify(self) -> None:
         """New work arrived: wake the main loop if it sleeps."""
@@ -34,10 +40,11 @@ class Instance:
         return self._wake
 
     def take_turn(self):
-        """Colocated: wait until the shared GPUs are free (`yield from`); a no-op otherwise."""
-        if self.shared is not None:
-            self._turn = self.shared.request()
-            yield self._turn
+        """Colocated: the request for the shared GPUs to wait on (`yield`); None otherwise."""
+        if self.shared is None:
+            return None
+        self._turn = self.shared.request()
+        return self._turn
 
     def end_turn(self) -> None:
         if self.shared is not None:

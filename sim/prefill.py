@@ -1,49 +1,43 @@
 """Prefill instance: FIFO queue, chunked batches up to a token budget per DP rank, one event a step.
 
 Each step fills the DP ranks greedily (a request goes to the rank with the most budget left; a
-prompt longer than what is left is chunked and continues next step). Prompts whose last chunk
-ran leave for KV transfer.
+prompt longer than what is left is chunked and continues next step). A step takes requests from
+the head of the queue, so those whose last chunk ran leave it from the front (the chunked ones,
+at most one per rank, stay at the head in their order) and go to KV transfer.
 """
 from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
 import simpy
 
-from .cost.step import RankBatch
 from .instance import Instance
 from .pricer import StepPricer
 
 
 def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int, max_seqs: int, on_first=None):
     """Chunks for one step: per rank a list of (rid, new tokens, prefix tokens already computed).
-    `on_first(rid)` runs when a request is first scheduled (the prefix cache decides its hit then)."""
-    left = np.full(ranks, budget)
-    seqs = np.zeros(ranks, dtype=int)
+    They are the first requests of the queue, in order. `on_first(rid)` runs when a request is first
+    scheduled (the prefix cache decides its hit then)."""
+    left = [budget] * ranks
+    seqs = [0] * ranks
     chunks: list[list[tuple[int, int, int]]] = [[] for _ in range(ranks)]
     for rid in queue:
-        open_ = (left > 0) & (seqs < max_seqs)
-        if not open_.any():
+        r, most = -1, 0
+        for i in range(ranks):  # the open rank with the most budget left (lowest index on ties)
+            if left[i] > most and seqs[i] < max_seqs:
+                r, most = i, left[i]
+        if r < 0:
             break
-        r = int(np.argmax(np.where(open_, left, -1)))
         if on_first is not None and rid not in done_tokens:  # [prefix cache]
             on_first(rid)
         cached, total = need_of(rid)
         start = cached + done_tokens.get(rid, 0)
-        take = int(min(total - start, left[r]))
+        take = min(total - start, most)
         chunks[r].append((rid, take, start))
         left[r] -= take
         seqs[r] += 1
     return chunks
-
-
-def rank_batch(chunks) -> RankBatch:
-    """The cost model's view of a prefill-only step."""
-    ranks = len(chunks)
-    return RankBatch(np.zeros(ranks), np.zeros(ranks),
-                     [np.array([c[1] for c in ch], float) for ch in chunks],
-                     [np.array([c[2] for c in ch], float) for ch in chunks])
 
 
 class PrefillInstance(Instance):
@@ -79,22 +73,30 @@ class PrefillInstance(Instance):
             if not self.queue:
                 yield self.idle()
                 continue
-            yield from self.take_turn()
+            turn = self.take_turn()
+            if turn is not None:
+                yield turn
             chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs,
                                 self._first_scheduled if self.prefix is not None else None)
-            dt = self.pricer.step(rank_batch(chunks))
+            dt = self.pricer.step(chunks)
             finished = [rid for ch in chunks for rid, take, start in ch if start + take >= self.need_of(rid)[1]]
             if self.handoff_s is not None and finished:
                 dt += self.handoff_s(finished)
             yield self.busy(dt)
             self.end_turn()
-            for ch in chunks:
-                for rid, take, _ in ch:
-                    self.queued_tokens -= take
-                    self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take
-            for rid in finished:
-                if self.prefix is not None:  # [prefix cache]
-                    self.prefix.finish(rid)
-                self.queue.remove(rid)
-                self.done_tokens.pop(rid, None)
-                self.on_prefilled(rid)
+            self._leave(chunks, finished)
+
+    def _leave(self, chunks, finished: list[int]) -> None:
+        """Account the step's chunks; finished prompts leave the head of the queue for KV transfer."""
+        for ch in chunks:
+            for rid, take, _ in ch:
+                self.queued_tokens -= take
+                self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take
+        done = set(finished)
+        head = [self.queue.popleft() for _ in range(sum(len(ch) for ch in chunks))]
+        self.queue.extendleft(reversed([rid for rid in head if rid not in done]))
+        for rid in finished:
+            if self.prefix is not None:  # [prefix cache]
+                self.prefix.finish(rid)
+            self.done_tokens.pop(rid, None)
+            self.on_prefilled(rid)

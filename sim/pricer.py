@@ -1,10 +1,17 @@
-"""Step prices for the simulator: the cost model behind a cache keyed on quantised batch state.
+"""Step prices of one instance layout: the one step pricer behind the simulator and the planner.
 
-Decode steps repeat with nearly the same state thousands of times; quantising the global batch
-to 1% and contexts to 64-token buckets keeps the error well under 1% and makes a step a dict
-lookup. A prefill (or mixed) step is reduced per rank to (tokens, sequences, attention pairs
-sum n*(p + n/2)) in 2% buckets and priced at a representative batch with the same three numbers:
-exact for dense attention, within the bucket width for windowed / top-k attention.
+`price(step)` is exact (the planner's estimate asks it for the steps it reasons about). The
+simulator's calls go through a cache keyed on quantised batch state: decode steps repeat with
+nearly the same state thousands of times; quantising the global batch and the mean context of
+the slowest rank to 1% buckets (a representative value within 0.5% of the real one) keeps a
+step's error under 0.5% and makes a step a dict lookup. A prefill (or mixed) step is reduced per
+rank to (tokens, sequences, attention pairs sum n*(p + n/2)) in 2% buckets (within 1%) and
+priced at a representative batch with the same three numbers: exact for dense attention, within
+the bucket width for windowed / top-k attention. (Prefill steps rarely repeat, so their buckets
+buy little speed; they stay at 2% because TTFT tails near prefill saturation move by several
+percent with any 1% change of step prices, see benchmarks/RESULTS.md.) Every price is a step
+period (StepCost.period_s: the step plus the engine-loop time host.py charges between steps), as
+the planner's estimate uses it.
 """
 from __future__ import annotations
 
@@ -12,14 +19,15 @@ import math
 
 import numpy as np
 
-from .cost.step import CostContext, RankBatch, step_cost
+from .cost.roofline import StepCost
+from .cost.step import CostContext, RankWork, Step
 
-CTX_BUCKET = 64  # tokens of mean context per sequence
-LOG_STEP = math.log(1.01)  # 1% buckets for the global batch
+LOG_STEP = math.log(1.01)  # 1% buckets for the global batch and mean contexts
 LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention pairs
 
 
 def _qlog(x: float, step: float) -> int:
+    """Bucket of x >= 1 on a log scale (-1 for x < 1, which stands for 0)."""
     return int(round(math.log(x) / step)) if x >= 1 else -1
 
 
@@ -28,61 +36,90 @@ def _unq(k: int, step: float) -> float:
 
 
 class StepPricer:
-    """Prices steps of one instance layout; `decode` is cached, `step` is exact."""
+    """Prices steps of one instance layout; `decode` and `step` are cached, `price` is exact."""
 
     def __init__(self, cx: CostContext):
         self.cx = cx
+        self.model = cx.step_model
         self.ranks = cx.layout.dp
+        self._exact: dict[Step, StepCost] = {}
         self._cache: dict = {}
         self.calls = 0
         self.misses = 0
-        # engine-loop overhead between steps: hidden by async scheduling, else paid every step
-        self.iteration_s = 0.0 if cx.layout.async_scheduling else cx.prof.cpu_iteration_s
 
-    def decode(self, batch: np.ndarray, ctx: np.ndarray) -> float:
-        """Seconds of a decode step with per-rank running sequences and context sums."""
+    def price(self, step: Step) -> StepCost:
+        """Exact price of a step, with its op breakdown."""
+        hit = self._exact.get(step)
+        if hit is None:
+            hit = self._exact[step] = self.model.price(step)
+        return hit
+
+    def uniform(self, work: RankWork) -> StepCost:
+        """Exact price of a step with the same work on every DP rank."""
+        return self.price(Step.uniform(self.ranks, work))
+
+    def decode(self, batch, ctx, total: float | None = None) -> float:
+        """Period of a decode step with per-rank running sequences and context sums (sequences of
+        numbers over the DP ranks; `total`: their batch sum, when the caller keeps it)."""
         self.calls += 1
-        r = int(np.argmax(ctx + batch * 1e6)) if self.ranks > 1 else 0  # largest batch, then context
+        r = _slowest_rank(batch, ctx) if self.ranks > 1 else 0
         b_max = int(batch[r])
-        total = float(batch.sum())
-        mean_ctx = ctx[r] / max(b_max, 1)
-        key = (b_max, int(mean_ctx // CTX_BUCKET), int(round(math.log(max(total, 1.0)) / LOG_STEP)))
+        total = float(sum(batch)) if total is None else float(total)
+        key = (b_max, _qlog(ctx[r] / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))
         hit = self._cache.get(key)
         if hit is not None:
-            return hit + self.iteration_s
+            return hit
         self.misses += 1
-        rep_ctx = (key[1] + 0.5) * CTX_BUCKET
-        tot = math.exp(key[2] * LOG_STEP) if total >= 1 else 0.0
-        dec_b = np.full(self.ranks, max(tot - b_max, 0.0) / max(self.ranks - 1, 1))
-        dec_b[0] = b_max
-        sec = step_cost(self.cx, RankBatch(dec_b, dec_b * rep_ctx)).seconds
-        self._cache[key] = sec
-        return sec + self.iteration_s
+        rep_ctx, tot = _unq(key[1], LOG_STEP), _unq(key[2], LOG_STEP)
+        other = max(tot - b_max, 0.0) / max(self.ranks - 1, 1)
+        works = [(RankWork(float(b_max), b_max * rep_ctx), 1)]
+        if self.ranks > 1:
+            works.append((RankWork(other, other * rep_ctx), self.ranks - 1))
+        sec = self._cache[key] = self.model.period(_merged(works))
+        return sec
 
-    def step(self, rb: RankBatch) -> float:
-        """Seconds of a prefill or mixed step (decode part quantised like `decode`)."""
+    def step(self, chunks, batch=None, ctx=None) -> float:
+        """Period of a prefill or mixed step: per rank, chunks as (rid, new tokens, prefix tokens),
+        and (mixed) the running decode sequences and context sums (decode part quantised like
+        `decode`)."""
         self.calls += 1
-        key = [(int(b), int(c / max(b, 1) // CTX_BUCKET)) for b, c in zip(rb.dec_batch, rb.dec_ctx)]
-        pre = [(0, 0, 0)] * len(key)
-        for r, (n, p) in enumerate(zip(rb.pre_new, rb.pre_prefix)):
-            tok = float(n.sum())
-            pairs = float(np.dot(n, p + n / 2.0))
-            pre[r] = (_qlog(tok, LOG_STEP_PREFILL), len(n), _qlog(pairs, LOG_STEP_PREFILL))
+        key = []
+        for r, ch in enumerate(chunks):
+            b = int(batch[r]) if batch is not None else 0
+            c = _qlog(ctx[r] / max(b, 1), LOG_STEP) if batch is not None else -1
+            if ch:
+                tok = float(sum(take for _, take, _ in ch))
+                pairs = float(sum(take * (start + take / 2.0) for _, take, start in ch))
+                key.append((b, c, _qlog(tok, LOG_STEP_PREFILL), len(ch), _qlog(pairs, LOG_STEP_PREFILL)))
+            else:
+                key.append((b, c, -1, 0, -1))
         # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them
-        key = tuple(sorted(d + q for d, q in zip(key, pre)))
+        key = tuple(sorted(key))
         hit = self._cache.get(key)
         if hit is not None:
-            return hit + self.iteration_s
+            return hit
         self.misses += 1
-        dec_b = np.array([k[0] for k in key], float)
-        dec_c = np.array([(k[1] + 0.5) * CTX_BUCKET for k in key]) * dec_b
-        news, prefs = [], []
-        for _, _, qt, nseq, qp in key:
+        works = []
+        for dec_b, dec_c, qt, nseq, qp in key:
             tok, pairs = _unq(qt, LOG_STEP_PREFILL), _unq(qp, LOG_STEP_PREFILL)
             n = tok / max(nseq, 1)
             p = max(pairs / max(tok, 1e-9) - n / 2.0, 0.0)
-            news.append(np.full(nseq, n))
-            prefs.append(np.full(nseq, p))
-        sec = step_cost(self.cx, RankBatch(dec_b, dec_c, news, prefs)).seconds
-        self._cache[key] = sec
-        return sec + self.iteration_s
+            chunks = ((nseq, n, p),) if nseq else ()
+            works.append((RankWork(float(dec_b), _unq(dec_c, LOG_STEP) * dec_b, chunks), 1))
+        sec = self._cache[key] = self.model.period(_merged(works))
+        return sec
+
+
+def _slowest_rank(batch, ctx) -> int:
+    """The rank with the largest batch (then context): argmax of ctx + batch x 1e6."""
+    if isinstance(ctx, np.ndarray):
+        return int((ctx + batch * 1e6).argmax())
+    return int(np.argmax(np.asarray(ctx) + np.asarray(batch) * 1e6))
+
+
+def _merged(works: list[tuple[RankWork, int]]) -> Step:
+    """A Step from (work, ranks) pairs, equal works merged (first occurrence keeps its place)."""
+    merged: dict[RankWork, int] = {}
+    for w, n in works:
+        merged[w] = merged.get(w, 0) + n
+    return Step(tuple(merged), tuple(merged.values()))

@@ -6,6 +6,8 @@ decode instances, or aggregated instances. Events are per batch step, never per 
 from __future__ import annotations
 
 import dataclasses
+import gc
+from contextlib import contextmanager
 
 import numpy as np
 import simpy
@@ -15,7 +17,7 @@ from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Wo
 from .aggregated import AggregatedInstance
 from .cost.memory import check_fits
 from .cost.step import CostContext
-from .cost.transfer import kv_transfer_seconds
+from .cost.transfer import kv_link
 from .decode import DecodeInstance, DecodeRanks
 from .metrics import RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
@@ -48,14 +50,17 @@ class _Deployment:
     def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog):
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
-        self.same_domain = plan.gpus_used <= hw.domain_size
+        self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
+        self.kv_local = kv_link(model, hw, prof, True)  # colocated hand-off between ranks of one domain
         self.caps = validate_plan(plan, model, hw)
         self.rr = 0  # least_loaded: picks so far (ties rotate)
         self.turns: dict[int, int] = {}  # round_robin, prefix_aware: picks so far per pool
         self.on_request_done = None
-        isl = reqs.isl
-        self.cached = cached = reqs.cached.copy()  # [N] prefix-cache hits; with block hashes set as requests run
-        self.need_of = lambda rid: (int(cached[rid]), int(isl[rid]))
+        isl, osl = reqs.isl.tolist(), reqs.osl.tolist()  # Python ints: read per request, per step
+        # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
+        self.cached = cached = reqs.cached.tolist()
+        self.isl = isl
+        self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
         mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
         if plan.disaggregated:
@@ -79,8 +84,7 @@ class _Deployment:
                                         _tokens_per_step(lay))
                     turn = shared[len(self.decoders)] if shared else None
                     self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, ranks, log,
-                                                        lambda r: float(isl[r]), lambda r: int(reqs.osl[r]),
-                                                        self._done, turn))
+                                                        isl.__getitem__, osl.__getitem__, self._done, turn))
         else:
             for i, lay in enumerate(plan.aggregated):
                 pr = mk(lay)
@@ -90,7 +94,7 @@ class _Deployment:
                                         _tokens_per_step(lay))
                     self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr, ranks,
                                                          lay.max_tokens_per_step, q, log, self.need_of,
-                                                         lambda r: int(reqs.osl[r]), self._done,
+                                                         osl.__getitem__, self._done,
                                                          self._prefixes(f"aggregated[{i}]", lay)))
 
     def _prefixes(self, pool: str, lay) -> InstancePrefixes | None:
@@ -101,18 +105,29 @@ class _Deployment:
                                 self.cached)
 
     def _pick(self, instances, rid: int | None = None):
+        """The instance a request goes to. least_loaded: ties round-robin by a counter of routing
+        decisions (a single-instance pool only counts the decision); round_robin and prefix_aware:
+        each pool its own turn; prefix_aware: least prompt work queued ahead plus this request's
+        uncached part (the most cached blocks win between equal queues)."""
         n = len(instances)
-        if self.plan.router in ("round_robin", "prefix_aware"):
-            k = self.turns[id(instances)] = self.turns.get(id(instances), 0) + 1  # each pool its own turn
+        if n == 1:
+            self.rr += 1
+            return instances[0]
+        if self.plan.router != "least_loaded":
+            k = self.turns[id(instances)] = self.turns.get(id(instances), 0) + 1
             if self.plan.router == "round_robin":
                 return instances[(k - 1) % n]
-            if rid is not None:
-                # [prefix cache] least prompt work queued ahead plus this request's uncached part (the most
-                # cached blocks win between equal queues); without block hashes: least queued tokens
+            if rid is not None:  # [prefix cache]; decoders (no rid) fall through to least loaded
                 return min(enumerate(instances), key=lambda x: (x[1].queued_tokens - self._hit(x[1], rid),
                                                                 (x[0] - k) % n))[1]
         self.rr += 1  # ties go round-robin, so idle instances share the load
-        return min(enumerate(instances), key=lambda x: (x[1].load, (x[0] - self.rr) % n))[1]
+        rr = self.rr
+        best, low, off = instances[0], instances[0].load, (-rr) % n
+        for i in range(1, n):
+            load = instances[i].load
+            if load < low or (load == low and (i - rr) % n < off):
+                best, low, off = instances[i], load, (i - rr) % n
+        return best
 
     @staticmethod
     def _hit(inst, rid: int) -> int:
@@ -123,9 +138,10 @@ class _Deployment:
         self._pick(self.front, rid).submit(rid)
 
     def _to_transfer(self, rid: int) -> None:
+        """KV transfer to the least-loaded decoder: a timeout whose callback delivers."""
         self.log.prefill_done[rid] = self.env.now
         dest = self._pick(self.decoders)
-        self.env.process(self._transfer(rid, dest))
+        self.env.timeout(self.kv_link.seconds(self.isl[rid])).callbacks.append(lambda _ev: dest.deliver(rid))
 
     def _to_paired(self, rid: int, k: int) -> None:
         """Colocated: the hand-off ran inside prefill k's turn; the decoder on the same GPUs seats it
@@ -136,13 +152,7 @@ class _Deployment:
 
     def _handoff_s(self, rids: list[int]) -> float:
         """Colocated: one KV exchange per step carries every finished prompt; the longest decides."""
-        ctx = max(float(self.reqs.isl[r]) for r in rids)
-        return kv_transfer_seconds(self.model, self.hw, self.prof, ctx, True)
-
-    def _transfer(self, rid: int, dest: DecodeInstance):
-        ctx = float(self.reqs.isl[rid])
-        yield self.env.timeout(kv_transfer_seconds(self.model, self.hw, self.prof, ctx, self.same_domain))
-        dest.deliver(rid)
+        return self.kv_local.seconds(max(float(self.isl[r]) for r in rids))
 
     def _done(self, rid: int) -> None:
         self.log.done(rid, self.env.now)
@@ -152,23 +162,53 @@ class _Deployment:
     def utilisation(self, duration: float) -> dict[str, float]:
         return {inst.name: inst.busy_s / duration for inst in self.front + self.decoders}
 
+    def close(self) -> None:
+        """After a run: stop every main loop and drop the instances (they hold the deployment's
+        bound methods), so the run's state is freed by reference counting, not by a collection
+        that would rescan everything the run allocated."""
+        for inst in self.front + self.decoders:
+            inst.stop()
+        self.front, self.decoders, self.on_request_done = [], [], None
+
     def steps(self) -> dict[str, int]:
         return {inst.name: inst.steps for inst in self.front + self.decoders}
 
 
 def _open_loop(env, dep: _Deployment, arrivals: np.ndarray):
-    for rid, t in enumerate(arrivals):
+    for rid, t in enumerate(arrivals.tolist()):
         if t > env.now:
             yield env.timeout(t - env.now)
         dep.submit(rid)
+
+
+@contextmanager
+def _no_cyclic_gc():
+    """A run allocates millions of short-lived objects and makes almost no reference cycles: the
+    cyclic collector would only rescan them (~10% of the run); it is back on afterwards."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
                    num_requests: int | None = None, seed: int | None = None) -> SimResult:
     """Simulate `plan` serving `workload` with explicit spec objects (what-if studies pass edited ones)."""
     reqs = make_requests(workload, num_requests, seed)
-    env = simpy.Environment()
     log = RequestLog(len(reqs))
+    with _no_cyclic_gc():
+        util, steps, cached = _run(plan, model, hw, workload, profile, reqs, log)
+    return summarise(log, reqs.isl, reqs.osl, cached, plan.gpus_used, plan.slo, util, steps,
+                     closed_loop=workload.arrival.kind == "concurrency")
+
+
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog):
+    """The SimPy run; returns (utilisation, steps) per instance and the cached tokens per request,
+    the deployment closed."""
+    env = simpy.Environment()
     dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
@@ -180,12 +220,13 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
     env.run()
     unfinished = int(np.isnan(log.finish).sum())
     if unfinished:
+        dep.close()
         raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
                            "than any rank's KV capacity?)")
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
-    return summarise(log, reqs.isl, reqs.osl, dep.cached, plan.gpus_used, plan.slo,
-                     dep.utilisation(max(t1 - t0, 1e-12)), dep.steps(),
-                     closed_loop=workload.arrival.kind == "concurrency")
+    util, steps, cached = dep.utilisation(max(t1 - t0, 1e-12)), dep.steps(), np.asarray(dep.cached)
+    dep.close()
+    return util, steps, cached
 
 
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,

@@ -7,7 +7,9 @@ Low-latency kernels serve decode, high-throughput kernels serve prefill.
 """
 from __future__ import annotations
 
-from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
+from dataclasses import dataclass
+
+from rackplan.specs import DTYPE_BYTES, A2AParams, HardwareSpec, Layout, ModelSpec, Profile
 
 
 def bytes_per_token(model: ModelSpec, dtype: str) -> float:
@@ -40,16 +42,43 @@ def a2a_bytes(model: ModelSpec, layout: Layout, hw: HardwareSpec, tokens: float,
     return total * share, total * (1.0 - share)
 
 
+@dataclass(frozen=True)
+class A2APhase:
+    """One dispatch or combine of one layout with one kernel kind: link bytes per token sent and
+    the profile's latency model per link (built once per layout; `seconds` per step)."""
+
+    nv_bytes_per_token: float
+    so_bytes_per_token: float
+    nv: A2AParams
+    so: A2AParams | None  # None when every EP peer is inside the NVLink domain
+    scaleup_bw: float
+    scaleout_bw: float
+
+    def seconds(self, tokens: float) -> float:
+        """Seconds of this phase for one layer when the rank sends `tokens` tokens."""
+        nv = self.nv
+        t = max(nv.floor_s, nv.alpha_s + tokens * self.nv_bytes_per_token / (self.scaleup_bw * nv.bw_eff))
+        so_bytes = tokens * self.so_bytes_per_token
+        if so_bytes > 0:
+            so = self.so
+            t = max(t, so.floor_s, so.alpha_s + so_bytes / (self.scaleout_bw * so.bw_eff))
+        return t
+
+
+def a2a_phase(model: ModelSpec, layout: Layout, hw: HardwareSpec, prof: Profile, phase: str,
+              kernel: str) -> A2APhase | None:
+    """The dispatch ('dispatch') or combine ('combine') phase of `layout`; None without EP."""
+    if layout.ep_size <= 1:
+        return None
+    dtype = model.dtypes.dispatch if phase == "dispatch" else model.dtypes.combine
+    nv_bytes, so_bytes = a2a_bytes(model, layout, hw, 1.0, dtype)
+    so = prof.a2a_params(kernel, "scaleout", layout.ep_size, phase) if so_bytes > 0 else None
+    return A2APhase(nv_bytes, so_bytes, prof.a2a_params(kernel, "nvlink", layout.ep_size, phase), so,
+                    hw.scaleup_bw, hw.scaleout_bw)
+
+
 def a2a_seconds(model: ModelSpec, layout: Layout, hw: HardwareSpec, prof: Profile, tokens: float,
                 phase: str, kernel: str) -> float:
     """Seconds of one dispatch ('dispatch') or combine ('combine') on one rank for one layer."""
-    if layout.ep_size <= 1:
-        return 0.0
-    dtype = model.dtypes.dispatch if phase == "dispatch" else model.dtypes.combine
-    nv_bytes, so_bytes = a2a_bytes(model, layout, hw, tokens, dtype)
-    nv = prof.a2a_params(kernel, "nvlink", layout.ep_size, phase)
-    t = max(nv.floor_s, nv.alpha_s + nv_bytes / (hw.scaleup_bw * nv.bw_eff))
-    if so_bytes > 0:
-        so = prof.a2a_params(kernel, "scaleout", layout.ep_size, phase)
-        t = max(t, so.floor_s, so.alpha_s + so_bytes / (hw.scaleout_bw * so.bw_eff))
-    return t
+    ph = a2a_phase(model, layout, hw, prof, phase, kernel)
+    return ph.seconds(tokens) if ph is not None else 0.0

@@ -3,17 +3,27 @@
 factor = E[max over EP ranks of the rank's token-expert load] / mean, where a step's per-expert
 counts are a multinomial draw of the batch's T * top_k choices from a power-law popularity
 (sim/routing.py) and the placement is contiguous (policy "none") or EPLB's (sim/eplb) computed
-from that popularity. The simulator asks once per step, so each (ep, redundant, policy, skew,
-top_k, E, ...) gets a table over a log-spaced grid of global tokens, each point sampled (seeded,
-vectorised) the first time a step needs it, and a call is a lookup plus a linear interpolation in
-log2(T).
+from that popularity. Each configuration (ep, redundant, policy, skew, top_k, E, ...) has a curve
+over a log-spaced grid of global tokens: a grid point is sampled (seeded, vectorised) the first
+time a step needs it, and a lookup is a linear interpolation in log2(T).
+
+Sampled points are cached on disk, one JSON file per configuration, keyed by the configuration and
+a version of the sampling code (a hash of its source files and numpy's version), so a change to
+either invalidates them; a point is the same whether sampled or read. The folder is
+$RACKPLAN_CACHE_DIR (empty or "off": no disk cache), else $XDG_CACHE_HOME/rackplan or
+~/.cache/rackplan.
 `random_routing_factor` is the closed form for uniform routing, kept as a cross-check.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
+import tempfile
 from bisect import bisect_right
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -26,6 +36,8 @@ GRID_LOG2 = tuple(float(x) for x in np.arange(0.0, 21.5, 0.5))  # tokens_global 
 NUM_LAYERS = 16  # sampled layers, each with its own permutation of the popularity
 SAMPLES_PER_LAYER = 32  # multinomial draws per layer and grid point
 SEED = 0
+CACHE_ENV = "RACKPLAN_CACHE_DIR"
+_SAMPLING_CODE = ("cost/imbalance.py", "routing.py", "eplb/model.py", "eplb/policy.py")  # under sim/
 
 
 def random_routing_factor(tokens_global: float, top_k: int, ep: int) -> float:
@@ -38,47 +50,91 @@ def random_routing_factor(tokens_global: float, top_k: int, ep: int) -> float:
     return 1.0 + math.sqrt(2.0 * math.log(ep)) * sigma / mean
 
 
-def imbalance_factor(tokens_global: float, top_k: int, num_experts: int, ep: int,
-                     skew: float = 0.0, redundant_experts: int = 0, policy: str = "none",
-                     fixed: float | None = None, gpus_per_node: int = 8, num_groups: int = 1) -> float:
-    """Max-over-ranks / mean expert load for one step (a fixed factor wins when given).
+class Constant:
+    """A factor that does not depend on the batch (fixed by the layout, or no EP)."""
 
-    gpus_per_node and num_groups matter only to the hierarchical policy (hardware and model
-    expert groups); with num_groups % nodes != 0 it falls back to the global policy.
-    """
+    def __init__(self, value: float):
+        self.value = value
+
+    def __call__(self, tokens_global: float) -> float:
+        return self.value
+
+
+class Curve:
+    """The factor of one configuration over tokens_global (grid points sampled on demand)."""
+
+    def __init__(self, cfg: tuple):
+        self.cfg = cfg
+        self.points = _points(cfg)  # grid index -> factor, shared by every curve of this cfg
+
+    def __call__(self, tokens_global: float) -> float:
+        if tokens_global <= 0:
+            return 1.0
+        xs = GRID_LOG2
+        x = math.log2(tokens_global) if tokens_global > 1.0 else 0.0
+        i = bisect_right(xs, x)
+        if i >= len(xs):
+            return self.point(len(xs) - 1)
+        if i == 0:
+            return self.point(0)
+        t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+        lo, hi = self.point(i - 1), self.point(i)
+        return lo + t * (hi - lo)
+
+    def point(self, i: int) -> float:
+        hit = self.points.get(i)
+        if hit is None:
+            hit = self.points[i] = _sample_point(self.cfg, i)
+            _store(self.cfg, self.points)
+        return hit
+
+
+def imbalance_curve(top_k: int, num_experts: int, ep: int, skew: float = 0.0, redundant_experts: int = 0,
+                    policy: str = "none", fixed: float | None = None, gpus_per_node: int = 8,
+                    num_groups: int = 1) -> Constant | Curve:
+    """Max-over-ranks / mean expert load as a function of a step's global tokens (a fixed factor
+    wins when given). gpus_per_node and num_groups matter only to the hierarchical policy
+    (hardware and model expert groups); with num_groups % nodes != 0 it falls back to global."""
     if fixed is not None:
-        return fixed
-    if ep <= 1 or tokens_global <= 0:
-        return 1.0
-    if policy == "none":
-        redundant_experts, gpus_per_node, num_groups = 0, 8, 1
-    cfg = (ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups)
-    xs = GRID_LOG2
-    x = math.log2(tokens_global) if tokens_global > 1.0 else 0.0
-    i = bisect_right(xs, x)
-    if i >= len(xs):
-        return _point(cfg, len(xs) - 1)
-    if i == 0:
-        return _point(cfg, 0)
-    t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-    lo, hi = _point(cfg, i - 1), _point(cfg, i)
-    return lo + t * (hi - lo)
-
-
-def _config(ep: int, redundant_experts: int, policy: str, skew: float, top_k: int, num_experts: int,
-            gpus_per_node: int, num_groups: int):
-    """(placement, computed grid points) of one configuration; checks its EPLB knobs."""
+        return Constant(fixed)
+    if ep <= 1:
+        return Constant(1.0)
     if policy not in ("none", "global", "hierarchical"):
         raise SpecError("eplb", "policy", "one of 'hierarchical', 'global', 'none'", policy)
+    if policy == "none":
+        redundant_experts, gpus_per_node, num_groups = 0, 8, 1
     slots = num_experts + redundant_experts
     if policy != "none" and slots % ep:
         raise SpecError("eplb", "redundant_experts",
                         f"num_experts + redundant_experts ({slots}) divisible by ep ({ep})", redundant_experts)
+    return Curve((ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups))
+
+
+def imbalance_factor(tokens_global: float, top_k: int, num_experts: int, ep: int,
+                     skew: float = 0.0, redundant_experts: int = 0, policy: str = "none",
+                     fixed: float | None = None, gpus_per_node: int = 8, num_groups: int = 1) -> float:
+    """Max-over-ranks / mean expert load for one step (see `imbalance_curve`)."""
+    if fixed is not None:
+        return fixed
+    if ep <= 1 or tokens_global <= 0:
+        return 1.0
+    return imbalance_curve(top_k, num_experts, ep, skew, redundant_experts, policy, None, gpus_per_node,
+                           num_groups)(tokens_global)
+
+
+def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_k: int,
+                 num_experts: int, gpus_per_node: int = 8, num_groups: int = 1) -> tuple[tuple, tuple]:
+    """(log2 tokens_global grid, factor at each point) of one configuration, all points sampled."""
+    curve = imbalance_curve(top_k, num_experts, ep, skew, redundant_experts, policy, None, gpus_per_node, num_groups)
+    return GRID_LOG2, tuple(curve.point(i) for i in range(len(GRID_LOG2)))
+
+
+# -- sampling ------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _placement(cfg: tuple):
+    ep, redundant, policy, skew, top_k, num_experts, gpus_per_node, num_groups = cfg
     pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
-    return placement_for(pop, ep, redundant_experts, policy, gpus_per_node, num_groups), {}
-
-
-_config_cached = lru_cache(maxsize=None)(_config)
+    return placement_for(pop, ep, redundant, policy, gpus_per_node, num_groups)
 
 
 @lru_cache(maxsize=256)
@@ -91,25 +147,89 @@ def _draws(skew: float, top_k: int, num_experts: int, i: int) -> np.ndarray:
     return sample_counts(pop, tokens, top_k, SAMPLES_PER_LAYER, rng).astype(np.float32)
 
 
-def _point(cfg: tuple, i: int) -> float:
-    """Factor at grid point i, sampled the first time it is asked for (a simulation touches a few)."""
-    placement, points = _config_cached(*cfg)
-    if i not in points:
-        ep, _, _, skew, top_k, num_experts = cfg[:6]
-        counts = _draws(skew, top_k, num_experts, i)
-        points[i] = float(max(expected_factor(counts, ep, placement, SEED)[0], 1.0))
-    return points[i]
+def _sample_point(cfg: tuple, i: int) -> float:
+    ep, _, _, skew, top_k, num_experts = cfg[:6]
+    counts = _draws(skew, top_k, num_experts, i)
+    return float(max(expected_factor(counts, ep, _placement(cfg), SEED)[0], 1.0))
 
 
-def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_k: int,
-                 num_experts: int, gpus_per_node: int = 8, num_groups: int = 1) -> tuple[tuple, tuple]:
-    """(log2 tokens_global grid, factor at each point) of one configuration, all points sampled."""
-    cfg = (ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups)
-    return GRID_LOG2, tuple(_point(cfg, i) for i in range(len(GRID_LOG2)))
+# -- the disk cache ---------------------------------------------------------------------------------
+def cache_dir() -> Path | None:
+    """Where sampled points are kept (None: no disk cache)."""
+    env = os.environ.get(CACHE_ENV)
+    if env is not None:
+        return None if env.strip() in ("", "off") else Path(env)
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    except RuntimeError:  # no home directory: sample in memory only
+        return None
+    return Path(base) / "rackplan"
+
+
+@lru_cache(maxsize=1)
+def sampling_version() -> str:
+    """Hash of the code and numpy version that sample a point: a change to either is a new cache."""
+    h = hashlib.sha256(np.__version__.encode())
+    sim = Path(__file__).resolve().parents[1]
+    for rel in _SAMPLING_CODE:
+        path = sim / rel
+        h.update(path.read_bytes() if path.is_file() else rel.encode())
+    return h.hexdigest()[:16]
+
+
+def _cache_file(cfg: tuple) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    key = json.dumps({"cfg": list(cfg), "version": sampling_version()}, sort_keys=True)
+    return folder / "imbalance" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+_POINTS: dict[tuple, dict[int, float]] = {}
+
+
+def _points(cfg: tuple) -> dict[int, float]:
+    """The in-process points of a configuration, first read from its cache file (if any)."""
+    hit = _POINTS.get(cfg)
+    if hit is None:
+        hit = _POINTS[cfg] = _read(_cache_file(cfg), cfg)
+    return hit
+
+
+def _read(path: Path | None, cfg: tuple) -> dict[int, float]:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        if data.get("cfg") != list(cfg) or data.get("version") != sampling_version():
+            return {}
+        return {int(k): float(v) for k, v in data["points"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}  # unreadable or corrupt: sample again (and overwrite it)
+
+
+def _store(cfg: tuple, points: dict[int, float]) -> None:
+    """Merge `points` into the configuration's cache file (atomic replace; best effort)."""
+    path = _cache_file(cfg)
+    if path is None:
+        return
+    try:
+        merged = {**_read(path, cfg), **points}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = json.dumps({"cfg": list(cfg), "version": sampling_version(),
+                           "points": {str(k): merged[k] for k in sorted(merged)}})
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".imbalance-", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(body)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only or full cache folder only costs re-sampling next time
 
 
 def _clear_caches() -> None:
-    _config_cached.cache_clear()
+    """Forget every in-process point and placement (the disk cache stays)."""
+    _POINTS.clear()
+    _placement.cache_clear()
     _draws.cache_clear()
 
 

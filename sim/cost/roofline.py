@@ -1,13 +1,12 @@
 """Pricing one op: time = max(flops / (peak * eff_compute), bytes / (bw * eff_mem)) + fixed.
 
-Efficiencies over shape come from efficiency.py (compute efficiency rises with a GEMM's row count M,
-bandwidth efficiency with the bytes one kernel moves).
+Every op of the cost model is priced by `price`. Efficiencies over shape come from efficiency.py
+(compute efficiency rises with a GEMM's row count M, bandwidth efficiency with the bytes one kernel
+moves).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
 
 from rackplan.specs import HardwareSpec, Profile
 from rackplan.specs.ops import OpKind
@@ -29,10 +28,20 @@ class Op:
 
 @dataclass(frozen=True)
 class StepCost:
-    """Seconds of one step on the slowest rank, with the ops that make it up."""
+    """Seconds of one step on the slowest rank, with the ops that make it up.
+
+    `seconds` is the step as the engine times it (device + exposed host time; the ops sum to it);
+    `period_s` adds the engine-loop time between two steps (sim/cost/host.py): what a serving
+    loop that runs steps back to back spends per step, and what the simulator and the planner's
+    estimate advance by."""
 
     seconds: float
     ops: tuple[Op, ...]
+    loop_s: float = 0.0
+
+    @property
+    def period_s(self) -> float:
+        return self.seconds + self.loop_s
 
     def breakdown(self) -> dict[str, float]:
         """Seconds per op name."""
@@ -50,8 +59,13 @@ class StepCost:
         return sum(op.bytes for op in self.ops)
 
 
-def price(flops, nbytes, peak_flops: float, eff_compute, hw: HardwareSpec, prof: Profile):
-    """Roofline seconds for one kernel (numpy-friendly: arrays in, arrays out)."""
-    t_compute = np.divide(flops, peak_flops * np.maximum(eff_compute, 1e-9))
-    t_mem = np.divide(nbytes, hw.hbm_bw * np.maximum(efficiency.memory(prof, nbytes), 1e-9))
-    return np.maximum(t_compute, t_mem) + prof.op_fixed_s
+def price(flops: float, nbytes: float, peak_flops: float, eff_compute: float, hw: HardwareSpec,
+          prof: Profile) -> float:
+    """Roofline seconds of one kernel: the slower of compute and memory, plus the profile's fixed
+    per-kernel time (floats in, float out; the one roofline of the cost model)."""
+    t_compute = flops / (peak_flops * (eff_compute if eff_compute > 1e-9 else 1e-9))
+    t_mem = 0.0
+    if nbytes > 0:
+        eff_mem = efficiency.memory(prof, nbytes)
+        t_mem = nbytes / (hw.hbm_bw * (eff_mem if eff_mem > 1e-9 else 1e-9))
+    return (t_compute if t_compute > t_mem else t_mem) + prof.op_fixed_s

@@ -4,11 +4,17 @@ DP attention runs on each rank's own sequences; the MoE is one EP group over all
 step waits for the slowest rank's attention and for the busiest expert rank (imbalance factor).
 Dual-batch overlap splits the batch in two and hides one half's all-to-all behind the other's
 compute; speculation verifies 1 + d tokens per sequence and adds the drafter's cost.
+
+A step (sim/cost/batch.py) is a few distinct per-rank works, each run by some of the DP ranks.
+The ops of a layer group (rackplan/specs/ops.py) are priced once per distinct work in plain
+floats; the routed experts and the all-to-all see the global token count. `StepModel` holds what
+a layout's prices depend on besides the batch, built once per `CostContext`. A `RankBatch`
+(per-sequence chunks, as measured steps have them) reduces to a `Step`: one set of formulas.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -16,9 +22,10 @@ from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
 
 from . import attention as attn
 from . import efficiency
-from .alltoall import a2a_seconds
-from .host import combine_host, host_seconds
-from .imbalance import imbalance_factor
+from .alltoall import A2APhase, a2a_phase
+from .batch import RankBatch, RankWork, Step
+from .host import host_seconds, loop_seconds, step_seconds
+from .imbalance import imbalance_curve
 from .moe import distinct_experts_per_rank, expert_bytes
 from .roofline import Op, StepCost, price
 
@@ -33,175 +40,284 @@ class CostContext:
     prof: Profile
     skew: float = 0.0
 
-
-@dataclass
-class RankBatch:
-    """Work on each DP rank for one step: decode sequences and prefill chunks.
-
-    dec_batch, dec_ctx: [R] running decode sequences and the sum of their contexts per rank.
-    pre_new, pre_prefix: per rank, arrays over the prefill chunks (new tokens, tokens before).
-    """
-
-    dec_batch: np.ndarray
-    dec_ctx: np.ndarray
-    pre_new: list = field(default_factory=list)
-    pre_prefix: list = field(default_factory=list)
-
-    @property
-    def ranks(self) -> int:
-        return len(self.dec_batch)
-
-    def prefill_tokens(self) -> np.ndarray:  # [R]
-        if not self.pre_new:
-            return np.zeros(self.ranks)
-        return np.array([float(np.sum(n)) for n in self.pre_new])
-
-    def prefill_seqs(self) -> np.ndarray:  # [R]
-        if not self.pre_new:
-            return np.zeros(self.ranks)
-        return np.array([float(len(n)) for n in self.pre_new])
-
-    def halves(self) -> tuple["RankBatch", "RankBatch"]:
-        """Two micro-batches for DBO: decode split evenly, prefill chunks alternately."""
-        b, c = self.dec_batch / 2.0, self.dec_ctx / 2.0
-        a = RankBatch(b, c, [n[0::2] for n in self.pre_new], [p[0::2] for p in self.pre_prefix])
-        z = RankBatch(b, c, [n[1::2] for n in self.pre_new], [p[1::2] for p in self.pre_prefix])
-        return a, z
+    @cached_property
+    def step_model(self) -> "StepModel":
+        """This context's StepModel, built on first use."""
+        return StepModel(self)
 
 
-def _gemm(m, k, n, wbytes, dtype, hw, prof, act=2.0):
-    """Seconds of [m,k]x[k,n] per layer (array over ranks), and flops, bytes."""
-    m = np.asarray(m, float)
-    flops = 2.0 * m * k * n
-    nbytes = k * n * wbytes + m * (k + n) * act
-    sec = np.where(m > 0, price(flops, nbytes, hw.flops_for(dtype), efficiency.gemm(prof, dtype, m, n, k), hw, prof),
-                   0.0)
-    return sec, flops, nbytes
+RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
 
 
-_TABLES: dict = {}
+@dataclass(frozen=True)
+class _Group:
+    """Layers of a step that see the same tokens on a rank: their GEMM ops and attention."""
+
+    n_dense: int
+    n_moe: int
+    gemms: tuple["_GemmOp", ...]
+    attention: tuple  # (KV component, layers)
+    prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
 
 
-def _gemm_table(cx: CostContext, n_dense: int, n_moe: int):
-    """Static shapes of a layer group's weight GEMMs, as column arrays [G, 1] (built once per spec)."""
-    key = (id(cx.model), id(cx.layout), id(cx.hw), n_dense, n_moe)
-    hit = _TABLES.get(key)
-    if hit is not None and hit[0] is cx.model and hit[1] is cx.layout and hit[2] is cx.hw:
-        return hit[3]
-    m, hw, tp, dt = cx.model, cx.hw, cx.layout.tp, cx.model.dtypes
-    h, moe = m.hidden_size, m.moe
-    rows = [("attn.proj", k, n / tp, DTYPE_BYTES[dt.attention_weights], dt.compute, n_dense + n_moe)
-            for _, k, n in m.attention.projections(h)]
-    if n_dense:
-        rows.append(("dense_ffn", h, 3 * m.dense_intermediate / tp, DTYPE_BYTES[dt.dense_weights], dt.compute,
-                     n_dense))
-    if n_moe and moe.num_shared_experts:
-        inter = moe.num_shared_experts * 3 * moe.expert_intermediate
-        rows.append(("shared_expert", h, inter / tp, DTYPE_BYTES[dt.dense_weights], dt.compute, n_moe))
-    if n_moe:
-        rows.append(("router", h, moe.num_experts, 4.0, "bf16", n_moe))
-    names = list(dict.fromkeys(r[0] for r in rows))
-    onehot = np.array([[1.0 if r[0] == name else 0.0 for r in rows] for name in names])  # [ops, G]
-    col = lambda xs: np.array(xs, float)[:, None]  # noqa: E731
-    table = (names, onehot, col([r[1] for r in rows]), col([r[2] for r in rows]),
-             col([r[1] * r[2] * r[3] for r in rows]), col([hw.flops_for(r[4]) for r in rows]),
-             col([r[5] for r in rows]))
-    _TABLES[key] = (cx.model, cx.layout, cx.hw, table)
-    return table
+class _GemmOp:
+    """The weight GEMMs of one op ([m, k] x [k, n] each, bf16 activations in and out) over its
+    layers, priced at m tokens per rank; remembered per m (full prefill ranks repeat it)."""
+
+    __slots__ = ("name", "layers", "rows", "hw", "prof", "memo")
+
+    def __init__(self, op: ops.ModelOp, hw: HardwareSpec, prof: Profile):
+        self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
+        self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * 2.0, hw.flops_for(g.compute_dtype),
+                           g.compute_dtype, g.n, g.k) for g in op.gemms)
+        self.memo: dict[float, tuple[float, float, float]] = {}
+
+    def at(self, m: float) -> tuple[float, float, float]:
+        """Seconds, flops, bytes over the op's layers at m tokens."""
+        hit = self.memo.get(m)
+        if hit is None:
+            prof, hw = self.prof, self.hw
+            sec = fl = by = 0.0
+            for per_tok, wbytes, act, peak, dtype, n, k in self.rows:
+                f, b = per_tok * m, wbytes + m * act
+                sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
+                fl += f
+                by += b
+            if len(self.memo) >= RANK_MEMO:
+                self.memo.clear()
+            hit = self.memo[m] = (sec * self.layers, fl * self.layers, by * self.layers)
+        return hit
 
 
-def _gemm_block(cx: CostContext, acc: "_Acc", tokens: np.ndarray, n_dense: int, n_moe: int) -> None:
-    """All weight GEMMs of a layer group for every rank at once: [G, R] roofline, summed per op."""
-    names, onehot, k, n, wbytes, peak, layers = _gemm_table(cx, n_dense, n_moe)
-    prof, hw = cx.prof, cx.hw
-    mm = np.asarray(tokens, float)[None, :]  # [1, R]
-    flops = 2.0 * mm * k * n  # [G, R]
-    nbytes = wbytes + mm * (k + n) * 2.0
-    t_c = flops / (peak * np.maximum(efficiency.gemm(prof, cx.model.dtypes.compute, mm, n, k), 1e-9))
-    t_m = nbytes / (hw.hbm_bw * efficiency.memory(prof, nbytes))
-    sec = np.where(mm > 0, np.maximum(t_c, t_m) + prof.op_fixed_s, 0.0) * layers
-    acc.block(names, onehot @ sec, onehot @ (flops * layers), onehot @ (nbytes * layers))
+class StepModel:
+    """Prices any step of one layout: the op list and constants of a CostContext, built once."""
+
+    def __init__(self, cx: CostContext):
+        self.cx = cx = replace(cx)  # a copy that does not cache this model: no reference cycle
+        m, lay, hw = cx.model, cx.layout, cx.hw
+        self.q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
+        full = m.layers_in("decode")
+        self.groups_decode = (self._group(*full, False),)
+        self.groups_prefill = (self._group(*full, True),)
+        if m.prefill_layers is not None:  # V4.1: prompt tokens run only the encoder half
+            enc = m.layers_in("prefill")
+            self.groups_prefill = (self._group(*enc, True), self._group(full[0] - enc[0], full[1] - enc[1], False))
+        step_ops = {op.name: op for op in ops.model_ops(m, lay, "decode")}
+        self.lm_head = _GemmOp(step_ops["lm_head"], hw, cx.prof)
+        self.draft_passes = step_ops["draft"].layers if "draft" in step_ops else 0
+        self.imbalance = imbalance_curve(m.moe.top_k, m.moe.num_experts, lay.ep_size, cx.skew,
+                                         lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
+                                         hw.gpus_per_node, m.moe.num_groups)
+        self.expert_bytes = expert_bytes(m)
+        self._a2a: dict[tuple[str, str], A2APhase | None] = {}
+        self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
+        self._ranks: dict = {}
+        self._moes: dict = {}
+        self._half_memo: dict = {}
+        self.loop_s = loop_seconds(lay, cx.prof)
+
+    def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
+        cx = self.cx
+        m = cx.model
+        n_layers = n_dense + n_moe
+        gemms = tuple(_GemmOp(op, cx.hw, cx.prof) for op in ops.layer_gemms(m, cx.layout, n_dense, n_moe))
+        scale = n_layers / m.num_layers
+        layers = tuple((c, max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
+        return _Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens)
+
+    def a2a(self, kernel: str, phase: str) -> A2APhase | None:
+        key = (kernel, phase)
+        if key not in self._a2a:
+            cx = self.cx
+            self._a2a[key] = a2a_phase(cx.model, cx.layout, cx.hw, cx.prof, phase, kernel)
+        return self._a2a[key]
+
+    # -- per rank --------------------------------------------------------------------------------
+    def _rank(self, w: RankWork, groups, phase: str) -> tuple[float, dict[str, list]]:
+        """(total seconds, name -> [seconds, flops, bytes]) of one rank's ops (corrections applied);
+        a pure function of the work, remembered (a simulation sees the same rank work often)."""
+        key = (w, phase)
+        hit = self._ranks.get(key)
+        if hit is None:
+            if len(self._ranks) >= RANK_MEMO:
+                self._ranks.clear()
+            hit = self._ranks[key] = self._price_rank(w, groups, phase)
+        return hit
+
+    def _price_rank(self, w: RankWork, groups, phase: str) -> tuple[float, dict[str, list]]:
+        cx = self.cx
+        m, hw, prof, tp = cx.model, cx.hw, cx.prof, cx.layout.tp
+        dec_tokens = w.dec_seqs * self.q
+        pre_tokens = w.pre_tokens
+        out: dict[str, list] = {}
+
+        def add(name, sec, fl, by):
+            rec = out.get(name)
+            if rec is None:
+                out[name] = [sec, fl, by]
+            else:
+                rec[0] += sec
+                rec[1] += fl
+                rec[2] += by
+
+        for g in groups:
+            tokens = dec_tokens + pre_tokens if g.prefill_tokens else dec_tokens
+            if tokens > 0:
+                for op in g.gemms:
+                    add(op.name, *op.at(tokens))
+            for comp, layers in g.attention:
+                if w.dec_seqs > 0:
+                    add("attn.core", *attn.decode_component(m, comp, w.dec_seqs, w.dec_ctx, self.q, tp, layers,
+                                                            hw, prof))
+                if g.prefill_tokens and w.chunks:
+                    add("attn.core", *attn.prefill_component(m, comp, w.chunks, tp, layers, hw, prof))
+            if g.n_moe and m.extra_bytes_per_token and tokens > 0:
+                by = tokens * m.extra_bytes_per_token / g.n_moe
+                add("engram", price(0.0, by, 1.0, 1.0, hw, prof) * g.n_moe, 0.0, by * g.n_moe)
+        head_m = dec_tokens + w.pre_seqs
+        if head_m > 0:
+            add("lm_head", *self.lm_head.at(head_m))
+        if self.draft_passes and w.dec_seqs > 0:
+            add("draft", *self._draft(w.dec_seqs))
+        total = 0.0
+        for name, rec in out.items():
+            rec[0] = self._corrected(name, rec[0], phase, self._fixed[name])
+            total += rec[0]
+        return total, out
+
+    def _draft(self, dec_seqs: float) -> tuple[float, float, float]:
+        """The drafter over its passes: MTP one module pass per draft token, a block drafter its stages."""
+        cx = self.cx
+        d, prof = cx.model.draft, cx.prof
+        rows = dec_seqs * (d.num_tokens if d.kind == "draft_model" else 1)
+        fl = 2.0 * d.active_params * rows
+        by = min(d.total_params, d.active_params * max(rows, 1.0)) * DTYPE_BYTES[d.weight_dtype]
+        sec = price(fl, by, cx.hw.flops_for(cx.model.dtypes.compute), efficiency.gemm(prof, d.weight_dtype, rows),
+                    cx.hw, prof)
+        p = self.draft_passes
+        return sec * p, fl * p, by * p
+
+    def _corrected(self, name: str, sec: float, phase: str, layers: int) -> float:
+        """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work.
+        A key "op/phase" (phase: prefill for any step with prompt tokens, else decode) wins over "op"."""
+        prof = self.cx.prof
+        if not (prof.op_scale or prof.op_fixed):
+            return sec
+        f = prof.op_scale.get(f"{name}/{phase}", prof.op_scale.get(name, 1.0))
+        fixed = prof.op_fixed.get(f"{name}/{phase}", prof.op_fixed.get(name, 0.0))
+        return sec * f + (fixed * layers if sec > 0 else 0.0)
+
+    # -- the EP group --------------------------------------------------------------------------------
+    def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
+        """(experts, dispatch, combine seconds, experts flops, bytes) over `n_moe` layers: routed
+        experts on the busiest EP rank + the all-to-all; remembered like rank works."""
+        key = (t_global, t_max, n_moe, kernel, phase)
+        hit = self._moes.get(key)
+        if hit is None:
+            if len(self._moes) >= RANK_MEMO:
+                self._moes.clear()
+            hit = self._moes[key] = self._price_moe(t_global, t_max, n_moe, kernel, phase)
+        return hit
+
+    def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
+        cx = self.cx
+        m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
+        ep = lay.ep_size
+        f = self.imbalance(t_global)
+        busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
+        distinct = max(distinct_experts_per_rank(m, lay, t_global), 1.0)
+        h, inter = m.hidden_size, m.moe.expert_intermediate
+        flops = 2.0 * busiest * 3 * h * inter
+        nbytes = distinct * self.expert_bytes + busiest * (2 * h + 3 * inter) * 2.0
+        dtype = m.dtypes.expert_compute_dtype
+        eff = efficiency.experts(prof, dtype, busiest / distinct, 2 * inter, h)
+        t_exp = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
+        send = max(t_max, t_global / ep * f)
+        disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
+        t_disp = disp.seconds(send) if disp else 0.0
+        t_comb = comb.seconds(send) if comb else 0.0
+        return (self._corrected("moe.experts", t_exp * n_moe, phase, n_moe),
+                self._corrected("moe.dispatch", t_disp * n_moe, phase, n_moe),
+                self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), flops * n_moe, nbytes * n_moe)
+
+    # -- the step --------------------------------------------------------------------------------------
+    def device(self, step: Step) -> tuple[float, float, dict[str, list], list[tuple]]:
+        """(compute seconds, communication seconds, the slowest rank's ops, the EP group's ops per
+        MoE layer group) of one step without overlap or host time."""
+        has_pre = step.has_prefill
+        groups = self.groups_prefill if has_pre else self.groups_decode
+        phase = "prefill" if has_pre else "decode"
+        slowest, rank_ops = -1.0, {}
+        for w in step.works:
+            total, out = self._rank(w, groups, phase)
+            if total > slowest:
+                slowest, rank_ops = total, out
+        experts_s = comm = 0.0
+        moe = []
+        for g in groups:
+            if not g.n_moe:
+                continue
+            toks = [w.dec_seqs * self.q + (w.pre_tokens if g.prefill_tokens else 0.0) for w in step.works]
+            t_global = sum(t * r for t, r in zip(toks, step.ranks))  # DP ranks hold distinct tokens
+            if t_global > 0:
+                kernel = "high_throughput" if g.prefill_tokens else "low_latency"
+                res = self._moe(t_global, max(toks), g.n_moe, kernel, phase)
+                moe.append((g.n_moe,) + res)
+                experts_s += res[0]
+                comm += res[1]
+                comm += res[2]
+        return slowest + experts_s, comm, rank_ops, moe
+
+    def price(self, step: Step) -> StepCost:
+        """Seconds of one step on the instance (slowest rank), with its op breakdown."""
+        total, gpu, dbo, (compute, comm, rank_ops, moe) = self._evaluate(step)
+        ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
+        for n_moe, t_exp, t_disp, t_comb, flops, nbytes in moe:
+            ops_ += [Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe),
+                     Op("moe.dispatch", "comm", t_disp, count=n_moe), Op("moe.combine", "comm", t_comb, count=n_moe)]
+        if dbo:
+            ops_.append(Op("dbo.overlap", "comm", gpu - (compute + comm)))
+        ops_.append(Op("host.exposed", "cpu", total - gpu))
+        return StepCost(total, tuple(ops_), self.loop_s)
+
+    def period(self, step: Step) -> float:
+        """StepCost.period_s of `price(step)`, without building its op breakdown."""
+        return self._evaluate(step)[0] + self.loop_s
+
+    def _halves(self, step: Step) -> tuple[Step, Step]:
+        """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered
+        (prefill works repeat)."""
+        pairs = []
+        for w in step.works:
+            hit = self._half_memo.get(w)
+            if hit is None:
+                if len(self._half_memo) >= RANK_MEMO:
+                    self._half_memo.clear()
+                hit = self._half_memo[w] = (w.half(0), w.half(1))
+            pairs.append(hit)
+        return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
+
+    def _evaluate(self, step: Step) -> tuple:
+        """(step seconds, device seconds, DBO applied, device(step)): overlap and host time."""
+        cx = self.cx
+        lay, prof = cx.layout, cx.prof
+        dev = self.device(step)
+        compute, comm = dev[0], dev[1]
+        gpu = compute + comm
+        dbo = lay.dbo and lay.ep_size > 1 and comm > 0
+        if dbo:
+            a, z = self._halves(step)
+            c1, m1, _, _ = self.device(a)
+            c2, m2, _, _ = self.device(z) if z != a else (c1, m1, None, None)  # even splits: one price
+            gpu = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
+        batch = max(w.dec_seqs + w.pre_seqs for w in step.works)
+        host = host_seconds(lay, prof, batch, cx.model.num_layers, lay.cuda_graphs and not step.has_prefill)
+        return step_seconds(gpu, host, lay), gpu, dbo, dev
 
 
-class _Acc:
-    """Accumulates per-rank op arrays; the slowest rank's total decides the step."""
-
-    def __init__(self, ranks: int):
-        self.ranks = ranks
-        self.rank_ops: dict[str, np.ndarray] = {}  # name -> [3, R] seconds, flops, bytes
-
-    def rank(self, name, sec, flops, nbytes, layers):
-        rec = np.empty((3, self.ranks))
-        rec[0], rec[1], rec[2] = sec, flops, nbytes
-        rec *= layers
-        if name in self.rank_ops:
-            self.rank_ops[name] += rec
-        else:
-            self.rank_ops[name] = rec
-
-    def block(self, names, sec, flops, nbytes):
-        for i, name in enumerate(names):
-            self.rank(name, sec[i], flops[i], nbytes[i], 1.0)
-
-    def slowest(self) -> tuple[float, list[Op]]:
-        total = sum(rec[0] for rec in self.rank_ops.values())
-        r = int(np.argmax(total))
-        ops = [Op(name, "attn" if name == "attn.core" else "gemm", float(rec[0, r]), float(rec[1, r]),
-                  float(rec[2, r])) for name, rec in self.rank_ops.items()]
-        return float(total[r]), ops
-
-
-def _layer_group(cx: CostContext, rb: RankBatch, acc: _Acc, n_dense: int, n_moe: int,
-                 tokens: np.ndarray, with_prefill: bool, q: float) -> list[Op]:
-    """Add one group of layers (same tokens per rank) to `acc`; return its MoE/a2a ops."""
-    m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-    tp = lay.tp
-    n_layers = n_dense + n_moe
-    if n_layers == 0:
-        return []
-    _gemm_block(cx, acc, tokens, n_dense, n_moe)
-    scale = n_layers / m.num_layers
-    for comp in m.attention.kv:
-        layers = max(1, round(comp.layers * scale)) if scale < 1 else comp.layers
-        if np.any(rb.dec_batch > 0):
-            sec, fl, by = attn.decode_component(m, comp, rb.dec_batch, rb.dec_ctx, q, tp, layers, hw, prof)
-            acc.rank("attn.core", sec, fl, by, 1)
-        if with_prefill and rb.pre_new:
-            res = [attn.prefill_component(m, comp, n, p, tp, layers, hw, prof)
-                   for n, p in zip(rb.pre_new, rb.pre_prefix)]
-            acc.rank("attn.core", *[np.array(x) for x in zip(*res)], 1)
-    if n_moe == 0:
-        return []
-    if m.extra_bytes_per_token:
-        by = tokens * m.extra_bytes_per_token / max(n_moe, 1)
-        acc.rank("engram", np.where(tokens > 0, price(0.0, by, 1.0, 1.0, hw, prof), 0.0), 0.0, by, n_moe)
-    return _moe_global(cx, tokens, n_moe, kernel="high_throughput" if with_prefill else "low_latency")
-
-
-def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) -> list[Op]:
-    """Routed experts on the busiest EP rank + dispatch/combine, over `n_moe` layers."""
-    m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-    t_global = float(np.sum(tokens))  # DP ranks hold distinct tokens
-    if t_global <= 0:
-        return []
-    ep = lay.ep_size
-    f = imbalance_factor(t_global, m.moe.top_k, m.moe.num_experts, ep, cx.skew,
-                         lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
-                         gpus_per_node=hw.gpus_per_node, num_groups=m.moe.num_groups)
-    busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
-    distinct = max(distinct_experts_per_rank(m, lay, t_global), 1.0)
-    h, inter = m.hidden_size, m.moe.expert_intermediate
-    flops = 2.0 * busiest * 3 * h * inter
-    nbytes = distinct * expert_bytes(m) + busiest * (2 * h + 3 * inter) * 2.0
-    eff = efficiency.experts(prof, m.dtypes.expert_compute_dtype, busiest / distinct, 2 * inter, h)
-    t_exp = float(price(flops, nbytes, hw.flops_for(m.dtypes.expert_compute_dtype), eff, hw, prof))
-    send = max(float(np.max(tokens)), t_global / ep * f)
-    t_disp = a2a_seconds(m, lay, hw, prof, send, "dispatch", kernel)
-    t_comb = a2a_seconds(m, lay, hw, prof, send, "combine", kernel)
-    ops = [Op("moe.experts", "gemm", t_exp * n_moe, flops * n_moe, nbytes * n_moe, n_moe),
-           Op("moe.dispatch", "comm", t_disp * n_moe, count=n_moe),
-           Op("moe.combine", "comm", t_comb * n_moe, count=n_moe)]
-    return ops
+def step_cost(cx: CostContext, rb: RankBatch | Step) -> StepCost:
+    """Seconds of one step on an instance (slowest rank), with its op breakdown."""
+    return cx.step_model.price(rb.step() if isinstance(rb, RankBatch) else rb)
 
 
 def op_layers(model: ModelSpec, name: str) -> int:
@@ -210,97 +326,14 @@ def op_layers(model: ModelSpec, name: str) -> int:
     return ops.op_layers(name, *model.layers_in("decode"))
 
 
-def _calibrated(cx: CostContext, acc: _Acc, moe_ops: list[Op], phase: str) -> list[Op]:
-    """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work.
-    A key "op/phase" (phase: prefill for any step with prompt tokens, else decode) wins over "op"."""
-    prof = cx.prof
-
-    def get(table: dict, name: str, default: float) -> float:
-        return table.get(f"{name}/{phase}", table.get(name, default))
-
-    for name, rec in acc.rank_ops.items():
-        f, fixed = get(prof.op_scale, name, 1.0), get(prof.op_fixed, name, 0.0)
-        if fixed:
-            rec[0] = rec[0] * f + np.where(rec[0] > 0, fixed * op_layers(cx.model, name), 0.0)
-        elif f != 1.0:
-            rec[0] *= f
-    return [dataclasses.replace(op, seconds=op.seconds * get(prof.op_scale, op.name, 1.0)
-                                + (get(prof.op_fixed, op.name, 0.0) * op.count if op.seconds > 0 else 0.0))
-            for op in moe_ops]
-
-
-def _device(cx: CostContext, rb: RankBatch) -> tuple[float, float, list[Op]]:
-    """(compute seconds, communication seconds, ops) of one step without overlap or host time."""
-    m, lay = cx.model, cx.layout
-    q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
-    dec_tokens = rb.dec_batch * q
-    pre_tokens = rb.prefill_tokens()
-    has_pre = bool(np.any(pre_tokens > 0))
-    acc = _Acc(rb.ranks)
-    moe_ops: list[Op] = []
-    if has_pre and m.prefill_layers is not None:
-        # V4.1: prompt tokens run only the encoder half; the rest of the layers see decode tokens
-        pd, pm = m.layers_in("prefill")
-        dd, dm = m.layers_in("decode")
-        groups = [(pd, pm, dec_tokens + pre_tokens, True), (dd - pd, dm - pm, dec_tokens, False)]
-        rest = RankBatch(rb.dec_batch, rb.dec_ctx)
-    else:
-        dd, dm = m.layers_in("decode")
-        groups = [(dd, dm, dec_tokens + pre_tokens, has_pre)]
-        rest = rb
-    for i, (nd, nm, tok, with_pre) in enumerate(groups):
-        moe_ops += _layer_group(cx, rb if i == 0 else rest, acc, nd, nm, tok, with_pre, q)
-    head_m = dec_tokens + rb.prefill_seqs()
-    sec, fl, by = _gemm(head_m, m.hidden_size, m.vocab_size / lay.tp, 2.0, "bf16", cx.hw, cx.prof)
-    acc.rank("lm_head", sec, fl, by, 1)
-    if lay.speculation is not None and m.draft is not None and np.any(rb.dec_batch > 0):
-        d = m.draft
-        dm_ = rb.dec_batch * (d.num_tokens if d.kind == "draft_model" else 1)
-        wb = DTYPE_BYTES[d.weight_dtype]
-        fl = 2.0 * d.active_params * dm_
-        by = np.minimum(d.total_params, d.active_params * np.maximum(dm_, 1.0)) * wb
-        sec = np.where(dm_ > 0, price(fl, by, cx.hw.flops_for(m.dtypes.compute),
-                                      efficiency.gemm(cx.prof, d.weight_dtype, dm_),
-                                      cx.hw, cx.prof), 0.0)
-        # MTP runs one module pass per draft token; a block drafter runs its fixed stage count
-        passes = lay.speculation.num_tokens if d.kind == "mtp" else d.forward_passes
-        acc.rank("draft", sec, fl, by, passes)
-    if cx.prof.op_scale or cx.prof.op_fixed:  # calibrated per-op corrections
-        moe_ops = _calibrated(cx, acc, moe_ops, "prefill" if has_pre else "decode")
-    rank_s, rank_ops = acc.slowest()
-    comm = sum(op.seconds for op in moe_ops if op.kind == "comm")
-    compute = rank_s + sum(op.seconds for op in moe_ops if op.kind != "comm")
-    return compute, comm, rank_ops + moe_ops
-
-
-def step_cost(cx: CostContext, rb: RankBatch) -> StepCost:
-    """Seconds of one step on an instance (slowest rank), with its op breakdown."""
-    lay, prof = cx.layout, cx.prof
-    compute, comm, ops = _device(cx, rb)
-    gpu = compute + comm
-    if lay.dbo and lay.ep_size > 1 and comm > 0:
-        (c1, m1, _), (c2, m2, _) = (_device(cx, h) for h in rb.halves())
-        overlapped = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
-        ops = ops + [Op("dbo.overlap", "comm", overlapped - gpu)]
-        gpu = overlapped
-    has_pre = bool(np.any(rb.prefill_tokens() > 0))
-    batch = float(np.max(rb.dec_batch + rb.prefill_seqs()))
-    graphs = lay.cuda_graphs and not has_pre
-    host = host_seconds(lay, prof, batch, cx.model.num_layers, graphs)
-    total = combine_host(gpu, host, lay.async_scheduling)
-    ops = ops + [Op("host.exposed", "cpu", total - gpu)]
-    return StepCost(total, tuple(ops))
-
-
 def decode_step(cx: CostContext, batch: float, ctx_sum: float) -> StepCost:
     """A decode step with the same batch and context sum on every DP rank."""
-    r = cx.layout.dp
-    return step_cost(cx, RankBatch(np.full(r, float(batch)), np.full(r, float(ctx_sum))))
+    return step_cost(cx, Step.uniform(cx.layout.dp, RankWork(float(batch), float(ctx_sum))))
 
 
 def prefill_step(cx: CostContext, new_tokens, prefix=None) -> StepCost:
     """A prefill step with the same chunks (new tokens, prefix) on every DP rank."""
-    new = np.asarray(new_tokens, float).reshape(-1)
-    pre = np.zeros_like(new) if prefix is None else np.asarray(prefix, float).reshape(-1)
-    r = cx.layout.dp
-    return step_cost(cx, RankBatch(np.zeros(r), np.zeros(r), [new] * r, [pre] * r))
+    new = [float(x) for x in np.asarray(new_tokens, float).reshape(-1)]
+    pre = [0.0] * len(new) if prefix is None else [float(x) for x in np.asarray(prefix, float).reshape(-1)]
+    chunks = tuple((1, n, p) for n, p in zip(new, pre))
+    return step_cost(cx, Step.uniform(cx.layout.dp, RankWork(0.0, 0.0, chunks)))

@@ -5,6 +5,8 @@ one NVLink domain, else over the scale-out NIC of the sending rank.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rackplan.specs import HardwareSpec, ModelSpec, Profile
 
 
@@ -13,8 +15,27 @@ def kv_transfer_bytes(model: ModelSpec, context_tokens: float) -> float:
     return context_tokens * model.kv_bytes_per_token + model.kv_bytes_per_sequence_fixed
 
 
+@dataclass(frozen=True)
+class KVLink:
+    """The path a sequence's KV cache takes from its prefill rank to its decode rank."""
+
+    alpha_s: float  # per-request handshake
+    bytes_per_token: float
+    bytes_fixed: float  # per sequence (sliding windows)
+    bw: float  # effective B/s
+
+    def seconds(self, context_tokens: float) -> float:
+        return self.alpha_s + (context_tokens * self.bytes_per_token + self.bytes_fixed) / self.bw
+
+
+def kv_link(model: ModelSpec, hw: HardwareSpec, prof: Profile, same_domain: bool) -> KVLink:
+    """The KV transfer link: NVLink inside one domain, else the scale-out NIC."""
+    bw = hw.scaleup_bw if same_domain else hw.scaleout_bw
+    return KVLink(prof.kv_transfer_alpha_s, model.kv_bytes_per_token, model.kv_bytes_per_sequence_fixed,
+                  bw * prof.kv_transfer_bw_eff)
+
+
 def kv_transfer_seconds(model: ModelSpec, hw: HardwareSpec, prof: Profile, context_tokens: float,
                         same_domain: bool) -> float:
     """Seconds to move one sequence's KV cache from its prefill rank to its decode rank."""
-    bw = hw.scaleup_bw if same_domain else hw.scaleout_bw
-    return prof.kv_transfer_alpha_s + kv_transfer_bytes(model, context_tokens) / (bw * prof.kv_transfer_bw_eff)
+    return kv_link(model, hw, prof, same_domain).seconds(context_tokens)

@@ -11,32 +11,52 @@ target rate (min GPUs, max tokens/s/user).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-
-import numpy as np
 
 from rackplan.specs import SLO, Layout
 
-from ..cost.transfer import kv_transfer_seconds
-from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic
+from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic, interp
 
 SLO_MARGIN = 0.9  # plan estimates to 90% of each SLO: the simulator's tails are the real test
 WAIT_TAIL = math.log(10.0)  # p90 / mean of an exponential wait
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One deployment and its estimated steady state at `rate_rps`."""
+Pool = tuple[Layout, dict]  # a priced shape and the fields (replicas, limits) its deployment sets
 
-    prefill: tuple[Layout, ...]
-    decode: tuple[Layout, ...]
-    aggregated: tuple[Layout, ...]
-    gpus: int
-    rate_rps: float
-    ttft_p90_s: float
-    tpot_s: float
-    batch_per_rank: float  # operating decode batch
-    osl: float
+
+class Candidate:
+    """One deployment and its estimated steady state at `rate_rps`. Its layouts are built the first
+    time they are read: a search streams hundreds of thousands of candidates and keeps a few."""
+
+    __slots__ = ("gpus", "rate_rps", "ttft_p90_s", "tpot_s", "batch_per_rank", "osl", "_pools", "_kind",
+                 "_layouts", "_summary")
+
+    def __init__(self, kind: str, pools: tuple[Pool, ...], gpus: int, rate_rps: float, ttft_p90_s: float,
+                 tpot_s: float, batch_per_rank: float, osl: float):
+        self._kind, self._pools = kind, pools  # kind: "disaggregated" (prefill pool, decode pool) or "aggregated"
+        self.gpus, self.rate_rps, self.ttft_p90_s, self.tpot_s = gpus, rate_rps, ttft_p90_s, tpot_s
+        self.batch_per_rank = batch_per_rank  # operating decode batch
+        self.osl = osl
+        self._layouts: tuple | None = None
+        self._summary: str | None = None
+
+    def _built(self) -> tuple[Layout, ...]:
+        if self._layouts is None:
+            self._layouts = tuple(replace(lay, **changes) for lay, changes in self._pools)
+        return self._layouts
+
+    @property
+    def prefill(self) -> tuple[Layout, ...]:
+        return self._built()[:1] if self._kind == "disaggregated" else ()
+
+    @property
+    def decode(self) -> tuple[Layout, ...]:
+        return self._built()[1:] if self._kind == "disaggregated" else ()
+
+    @property
+    def aggregated(self) -> tuple[Layout, ...]:
+        return self._built() if self._kind == "aggregated" else ()
 
     @property
     def tps_gpu(self) -> float:
@@ -50,11 +70,12 @@ class Candidate:
 
     @property
     def summary(self) -> str:
-        def pool(lays):
-            return " + ".join(f"{lay.replicas}x{_tag(lay)}" for lay in lays)
-        if self.decode:
-            return f"prefill {pool(self.prefill)} | decode {pool(self.decode)}"
-        return f"aggregated {pool(self.aggregated)}"
+        if self._summary is None:
+            def pool(lays):
+                return " + ".join(f"{lay.replicas}x{_tag(lay)}" for lay in lays)
+            self._summary = (f"prefill {pool(self.prefill)} | decode {pool(self.decode)}" if self.decode
+                             else f"aggregated {pool(self.aggregated)}")
+        return self._summary
 
     def sort_key(self):
         """Deterministic order: best tokens/s/GPU, then per user, then fewer GPUs, then name."""
@@ -98,14 +119,12 @@ class Setting:
 
 
 def _transfer_s(pr: Pricer, gpus: int, tr: Traffic) -> float:
-    same = gpus <= pr.hw.domain_size
-    return kv_transfer_seconds(pr.model, pr.hw, pr.prof, tr.isl, same)
+    return pr.transfer_s(tr.isl, gpus <= pr.hw.domain_size)
 
 
 def disaggregated(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: DecodeUnit,
-                  st: Setting) -> list[Candidate]:
+                  st: Setting) -> Iterator[Candidate]:
     """Deployments of one decode shape (every max batch on its grid) with each prefill shape."""
-    out = []
     for top in range(len(dec.batches)):
         if dec.tpot(top) > SLO_MARGIN * st.slo.tpot_p90_s:
             break  # larger batches only get slower
@@ -114,8 +133,7 @@ def disaggregated(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: De
             for n_p, n_d in _pool_sizes(pu.gpus, dec.gpus, p_rate, d_rate, st):
                 cand = _disagg_candidate(pr, pu, n_p, dec, n_d, top, p_rate, d_rate, st)
                 if cand is not None:
-                    out.append(cand)
-    return out
+                    yield cand
 
 
 def _pool_sizes(g_p: int, g_d: int, p_rate: float, d_rate: float, st: Setting):
@@ -173,10 +191,10 @@ def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, 
     batch, tpot = dec.at_rate(rate / n_d, top)
     if tpot > SLO_MARGIN * st.slo.tpot_p90_s:
         return None
-    lay_d = replace(dec.layout, replicas=n_d, max_batch_per_rank=dec.batches[top],
-                    max_tokens_per_step=max(dec.layout.max_tokens_per_step, _decode_tokens(dec, top)))
-    return Candidate((replace(pu.layout, replicas=n_p),), (lay_d,), (), gpus, rate, ttft_at(rate), tpot, batch,
-                     st.traffic.osl)
+    pools = ((pu.layout, {"replicas": n_p}),
+             (dec.layout, {"replicas": n_d, "max_batch_per_rank": dec.batches[top],
+                           "max_tokens_per_step": max(dec.layout.max_tokens_per_step, _decode_tokens(dec, top))}))
+    return Candidate("disaggregated", pools, gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl)
 
 
 def _decode_tokens(dec: DecodeUnit, top: int) -> int:
@@ -184,9 +202,8 @@ def _decode_tokens(dec: DecodeUnit, top: int) -> int:
     return int(dec.batches[top] * q)
 
 
-def aggregated(agg: DecodeUnit, st: Setting) -> list[Candidate]:
+def aggregated(agg: DecodeUnit, st: Setting) -> Iterator[Candidate]:
     """Replicated aggregated instances, one deployment per max batch on the grid."""
-    out = []
     limit = SLO_MARGIN * st.slo.ttft_p90_s
     for top in range(len(agg.batches)):
         inst_rate = agg.rate(top)
@@ -197,7 +214,7 @@ def aggregated(agg: DecodeUnit, st: Setting) -> list[Candidate]:
 
         def ttft_at(rate: float, n=n, top=top, slots=slots) -> float:
             batch, tpot = agg.at_rate(rate / n, top)
-            first = float(np.interp(batch, agg.batches[: top + 1], agg.first_token_s[: top + 1]))
+            first = interp(batch, agg.batches, agg.first_token_s, top)
             return first + decode_wait_p90(rate, slots, st.traffic.osl * tpot)
         if st.target_rps is None:
             rate = fit_rate(ttft_at, n * inst_rate, limit)
@@ -208,6 +225,5 @@ def aggregated(agg: DecodeUnit, st: Setting) -> list[Candidate]:
         batch, tpot = agg.at_rate(rate / n, top)
         if tpot > SLO_MARGIN * st.slo.tpot_p90_s:
             continue
-        lay = replace(agg.layout, replicas=n, max_batch_per_rank=agg.batches[top])
-        out.append(Candidate((), (), (lay,), n * agg.gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl))
-    return out
+        pools = ((agg.layout, {"replicas": n, "max_batch_per_rank": agg.batches[top]}),)
+        yield Candidate("aggregated", pools, n * agg.gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl)

@@ -13,14 +13,16 @@ keeps up with completions is b * acc * new / osl tokens.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
-
-import numpy as np
+from functools import cached_property
 
 from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
 
 from ..cost.memory import kv_capacity_tokens
-from ..cost.step import CostContext, RankBatch, StepCost, decode_step, prefill_step, step_cost
+from ..cost.step import CostContext, RankWork, StepCost
+from ..cost.transfer import KVLink, kv_link
+from ..pricer import StepPricer
 
 WAIT_TAIL = math.log(10.0)  # p90 of an exponential wait, in units of its mean
 DETERMINISTIC = 0.5  # (1 + cs^2) / 2 with cs ~ 0: Kingman's correction for fixed service times
@@ -61,39 +63,50 @@ def traffic_of(workload: Workload) -> Traffic:
 
 
 class Pricer:
-    """Step costs of one (model, hardware, profile) with a dict cache (specs hold dicts, so no lru)."""
+    """Exact step costs of one (model, hardware, profile) for the planner: the simulator's step
+    pricer (sim/pricer.py) of each layout, so both price a step the same way. Rates and latencies
+    use StepCost.period_s (the step plus the engine loop around it), as the simulator does."""
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0):
         self.model, self.hw, self.prof, self.skew = model, hw, prof, skew
-        self._cache: dict = {}
+        self._pricers: dict[Layout, StepPricer] = {}
+        self._links: dict[bool, KVLink] = {}
 
     def cx(self, layout: Layout) -> CostContext:
         return CostContext(self.model, self.hw, layout, self.prof, self.skew)
 
-    def _get(self, key, fn) -> StepCost:
-        hit = self._cache.get(key)
+    def pricer(self, layout: Layout) -> StepPricer:
+        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Role and
+        replicas do not change a step's price, so decode and aggregated variants of a shape share it."""
+        key = replace(layout, role="decode", replicas=1)
+        hit = self._pricers.get(key)
         if hit is None:
-            hit = self._cache[key] = fn()
+            hit = self._pricers[key] = StepPricer(self.cx(key))
         return hit
 
+    def transfer_s(self, context_tokens: float, same_domain: bool) -> float:
+        """KV transfer seconds of one sequence (sim/cost/transfer.py)."""
+        link = self._links.get(same_domain)
+        if link is None:
+            link = self._links[same_domain] = kv_link(self.model, self.hw, self.prof, same_domain)
+        return link.seconds(context_tokens)
+
     def decode(self, layout: Layout, batch: float, ctx_mean: float) -> StepCost:
-        # step costs ignore role, replicas and per-rank limits: aggregated shapes share decode's cache
-        key = replace(layout, role="decode", replicas=1, max_batch_per_rank=1, max_tokens_per_step=1)
-        return self._get(("d", key, batch, ctx_mean),
-                         lambda: decode_step(self.cx(layout), batch, batch * ctx_mean))
+        """A decode step of `batch` sequences per rank at mean context `ctx_mean`."""
+        return self.pricer(layout).uniform(RankWork(float(batch), float(batch * ctx_mean)))
 
     def prefill(self, layout: Layout, chunks: tuple[float, ...], prefix: float) -> StepCost:
-        return self._get(("p", layout, chunks, prefix),
-                         lambda: prefill_step(self.cx(layout), list(chunks), [prefix] * len(chunks)))
+        """A prefill step with `chunks` (new tokens each) after `prefix` cached tokens on every rank."""
+        groups: dict[float, int] = {}
+        for n in chunks:
+            groups[float(n)] = groups.get(float(n), 0) + 1
+        work = RankWork(0.0, 0.0, tuple((c, n, float(prefix)) for n, c in groups.items()))
+        return self.pricer(layout).uniform(work)
 
     def mixed(self, layout: Layout, batch: float, ctx_mean: float, chunk: float, prefix: float) -> StepCost:
-        r = layout.dp
-
-        def fn():
-            rb = RankBatch(np.full(r, float(batch)), np.full(r, batch * ctx_mean),
-                           [np.array([chunk])] * r, [np.array([prefix])] * r)
-            return step_cost(self.cx(layout), rb)
-        return self._get(("m", layout, batch, ctx_mean, chunk, prefix), fn)
+        """A decode step of `batch` sequences per rank plus one prefill chunk per rank."""
+        work = RankWork(float(batch), float(batch * ctx_mean), ((1, float(chunk), float(prefix)),))
+        return self.pricer(layout).uniform(work)
 
 
 def queue_wait_p90(rho: float, capacity_rps: float) -> float:
@@ -140,13 +153,13 @@ def price_prefill(pr: Pricer, layout: Layout, tr: Traffic) -> PrefillUnit:
     budget = layout.max_tokens_per_step
     if tr.new <= budget:
         per_step = max(1, int(budget // tr.new))
-        full = pr.prefill(layout, (tr.new,) * per_step, tr.cached).seconds
-        light = pr.prefill(layout, (tr.new,), tr.cached).seconds
+        full = pr.prefill(layout, (tr.new,) * per_step, tr.cached).period_s
+        light = pr.prefill(layout, (tr.new,), tr.cached).period_s
         capacity = layout.dp * per_step / full
     else:  # chunked: ceil(new / budget) steps per request, each at the mean prefix
         steps = math.ceil(tr.new / budget)
         chunk = tr.new / steps
-        one = pr.prefill(layout, (chunk,), tr.cached + tr.new / 2).seconds
+        one = pr.prefill(layout, (chunk,), tr.cached + tr.new / 2).period_s
         full = light = steps * one
         capacity = layout.dp / full
     return PrefillUnit(layout, capacity, light, full)
@@ -175,21 +188,36 @@ class DecodeUnit:
 
     def rate(self, i: int) -> float:
         """Requests/s one instance sustains at grid batch i."""
-        return self.layout.dp * self.batches[i] * self.acceptance / (self.osl * self._avg()[i])
+        return self.rates[i]
+
+    @cached_property
+    def rates(self) -> tuple[float, ...]:
+        """Requests/s at each grid batch."""
+        avg = self._avg()
+        return tuple(self.layout.dp * b * self.acceptance / (self.osl * a) for b, a in zip(self.batches, avg))
 
     def tpot(self, i: int) -> float:
         return self.step_s[i] / self.acceptance
 
     def at_rate(self, rate_rps: float, top: int) -> tuple[float, float]:
         """(operating batch, TPOT s) when one instance serves `rate_rps` with grid batch `top` as cap."""
-        rates = [self.rate(i) for i in range(top + 1)]
-        steps = list(self.step_s[: top + 1])
-        if rate_rps >= rates[-1]:
-            return float(self.batches[top]), steps[-1] / self.acceptance
+        rates, steps = self.rates, self.step_s
+        if rate_rps >= rates[top]:
+            return float(self.batches[top]), steps[top] / self.acceptance
         if rate_rps <= rates[0]:
             return float(self.batches[0]), steps[0] / self.acceptance
-        b = float(np.interp(rate_rps, rates, self.batches[: top + 1]))
-        return b, float(np.interp(b, self.batches[: top + 1], steps)) / self.acceptance
+        b = interp(rate_rps, rates, self.batches, top)
+        return b, interp(b, self.batches, steps, top) / self.acceptance
+
+
+def interp(x: float, xs, ys, top: int) -> float:
+    """Piecewise-linear y(x) through (xs[i], ys[i]) for i <= top, xs increasing, xs[0] <= x <= xs[top]
+    (numpy.interp's formula)."""
+    j = bisect_right(xs, x, 0, top + 1) - 1
+    if j >= top or xs[j] == x:
+        return float(ys[min(j, top)])
+    slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
+    return float(slope * (x - xs[j]) + ys[j])
 
 
 def _acceptance(layout: Layout) -> float:
@@ -207,7 +235,7 @@ def price_decode(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...])
     batches = tuple(b for b in grid if b <= limit)
     if not batches:
         return None
-    steps = tuple(pr.decode(layout, float(b), tr.ctx_mean).seconds for b in batches)
+    steps = tuple(pr.decode(layout, float(b), tr.ctx_mean).period_s for b in batches)
     return DecodeUnit(layout, _acceptance(layout), batches, steps, osl=tr.osl)
 
 
@@ -222,10 +250,10 @@ def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, .
         need = b * acc * tr.new / tr.osl  # prefill tokens per step that match completions
         if room < 1 or need > RHO_MAX * room:
             break
-        full = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2).seconds
+        full = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2).period_s
         rho = need / room
         # chunked prefill gives a prompt the whole room: a share rho of steps carry a full chunk
-        avg = rho * full + (1.0 - rho) * pr.decode(layout, float(b), tr.ctx_mean).seconds
+        avg = rho * full + (1.0 - rho) * pr.decode(layout, float(b), tr.ctx_mean).period_s
         steps_per_prompt = math.ceil(tr.new / room)
         cap = layout.dp * room / (tr.new * full)
         ttft = steps_per_prompt * full + queue_wait_p90(rho, cap)

@@ -1,6 +1,7 @@
 """Pareto front of deployments: keep those no other deployment beats on both axes."""
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Callable, Iterable, TypeVar
 
 T = TypeVar("T")
@@ -36,3 +37,56 @@ def thin(points: list[T], x: Callable[[T], float], y: Callable[[T], float], rel:
             continue
         out.append(p)
     return out
+
+
+class StreamingFront:
+    """`front` of a stream: the non-dominated items kept while items arrive, O(log n) each.
+
+    Kept items sit in order of x descending (so y ascending). Ties on both axes keep the item with
+    the smaller `key`, as `front` keeps the first of a key-sorted input."""
+
+    def __init__(self, x: Callable[[T], float], y: Callable[[T], float], key: Callable[[T], object]):
+        self.x, self.y, self.key = x, y, key
+        self._neg_x: list[float] = []  # -x of kept items, ascending
+        self._y: list[float] = []
+        self._items: list[T] = []
+
+    def add(self, item: T) -> bool:
+        """Offer an item; True when it is on the front now."""
+        x, y = self.x(item), self.y(item)
+        pos = bisect_left(self._neg_x, -x)  # items[:pos] have a larger x
+        same_x = pos < len(self._items) and self._neg_x[pos] == -x
+        last = pos if same_x else pos - 1  # the kept item with x' >= x and the largest y'
+        if last >= 0 and self._y[last] >= y:
+            if not (same_x and self._y[last] == y and self.key(item) < self.key(self._items[last])):
+                return False  # dominated (or tied with an item that comes first)
+        end = pos  # kept items from pos on have x' <= x; drop those with y' <= y
+        while end < len(self._items) and self._y[end] <= y:
+            end += 1
+        self._neg_x[pos:end] = [-x]
+        self._y[pos:end] = [y]
+        self._items[pos:end] = [item]
+        return True
+
+    def items(self) -> list[T]:
+        """The front, x descending."""
+        return list(self._items)
+
+
+class Decimated:
+    """A deterministic sample of a stream: every k-th item, k doubling so at most `size` are kept."""
+
+    def __init__(self, size: int):
+        self.size, self.stride, self.count = size, 1, 0
+        self._items: list = []
+
+    def add(self, item) -> None:
+        if self.count % self.stride == 0:
+            self._items.append(item)
+            if len(self._items) > self.size:
+                self._items = self._items[::2]
+                self.stride *= 2
+        self.count += 1
+
+    def items(self) -> list:
+        return list(self._items)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
 
@@ -17,12 +17,13 @@ from . import combine
 from . import space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
-from .pareto import front, thin
+from .pareto import Decimated, StreamingFront, thin
 from .verify import Check, auto_requests, check
 
 Objective = Literal["throughput", "min-gpus", "latency"]
 OBJECTIVES = ("throughput", "min-gpus", "latency")
 FRONT_THIN = 0.03  # front points within 3% of a neighbour on both axes are not simulated separately
+SAMPLE = 2000  # estimated deployments kept for the report besides the front (a deterministic sample)
 
 
 class NoFeasiblePlan(Exception):
@@ -81,10 +82,21 @@ class Verified:
 
 
 @dataclass
+class Search:
+    """What the estimate stage keeps of the streamed candidates: the objective's Pareto front, a
+    deterministic sample of the others (for the report) and how many there were."""
+
+    front: list[Candidate]
+    sample: list[Candidate]
+    count: int
+
+
+@dataclass
 class Result:
     request: Request
     num_layouts: int
-    candidates: list[Candidate]
+    candidates: list[Candidate]  # the front and a sample of the other estimated deployments
+    num_candidates: int  # estimated deployments meeting the SLOs
     front: list[Candidate]
     verified: list[Verified]
     winner: Verified
@@ -158,31 +170,47 @@ def target_rate(req: Request) -> float | None:
     return None
 
 
-def estimate(req: Request, priced: list) -> list[Candidate]:
-    """All estimated deployments that meet the SLOs (with margin), deterministically sorted."""
+def candidates(req: Request, priced: list) -> Iterator[Candidate]:
+    """Every estimated deployment that meets the SLOs (with margin), as a stream."""
     tr = traffic_of(req.workload)
     st = Setting(req.num_gpus, req.slo, tr, target_rate(req))
     pr = Pricer(req.model, req.hw, req.profile, tr.skew)
     budget = combine.SLO_MARGIN * req.slo.ttft_p90_s - req.slo.tpot_p90_s
     prefills = combine.best_prefill_per_size([u for k, u in priced if k == "prefill"], budget)
-    cands: list[Candidate] = []
     for kind, unit in priced:
         if unit is None:
             continue
         if kind == "decode" and prefills:
-            cands += combine.disaggregated(pr, prefills, unit, st)
+            yield from combine.disaggregated(pr, prefills, unit, st)
         elif kind == "agg":
-            cands += combine.aggregated(unit, st)
-    uniq = {(c.summary, c.gpus): c for c in sorted(cands, key=Candidate.sort_key, reverse=True)}
-    return sorted(uniq.values(), key=Candidate.sort_key)
+            yield from combine.aggregated(unit, st)
 
 
-def pareto(req: Request, cands: list[Candidate]) -> list[Candidate]:
-    """The front the objective cares about (tokens/s/GPU vs /user; fewer GPUs vs /user)."""
+def _axes(req: Request):
+    """(x, y) the objective's front maximises: tokens/s/user and /GPU; for min-gpus, fewer GPUs and
+    tokens/s/user."""
     if req.objective == "min-gpus":
-        return front(cands, lambda c: -c.gpus, lambda c: c.tps_user)
-    x, y = (lambda c: c.tps_user), (lambda c: c.tps_gpu)
-    return thin(front(cands, x, y), x, y, FRONT_THIN)
+        return (lambda c: -c.gpus), (lambda c: c.tps_user)
+    return (lambda c: c.tps_user), (lambda c: c.tps_gpu)
+
+
+def estimate(req: Request, priced: list) -> Search:
+    """Stream the estimated deployments into the objective's Pareto front (flat memory)."""
+    x, y = _axes(req)
+    fr, sample = StreamingFront(x, y, Candidate.sort_key), Decimated(SAMPLE)
+    for c in candidates(req, priced):
+        fr.add(c)
+        sample.add(c)
+    keep = {id(c): c for c in fr.items() + sample.items()}
+    return Search(fr.items(), sorted(keep.values(), key=Candidate.sort_key), sample.count)
+
+
+def pareto(req: Request, search: Search) -> list[Candidate]:
+    """The front the objective cares about (tokens/s/GPU vs /user, thinned; fewer GPUs vs /user)."""
+    if req.objective == "min-gpus":
+        return search.front
+    x, y = _axes(req)
+    return thin(search.front, x, y, FRONT_THIN)
 
 
 def _spread(items: list, k: int) -> list:
@@ -253,13 +281,18 @@ def closest_estimate(req: Request) -> str:
     """The estimated deployment nearest the SLOs when none meets them (SLOs relaxed x1000)."""
     loose = SLO(req.slo.ttft_p90_s * 1e3, req.slo.tpot_p90_s * 1e3)
     relaxed = Request(**{**req.__dict__, "slo": loose, "simulate": False, "progress": None})
-    cands = estimate(relaxed, price_all(relaxed))
-    if not cands:
-        return "no deployment sustains any load"
 
     def excess(c: Candidate) -> float:
         return max(c.ttft_p90_s / req.slo.ttft_p90_s, c.tpot_s / req.slo.tpot_p90_s)
-    c = min(cands, key=lambda c: (excess(c), c.sort_key()))
+    c, best = None, None
+    for cand in candidates(relaxed, price_all(relaxed)):
+        e = excess(cand)
+        if best is None or e <= best[0]:  # the summary (for ties) only when it can matter
+            k = (e, cand.sort_key())
+            if best is None or k < best:
+                c, best = cand, k
+    if c is None:
+        return "no deployment sustains any load"
     if c.ttft_p90_s / req.slo.ttft_p90_s >= c.tpot_s / req.slo.tpot_p90_s:
         what, value, limit = "TTFT p90", c.ttft_p90_s, req.slo.ttft_p90_s
     else:
@@ -284,8 +317,8 @@ def plan(req: Request, name: str = "plan") -> Result:
     sp.check_budget(req.model, req.hw, req.num_gpus, not req.space.aggregated)
     priced = price_all(req)
     t1 = time.perf_counter()
-    cands = estimate(req, priced)
-    points = _spread(pareto(req, cands), req.max_checks)
+    search = estimate(req, priced)
+    points = _spread(pareto(req, search), req.max_checks)
     t2 = time.perf_counter()
     if not points:
         raise NoFeasiblePlan(_closest_message(req, []))
@@ -295,7 +328,7 @@ def plan(req: Request, name: str = "plan") -> Result:
     predicted = predicted_metrics(win)
     result_plan = to_plan(req, win.cand, name, predicted)
     timings = {"price_s": t1 - t0, "estimate_s": t2 - t1, "simulate_s": t3 - t2, "total_s": t3 - t0}
-    return Result(req, len(priced), cands, points, verified, win, result_plan, timings,
+    return Result(req, len(priced), search.sample, search.count, points, verified, win, result_plan, timings,
                   any(v.check is not None for v in verified))
 
 

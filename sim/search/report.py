@@ -43,7 +43,8 @@ CSV_FIELDS = ("summary", "gpus", "est_request_rate", "est_tps_gpu", "est_tps_use
 
 
 def write_csv(res: Result, path: Path) -> None:
-    """Every estimated deployment, with the simulator's verdict for front points."""
+    """The estimated front and a deterministic sample of the other deployments (planner.SAMPLE),
+    with the simulator's verdict for front points."""
     checks = {id(v.cand): v for v in res.verified}
     front = {id(c) for c in res.front}
     with open(path, "w", newline="") as fh:
@@ -74,7 +75,7 @@ def write_png(res: Result, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     ax.scatter([c.tps_user for c in res.candidates], [c.tps_gpu for c in res.candidates], s=6, c="0.75",
-               label="estimated deployments")
+               label="estimated deployments (sample)")
     fr = sorted(res.front, key=lambda c: c.tps_user)
     ax.plot([c.tps_user for c in fr], [c.tps_gpu for c in fr], "-", c="C0", lw=1, label="Pareto front (estimate)")
     for passed, style, label in ((True, "o", "simulated: meets SLOs"), (False, "x", "simulated: misses SLOs")):
@@ -164,7 +165,7 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
              f"Workload `{r.workload.name}` (ISL {tr.isl:.0f}, OSL {tr.osl:.0f}, "
              f"prefix hits {r.workload.prefix_hit_rate:.0%}); SLOs TTFT p90 <= {r.slo.ttft_p90_s:g} s, "
              f"TPOT p90 <= {_ms(r.slo.tpot_p90_s)} ms; objective **{r.objective}**; profile `{r.profile.name}`.", "",
-             f"Searched {res.num_layouts} instance shapes -> {len(res.candidates)} deployments meeting the SLOs in "
+             f"Searched {res.num_layouts} instance shapes -> {res.num_candidates} deployments meeting the SLOs in "
              f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. Time: pricing "
              f"{t['price_s']:.2f} s, estimate {t['estimate_s']:.2f} s, simulation {t['simulate_s']:.2f} s.", "",
              "## Chosen", "", f"**{w.cand.summary}** on {w.cand.gpus} GPUs: {w.rate_rps:.3g} req/s, "
@@ -182,7 +183,7 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
 
 def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[str]:
     """The report folder's files and how to run the launch files."""
-    head = "`pareto.csv` (every estimated deployment), `pareto.png` (the front)"
+    head = "`pareto.csv` (the front and a sample of the other estimated deployments), `pareto.png` (the front)"
     if not launch_files:
         return ["## Files", "", f"{head}. No `launch/`: {why_not or 'not built'}.", ""]
     names = ", ".join(f"`{n}`" for n in launch_files)

@@ -57,9 +57,10 @@ def spec_options(model: ModelSpec, space: SearchSpace) -> tuple[Speculation | No
 
 
 def _eplb_options(model: ModelSpec, ep: int, space: SearchSpace) -> tuple[EPLBConfig, ...]:
-    """No EPLB, and the fewest redundant slots (at least one) that make experts + redundant split
-    evenly over the EP ranks, as vLLM's EPLB requires (DeepSeek-V3 EP72: 256 + 32 = 288)."""
-    opts = [EPLBConfig()]
+    """No EPLB (when the experts split evenly over the EP ranks), and the fewest redundant slots
+    (at least one) that make experts + redundant split evenly, as vLLM's EPLB requires
+    (DeepSeek-V3 EP72: 256 + 32 = 288). An EP size neither fits has no option (no layout)."""
+    opts = [EPLBConfig()] if model.moe.num_experts % ep == 0 else []
     if space.eplb and ep >= 8:
         redundant = (-model.moe.num_experts) % ep or ep
         opts.append(EPLBConfig(redundant_experts=redundant, policy="hierarchical"))
@@ -101,7 +102,7 @@ def prefill_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: Se
     for dp, tp in _shapes(space.prefill_tp, space.prefill_dep, num_gpus - 1):
         for budget in space.prefill_budgets:
             base = Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64)
-            if fits(model, hw, base):
+            if model.moe.num_experts % base.ep_size == 0 and fits(model, hw, base):
                 out += [replace(base, dbo=d) for d in (space.dbo if base.ep_size > 1 else (False,))]
     return out
 

@@ -7,7 +7,6 @@ import pytest
 
 from rackplan.sim.cost.step import CostContext
 from rackplan.sim.cost.transfer import kv_transfer_seconds
-from rackplan.sim.prefill import rank_batch
 from rackplan.sim.pricer import StepPricer
 from rackplan.sim.simulator import simulate, simulate_specs
 from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
@@ -44,7 +43,7 @@ def test_exact_timeline_two_requests():
     arrivals = np.cumsum(np.random.default_rng(3).exponential(1.0, size=2))
     res = simulate_specs(plan, MODEL, HW, w, PROF)
     pre, dec = _prices(plan)
-    p1 = pre.step(rank_batch([[(0, 1000, 0)]] + [[]] * 7))
+    p1 = pre.step([[(0, 1000, 0)]] + [[]] * 7)
     kv = kv_transfer_seconds(MODEL, HW, PROF, 1000, same_domain=False)
     zeros = np.zeros(8)
 
@@ -78,7 +77,7 @@ def test_shared_decode_steps_when_overlapping():
     w = wl(conc=2, isl=1000, osl=3, n=2)
     res = simulate_specs(plan, MODEL, HW, w, PROF)
     pre, dec = _prices(plan)
-    p = pre.step(rank_batch([[(0, 1000, 0)], [(1, 1000, 0)]] + [[]] * 6))
+    p = pre.step([[(0, 1000, 0)], [(1, 1000, 0)]] + [[]] * 6)
     kv = kv_transfer_seconds(MODEL, HW, PROF, 1000, same_domain=False)
     b = np.zeros(8)
     b[:2] = 1  # least-loaded admission puts them on different ranks
@@ -115,7 +114,7 @@ def test_low_load_ttft_is_unloaded_path():
     pre, dec = _prices(plan)
     b = np.zeros(8)
     b[0] = 1
-    expected = (pre.step(rank_batch([[(0, 2000, 0)]] + [[]] * 7)) + kv_transfer_seconds(MODEL, HW, PROF, 2000, False)
+    expected = (pre.step([[(0, 2000, 0)]] + [[]] * 7) + kv_transfer_seconds(MODEL, HW, PROF, 2000, False)
                 + dec.decode(b, b * 2000))
     assert res.ttft_s == pytest.approx(np.full(5, expected), rel=1e-9)
 

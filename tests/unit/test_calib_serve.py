@@ -1,4 +1,6 @@
 """The lockstep replay prices a served request's timeline with the cost model, tick by tick."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from rackplan.specs import load_hardware, load_model, load_plan, load_profile
 
 pytestmark = pytest.mark.unit
 PLAN = load_plan("tiny-cpu")
-PROF = load_profile("datasheet")
+PROF = dataclasses.replace(load_profile("datasheet"), cpu_iteration_s=1e-3)  # tiny-cpu schedules synchronously
 
 
 def _req(rid, isl, osl, arrival, ttft=0.05, tpot=0.01):
@@ -23,13 +25,16 @@ def test_one_request_is_prefill_transfer_then_decode_steps():
     got = lockstep(PLAN, [_req(0, 40, 3, 0.5)], PROF)
     t_pre = step_cost(CostContext(model, hw, pre, PROF),
                       RankBatch(np.zeros(2), np.zeros(2), [np.array([40.0]), np.zeros(0)],
-                                [np.zeros(1), np.zeros(0)])).seconds
+                                [np.zeros(1), np.zeros(0)])).period_s
     t_xfer = kv_transfer_seconds(model, hw, PROF, 40, same_domain=True)
 
     def t_dec(ctx):
         return step_cost(CostContext(model, hw, dec, PROF), RankBatch(np.array([1.0, 0.0]),
-                                                                      np.array([ctx + 1.0, 0.0]))).seconds
+                                                                      np.array([ctx + 1.0, 0.0]))).period_s
 
+    # each step's period carries the engine loop once (cost/host.py), nothing is added on top
+    assert t_dec(40) == pytest.approx(step_cost(CostContext(model, hw, dec, PROF), RankBatch(
+        np.array([1.0, 0.0]), np.array([41.0, 0.0]))).seconds + 1e-3)
     assert got["ttft"][0] == pytest.approx(t_pre + t_xfer + t_dec(40))
     assert got["tpot"][0] == pytest.approx((t_dec(41) + t_dec(42)) / 2)
 

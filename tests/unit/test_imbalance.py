@@ -88,3 +88,35 @@ def test_deterministic_and_bad_slots():
         imbalance_factor(100, K, E, 24, 0.3, 0, "global")  # 64 slots on 24 ranks
     with pytest.raises(SpecError, match="policy"):
         imbalance_factor(100, K, E, 8, 0.3, 0, "random")
+
+
+def test_disk_cache_round_trip_and_invalidation(tmp_path, monkeypatch):
+    """Points sampled once are read back bit for bit; another sampling-code version, a corrupt
+    file or a disabled cache all sample afresh, to the same values."""
+    from rackplan.sim.cost import imbalance as imb
+
+    def factor():
+        return imbalance_factor(3000.0, K, E, 8, 0.3, 8, "global")
+
+    monkeypatch.setenv(imb.CACHE_ENV, str(tmp_path))
+    factor_table.cache_clear()
+    fresh = factor()
+    files = list((tmp_path / "imbalance").glob("*.json"))
+    assert len(files) == 1 and '"points"' in files[0].read_text()
+    factor_table.cache_clear()
+    monkeypatch.setattr(imb, "_sample_point", lambda *a: pytest.fail("sampled despite a warm cache"))
+    assert factor() == fresh
+    monkeypatch.undo()
+    for change in ("version", "corrupt", "off"):
+        factor_table.cache_clear()
+        if change == "version":
+            monkeypatch.setattr(imb, "sampling_version", lambda: "another-version")
+        elif change == "corrupt":
+            files[0].write_text("{not json")
+        monkeypatch.setenv(imb.CACHE_ENV, "off" if change == "off" else str(tmp_path))
+        calls = []
+        real = imb._sample_point
+        monkeypatch.setattr(imb, "_sample_point", lambda *a, calls=calls, real=real: calls.append(a) or real(*a))
+        assert factor() == fresh
+        assert calls, change
+        monkeypatch.undo()

@@ -85,3 +85,24 @@ def test_every_command_in_the_table_imports_and_has_help(name, capsys):
         cli.main([name, "--help"])
     assert exc.value.code == 0
     assert f"usage: rackplan {name}" in capsys.readouterr().out
+
+
+HEAVY = ("scipy", "torch", "matplotlib")
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--requests", "50", "--json"],
+    ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "4", "--workload", "tiny-chat",
+     "--ttft-p90", "1s", "--tpot-p90", "200ms", "--workers", "1", "--sim-requests", "32", "--quiet", "--json"],
+])
+def test_simulate_and_plan_import_no_heavy_module(argv, tmp_path):
+    """scipy (calibration), torch (executor) and matplotlib (the plan report's PNG) stay out of
+    `simulate` and `plan` (without --report): a run, not only --help, in a fresh interpreter."""
+    if argv[0] == "plan":
+        argv = argv + ["--out", str(tmp_path / "plan.yaml")]
+    code = (f"import sys, io, contextlib; from rackplan.cli import main; buf = io.StringIO()\n"
+            f"with contextlib.redirect_stdout(buf): rc = main({argv!r})\n"
+            f"print(rc, sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split(None, 1) == ["0", "[]\n"], res.stdout

@@ -40,6 +40,32 @@ def test_pareto_front_is_non_dominated_and_covers_all(points):
         assert p in fr or any(pareto.dominated(p, f, x, y) or f == p for f in fr)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 5)), min_size=1, max_size=60))
+def test_streaming_front_equals_the_front_of_the_sorted_list(points):
+    """Streamed in any order, ties on both axes going to the smaller key, as `front` of the
+    key-sorted list keeps the first (coarse integers make ties common)."""
+    x, y, key = (lambda p: p[0]), (lambda p: p[1]), (lambda p: p[2])
+    fr = pareto.StreamingFront(x, y, key)
+    for p in points:
+        fr.add(p)
+    assert fr.items() == pareto.front(sorted(points, key=key), x, y)
+
+
+def test_search_keeps_the_front_and_a_bounded_sample(tiny):
+    req = _request(tiny, gpus=8)
+    priced = planner.price_all(req)
+    every = sorted(planner.candidates(req, priced), key=combine.Candidate.sort_key)
+    search = planner.estimate(req, priced)
+    x, y = (lambda c: c.tps_user), (lambda c: c.tps_gpu)
+    assert [c.summary for c in search.front] == [c.summary for c in pareto.front(every, x, y)]
+    assert search.count == len(every) and len(search.sample) <= planner.SAMPLE + len(search.front)
+    d = pareto.Decimated(10)
+    for i in range(1000):
+        d.add(i)
+    assert len(d.items()) <= 10 and d.items() == list(range(0, 1000, d.stride))
+
+
 @pytest.mark.parametrize("depth,rate,expected", [(0, 0.8, 1.0), (1, 0.8, 1.8), (2, 0.5, 1.75)])
 def test_acceptance_length(depth, rate, expected):
     assert space.acceptance_length(depth, rate) == pytest.approx(expected)
@@ -73,7 +99,7 @@ def test_decode_table_is_monotone_and_rates_grow_with_batch(tiny):
 
 def test_estimated_candidates_all_meet_the_slos(tiny):
     req = _request(tiny)
-    cands = planner.estimate(req, planner.price_all(req))
+    cands = list(planner.candidates(req, planner.price_all(req)))
     assert cands
     for c in cands:
         assert c.ttft_p90_s <= combine.SLO_MARGIN * req.slo.ttft_p90_s + 1e-12
