@@ -6,6 +6,8 @@ Examples:
   rackplan calibrate --a2a-table calibration/data/deepep_h800_a2a.csv --hardware h800 \\
       --out configs/profiles/h800-deepep.yaml
   rackplan calibrate --microbench --hardware cpu-local --out-hardware configs/hardware/cpu-local.yaml
+  rackplan calibrate --op-database gb300 --framework vllm --hardware gb300-nvl72 --base gb200-nvl72-trtllm \\
+      --out configs/profiles/gb300-nvl72-vllm.yaml     # needs the opdb extra (aiconfigurator-core)
 
 Nothing is written unless every input reads and every fit succeeds; files are replaced atomically.
 """
@@ -36,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
     p.add_argument("--device", default="cpu", help="device for --microbench (cpu or cuda)")
     p.add_argument("--out-hardware", help="hardware YAML to write from --microbench")
+    p.add_argument("--op-database", metavar="SYSTEM",
+                   help="fit a measured profile from aiconfigurator-core's per-op tables of SYSTEM (gb300, h200_sxm)")
+    p.add_argument("--framework", default="vllm", help="framework of the op-database tables (default: %(default)s)")
+    p.add_argument("--version", help="framework version (default: the newest that has each table)")
+    p.add_argument("--op-database-root", metavar="PATH",
+                   help="folder laid out as <system>/<op>/<framework>/<version>/ (default: the installed package's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -53,8 +61,12 @@ def parse_holdout(items: list[str]) -> dict[str, set[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.op_database:
+        from .opdb_command import run_op_database
+
+        return run_op_database(args)
     if not (args.microbench or args.measurements or args.a2a_table):
-        raise SpecError("calibrate", "inputs", "--measurements, --a2a-table or --microbench")
+        raise SpecError("calibrate", "inputs", "--measurements, --a2a-table, --op-database or --microbench")
     result: dict = {}
     if args.microbench:
         result["microbench"] = _microbench(args)

@@ -54,7 +54,7 @@ def decode_component(model, comp: KVComponent, batch, ctx_sum, queries_per_seq: 
         flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
         nbytes = nbytes + batch * idx * comp.indexer_key_bytes
     sec = price(flops, nbytes, hw.flops_for("bf16"),
-                efficiency.attention(prof, "decode", model.attention.kind, "bf16", batch, avg), hw, prof)
+                efficiency.attention(prof, "decode", model.attention.kind, "bf16", batch, avg, flops), hw, prof)
     sec = np.where(batch > 0, sec, 0.0)
     return sec * layers, flops * layers, nbytes * layers
 
@@ -80,7 +80,8 @@ def prefill_component(model, comp: KVComponent, new_tokens, prefix, tp: int, lay
         nbytes += float(np.sum(indexed(comp, p + n))) * comp.indexer_key_bytes
     if pairs <= 0:
         return 0.0, 0.0, 0.0
-    eff = efficiency.attention(prof, "prefill", model.attention.kind, "bf16", float(len(n)), float(np.max(p + n)))
+    eff = efficiency.attention(prof, "prefill", model.attention.kind, "bf16", float(len(n)), float(np.max(p + n)),
+                               flops)
     sec = float(price(flops, nbytes, hw.flops_for("bf16"), eff, hw, prof))
     return sec * layers, flops * layers, nbytes * layers
 

@@ -193,7 +193,7 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
     h, inter = m.hidden_size, m.moe.expert_intermediate
     flops = 2.0 * busiest * 3 * h * inter
     nbytes = distinct * expert_bytes(m) + busiest * (2 * h + 3 * inter) * 2.0
-    eff = efficiency.experts(prof, m.dtypes.expert_compute_dtype, busiest / distinct, 2 * inter, h)
+    eff = efficiency.experts(prof, m.dtypes.expert_compute_dtype, busiest / distinct, 2 * inter, h, flops=flops)
     t_exp = float(price(flops, nbytes, hw.flops_for(m.dtypes.expert_compute_dtype), eff, hw, prof))
     send = max(float(np.max(tokens)), t_global / ep * f)
     t_disp = a2a_seconds(m, lay, hw, prof, send, "dispatch", kernel)
