@@ -232,7 +232,7 @@ def _gqa_rows(t: Table, phase: str, hw) -> ClassRows | None:
     return ClassRows(f"attn.{phase}.gqa.bf16", t, c["seconds"][sel], _core_predict("gqa", phase, shapes, hw),
                      ATTN_START, ("eff_max", "x_half", "y_half", "work_half", "sharpness"),
                      "Qwen3-235B heads per rank at TP 1-8 (64/4, 32/2, 16/1, 8/1), head_dim 128, BF16 KV, no window",
-                     kernel)
+                     kernel, configs=2)
 
 
 def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
@@ -258,7 +258,7 @@ def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
                      ATTN_START, ("eff_max", "x_half", "y_half", "work_half", "sharpness"),
                      "DeepSeek-V3, all 128 heads on the rank (DP attention), BF16 MLA, KV and projections; "
                      "module = attn.proj (gemm curves) + attn.core",
-                     kernel)
+                     kernel, configs=2)
 
 
 def projection_seconds(model: ModelSpec, tokens, tp, dtype: str, hw, prof: Profile) -> np.ndarray:
@@ -293,7 +293,7 @@ def comm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         out.append(ClassRows(f"allreduce.tp{gpus}", t, c["seconds"][sel], predict,
                              Curve(eff_max=0.5, x_half=1e6, work_half=1e5, sharpness=2.0),
                              ("eff_max", "x_half", "work_half", "sharpness"),
-                             f"backend vllm_graph, {gpus} GPUs, BF16 messages", "vLLM_custom_graph"))
+                             f"backend vllm_graph, {gpus} GPUs, BF16 messages", "vLLM_custom_graph", configs=2))
     return out
 
 

@@ -1,8 +1,9 @@
 """Kernel efficiency over shape: the fraction of a datasheet peak one op reaches.
 
 These functions are the only readers of a profile's efficiency parameters. A measured profile
-(`rackplan calibrate --op-database`, configs/profiles/*-vllm.yaml) holds one `Curve` per op class,
-fitted from per-op kernel tables; an op class without a curve uses the curve its profile's
+(`rackplan calibrate --op-database`, configs/profiles/*-vllm.yaml) holds per op class one `Curve`
+or a few (kernel configurations: the class runs at the best of them), fitted from per-op kernel
+tables (calibration/opdb.md); an op class without curves uses the ones its profile's
 `fallbacks` names, then the dtype family's curve (fp8_block -> fp8, nvfp4/mxfp4 -> fp4), then the
 scalar datasheet form (gemm_eff_max, gemm_m_half, attn_eff, mem_eff, mem_bytes_half). Arguments are
 floats or numpy arrays of one shape; every function is pure.
@@ -19,7 +20,8 @@ What a curve's x, y, z and work are, per op class (formula in rackplan.specs.Cur
 
 A compute curve is fitted so that the roofline, max(FLOPs / (peak x eff), bytes / (HBM x mem_eff)),
 reproduces the measured time; where a kernel runs below its bandwidth bound too (small decode
-attention, skinny GEMMs) the compute curve carries that, so one curve per class is enough.
+attention, skinny GEMMs) the compute curve carries that. The attention curve's y-term is a cost per
+sequence and its work term a fixed cost per kernel, both in FLOP units of the same peak.
 """
 from __future__ import annotations
 

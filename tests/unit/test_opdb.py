@@ -217,3 +217,16 @@ def test_profile_with_curves_round_trips(imported, tmp_path):
     back = load_profile(tmp_path / "p.yaml")
     assert back.curves == prof.curves and back.fallbacks == prof.fallbacks
     assert dataclasses.replace(back, provenance={}) == dataclasses.replace(prof, provenance={})
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SpecError, match=r"rackplan\[opdb\]"):
+        opdb.data_root(None)
+
+
+def test_calibrate_op_database_needs_hardware(tmp_path, capsys):
+    rc = main(["calibrate", "--op-database", "synth", "--out", str(tmp_path / "p.yaml")])
+    assert rc == 2 and "--hardware" in capsys.readouterr().err and not (tmp_path / "p.yaml").exists()

@@ -147,3 +147,14 @@ def test_measured_profile_prices_fp8_gemms_near_their_table_rows():
     assert datasheet[0] == pytest.approx((2 * 16384 * 7168 * 2048 / (eff * 5e15) + 2e-6) / 226.78e-6 - 1, abs=1e-4)
     assert np.all(np.abs(measured) < 0.25) and np.mean(np.abs(measured)) < 0.12
     assert np.all(datasheet < -0.25)
+
+
+def test_simulate_on_a_measured_profile_never_imports_pyarrow_or_pandas():
+    import subprocess
+    import sys
+
+    code = ("import sys; from rackplan.cli import main; assert main(['simulate', '--requests', '20', '--json']) == 0; "
+            "bad = [m for m in ('pyarrow', 'pandas', 'aiconfigurator_core') if m in sys.modules]; "
+            "assert not bad, bad")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
