@@ -121,6 +121,9 @@ def test_simulate_rejects_a_profile_of_other_hardware(capsys):
     rc = main(["simulate", "--profile", "h200-sxm-vllm", "--requests", "5"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "h200-sxm" in err and "gb300-nvl72" in err
+    assert main(["simulate", "--profile", "h200-sxm-vllm", "--profile-any-hardware", "--requests", "5",
+                 "--json"]) == 0
+    assert '"profile": "h200-sxm-vllm"' in capsys.readouterr().out
 
 
 # fp8 GEMM rows (m, n, k, microseconds) of aiconfigurator-core 0.12.0 gb300/gemm/vllm/0.24.0/gemm_perf.parquet,
@@ -158,3 +161,16 @@ def test_simulate_on_a_measured_profile_never_imports_pyarrow_or_pandas():
             "assert not bad, bad")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "2", "--workload", "tiny-chat",
+     "--profile", "b200-vllm", "--quiet"],
+    ["whatif", "--plan", "tiny-cpu", "--set", "cpu.overhead_scale=1", "--profile", "b200-vllm", "--workers", "1"],
+])
+def test_plan_and_whatif_reject_a_profile_of_other_hardware(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "b200" in err and "cpu-local" in err
+    assert not list(tmp_path.iterdir())  # no plan or what-if output written
