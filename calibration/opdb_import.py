@@ -119,7 +119,8 @@ def _fallbacks(prof: Profile, tables: dict, base: Profile, have_a2a: bool) -> di
         ep = sorted({e.ep for e in prof.a2a if e not in base.a2a})
         inputs = ", ".join(i.get("path", "") for i in base.provenance.get("inputs", [])) or "its datasheet entries"
         out["a2a"] = (f"DeepEP at EP {', '.join(map(str, ep))} from moe_a2a_perf; the base profile {base.name!r} "
-                      f"({inputs}) prices the kernels, links and EP sizes it has entries for (nearest EP wins)")
+                      f"({inputs}) prices the rest: the entry of the nearest EP size wins, an EP-agnostic one only "
+                      "where no entry has an EP")
     else:
         out["a2a"] = f"base profile {base.name!r} (no moe_a2a_perf rows for this system)"
     return out
