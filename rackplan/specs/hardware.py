@@ -5,6 +5,9 @@ from dataclasses import dataclass
 
 from .fields import check, positive
 
+# Compute dtypes that run on the same tensor-core rate (and fall back to each other's curves)
+DTYPE_FAMILY = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
+
 
 @dataclass(frozen=True)
 class HardwareSpec:
@@ -20,6 +23,9 @@ class HardwareSpec:
     gpus_per_node: int  # GPUs per host (CPU) node
     host_cpu: str = ""
     source: str = ""
+    # profile that prices this hardware when neither --profile nor the plan names one: a measured
+    # profile where one is shipped (configs/profiles/), else the generic datasheet one
+    default_profile: str = "datasheet"
 
     def __post_init__(self):
         for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):
@@ -37,8 +43,7 @@ class HardwareSpec:
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for a compute dtype; falls back to the widest supported below it."""
         order = ["fp4", "fp8", "bf16", "fp32"]
-        alias = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
-        key = alias.get(dtype, dtype)
+        key = DTYPE_FAMILY.get(dtype, dtype)
         for cand in order[order.index(key):]:
             if cand in self.peak_flops:
                 return self.peak_flops[cand]

@@ -230,7 +230,7 @@ class StepModel:
         flops = 2.0 * busiest * 3 * h * inter
         nbytes = distinct * self.expert_bytes + busiest * (2 * h + 3 * inter) * 2.0
         dtype = m.dtypes.expert_compute_dtype
-        eff = efficiency.experts(prof, dtype, busiest / distinct, 2 * inter, h)
+        eff = efficiency.experts(prof, dtype, busiest / distinct, 2 * inter, h, flops=flops)
         t_exp = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
         send = max(t_max, t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
