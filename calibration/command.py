@@ -178,7 +178,7 @@ def _from_measurements(args, base, name):
     prof = fit_profile(fx, base, name, getattr(args, "launch_s", None))
     iteration = fit_iteration(records)
     if iteration is not None:
-        prof = dataclasses.replace(prof, cpu_iteration_s=_sig(iteration))
+        prof = dataclasses.replace(prof, host=dataclasses.replace(prof.host, schedule_step_s=_sig(iteration)))
     first = records[0]
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
              "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"],

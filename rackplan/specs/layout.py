@@ -53,13 +53,19 @@ class Layout:
     dbo: bool = False  # dual-batch overlap
     cuda_graphs: bool = True
     async_scheduling: bool = True
+    # API-server processes per endpoint (vLLM --api-server-count; None: vLLM's default, one per DP
+    # rank the endpoint serves) and tokens buffered per streamed chunk (--stream-interval)
+    api_servers: Optional[int] = None
+    stream_interval: int = 1
     speculation: Optional[Speculation] = None
     eplb: EPLBConfig = field(default_factory=EPLBConfig)
     moe_imbalance: Optional[float] = None  # fixed max/mean expert load; None: from the routing model
 
     def __post_init__(self):
-        for name in ("dp", "tp", "replicas", "max_tokens_per_step", "max_batch_per_rank"):
+        for name in ("dp", "tp", "replicas", "max_tokens_per_step", "max_batch_per_rank", "stream_interval"):
             positive(getattr(self, name), name)
+        if self.api_servers is not None:
+            positive(self.api_servers, "api_servers")
         if self.ep is not None:
             check(self.ep > 0 and self.gpus % self.ep == 0, "ep",
                   f"a positive divisor of dp*tp ({self.gpus})", self.ep)

@@ -45,13 +45,27 @@ OP_DEFS: tuple[OpDef, ...] = (
     OpDef("draft", "gemm", "step", "speculative drafter (MTP module passes or a draft model)"),
     OpDef("dbo.overlap", "comm", "step", "time dual-batch overlap adds (negative: time it hides)"),
     OpDef("host.exposed", "cpu", "step", "host time the device step does not hide"),
+    # host parts of one engine step (sim/cost/host.py prices them, executor/serve*.py times them)
+    OpDef("host.schedule", "cpu", "step", "scheduler: which requests run, token budgets, KV blocks"),
+    OpDef("host.prepare", "cpu", "step", "input preparation: token ids, positions, block tables, attention "
+          "metadata"),
+    OpDef("host.launch", "cpu", "step", "kernel launches: one CUDA-graph replay, or every kernel when eager"),
+    OpDef("host.dp_sync", "cpu", "step", "DP coordination: the collective that lines the ranks up and the wait "
+          "for the slowest rank's host work"),
+    OpDef("host.sample", "cpu", "step", "sampling and rejection sampling of draft tokens (host side)"),
+    OpDef("host.output", "cpu", "step", "output processing: emitted tokens booked and sent to the API server"),
+    OpDef("host.api_server", "cpu", "step", "API server processes: detokenise and stream emitted tokens (beside "
+          "the engine; bounds the decode step)"),
 )
 BY_NAME = {op.name: op for op in OP_DEFS}
+# the engine's host parts of a step, in loop order (the API server runs beside the engine)
+HOST_PARTS = ("host.schedule", "host.prepare", "host.launch", "host.dp_sync", "host.sample", "host.output")
 DEVICE_OPS = tuple(op.name for op in OP_DEFS if op.kind != "cpu" and op.name != "dbo.overlap")
 COMM_OPS = tuple(op.name for op in OP_DEFS if op.kind == "comm" and op.name != "dbo.overlap")
 COMPUTE_OPS = tuple(n for n in DEVICE_OPS if n not in COMM_OPS and n not in ("engram", "draft"))
-# names the executor records besides device ops: the whole step's wall time and its host part
-RECORD_OPS = DEVICE_OPS + ("host", "step", "request")
+# names the executor records besides device ops: the whole step's wall time, its host part (and the
+# host parts one by one, where the loop times them)
+RECORD_OPS = DEVICE_OPS + ("host", "step", "request") + HOST_PARTS
 
 
 def layers_of(scope: Scope, num_dense: int, num_moe: int) -> int:

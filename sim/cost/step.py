@@ -24,7 +24,7 @@ from . import attention as attn
 from . import efficiency
 from .alltoall import A2APhase, a2a_phase
 from .batch import RankBatch, RankWork, Step
-from .host import host_seconds, loop_seconds, step_seconds
+from .host import HostModel, HostTime, api_seconds
 from .imbalance import imbalance_curve
 from .moe import distinct_experts_per_rank, expert_bytes
 from .roofline import Op, StepCost, price
@@ -114,7 +114,7 @@ class StepModel:
         self._ranks: dict = {}
         self._moes: dict = {}
         self._half_memo: dict = {}
-        self.loop_s = loop_seconds(lay, cx.prof)
+        self.host = HostModel(cx.prof.host, lay, m.num_layers, hw.gpus_per_node)
 
     def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
         cx = self.cx
@@ -270,7 +270,7 @@ class StepModel:
 
     def price(self, step: Step) -> StepCost:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
-        total, gpu, dbo, (compute, comm, rank_ops, moe) = self._evaluate(step)
+        total, gpu, dbo, (compute, comm, rank_ops, moe), host = self._evaluate(step)
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
         for n_moe, t_exp, t_disp, t_comb, flops, nbytes in moe:
             ops_ += [Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe),
@@ -278,11 +278,12 @@ class StepModel:
         if dbo:
             ops_.append(Op("dbo.overlap", "comm", gpu - (compute + comm)))
         ops_.append(Op("host.exposed", "cpu", total - gpu))
-        return StepCost(total, tuple(ops_), self.loop_s)
+        return StepCost(total, tuple(ops_), host)
 
     def period(self, step: Step) -> float:
         """StepCost.period_s of `price(step)`, without building its op breakdown."""
-        return self._evaluate(step)[0] + self.loop_s
+        total, _, _, _, host = self._evaluate(step)
+        return total if total >= host.api_s else host.api_s
 
     def _halves(self, step: Step) -> tuple[Step, Step]:
         """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered
@@ -298,7 +299,7 @@ class StepModel:
         return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
 
     def _evaluate(self, step: Step) -> tuple:
-        """(step seconds, device seconds, DBO applied, device(step)): overlap and host time."""
+        """(step seconds, device seconds, DBO applied, device(step), HostTime): overlap and host time."""
         cx = self.cx
         lay, prof = cx.layout, cx.prof
         dev = self.device(step)
@@ -310,9 +311,17 @@ class StepModel:
             c1, m1, _, _ = self.device(a)
             c2, m2, _, _ = self.device(z) if z != a else (c1, m1, None, None)  # even splits: one price
             gpu = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
-        batch = max(w.dec_seqs + w.pre_seqs for w in step.works)
-        host = host_seconds(lay, prof, batch, cx.model.num_layers, lay.cuda_graphs and not step.has_prefill)
-        return step_seconds(gpu, host, lay), gpu, dbo, dev
+        host = self._host(step, gpu)
+        return gpu + host.exposed_s, gpu, dbo, dev, host
+
+    def _host(self, step: Step, gpu: float) -> HostTime:
+        """Host parts of the step (CUDA graphs for decode-only steps, as vLLM's FULL_DECODE_ONLY)."""
+        cx, hm = self.cx, self.host
+        dec = sum(w.dec_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
+        pre = sum(w.pre_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
+        api = api_seconds(cx.prof.host, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
+        ranks = [hm.rank(w.dec_seqs, w.pre_seqs, w.pre_tokens) for w in step.works]
+        return hm.time(ranks, gpu, cx.layout.cuda_graphs and not step.has_prefill, api)
 
 
 def step_cost(cx: CostContext, rb: RankBatch | Step) -> StepCost:

@@ -1,11 +1,16 @@
-"""What-if studies: change hardware, CPU overhead, model or profile fields, simulate every
+"""What-if studies: change hardware, host (CPU) settings, model or profile fields, simulate every
 combination of the changes (or re-plan each), and compare with the unchanged baseline.
 
 Keys (`--set KEY=V1,V2,...`):
   hardware.<field>        any HardwareSpec number; nvlink_gbps / scaleout_gbps in GB/s
-  cpu.overhead_scale      multiplies the profile's cpu_step_s, cpu_per_request_s and launch_s
+  host.async_scheduling, host.cuda_graphs, host.api_servers, host.stream_interval
+                          the engine's CPU-overhead settings, on every instance of the plan
+  host.<part>_scale       multiplies one host part's costs (sim/cost/host.py): scheduler_scale,
+                          prepare_scale, launch_scale, dp_sync_scale, sample_scale, output_scale,
+                          api_server_scale
+  cpu.overhead_scale      multiplies every host part (alias of all the host.*_scale at once)
   model.<dotted.field>    e.g. model.moe.top_k, model.hidden_size
-  profile.<field>         any Profile number, e.g. profile.mem_eff
+  profile.<field>         any Profile number, e.g. profile.mem_eff, profile.host.dp_jitter
   workload.<dotted.field> e.g. workload.prefix_hit_rate
 Specs are frozen: each change is a dataclasses.replace, so every __post_init__ check applies.
 """
@@ -22,7 +27,10 @@ ALIASES = {  # friendly key -> (field, factor to the field's unit)
     "hardware.scaleout_gbps": ("hardware.scaleout_bw", 1e9),
     "hardware.hbm_tbps": ("hardware.hbm_bw", 1e12),
 }
-CPU_FIELDS = ("cpu_step_s", "cpu_per_request_s", "launch_s")
+HOST_LAYOUT = ("async_scheduling", "cuda_graphs", "api_servers", "stream_interval")  # Layout fields
+HOST_SCALES = {"scheduler_scale": "host.schedule", "prepare_scale": "host.prepare", "launch_scale": "host.launch",
+               "dp_sync_scale": "host.dp_sync", "sample_scale": "host.sample", "output_scale": "host.output",
+               "api_server_scale": "host.api_server"}
 METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate")
 
 
@@ -34,6 +42,7 @@ class Specs:
     hw: HardwareSpec
     profile: Profile
     workload: Workload
+    plan: Plan | None = None  # the plan as changed by host.* layout keys (None: unchanged)
 
 
 def parse_value(text: str):
@@ -84,12 +93,13 @@ def apply(specs: Specs, key: str, value) -> Specs:
     if root == "cpu":
         if rest != "overhead_scale":
             raise SpecError("--set", key, "cpu.overhead_scale")
-        prof = dataclasses.replace(specs.profile, **{f: getattr(specs.profile, f) * float(value) for f in CPU_FIELDS})
-        return dataclasses.replace(specs, profile=prof)
+        return _scale_host(specs, tuple(HOST_SCALES.values()), value, key)
+    if root == "host":
+        return _apply_host(specs, rest, value, key)
     attr = {"hardware": "hw", "model": "model", "profile": "profile", "workload": "workload"}.get(root)
     if attr is None or not rest:
-        raise SpecError("--set", key, "a key under hardware., cpu., model., profile. or workload. "
-                        "(e.g. hardware.nvlink_gbps, cpu.overhead_scale, model.moe.top_k)")
+        raise SpecError("--set", key, "a key under hardware., host., cpu., model., profile. or workload. "
+                        "(e.g. hardware.nvlink_gbps, host.async_scheduling, model.moe.top_k)")
     try:
         changed = _replace_path(getattr(specs, attr), rest.split("."), value, key)
     except SpecError as exc:
@@ -97,6 +107,35 @@ def apply(specs: Specs, key: str, value) -> Specs:
             raise
         raise SpecError("--set", key, exc.expected, value) from None
     return dataclasses.replace(specs, **{attr: changed})
+
+
+def _scale_host(specs: Specs, parts: tuple[str, ...], value, key: str) -> Specs:
+    """Host parts' costs multiplied by `value` (>= 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise SpecError("--set", key, "a factor >= 0", value)
+    host = specs.profile.host.scaled(parts, float(value))
+    return dataclasses.replace(specs, profile=dataclasses.replace(specs.profile, host=host))
+
+
+def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
+    """host.<part>_scale on the profile, or a host setting on every layout of the plan."""
+    if name in HOST_SCALES:
+        return _scale_host(specs, (HOST_SCALES[name],), value, key)
+    if name not in HOST_LAYOUT:
+        raise SpecError("--set", key, "one of host." + ", host.".join(HOST_LAYOUT + tuple(HOST_SCALES)))
+    want = bool if name in ("async_scheduling", "cuda_graphs") else int
+    if isinstance(value, bool) != (want is bool) or not isinstance(value, want):
+        raise SpecError("--set", key, "true or false" if want is bool else "a positive integer", value)
+    plan = specs.plan
+    if plan is None:
+        raise SpecError("--set", key, "a plan to change (host settings apply to its instances)")
+    pools = {}
+    for pool in ("prefill", "decode", "aggregated"):
+        try:
+            pools[pool] = tuple(_replace_path(lay, [name], value, key) for lay in getattr(plan, pool))
+        except SpecError as exc:
+            raise SpecError("--set", key, exc.expected, value) from None
+    return dataclasses.replace(specs, plan=dataclasses.replace(plan, **pools))
 
 
 def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object], ...]]:
@@ -135,3 +174,25 @@ class Row:
     @property
     def label(self) -> str:
         return label(self.combo)
+
+
+SPLIT = ("gpu_ms", "host_exposed_ms", "api_wait_ms")  # where a decode step's time goes
+
+
+def step_split(specs: Specs, plan: Plan, batch: int | None = None) -> dict[str, float]:
+    """Where one decode step's time goes, in ms: device, exposed host (sim/cost/host.py), waiting for
+    the API server; the plan's first decode (else aggregated) instance at `batch` sequences per rank
+    (default: its cap) and the workload's mean context. Empty for trace-length workloads."""
+    from ..cost.step import CostContext, decode_step
+    from .estimate import traffic_of
+
+    lay = (plan.decode or plan.aggregated)[0]
+    try:
+        tr = traffic_of(specs.workload)
+    except SpecError:
+        return {}
+    b = batch or lay.max_batch_per_rank
+    cost = decode_step(CostContext(specs.model, specs.hw, lay, specs.profile, tr.skew), b, b * tr.ctx_mean)
+    gpu = cost.seconds - cost.host.exposed_s
+    return {"decode_batch": float(b), "gpu_ms": gpu * 1e3, "host_exposed_ms": cost.host.exposed_s * 1e3,
+            "api_wait_ms": cost.api_wait_s * 1e3, "step_ms": cost.period_s * 1e3}

@@ -1,10 +1,12 @@
-"""Simulate a plan under changed hardware, CPU overhead, model or profile, against its baseline.
+"""Simulate a plan under changed hardware, host settings, model or profile, against its baseline.
 
 Example: rackplan whatif --plan plan.yaml --set hardware.nvlink_gbps=900,1800
-  --set cpu.overhead_scale=0.5,1 --set model.moe.top_k=4,6,8 [--replan]
+  --set host.async_scheduling=false,true --set cpu.overhead_scale=0.5,1 --set model.moe.top_k=4,6,8
 Every combination of the --set values is simulated at the plan's load (its planned request rate
 when it has one, else its workload's), or re-planned with --replan; prints a table of metrics
-and their change against the unchanged plan, and writes whatif.csv and whatif.png with --out.
+and their change against the unchanged plan, and where one decode step's time goes (device,
+exposed host, waiting for the API server: the cost model at --decode-batch sequences per rank),
+and writes whatif.csv, whatif.png and whatif_step.png with --out.
 """
 from __future__ import annotations
 
@@ -25,8 +27,13 @@ from .verify import at_rate, run_simulation
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default="v41-flash-gb300-nvl72", help="plan name or plan.yaml path")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800, cpu.overhead_scale=0.5,1, "
+                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800, "
+                        "host.async_scheduling=false,true, host.scheduler_scale=0.5, host.api_servers=1,4, "
+                        "host.stream_interval=1,10,50, "
+                        "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
                         "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8")
+    p.add_argument("--decode-batch", type=int, default=None, metavar="B",
+                   help="sequences per rank of the decode step whose time split is shown (default: the cap)")
     p.add_argument("--replan", action="store_true", help="re-plan for every combination instead of re-simulating")
     p.add_argument("--workload", default=None, help="workload (default: the plan's)")
     p.add_argument("--profile", default=None,
@@ -50,14 +57,16 @@ def baseline_specs(args, plan) -> whatif.Specs:
     if rate and wl.arrival.kind == "poisson":
         wl = at_rate(wl, rate)
     prof = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
-    return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), prof, wl)
+    return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), prof, wl, plan)
 
 
 def _simulate(task) -> whatif.Row:
-    plan, combo, base, replan, n, seed = task
+    plan, combo, base, replan, n, seed, batch = task
     specs = whatif.changed_specs(base, combo)
     if not replan:
-        return whatif.Row(combo, run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed))
+        plan = specs.plan or plan
+        metrics = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed)
+        return whatif.Row(combo, metrics | whatif.step_split(specs, plan, batch))
     req = planner.Request(specs.model, specs.hw, specs.profile, specs.workload, plan.num_gpus, plan.slo,
                           plan.model, plan.hardware, plan.workload or specs.workload.name, plan.profile,
                           sim_requests=n, seed=seed)
@@ -71,10 +80,10 @@ def _simulate(task) -> whatif.Row:
     return whatif.Row(combo, metrics, res.plan)
 
 
-def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=None, workers=1):
+def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=None, workers=1, batch=None):
     """(baseline row, one row per combination); deterministic for any worker count."""
     combos = whatif.combinations(sets)
-    tasks = [(plan, c, base, replan, num_requests, seed) for c in [()] + combos]
+    tasks = [(plan, c, base, replan, num_requests, seed, batch) for c in [()] + combos]
     if workers <= 1 or len(tasks) < 2:
         rows = [_simulate(t) for t in tasks]
     else:
@@ -84,7 +93,10 @@ def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=
 
 
 def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
-    head = f"{'change':48s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s}  deltas"
+    b = baseline.metrics.get("decode_batch")
+    split = f"step ms @b{b:.0f}: GPU/host/API" if b else ""
+    head = (f"{'change':48s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s}  "
+            f"{split:30s} deltas")
     out = [head]
     for r in [baseline] + rows:
         if "error" in r.metrics:
@@ -94,9 +106,10 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
         ds = " ".join(f"{k.split('_')[0]}{v:+.1%}" for k, v in d.items() if k != "request_rate")
         plan_txt = f"  [{r.plan.summary}]" if r.plan is not None else ""
         ttft, tpot = m.get("ttft_p90_s", float("nan")), m.get("tpot_p90_s", float("nan"))
+        sp = "/".join(f"{m[k]:.2f}" for k in whatif.SPLIT) if "gpu_ms" in m else ""
         out.append(f"{r.label:48s} {ttft:8.3f}s {tpot * 1e3:7.1f}ms "
                    f"{m.get('output_tps_per_gpu', float('nan')):10.0f} {m.get('tps_per_user', float('nan')):10.1f}  "
-                   f"{'' if r is baseline else ds}{plan_txt}")
+                   f"{sp:30s} {'' if r is baseline else ds}{plan_txt}")
     return "\n".join(out)
 
 
@@ -105,11 +118,13 @@ def write_outputs(folder: str, baseline: whatif.Row, rows: list[whatif.Row]) -> 
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "whatif.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["change"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS] + ["plan"])
+        split = ["decode_batch", *whatif.SPLIT]
+        w.writerow(["change"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS] + split + ["plan"])
         for r in [baseline] + rows:
             d = whatif.deltas(r.metrics, baseline.metrics)
             w.writerow([r.label] + [r.metrics.get(m, "") for m in whatif.METRICS]
-                       + [d.get(m, "") for m in whatif.METRICS] + [r.plan.summary if r.plan else ""])
+                       + [d.get(m, "") for m in whatif.METRICS] + [r.metrics.get(k, "") for k in split]
+                       + [r.plan.summary if r.plan else ""])
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,6 +144,25 @@ def write_outputs(folder: str, baseline: whatif.Row, rows: list[whatif.Row]) -> 
     fig.tight_layout()
     fig.savefig(out / "whatif.png")
     plt.close(fig)
+    if "gpu_ms" in baseline.metrics:
+        _plot_split(plt, out / "whatif_step.png", [baseline] + rows)
+
+
+def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
+    """Stacked bars: one decode step's device, exposed host and API-server wait per setting."""
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(rows) + 3), 4.5), dpi=110)
+    bottom = [0.0] * len(rows)
+    for key, label in zip(whatif.SPLIT, ("GPU", "exposed host", "API-server wait")):
+        vals = [r.metrics.get(key, 0.0) for r in rows]
+        ax.bar(range(len(rows)), vals, 0.6, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6)
+    ax.set_ylabel(f"decode step at {rows[0].metrics['decode_batch']:.0f} seqs/rank (ms)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def run(args) -> int:
@@ -137,7 +171,10 @@ def run(args) -> int:
     base = baseline_specs(args, plan)
     for combo in whatif.combinations(sets):  # validate every key and value before simulating anything
         whatif.changed_specs(base, combo)
-    baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers))
+        if args.replan and any(k.split(".", 1)[-1] in whatif.HOST_LAYOUT for k, _ in combo):
+            raise SpecError("--set", combo[0][0], "no host.* layout setting with --replan (the planner chooses them)")
+    baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers),
+                           args.decode_batch)
     if args.out:
         write_outputs(args.out, baseline, rows)
     if args.json:
