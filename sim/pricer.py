@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from .cost.roofline import StepCost
-from .cost.step import CostContext, RankWork, Step
+from .cost.step import CostContext, RankWork, Step, StepModel
 
 LOG_STEP = math.log(1.01)  # 1% buckets for the global batch and mean contexts
 LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention pairs
@@ -38,9 +38,9 @@ def _unq(k: int, step: float) -> float:
 class StepPricer:
     """Prices steps of one instance layout; `decode` and `step` are cached, `price` is exact."""
 
-    def __init__(self, cx: CostContext):
+    def __init__(self, cx: CostContext, model: StepModel | None = None):
         self.cx = cx
-        self.model = cx.step_model
+        self.model = model or cx.step_model  # a StepModel.variant shares another layout's device pricing
         self.ranks = cx.layout.dp
         self._exact: dict[Step, StepCost] = {}
         self._cache: dict = {}

@@ -10,7 +10,8 @@ Each flag mirrors what the simulator priced for that layout, so the deployment r
 - speculation per model family (vLLM's method names: "mtp" for V3 / V3.2 / V4, "dspark" for V4.1,
   whose draft stages ship inside the target checkpoint, so no draft `model` is given);
 - NIXL KV transfer for disaggregated instances, the model's KV-cache dtype, prefix caching as the
-  workload assumes, CUDA-graph mode (graphs only for decode-only steps, as priced), async scheduling;
+  workload assumes, CUDA-graph mode (graphs only for decode-only steps, as priced) or --enforce-eager,
+  async scheduling, and the frontend the planner chose (API-server count, stream interval);
 - per-rank limits: `--max-num-seqs` = planned sequences per rank, `--max-num-batched-tokens` = the
   planned prefill token budget, and for decode at least seqs x (1 + draft tokens), so vLLM never
   caps a decode step the simulator let through.
@@ -147,12 +148,10 @@ def graph_flags(lay: Layout) -> list[str]:
 
 
 def frontend_settings(lay: Layout, local_ranks: int) -> tuple[int, int]:
-    """(API-server processes per endpoint, stream interval in tokens).
-
-    The one place these are read: issue 15's planner will choose both per layout (host.api_servers,
-    host.stream_interval) and they belong here. Until a Layout carries them: vLLM's own defaults,
-    one API server per local DP rank (hybrid-LB default) and a stream interval of 1."""
-    return max(1, local_ranks), 1
+    """(API-server processes per endpoint, stream interval in tokens): what the planner chose for the
+    layout (Layout.api_servers, Layout.stream_interval; sim/cost/host.py prices them); no API-server
+    count means vLLM's own default, one per local DP rank (hybrid-LB default)."""
+    return lay.api_servers or max(1, local_ranks), lay.stream_interval
 
 
 def dbo_flags(lay: Layout, cx: Context) -> list[str]:

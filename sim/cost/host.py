@@ -107,11 +107,6 @@ def expected_max_normal(n: int) -> float:
     return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
-def straggler_seconds(hp: HostParams, dp: int, work_s: float) -> float:
-    """Extra wait for the slowest of `dp` ranks whose host work averages `work_s` (jitter x E[max])."""
-    return hp.dp_jitter * expected_max_normal(dp) * work_s
-
-
 def pipeline_seconds(gpu_s: float, host_s: float, launch_s: float, serial_s: float, overlap: bool) -> float:
     """Step seconds of device work `gpu_s` and host work `host_s` (launches and the serial part
     included). overlap (async scheduling on hardware that can run host beside device work): a
@@ -148,6 +143,7 @@ class HostModel:
         self.depth = sp.num_tokens if sp else 0
         self.acceptance = sp.acceptance_length if sp else 1.0
         self.collective_s = dp_collective_seconds(hp, layout.dp)
+        self.straggle = hp.dp_jitter * expected_max_normal(layout.dp)  # x the rank's host work
         self.spec_sync_s = hp.spec_sync_s if sp else 0.0
         self.launch = {g: launch_seconds(hp, num_layers, g) for g in (False, True)}
         self.overlap = layout.async_scheduling and overlap_ok
@@ -160,10 +156,10 @@ class HostModel:
     def time(self, ranks: list[RankHost], gpu_s: float, graphs: bool, api_s: float) -> HostTime:
         """HostTime of a step whose distinct rank works are `ranks` and device seconds `gpu_s`."""
         hp = self.hp
-        work = max((rank_parts(hp, w) for w in ranks), key=sum)  # the slowest rank's host work
-        schedule, prepare, sample, output = work
+        work = rank_parts(hp, ranks[0]) if len(ranks) == 1 else max((rank_parts(hp, w) for w in ranks), key=sum)
+        schedule, prepare, sample, output = work  # the slowest rank's host work
+        dp_sync = self.collective_s + self.straggle * (schedule + prepare + sample + output)
         sample += self.spec_sync_s
-        dp_sync = self.collective_s + straggler_seconds(hp, self.layout.dp, sum(work))
         launch = self.launch[graphs]
         parts = (schedule, prepare, launch, dp_sync, sample, output)
         serial = (0.0, 0.0, 0.0, self.collective_s, self.spec_sync_s, 0.0)

@@ -13,6 +13,7 @@ a layout's prices depend on besides the batch, built once per `CostContext`. A `
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -44,6 +45,14 @@ class CostContext:
     def step_model(self) -> "StepModel":
         """This context's StepModel, built on first use."""
         return StepModel(self)
+
+
+HOST_ONLY = {"api_servers": None, "stream_interval": 1, "async_scheduling": True, "cuda_graphs": True}
+
+
+def host_only(layout: Layout) -> Layout:
+    """The layout with its host settings at their defaults: layouts equal here price the same device step."""
+    return replace(layout, **HOST_ONLY)
 
 
 RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
@@ -124,6 +133,15 @@ class StepModel:
         scale = n_layers / m.num_layers
         layers = tuple((c, max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
         return _Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens)
+
+    def variant(self, layout: Layout) -> "StepModel":
+        """This model for `layout`, a layout that differs only in host settings (frontend, async
+        scheduling, CUDA graphs: HOST_ONLY): the device pricing and its memos are shared."""
+        assert host_only(layout) == host_only(self.cx.layout), "variant differs in more than host settings"
+        new = copy.copy(self)
+        new.cx = replace(self.cx, layout=layout)
+        new.host = HostModel(self.cx.prof.host, layout, self.cx.model.num_layers, self.cx.hw.gpus_per_node)
+        return new
 
     def a2a(self, kernel: str, phase: str) -> A2APhase | None:
         key = (kernel, phase)

@@ -95,6 +95,14 @@ def _tag(lay: Layout) -> str:
         parts.append(f"eplb{lay.eplb.redundant_experts}")
     if lay.dbo:
         parts.append("dbo")
+    if lay.api_servers is not None:
+        parts.append(f"api{lay.api_servers}")
+    if lay.stream_interval != 1:
+        parts.append(f"si{lay.stream_interval}")
+    if not lay.cuda_graphs:
+        parts.append("eager")
+    if not lay.async_scheduling:
+        parts.append("sync")
     return "/".join(parts)
 
 

@@ -3,8 +3,11 @@
 Prefill: TP 1-8 (one attention group, experts over the same GPUs) and DEPn (n = 1..32) with a
 per-rank token budget. Decode: DEPn up to the whole NVLink domain and beyond it over the
 scale-out network, and TP 1-8. Aggregated: the same shapes with a chunked-prefill budget.
-Features per shape: MTP / draft depth, EPLB redundant experts, DBO. Batch sizes are swept by the
-estimator, not enumerated here, because one step-cost table serves every batch of a shape.
+Features per shape: MTP / draft depth, EPLB redundant experts, DBO, and for decode and aggregated
+shapes the frontend (API-server processes and stream interval, sim/cost/host.py's API server: more
+processes or a longer interval only pay where the API server bounds the step, and lose ties to
+vLLM's defaults). Batch sizes are swept by the estimator, not enumerated here, because one
+step-cost table serves every batch of a shape.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from rackplan.specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation
 
+from ..cost.host import endpoint_ranks
 from ..cost.memory import kv_capacity_tokens
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -32,6 +36,9 @@ class SearchSpace:
     acceptance_rate: float = 0.8  # probability each draft token is accepted (MTP on chat ~0.8-0.9)
     eplb: bool = True  # also try one redundant expert slot per EP rank
     dbo: tuple[bool, ...] = (False, True)
+    # decode / aggregated frontends: (API-server processes per DP rank an endpoint serves, stream
+    # interval in tokens); (1, 1) is vLLM's default (--api-server-count = local DP ranks, interval 1)
+    frontends: tuple[tuple[int, int], ...] = ((1, 1), (4, 1), (1, 10))
     disaggregated: bool = True
     aggregated: bool = True
 
@@ -88,11 +95,21 @@ def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> bool:
     return kv_capacity_tokens(model, hw, layout) >= 1.0
 
 
-def _variants(model: ModelSpec, base: Layout, space: SearchSpace, with_spec: bool) -> list[Layout]:
-    """Feature combinations of one shape: speculation x EPLB x DBO."""
+def frontend_options(base: Layout, hw: HardwareSpec, space: SearchSpace) -> list[Layout]:
+    """The shape with each frontend of the space: API-server processes per endpoint (None for
+    vLLM's default, one per DP rank it serves) and the stream interval."""
+    ranks = endpoint_ranks(base, hw.gpus_per_node)
+    return [replace(base, api_servers=None if per_rank == 1 else per_rank * ranks, stream_interval=si)
+            for per_rank, si in space.frontends]
+
+
+def _variants(model: ModelSpec, base: Layout, space: SearchSpace, with_spec: bool,
+              hw: HardwareSpec | None = None) -> list[Layout]:
+    """Feature combinations of one shape: speculation x EPLB x DBO (x frontend, given `hw`)."""
     specs = spec_options(model, space) if with_spec else (None,)
     dbos = space.dbo if base.ep_size > 1 else (False,)
-    return [replace(base, speculation=s, eplb=e, dbo=d)
+    fronts = frontend_options(base, hw, space) if hw is not None else [base]
+    return [replace(f, speculation=s, eplb=e, dbo=d) for f in fronts
             for s in specs for e in _eplb_options(model, base.ep_size, space) for d in dbos]
 
 
@@ -113,7 +130,7 @@ def decode_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: Sea
     for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus - 1, hw, space), num_gpus - 1):
         base = Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches))
         if fits(model, hw, replace(base, eplb=EPLBConfig())):
-            out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
+            out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v)]
     return out
 
 
@@ -124,7 +141,7 @@ def aggregated_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space:
         for budget in space.agg_budgets:
             base = Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches))
             if fits(model, hw, base):
-                out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
+                out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v)]
     return out
 
 

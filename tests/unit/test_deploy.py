@@ -194,6 +194,22 @@ def test_per_rank_limits_are_the_priced_ones(built):
             assert budget >= seqs * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
 
 
+def test_host_settings_the_planner_chose_reach_every_serve_command():
+    """A decode layout's frontend and engine-loop settings (sim/cost/host.py prices them) become its
+    flags on every host it spans, in the scripts and the llm-d manifests alike."""
+    lay = Layout("decode", dp=64, max_batch_per_rank=128, dbo=True, eplb=EPLBConfig(64, "hierarchical"),
+                 api_servers=8, stream_interval=10, cuda_graphs=False, async_scheduling=False)
+    files = build(context_for(_plan(decode=(lay,))))
+    cmds = [c for name, text in files.items() if name.startswith("host-") for c in commands(text)]
+    cmds += [c for _, script in pod_scripts(files) for c in commands(script)]
+    decode = [args for tool, args in cmds if tool == "vllm serve" and value(args, "--max-num-seqs") == "128"]
+    assert decode and all(value(a, "--api-server-count") == "8" and value(a, "--stream-interval") == "10"
+                          and "--enforce-eager" in a and "--no-async-scheduling" in a for a in decode)
+    prefill = [args for tool, args in cmds if tool == "vllm serve" and value(args, "--max-num-seqs") == "64"]
+    assert all(value(a, "--api-server-count") == "2" and value(a, "--stream-interval") == "1"  # defaults
+               and "--async-scheduling" in a for a in prefill)
+
+
 def test_speculation_method_per_model_family():
     files = build(context_for(VARIANTS["v41-dspark-eplb-eager-sync"]))
     serves = [a for n, t in files.items() if n.endswith(".sh") for tool, a in commands(t) if tool == "vllm serve"]

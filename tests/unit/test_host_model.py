@@ -161,3 +161,27 @@ def test_halving_cpu_cost_changes_the_step_exactly_where_host_time_is_exposed(la
         assert halved.seconds == base.seconds  # fully hidden: nothing changes
     else:
         assert halved.seconds < base.seconds
+
+
+def test_planner_tries_frontends_and_keeps_those_that_change_a_step():
+    from rackplan.sim.search import space
+    from rackplan.sim.search.estimate import Pricer, Traffic, price_decode
+
+    m, hw = load_model("qwen3-0.6b"), load_hardware("gb200-nvl72")
+    base = Layout("decode", dp=1, max_batch_per_rank=512)
+    fronts = space.frontend_options(base, hw, space.SearchSpace())
+    assert [(f.api_servers, f.stream_interval) for f in fronts] == [(None, 1), (4, 1), (None, 10)]
+    tr, grid = Traffic(128, 128, 0.0), (64, 256, 512)
+    slow_api = dataclasses.replace(PROF, host=dataclasses.replace(HP, api_per_token_s=200e-6))
+    for prof, binds in ((PROF, False), (slow_api, True)):
+        pr = Pricer(m, hw, prof)
+        units = [price_decode(pr, f, tr, grid) for f in fronts]
+        assert units[0] is not None  # vLLM's default is always a deployment
+        if not binds:  # the API server keeps up: other frontends change nothing and are dropped
+            assert units[1] is None and units[2] is None
+        else:  # it bounds the step: more processes or a longer interval sustain more
+            assert all(u.rates[-1] > units[0].rates[-1] for u in units[1:])
+    # the shared device pricing of host-setting variants gives the same engine step
+    pr = Pricer(m, hw, PROF)
+    a, b = pr.decode(fronts[0], 256, 192), pr.decode(fronts[2], 256, 192)
+    assert a.seconds == b.seconds and a.host.api_s > b.host.api_s
