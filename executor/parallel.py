@@ -10,6 +10,8 @@ collectives):
   5. regroup the received rows by local slot and run the grouped expert GEMM,
   6. combine: all_to_all_single back, then unpermute with the routing weights (weighted sum).
 Dual-batch overlap runs two micro-batches so one's all-to-all hides behind the other's experts.
+At EP1 there is no exchange: the permute into expert order and the weighted unpermute run
+locally and are timed as their own op, `moe.permute` (moe_local).
 """
 from __future__ import annotations
 
@@ -64,6 +66,10 @@ class EPGroup:
     @property
     def slots_per_rank(self) -> list[int]:
         return [self.bounds[i + 1] - self.bounds[i] for i in range(self.size)]
+
+    def with_placement(self, placement) -> "EPGroup":
+        """The same group with another placement (one MoE layer's EPLB phy2log)."""
+        return make_ep_group(self.group, self.rank, self.size, len(self.replicas), placement)
 
 
 def make_ep_group(group, rank: int, size: int, num_experts: int, placement=None) -> EPGroup:
@@ -163,8 +169,27 @@ def finish_combine(out: torch.Tensor, routed: Routed, weights: torch.Tensor) -> 
     return unpermute(out, pos.view(t, k), weights)
 
 
+def moe_local(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:
+    """EP1: routed experts of one MoE layer in this process, no all-to-all: x [T, H], ids/weights
+    [T, k] -> [T, H]; the permute into expert order and the unpermute are timed as moe.permute."""
+    t, k = ids.shape
+    with timer.section("moe.permute"):
+        flat = to_slots(ids, ep).reshape(-1)  # [T*k]
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=len(ep.phy2log))  # [S]
+        rows = permute(x, torch.div(order, k, rounding_mode="floor"))  # [T*k, H]
+    with timer.section("moe.experts"):
+        y = experts(rows, counts)
+    with timer.section("moe.permute"):
+        pos = torch.empty_like(order)
+        pos[order] = torch.arange(len(order), device=x.device)  # row of each pair
+        return unpermute(y, pos.view(t, k), weights)
+
+
 def moe_forward(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:
     """Routed experts of one MoE layer across the EP group: x [T, H], ids/weights [T, k] -> [T, H]."""
+    if ep.group is None:
+        return moe_local(x, ids, weights, experts, ep, timer)
     with timer.section("moe.dispatch", comm=True):
         routed, _ = dispatch(x, to_slots(ids, ep), ep)
         rows = grouped_rows(routed)

@@ -195,13 +195,17 @@ def _moe_global(cx: CostContext, tokens: np.ndarray, n_moe: int, kernel: str) ->
     nbytes = distinct * expert_bytes(m) + busiest * (2 * h + 3 * inter) * 2.0
     eff = efficiency.experts(prof, m.dtypes.expert_compute_dtype, busiest / distinct, 2 * inter, h)
     t_exp = float(price(flops, nbytes, hw.flops_for(m.dtypes.expert_compute_dtype), eff, hw, prof))
+    ops = [Op("moe.experts", "gemm", t_exp * n_moe, flops * n_moe, nbytes * n_moe, n_moe)]
+    if ep == 1:  # no all-to-all: token copies are gathered into expert order and summed back locally
+        act = DTYPE_BYTES[m.dtypes.activations]
+        moved = t_global * h * act * (3 * m.moe.top_k + 1)  # permute read + write, unpermute read, write
+        t_perm = float(price(0.0, moved, 1.0, 1.0, hw, prof))
+        return ops + [Op("moe.permute", "mem", t_perm * n_moe, 0.0, moved * n_moe, n_moe)]
     send = max(float(np.max(tokens)), t_global / ep * f)
     t_disp = a2a_seconds(m, lay, hw, prof, send, "dispatch", kernel)
     t_comb = a2a_seconds(m, lay, hw, prof, send, "combine", kernel)
-    ops = [Op("moe.experts", "gemm", t_exp * n_moe, flops * n_moe, nbytes * n_moe, n_moe),
-           Op("moe.dispatch", "comm", t_disp * n_moe, count=n_moe),
-           Op("moe.combine", "comm", t_comb * n_moe, count=n_moe)]
-    return ops
+    return ops + [Op("moe.dispatch", "comm", t_disp * n_moe, count=n_moe),
+                  Op("moe.combine", "comm", t_comb * n_moe, count=n_moe)]
 
 
 def op_layers(model: ModelSpec, name: str) -> int:
