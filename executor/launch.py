@@ -32,7 +32,8 @@ def _worker(cfg, rank: int, world: int, tmp: str) -> None:
         torch.set_num_threads(1)  # one core per rank on CPU
         if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
             cores = sorted(os.sched_getaffinity(0))
-            os.sched_setaffinity(0, {cores[rank % len(cores)]})  # ranks stop migrating between cores
+            core = cfg.cores[rank] if cfg.cores else cores[rank % len(cores)]
+            os.sched_setaffinity(0, {core})  # ranks stop migrating between cores
         if cfg.device == "cuda":
             torch.cuda.set_device(rank % torch.cuda.device_count())
         from .parallel import init_distributed
