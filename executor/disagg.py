@@ -321,10 +321,10 @@ class DecodeLoop(Loop):
                 return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
             sec, spec = self.inst.forward(None, lambda out: out, device_step)
             ids = spec.emitted
-            shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn",
-                         spec_depth=q - 1, tokens_emitted=sum(len(e) for e in ids))
+            shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
+        ids = [toks[:s.left] for s, toks in zip(seats, ids, strict=True)]  # a request stops at its osl
+        shape["tokens_emitted"] = sum(len(t) for t in ids)
         for s, toks in zip(seats, ids, strict=True):
-            toks = toks[:s.left]
             self.last[s.slot] = toks[-1]
             self.eng.info[s.rid].setdefault("output_tokens", []).extend(toks)
         self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)

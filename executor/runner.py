@@ -98,6 +98,15 @@ class Rank:
         skew = self.workload.routing_skew if self.workload else 0.0
         return plan_placements(self.spec, layout, self.hw, skew, self.cfg.expert_counts)
 
+    def eplb_info(self, layout) -> Optional[dict]:
+        """What the records say about an EPLB placement in use (None: contiguous experts)."""
+        if layout.eplb.policy == "none" or layout.ep_size == 1:
+            return None
+        skew = self.workload.routing_skew if self.workload else 0.0
+        return {"policy": layout.eplb.policy, "redundant_experts": layout.eplb.redundant_experts,
+                "slots_per_rank": (self.spec.moe.num_experts + layout.eplb.redundant_experts) // layout.ep_size,
+                "loads_from": self.cfg.expert_counts or f"routing skew {skew:g}"}
+
     def drafter(self, layout, slots: int, max_ctx: int) -> Optional[Drafter]:
         """The drafter of a layout with speculation (the model's DraftSpec, else the plan model's)."""
         if layout.speculation is None:
@@ -198,6 +207,8 @@ class StepLoop:
                      instance=self.inst.name, dp_rank=self.dp_rank)
         if self.rg is not None:
             shape.update(tp_rank=self.rg.tp_rank, ep_rank=self.rg.ep_rank)
+            if self.me.eplb_info(self.layout):
+                shape["eplb"] = self.me.eplb_info(self.layout)
         if self.replay is not None:
             sec.update(self.replay.modelled_a2a(shape["tokens"], self.n_moe, self.role))
             modelled = MODELLED_OPS

@@ -97,6 +97,8 @@ class Instance:
                      budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
                      time_shared=self.time_shared, serving=True, instance=self.rg.inst.name,
                      dp_rank=self.rg.dp_rank, tp_rank=self.rg.tp_rank)
+        if self.me.eplb_info(self.layout):
+            shape["eplb"] = self.me.eplb_info(self.layout)
         self.steps += 1
         return step_records(self.me.base, self.role, self.layout, self.steps - 1, sec, shape,
                             self.me.dtype_name, self.n_dense, self.n_moe)
