@@ -44,7 +44,11 @@ def sweep_plans(plan_name: str, cfg: dict, folder: Path) -> list[tuple[str, Path
         out.append((f"decode-b{b}", dataclasses.replace(plan, decode=(lay,))))
     for t in cfg["prefill"]:  # whole prompts fill the budget (the last one chunked): t tokens per rank
         lay = dataclasses.replace(plan.prefill[0], max_tokens_per_step=t)
-        out.append((f"prefill-t{t}", dataclasses.replace(plan, prefill=(lay,))))
+        # the decode instance of these runs steps at the sweep's largest batch, not at a planned
+        # batch of hundreds that serving never reaches
+        dec = dataclasses.replace(plan.decode[0], max_batch_per_rank=min(plan.decode[0].max_batch_per_rank,
+                                                                         max(cfg["decode"])))
+        out.append((f"prefill-t{t}", dataclasses.replace(plan, prefill=(lay,), decode=(dec,))))
     paths = []
     for label, p in out:
         path = folder / "plans" / f"{label}.yaml"

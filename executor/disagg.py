@@ -223,7 +223,7 @@ class PrefillLoop(Loop):
         parts = [self.eng.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
         toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks],
-                              torch.tensor([c.slot for c in chunks], device=me.device), [c.start for c in chunks])
+                              torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device), [c.start for c in chunks])
         shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
                  "tokens_global": sum(c.take for per in tick.work for c in per),
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
@@ -264,7 +264,10 @@ class DecodeLoop(Loop):
         self.seen = 0
         self.heads: dict[int, dict] = {}  # rid -> KV header of a staged request
         self.booked: list[tuple[int, int]] = []
-        self.last: dict[int, int] = {}  # slot -> its sequence's last token
+        # each seat's last token stays on the device (no host read of sampled tokens per step);
+        # the emitted tokens are read once, after the run (`outputs`)
+        self.last = torch.zeros(lay.max_batch_per_rank, dtype=torch.long, device=eng.me.device)
+        self.outputs: list[tuple[list[int], object]] = []  # (request ids, tokens [B] or per-request lists)
         self.drafter = eng.me.drafter(lay, lay.max_batch_per_rank, max_ctx)
         self.rng = np.random.default_rng(sub_seed(eng.me.cfg.seed, "accept", rg.inst.name))
 
@@ -304,29 +307,29 @@ class DecodeLoop(Loop):
                 self._install(s, tick.extra[s.rid])
         t0 = time.perf_counter()
         dev = me.device
-        last = torch.tensor([self.last[s.slot] for s in seats], dtype=torch.long, device=dev)
-        slots = torch.tensor([s.slot for s in seats], device=dev)
+        slots = torch.tensor([s.slot for s in seats], dtype=torch.long, device=dev)
+        last = self.last[slots]
         ctx = [s.ctx for s in seats]
         q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
         shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
                  "tokens_global": sum(len(per) for per in tick.work) * q}
         prep_s = time.perf_counter() - t0
         if self.drafter is None:
-            sec, ids = self.inst.forward(Batch.decode(last, ctx, slots),
-                                         lambda logits: [[t] for t in logits.argmax(-1).tolist()])
+            sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
+            self.last[slots] = nxt
+            self.outputs.append(([s.rid for s in seats], nxt))
+            shape["tokens_emitted"] = len(seats)
         else:
             def device_step(timer):
                 drafts = self.drafter.propose(last, ctx, slots, timer)
                 logits = self.inst.model.forward(verify_batch(last, drafts, ctx, slots), self.inst.cache, timer)
                 return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
             sec, spec = self.inst.forward(None, lambda out: out, device_step)
-            ids = spec.emitted
             shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
-        ids = [toks[:s.left] for s, toks in zip(seats, ids, strict=True)]  # a request stops at its osl
-        shape["tokens_emitted"] = sum(len(t) for t in ids)
-        for s, toks in zip(seats, ids, strict=True):
-            self.last[s.slot] = toks[-1]
-            self.eng.info[s.rid].setdefault("output_tokens", []).extend(toks)
+            ids = [toks[:s.left] for s, toks in zip(seats, spec.emitted, strict=True)]  # a request stops at its osl
+            shape["tokens_emitted"] = sum(len(t) for t in ids)
+            self.last[slots] = torch.tensor([t[-1] for t in ids], device=dev)
+            self.outputs.append(([s.rid for s in seats], ids))
         self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
         self.eng.trace(self.inst)
         return sec["step"]
@@ -347,6 +350,13 @@ class DecodeLoop(Loop):
             info.update(kv_checksum_recv=float(kv.double().sum()), kv_bytes=kv.numel() * kv.element_size(),
                         kv_transfer_s=sec)
         eng.kv_record(seat.rid, head, src, kv, sec)
+
+    def read_outputs(self) -> None:
+        """The run is over: every request's emitted tokens, read from the device once."""
+        for rids, toks in self.outputs:
+            toks = [[t] for t in toks.tolist()] if isinstance(toks, torch.Tensor) else toks
+            for rid, t in zip(rids, toks, strict=True):
+                self.eng.info.setdefault(rid, {}).setdefault("output_tokens", []).extend(t)
 
     def after(self, tick: Tick) -> None:
         if not self.leader:
@@ -461,6 +471,8 @@ def serve_disaggregated(me) -> list[dict]:
     eng.t0 = time.perf_counter()
     if eng.loop is not None:
         eng.loop.run()
+        if isinstance(eng.loop, DecodeLoop):
+            eng.loop.read_outputs()
     for work, _ in eng.sends:
         work.wait()
     dist.barrier()

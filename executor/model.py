@@ -19,7 +19,7 @@ from rackplan.specs import ModelSpec
 
 from .attention import Attention, KVCache, randn, rms_norm, sub_seed, weight
 from .moe import MLP, Experts, Router
-from .parallel import EPGroup, moe_forward, moe_forward_dbo
+from .parallel import EPGroup, moe_forward, moe_forward_dbo, moe_forward_static
 from .tp import Parallel
 
 
@@ -115,6 +115,8 @@ class Model:
                              else _NoExperts(ep)) for i in layers]
         self.moe: Callable = self._moe_ep
         self.par = Parallel()  # no TP until tp.apply_tp installs one
+        # decode on GPU: the static all-to-all path with this many tokens per rank at most (no host syncs)
+        self.static_capacity: Optional[int] = None
         self.expert_counts: Optional[list[torch.Tensor]] = None  # a list: router counts [E] per MoE layer
 
     def _layer_ep(self, idx: int, placements: Optional[dict]):
@@ -123,7 +125,9 @@ class Model:
         return self.ep.with_placement(placements[idx])
 
     def _moe_ep(self, layer: Layer, y, ids, w, timer):
-        ep = layer.ep
+        ep, cap = layer.ep, self.static_capacity
+        if cap and ep.group is not None and len(ep.phy2log) % ep.size == 0 and y.shape[0] <= cap:
+            return moe_forward_static(y, ids, w, layer.experts, ep, timer, cap)
         run = moe_forward_dbo if self.dbo and ep.group is not None and y.shape[0] > 1 else moe_forward
         return run(y, ids, w, layer.experts, ep, timer)
 

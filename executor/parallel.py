@@ -12,6 +12,13 @@ collectives):
 Dual-batch overlap runs two micro-batches so one's all-to-all hides behind the other's experts.
 At EP1 there is no exchange: the permute into expert order and the weighted unpermute run
 locally and are timed as their own op, `moe.permute` (moe_local).
+
+The static path (moe_forward_static, DeepEP low-latency style, used for decode on GPU) keeps
+every size on the device: each rank sends a fixed-capacity block per expert slot [S, C, H]
+(C = the layout's tokens per rank per step, the most one source can route to one slot), counts
+and rows move in equal-split all-to-alls, and the experts run one batched GEMM over the padded
+blocks, so no .tolist() / .item() host sync sits on the hot path (at the price of computing the
+padding rows; a masked grouped GEMM would skip them).
 """
 from __future__ import annotations
 
@@ -197,6 +204,45 @@ def moe_forward(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:
         y = experts(rows, routed.counts)
     with timer.section("moe.combine", comm=True):
         return combine(y, routed, weights, ep)
+
+
+def _rank_in_slot(flat_sorted: torch.Tensor) -> torch.Tensor:
+    """For sorted slot ids [N]: each entry's index among the equal entries before it."""
+    idx = torch.arange(flat_sorted.numel(), device=flat_sorted.device)
+    first = torch.ones_like(flat_sorted, dtype=torch.bool)
+    first[1:] = flat_sorted[1:] != flat_sorted[:-1]
+    return idx - torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), dim=0).values
+
+
+def moe_forward_static(x, ids, weights, experts, ep: EPGroup, timer, capacity: int) -> torch.Tensor:
+    """Routed experts with device-side sizes only: x [T, H], ids/weights [T, k] -> [T, H].
+    Needs equal slots per rank and T <= capacity."""
+    t, k = ids.shape
+    s_all, w, h = len(ep.phy2log), ep.size, x.shape[1]
+    s_loc = s_all // w
+    with timer.section("moe.dispatch", comm=True):
+        flat = to_slots(ids, ep).reshape(-1)  # [T*k]
+        order = torch.argsort(flat, stable=True)
+        srt = flat[order]
+        pos = _rank_in_slot(srt)  # [T*k] row of each pair in its slot's block
+        send = x.new_zeros(s_all, capacity, h)
+        send[srt, pos] = x[torch.div(order, k, rounding_mode="floor")]
+        counts = torch.bincount(flat, minlength=s_all)  # [S]
+        recv_counts = torch.empty_like(counts)
+        recv = torch.empty_like(send)
+        _all_to_all(recv_counts, counts, None, None, ep.group)  # [W * S_local]: from each source
+        _all_to_all(recv, send, None, None, ep.group)  # [W * S_local, C, H]
+        rows = recv.view(w, s_loc, capacity, h).transpose(0, 1).reshape(s_loc, w * capacity, h)
+    with timer.section("moe.experts"):
+        experts.rows = experts.rows + recv_counts.sum()  # a device count, read after the step
+        gate, up = torch.bmm(rows, experts.w13).chunk(2, dim=-1)  # [S_local, W*C, I] each
+        y = torch.bmm(torch.nn.functional.silu(gate) * up, experts.w2)  # [S_local, W*C, H]
+    with timer.section("moe.combine", comm=True):
+        back = torch.empty_like(send)
+        _all_to_all(back, y.view(s_loc, w, capacity, h).transpose(0, 1).contiguous(), None, None, ep.group)
+        pair_rows = torch.empty(t * k, h, dtype=x.dtype, device=x.device)
+        pair_rows[order] = back[srt, pos]  # [T*k, H] in pair order
+        return (pair_rows.view(t, k, h).float() * weights[..., None].float()).sum(1).to(x.dtype)
 
 
 def moe_forward_dbo(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:

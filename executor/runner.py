@@ -161,7 +161,8 @@ def run_instance(me: Rank, inst) -> list[dict]:
         ep = make_ep_group(None, 0, 1, me.spec.moe.num_experts)
         model = Model(me.spec, me.cfg.seed, me.device, me.dtype, ep,
                       layer_ids(me.spec, phase, me.cfg.max_dense, me.cfg.max_moe), build_experts=False)
-        replay = Replay(model, me.plan, lay, me.rank, me.cfg.seed)
+        group = dist.group.WORLD if me.world > 1 else None  # the plan's all-to-all bytes among real ranks
+        replay = Replay(model, me.plan, lay, me.rank, me.cfg.seed, group, me.world)
         model.moe = replay.moe
     return StepLoop(me, inst, model, replay, rg).run()
 
@@ -174,8 +175,8 @@ class StepLoop:
         self.role = inst.role
         self.dp_rank = rg.dp_rank if rg is not None else me.rank
         self.rng = np.random.default_rng(sub_seed(me.cfg.seed, self.role, self.dp_rank))
-        self.group = rg.instance if rg is not None else None
-        self.timer = StepTimer(me.kind, rg.ep if rg is not None else None)
+        self.group = rg.instance if rg is not None else (replay.group if replay is not None else None)
+        self.timer = StepTimer(me.kind, rg.ep if rg is not None else self.group)
         n_dense = sum(layer.dense for layer in model.layers)
         self.n_dense, self.n_moe = n_dense, len(model.layers) - n_dense
         self.decode_state = None
@@ -210,9 +211,10 @@ class StepLoop:
             if self.me.eplb_info(self.layout):
                 shape["eplb"] = self.me.eplb_info(self.layout)
         if self.replay is not None:
-            sec.update(self.replay.modelled_a2a(shape["tokens"], self.n_moe, self.role))
-            modelled = MODELLED_OPS
-            shape = dict(shape, ep_plan=self.layout.ep_size, world_measured=self.me.world,
+            if self.replay.group is None:
+                sec.update(self.replay.modelled_a2a(shape["tokens"], self.n_moe, self.role))
+                modelled = MODELLED_OPS
+            shape = dict(shape, ep_plan=self.layout.ep_size, world_measured=self.me.world, a2a_world=self.me.world,
                          replayed_rank=self.me.rank, layers_run=len(self.model.layers))
         return step_records(self.me.base, self.role, self.layout, step, sec, shape, self.me.dtype_name,
                             self.n_dense, self.n_moe, modelled)
@@ -335,5 +337,5 @@ class StepLoop:
         """Token-expert pairs this rank's experts computed: mean over MoE layers, and per layer."""
         if self.replay is not None:
             return {"expert_tokens": self.replay.expert_tokens()}
-        rows = [layer.experts.rows for layer in self.model.layers if not layer.dense]
+        rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]  # after the step
         return {"expert_tokens": round(sum(rows) / len(rows)) if rows else 0, "expert_tokens_layers": rows}

@@ -83,7 +83,7 @@ class Instance:
         return sec, out
 
     def expert_tokens(self) -> int:
-        rows = [layer.experts.rows for layer in self.model.layers if not layer.dense]
+        rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
         return round(sum(rows) / len(rows)) if rows else 0
 
     def record(self, sec: dict, shape: dict, prep_s: float, exposed_s: float | None = None) -> list[dict]:
@@ -92,7 +92,7 @@ class Instance:
         sec["host.exposed"] = (prep_s if exposed_s is None else exposed_s) + sec.get("host", 0.0)
         sec["host"] = sec.get("host", 0.0) + prep_s
         sec["step"] += prep_s if exposed_s is None else exposed_s
-        rows = [layer.experts.rows for layer in self.model.layers if not layer.dense]
+        rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
         shape.update(expert_tokens=self.expert_tokens(), expert_tokens_layers=rows,
                      budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
                      time_shared=self.time_shared, serving=True, instance=self.rg.inst.name,
@@ -150,7 +150,7 @@ class Engine:
             parts = [self.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
             toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
             batch = Batch.prefill(toks.to(self.me.device), [c.take for c in chunks],
-                                  torch.tensor([c.slot for c in chunks], device=self.me.device),
+                                  torch.tensor([c.slot for c in chunks], dtype=torch.long, device=self.me.device),
                                   [c.start for c in chunks])
             shape = {"batch": len(chunks), "tokens": int(toks.numel()),
                      "ctx_sum": sum(c.start + c.take for c in chunks),

@@ -32,4 +32,6 @@ def build_shard(spec, seed: int, device: str, dtype, rg: RankGroups, phase: str,
     par = parallel_for(rg)
     if par.tp > 1 or par.moe_tp > 1:
         apply_tp(model, par)
+    if device.startswith("cuda") and phase == "decode":  # the static all-to-all: no host syncs per layer
+        model.static_capacity = lay.max_batch_per_rank * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
     return model
