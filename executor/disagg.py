@@ -222,8 +222,8 @@ class PrefillLoop(Loop):
         me, chunks = self.me, tick.work[self.rg.dp_rank]
         parts = [self.eng.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
         toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
-        batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks],
-                              torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device), [c.start for c in chunks])
+        slots = torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device)
+        batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
         shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
                  "tokens_global": sum(c.take for per in tick.work for c in per),
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
