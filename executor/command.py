@@ -47,6 +47,8 @@ def add_arguments(p) -> None:
     p.add_argument("--acceptance-rate", type=float, help="speculation: probability each draft token is kept "
                    "(default: the rate giving the plan's acceptance_length; random weights accept nothing)")
     p.add_argument("--no-cuda-graphs", action="store_true", help="skip the CUDA-graph decode timing")
+    p.add_argument("--no-fp8", action="store_true", help="GPU: keep every weight in bf16 (default: the spec's "
+                   "8-bit or narrower weights run as FP8 through torch._scaled_mm on sm89+)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
 
 
@@ -133,7 +135,8 @@ def _config(args, plan):
                      max_dense=args.max_dense_layers, max_moe=args.max_moe_layers,
                      cuda_graphs=not args.no_cuda_graphs, skip_prefill=args.skip_prefill,
                      fault=os.environ.get("RACKPLAN_EXEC_FAULT"), model=args.model,
-                     expert_counts=args.expert_counts, acceptance_rate=args.acceptance_rate, cores=cores)
+                     expert_counts=args.expert_counts, acceptance_rate=args.acceptance_rate, cores=cores,
+                     fp8=not args.no_fp8)
 
 
 def _run_torchrun(cfg):

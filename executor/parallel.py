@@ -214,6 +214,11 @@ def _rank_in_slot(flat_sorted: torch.Tensor) -> torch.Tensor:
     return idx - torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), dim=0).values
 
 
+def _bmm(x, w):
+    """[S, M, K] x [S, K, N] (a weight stack, or FP8 weights per slot)."""
+    return w.batched(x) if hasattr(w, "batched") else torch.bmm(x, w)
+
+
 def moe_forward_static(x, ids, weights, experts, ep: EPGroup, timer, capacity: int) -> torch.Tensor:
     """Routed experts with device-side sizes only: x [T, H], ids/weights [T, k] -> [T, H].
     Needs equal slots per rank and T <= capacity."""
@@ -235,8 +240,8 @@ def moe_forward_static(x, ids, weights, experts, ep: EPGroup, timer, capacity: i
         rows = recv.view(w, s_loc, capacity, h).transpose(0, 1).reshape(s_loc, w * capacity, h)
     with timer.section("moe.experts"):
         experts.rows = experts.rows + recv_counts.sum()  # a device count, read after the step
-        gate, up = torch.bmm(rows, experts.w13).chunk(2, dim=-1)  # [S_local, W*C, I] each
-        y = torch.bmm(torch.nn.functional.silu(gate) * up, experts.w2)  # [S_local, W*C, H]
+        gate, up = _bmm(rows, experts.w13).chunk(2, dim=-1)  # [S_local, W*C, I] each
+        y = _bmm(torch.nn.functional.silu(gate) * up, experts.w2)  # [S_local, W*C, H]
     with timer.section("moe.combine", comm=True):
         back = torch.empty_like(send)
         _all_to_all(back, y.view(s_loc, w, capacity, h).transpose(0, 1).contiguous(), None, None, ep.group)

@@ -59,6 +59,7 @@ class RunConfig:
     expert_counts: Optional[str] = None  # EPLB from this recorded trace instead of the workload's skew
     acceptance_rate: Optional[float] = None  # speculation: per-draft acceptance (default: the plan's)
     cores: Optional[tuple] = None  # CPU core of each rank (serving mode pins by role); None: rank mod cores
+    fp8: bool = True  # GPU: the spec's 8-bit-or-narrower weights as FP8 where the device supports it
 
 
 class Rank:
@@ -79,8 +80,14 @@ class Rank:
         if cfg.model:
             self.base["model"], self.base["plan_model"] = self.spec.name, self.plan.model
         from .attention import compute_dtype
+        from .fp8 import NARROW, supported
         self.dtype = compute_dtype(self.spec, cfg.device)
         self.dtype_name = str(self.dtype).replace("torch.", "")
+        self.fp8 = cfg.fp8 and supported(self.device)
+        dt = self.spec.dtypes
+        self.base["weights"] = {fam: "fp8" if self.fp8 and d in NARROW else self.dtype_name for fam, d in
+                                (("attention", dt.attention_weights), ("dense", dt.dense_weights),
+                                 ("experts", dt.expert_weights))}
 
     def fault(self, where: str) -> None:
         """Test hook: make this rank raise or die by SIGKILL at `where`."""
@@ -153,7 +160,7 @@ def run_instance(me: Rank, inst) -> list[dict]:
     if measured:
         rg = groups[inst.name]
         model = build_shard(me.spec, me.cfg.seed, me.device, me.dtype, rg, phase, me.cfg.max_dense,
-                            me.cfg.max_moe, me.placements(lay), dbo=lay.dbo and me.kind == "cuda")
+                            me.cfg.max_moe, me.placements(lay), dbo=lay.dbo and me.kind == "cuda", fp8=me.fp8)
         replay = None
     else:
         from .parallel import make_ep_group

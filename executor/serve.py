@@ -57,7 +57,8 @@ class Instance:
         self.time_shared = time_shared
         self.group = rg.instance
         self.model = build_shard(me.spec, me.cfg.seed, me.device, me.dtype, rg, self.role, me.cfg.max_dense,
-                                 me.cfg.max_moe, me.placements(self.layout), dbo=self.layout.dbo and me.kind == "cuda")
+                                 me.cfg.max_moe, me.placements(self.layout),
+                                 dbo=self.layout.dbo and me.kind == "cuda", fp8=me.fp8)
         self.model.expert_counts = []  # [E] logical expert counts per MoE layer of the last step
         self.cache = self.model.kv_cache(slots, max_ctx)
         self.timer = StepTimer(me.kind, rg.ep)

@@ -22,9 +22,10 @@ def parallel_for(rg: RankGroups) -> Parallel:
 
 def build_shard(spec, seed: int, device: str, dtype, rg: RankGroups, phase: str,
                 max_dense: Optional[int] = None, max_moe: Optional[int] = None,
-                placements: Optional[dict] = None, dbo: bool = False) -> Model:
+                placements: Optional[dict] = None, dbo: bool = False, fp8: bool = False) -> Model:
     """Rank `rg`'s shard of the model for `phase`'s layers: routed experts of its EP slots (the
-    layer's EPLB placement when given), attention and FFNs sliced for its TP rank."""
+    layer's EPLB placement when given), attention and FFNs sliced for its TP rank, the spec's
+    narrow-format weights as FP8 when `fp8` (fp8.py)."""
     lay = rg.inst.layout
     ep = make_ep_group(rg.ep, rg.ep_rank, lay.ep_size, spec.moe.num_experts)
     model = Model(spec, seed, device, dtype, ep, layer_ids(spec, phase, max_dense, max_moe), dbo=dbo,
@@ -32,6 +33,9 @@ def build_shard(spec, seed: int, device: str, dtype, rg: RankGroups, phase: str,
     par = parallel_for(rg)
     if par.tp > 1 or par.moe_tp > 1:
         apply_tp(model, par)
+    if fp8:
+        from .fp8 import quantise_model
+        quantise_model(model)
     if device.startswith("cuda") and phase == "decode":  # the static all-to-all: no host syncs per layer
         model.static_capacity = lay.max_batch_per_rank * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
     return model
