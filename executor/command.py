@@ -113,9 +113,15 @@ def _check_serving(plan, workload, args) -> None:
     if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
         from rackplan.sim.workload import read_trace
         read_trace(workload.trace)  # a missing or malformed trace fails here, not in every rank
-    if plan.colocated and any(lay.replicas > 1 for lay in plan.prefill + plan.decode):
-        raise SpecError(str(args.plan), "prefill.replicas", "1 in a colocated plan (serving runs one "
-                        "time-shared prefill + decode pair)", max(lay.replicas for lay in plan.prefill))
+    if plan.colocated:
+        for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
+            for field, val in (("replicas", lay.replicas), ("tp", lay.tp)):
+                if val != 1:
+                    raise SpecError(str(args.plan), f"{role}.{field}", "1 in a colocated plan (serving time-shares "
+                                    "one DEP prefill + decode pair; TP runs in disaggregated serving)", val)
+            if lay.speculation is not None:
+                raise SpecError(str(args.plan), f"{role}.speculation", "none in a colocated plan (speculation "
+                                "runs in benchmark mode and disaggregated serving)", lay.speculation.num_tokens)
     need = world_size(serving_instances(plan, max_ranks(args.device)))
     if args.ranks is not None and args.ranks != need:
         raise SpecError("execute", "--ranks", f"{need} in serving mode (every instance's ranks, no replays)",

@@ -22,7 +22,6 @@ on step n's tokens: a request's emitted count is known when its step is issued).
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +35,10 @@ from rackplan.sim.workload import make_requests
 from rackplan.specs import load_workload
 
 from .attention import sub_seed
+from .control import Control
 from .kv import KVLinks, check_kv_layouts, dest_ranks, source_rank
 from .model import Batch, layer_ids
+from .records import request_record
 from .serve import Instance, prompt_tokens
 from .serving import DecodeSeats, PrefillQueue, Timeline
 from .speculate import accept, draw_accepted, verify_batch
@@ -46,70 +47,6 @@ from .topology import make_groups, max_ranks, serving_instances
 
 IDLE_POLL_S = 1.0  # longest an idle leader waits before it tells its instance it is still alive
 POLL_S = 0.002  # an idle prefill leader's look at the clock when the next arrival is not known yet
-INBOX_POLL_S = 0.0005  # an idle decode leader's look at its inbox (a store check costs ~10-40 us)
-
-
-class Control:
-    """The control plane on the run's c10d store: arrivals, the router, decode load, KV inboxes."""
-
-    def __init__(self, store, arrival_s: np.ndarray, concurrency: int):
-        self.store, self.n, self.concurrency = store, len(arrival_s), concurrency
-        self.arrival_s = arrival_s
-
-    def arrival(self, rid: int) -> float:
-        """Arrival time of request `rid` (NaN while a closed loop has not released it)."""
-        if not self.concurrency:
-            return float(self.arrival_s[rid])
-        if rid < self.concurrency:
-            return 0.0
-        key = f"arr/{rid}"
-        return float(self.store.get(key)) if self.store.check([key]) else math.nan
-
-    def next_unclaimed(self) -> int:
-        return int(self.store.add("next", 0))
-
-    def claim(self, now: float, room: int) -> list[tuple[int, float]]:
-        """Take up to `room` arrived requests in arrival order: [(rid, arrival)]."""
-        out = []
-        while len(out) < room:
-            cur = self.next_unclaimed()
-            if cur >= self.n or not self.arrival(cur) <= now:
-                break
-            if int(self.store.add(f"claim/{cur}", 1)) != 1:
-                break  # another instance owns it (and advances "next"): try again next step
-            self.store.add("next", 1)
-            out.append((cur, self.arrival(cur)))
-        return out
-
-    def load(self, inst: str, dp: int) -> int:
-        return int(self.store.add(f"load/{inst}/{dp}", 0))
-
-    def add_load(self, inst: str, dp: int, n: int) -> None:
-        self.store.add(f"load/{inst}/{dp}", n)
-
-    def post(self, inst: str, header: dict) -> None:
-        n = int(self.store.add(f"inbox/{inst}/n", 1)) - 1
-        self.store.set(f"inbox/{inst}/{n}", json.dumps(header))
-
-    def inbox(self, inst: str, start: int) -> list[dict]:
-        """Headers start, start + 1, ... posted so far."""
-        n = int(self.store.add(f"inbox/{inst}/n", 0))
-        return [json.loads(self.store.get(f"inbox/{inst}/{i}")) for i in range(start, n)]
-
-    def wait_inbox(self, inst: str, index: int, timeout_s: float) -> None:
-        """Until header `index` is posted or `timeout_s` passes (polled: a store wait sleeps 10 ms)."""
-        key, end = [f"inbox/{inst}/{index}"], time.perf_counter() + timeout_s
-        while not self.store.check(key) and time.perf_counter() < end:
-            time.sleep(INBOX_POLL_S)
-
-    def finish(self, now: float) -> None:
-        """A request finished: closed loop releases the next one; count it."""
-        done = int(self.store.add("done", 1))
-        if self.concurrency and self.concurrency + done - 1 < self.n:
-            self.store.set(f"arr/{self.concurrency + done - 1}", repr(now))
-
-    def all_done(self) -> bool:
-        return int(self.store.add("done", 0)) >= self.n
 
 
 @dataclass
@@ -248,7 +185,7 @@ class PrefillLoop(Loop):
             tok = self.first_tokens.pop(ch.rid)
             if t == 0:
                 now = self.eng.clock()
-                self.eng.info.setdefault(ch.rid, {})["kv_checksum_sent"] = float(kv.double().sum())
+                self.eng.checksums.append((ch.rid, "kv_checksum_sent", kv.sum()))  # read after the run
                 self.eng.times(ch.rid).prefill_done = now
                 self.eng.control.post(name, {"rid": ch.rid, "dp": dp, "prefill": self.rg.inst.name, "src_dp": d,
                                              "length": self.eng.isl[ch.rid], "token": tok, "prefill_done": now})
@@ -347,8 +284,8 @@ class DecodeLoop(Loop):
         self.last[seat.slot] = head["token"]
         info = eng.info.setdefault(seat.rid, {})
         if self.rg.tp_rank == 0:
-            info.update(kv_checksum_recv=float(kv.double().sum()), kv_bytes=kv.numel() * kv.element_size(),
-                        kv_transfer_s=sec)
+            eng.checksums.append((seat.rid, "kv_checksum_recv", kv.sum()))
+            info.update(kv_bytes=kv.numel() * kv.element_size(), kv_transfer_s=sec)
         eng.kv_record(seat.rid, head, src, kv, sec)
 
     def read_outputs(self) -> None:
@@ -397,6 +334,7 @@ class Engine:
         self.info: dict[int, dict] = {}
         self.timelines: dict[int, Timeline] = {}
         self.sends: list = []
+        self.checksums: list = []  # (rid, key, device scalar): KV sums of what was sent / received
         self.t0 = 0.0
         (rg,) = self.groups.values() if self.groups else (None,)
         self.loop = None
@@ -475,6 +413,8 @@ def serve_disaggregated(me) -> list[dict]:
             eng.loop.read_outputs()
     for work, _ in eng.sends:
         work.wait()
+    for rid, key, val in eng.checksums:
+        eng.info.setdefault(rid, {})[key] = float(val)
     dist.barrier()
     return _gather(me, eng)
 
@@ -501,20 +441,7 @@ def _gather(me, eng: Engine) -> list[dict]:
 
 def request_records(me, eng: Engine, times: dict, info: dict) -> list[dict]:
     """One 'request' record per request (times from the run start, every rank's clock)."""
-    dec = me.plan.decode[0]
     n_layers = len(layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe))
-    out = []
-    for rid in range(len(eng.isl)):
-        t = Timeline(**times.get(rid, {}))
-        isl, osl = eng.isl[rid], eng.osl[rid]
-        ttft, e2e = t.first_token - t.arrival, t.finish - t.arrival
-        tpot = (t.finish - t.first_token) / (osl - 1) if osl > 1 else 0.0
-        extra = info.get(rid, {})
-        shape = {"isl": isl, "osl": osl, "cached": eng.cached[rid], "prefill_rank": t.prefill_rank,
-                 "decode_rank": t.decode_rank, "time_shared": False}
-        out.append(dict(me.base, rank=max(t.decode_rank, 0), role="serve", instance_dp=dec.dp, ep=dec.ep_size,
-                        step=rid, op="request", layers=n_layers, shape=shape, dtype=me.dtype_name, seconds=e2e,
-                        source="measured", cuda_graphs=False, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, isl=isl, osl=osl,
-                        arrival_s=t.arrival, queue_s=t.prefill_start - t.arrival, prefill_done_s=t.prefill_done,
-                        first_token_s=t.first_token, finish_s=t.finish, **extra))
-    return out
+    return [request_record(me.base, rid, Timeline(**times.get(rid, {})), eng.isl[rid], eng.osl[rid], eng.cached[rid],
+                           me.plan.decode[0], n_layers, me.dtype_name, False, info.get(rid, {}))
+            for rid in range(len(eng.isl))]

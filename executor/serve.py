@@ -34,7 +34,7 @@ from rackplan.specs import SpecError
 
 from .attention import sub_seed
 from .model import Batch, layer_ids
-from .records import step_records
+from .records import request_record, step_records
 from .serving import Scheduler, Tick
 from .shard import build_shard
 from .timing import NullTimer, StepTimer, wall
@@ -260,6 +260,9 @@ def check_servable(me) -> None:
         raise SpecError(me.cfg.plan, "prefill", "a disaggregated plan (prefill + decode) for serving mode",
                         "aggregated")
     for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
+        if lay.tp != 1:
+            raise SpecError(me.cfg.plan, f"{role}.tp", "1 in a colocated plan (TP runs in benchmark mode and in "
+                            "disaggregated serving)", lay.tp)
         if lay.speculation is not None:
             raise SpecError(me.cfg.plan, f"{role}.speculation", "none in a colocated plan (speculation runs "
                             "in benchmark mode and in disaggregated serving)", lay.speculation.num_tokens)
@@ -346,19 +349,7 @@ def _gather(me, engine: Engine, sched, reqs) -> list[dict]:
 
 def request_records(me, sched: Scheduler, reqs, info: dict) -> list[dict]:
     """One 'request' record per request, times from the scheduler's wall clock (run start = 0)."""
-    dec = me.plan.decode[0]
     n_layers = len(layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe))
-    out = []
-    for rid, t in enumerate(sched.times):
-        isl, osl = int(reqs.isl[rid]), int(reqs.osl[rid])
-        ttft, e2e = t.first_token - t.arrival, t.finish - t.arrival
-        tpot = (t.finish - t.first_token) / (osl - 1) if osl > 1 else 0.0
-        shape = {"isl": isl, "osl": osl, "cached": int(reqs.cached[rid]), "prefill_rank": t.prefill_rank,
-                 "decode_rank": t.decode_rank, "time_shared": True}
-        out.append(dict(me.base, rank=t.decode_rank, role="serve", instance_dp=dec.dp, ep=dec.ep_size, step=rid,
-                        op="request", layers=n_layers, shape=shape, dtype=me.dtype_name, seconds=e2e,
-                        source="measured", cuda_graphs=False, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, isl=isl,
-                        osl=osl, arrival_s=t.arrival, queue_s=t.prefill_start - t.arrival,
-                        prefill_done_s=t.prefill_done, first_token_s=t.first_token, finish_s=t.finish,
-                        kv_transfer_s=t.kv_transfer_s, **info.get(rid, {})))
-    return out
+    return [request_record(me.base, rid, t, int(reqs.isl[rid]), int(reqs.osl[rid]), int(reqs.cached[rid]),
+                           me.plan.decode[0], n_layers, me.dtype_name, True, info.get(rid, {}))
+            for rid, t in enumerate(sched.times)]
