@@ -166,6 +166,7 @@ class PrefillLoop(Loop):
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
         prep_s = time.perf_counter() - t0
         sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
+        self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
         for c, tok in zip(chunks, ids, strict=True):
             if c.last:
                 self.first_tokens[c.rid] = tok
@@ -184,7 +185,7 @@ class PrefillLoop(Loop):
                 self.eng.sends.append((self.eng.links.send(kv, dst, ch.rid), kv))
             tok = self.first_tokens.pop(ch.rid)
             if t == 0:
-                now = self.eng.clock()
+                now = self.done_at
                 self.eng.checksums.append((ch.rid, "kv_checksum_sent", kv.sum()))  # read after the run
                 self.eng.times(ch.rid).prefill_done = now
                 self.eng.control.post(name, {"rid": ch.rid, "dp": dp, "prefill": self.rg.inst.name, "src_dp": d,
@@ -253,6 +254,7 @@ class DecodeLoop(Loop):
         prep_s = time.perf_counter() - t0
         if self.drafter is None:
             sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
+            self.done_at = self.eng.clock()  # this step's tokens exist now
             self.last[slots] = nxt
             self.outputs.append(([s.rid for s in seats], nxt))
             shape["tokens_emitted"] = len(seats)
@@ -262,6 +264,7 @@ class DecodeLoop(Loop):
                 logits = self.inst.model.forward(verify_batch(last, drafts, ctx, slots), self.inst.cache, timer)
                 return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
             sec, spec = self.inst.forward(None, lambda out: out, device_step)
+            self.done_at = self.eng.clock()
             shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
             ids = [toks[:s.left] for s, toks in zip(seats, spec.emitted, strict=True)]  # a request stops at its osl
             shape["tokens_emitted"] = sum(len(t) for t in ids)
@@ -298,7 +301,7 @@ class DecodeLoop(Loop):
     def after(self, tick: Tick) -> None:
         if not self.leader:
             return
-        now = self.eng.clock()
+        now = self.done_at
         for per in tick.work:
             for s in per:
                 tl = self.eng.times(s.rid)

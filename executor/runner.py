@@ -187,6 +187,7 @@ class StepLoop:
         n_dense = sum(layer.dense for layer in model.layers)
         self.n_dense, self.n_moe = n_dense, len(model.layers) - n_dense
         self.decode_state = None
+        self.prefill_kv = None
         self.drafter = None
         self.pool = ThreadPoolExecutor(1) if self.layout.async_scheduling else None
         self._next_prepare = None
@@ -272,7 +273,8 @@ class StepLoop:
             tokens = torch.from_numpy(self.rng.integers(0, self.me.spec.vocab_size, sum(lens))).to(self.me.device)
             shape = {"batch": len(lens), "tokens": sum(lens), "ctx_sum": sum(lens), "prefill_new": lens,
                      "prefill_prefix": [0] * len(lens)}
-            return {"batch": Batch.prefill(tokens, lens), "cache": None, "shape": shape,
+            slots = torch.arange(len(lens), device=self.me.device)  # the prompts' KV is stored, as in serving
+            return {"batch": Batch.prefill(tokens, lens, slots), "cache": self._prefill_cache(), "shape": shape,
                     "host_s": time.perf_counter() - t0}
         st = self._decode_state()
         ctx = list(st["ctx_next"])
@@ -288,6 +290,13 @@ class StepLoop:
         prep["shape"] = {"batch": len(ctx), "tokens": len(ctx) * q, "ctx_sum": sum(c + q for c in ctx)}
         prep["host_s"] = time.perf_counter() - t0
         return prep
+
+    def _prefill_cache(self):
+        """One cache slot per prompt of a step, as long as the token budget."""
+        if self.prefill_kv is None:
+            lay = self.layout
+            self.prefill_kv = self.model.kv_cache(lay.max_batch_per_rank, lay.max_tokens_per_step)
+        return self.prefill_kv
 
     def _fill_tokens(self, prep: dict):
         batch = prep["batch"]
