@@ -57,6 +57,19 @@ def sweep_plans(plan_name: str, cfg: dict, folder: Path) -> list[tuple[str, Path
     return paths
 
 
+def prefill_gap_s(plan_name: str) -> float:
+    """Idle seconds between a prefill replica's steps when serving the plan's open-loop workload:
+    replicas / arrival rate (0 for a colocated plan, whose engine never idles between a prefill
+    and its decode step). On this VM a prefill step after 125 ms idle takes 30-50% longer than
+    back to back (cold caches), so the sweep steps at the gap serving will see."""
+    from rackplan.specs import load_workload
+    plan = load_plan(plan_name)
+    wl = load_workload(plan.workload) if plan.workload else None
+    if plan.colocated or wl is None or wl.arrival.kind != "poisson" or not wl.arrival.rate:
+        return 0.0
+    return min(1.0, sum(lay.replicas for lay in plan.prefill) / wl.arrival.rate)
+
+
 def busy_fraction(window_s: float = 0.5) -> float:
     """Share of this machine's CPU time in use over `window_s` (from /proc/stat; 0 elsewhere)."""
     def sample():
@@ -101,10 +114,14 @@ def main(argv=None) -> int:
         sh(RACKPLAN + ["calibrate", "--microbench", "--hardware", "cpu-local",
                        "--out-hardware", "configs/hardware/cpu-local.yaml"])
     runs = []
+    gap = prefill_gap_s(args.plan)
     for rep in range(cfg["repeats"]):
         for label, path in sweep_plans(args.plan, cfg, out):
             run = out / "sweep" / f"{label}-r{rep}"
-            skip = ["--skip-prefill"] if label.startswith("decode") else []
+            # decode points run the decode instance only; prefill points the prefill instance, at the
+            # idle gap between steps that serving shows (tiny-cpu, colocated: both instances, no gap)
+            skip = ["--skip-prefill"] if label.startswith("decode") else \
+                ["--skip-decode", "--step-gap", str(gap)] if gap else []
             wait_quiet(cfg["quiet_s"])
             sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
                            "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])

@@ -27,6 +27,9 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=5, help="timed steps per instance (after --warmup; "
                    "not used in serving mode)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--step-gap", type=float, default=0.0, metavar="S",
+                   help="idle seconds before each benchmark step, as a lightly loaded instance waits for "
+                   "arrivals between steps (cold caches make such steps slower); default 0")
     p.add_argument("--workload", help="serving mode: run this workload's requests (path or name under "
                    "configs/workloads) through prefill -> KV hand-off -> decode")
     p.add_argument("--requests", type=int, help="serving mode: at most this many requests (default: the "
@@ -38,7 +41,8 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the run is killed")
     p.add_argument("--max-dense-layers", type=int, help="run at most this many dense layers (replays)")
     p.add_argument("--max-moe-layers", type=int, help="run at most this many MoE layers (replays)")
-    p.add_argument("--skip-prefill", action="store_true", help="run only the decode instance")
+    p.add_argument("--skip-prefill", action="store_true", help="benchmark mode: run only the decode instances")
+    p.add_argument("--skip-decode", action="store_true", help="benchmark mode: run only the prefill instances")
     p.add_argument("--model", help="run the plan's layouts on this model's shapes instead of the plan's model "
                    "(e.g. tiny-moe for a rack plan on CPU; a drafter comes from the plan's model if this one "
                    "has none)")
@@ -73,6 +77,8 @@ def run(args) -> int:
     plan = load_plan(args.plan)
     if args.workload:
         _check_serving(plan, load_workload(args.workload), args)
+    if args.step_gap < 0:
+        raise SpecError("execute", "--step-gap", "seconds >= 0", args.step_gap)
     for name in ("steps", "ranks", "timeout", "requests"):
         val = getattr(args, name)
         if val is not None and val <= 0:
@@ -140,9 +146,10 @@ def _config(args, plan):
                      seed=args.seed, timeout_s=args.timeout,
                      max_dense=args.max_dense_layers, max_moe=args.max_moe_layers,
                      cuda_graphs=not args.no_cuda_graphs, skip_prefill=args.skip_prefill,
+                     skip_decode=args.skip_decode,
                      fault=os.environ.get("RACKPLAN_EXEC_FAULT"), model=args.model,
                      expert_counts=args.expert_counts, acceptance_rate=args.acceptance_rate, cores=cores,
-                     fp8=not args.no_fp8)
+                     fp8=not args.no_fp8, step_gap_s=args.step_gap)
 
 
 def _run_torchrun(cfg):

@@ -53,13 +53,15 @@ class RunConfig:
     max_dense: Optional[int] = None  # layer caps (replays of full-size models)
     max_moe: Optional[int] = None
     cuda_graphs: bool = True  # also time decode under a CUDA graph where the plan enables them
-    skip_prefill: bool = False  # decode instance only
+    skip_prefill: bool = False  # decode instances only
+    skip_decode: bool = False  # prefill instances only
     fault: Optional[str] = None  # test hook: "raise:RANK" or "kill:RANK"
     model: Optional[str] = None  # run the plan's layouts on this model's shapes (e.g. tiny-moe on CPU)
     expert_counts: Optional[str] = None  # EPLB from this recorded trace instead of the workload's skew
     acceptance_rate: Optional[float] = None  # speculation: per-draft acceptance (default: the plan's)
     cores: Optional[tuple] = None  # CPU core of each rank (serving mode pins by role); None: rank mod cores
     fp8: bool = True  # GPU: the spec's 8-bit-or-narrower weights as FP8 where the device supports it
+    step_gap_s: float = 0.0  # idle seconds before each benchmark step (an instance waiting for arrivals)
 
 
 class Rank:
@@ -139,7 +141,7 @@ def run_rank(cfg: RunConfig, rank: int, world: int) -> list[dict]:
         return serve_rank(me) if me.plan.colocated else serve_disaggregated(me)
     records = []
     for inst in benchmark_instances(me.plan):
-        if not (cfg.skip_prefill and inst.role == "prefill"):
+        if not (cfg.skip_prefill and inst.role == "prefill" or cfg.skip_decode and inst.role == "decode"):
             records += run_instance(me, inst)
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(records, gathered, dst=0)
@@ -198,6 +200,8 @@ class StepLoop:
         for step in range(self.me.cfg.warmup + self.me.cfg.steps):
             if step == self.me.cfg.warmup:
                 self.me.fault("step")
+            if self.me.cfg.step_gap_s:  # untimed: caches (and, on a VM, the vCPU) go cold as in light serving
+                time.sleep(self.me.cfg.step_gap_s)
             sec, shape = self.step(step, pending)
             pending = self._next_prepare
             if step >= self.me.cfg.warmup:
