@@ -159,11 +159,12 @@ class Model:
         if batch.prefix is not None:  # chunked prefill: earlier chunks' entries from the cache
             past = [cache.data[li][s, :p] for s, p in zip(slots, prefix, strict=True)]
         out, entry = layer.attn.prefill(x, batch.pos, batch.seq_lens, timer, past)
-        if cache is not None:  # store the chunk's cache entries in each sequence's slot
-            start = 0
-            for slot, p, n in zip(slots, prefix, batch.seq_lens, strict=True):
-                cache.data[li][slot, p:p + n] = entry[start:start + n]
-                start += n
+        if cache is not None:  # store the chunk's cache entries in each sequence's slot (as decode does,
+            start = 0         # inside attn.core)
+            with timer.section("attn.core"):
+                for slot, p, n in zip(slots, prefix, batch.seq_lens, strict=True):
+                    cache.data[li][slot, p:p + n] = entry[start:start + n]
+                    start += n
         return out
 
     def _ffn(self, layer: Layer, y, timer):

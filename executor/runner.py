@@ -192,11 +192,14 @@ class StepLoop:
         self.prefill_kv = None
         self.drafter = None
         self.pool = ThreadPoolExecutor(1) if self.layout.async_scheduling else None
+        # GPU async scheduling: the next batch's host-to-device copies go on a side stream, so the
+        # worker thread never waits behind this step's kernels
+        self.side = torch.cuda.Stream() if self.pool is not None and me.kind == "cuda" else None
         self._next_prepare = None
 
     def run(self) -> list[dict]:
         out = []
-        pending = self.pool.submit(self.prepare, 0) if self.pool else None
+        pending = self.pool.submit(self._prepare_ahead, 0) if self.pool else None
         for step in range(self.me.cfg.warmup + self.me.cfg.steps):
             if step == self.me.cfg.warmup:
                 self.me.fault("step")
@@ -248,7 +251,7 @@ class StepLoop:
         self._next_prepare = None
         with wall(self.me.kind) as w:
             if self.pool is not None:  # the next step's host work runs during this step's device work
-                self._next_prepare = self.pool.submit(self.prepare, step + 1)
+                self._next_prepare = self.pool.submit(self._prepare_ahead, step + 1)
             out = self.forward(batch, cache, prep)
             with self.timer.section("host", host=True):
                 shape.update(self.sample(out))
@@ -302,8 +305,24 @@ class StepLoop:
             self.prefill_kv = self.model.kv_cache(lay.max_batch_per_rank, lay.max_tokens_per_step)
         return self.prefill_kv
 
+    def _prepare_ahead(self, step: int) -> dict:
+        """`prepare` on the worker thread (async scheduling); on GPU its copies on the side stream."""
+        if self.side is None:
+            return self.prepare(step)
+        with torch.cuda.stream(self.side):
+            prep = self.prepare(step)
+            prep["ready"] = torch.cuda.Event()
+            prep["ready"].record(self.side)
+        return prep
+
     def _fill_tokens(self, prep: dict):
         batch = prep["batch"]
+        if "ready" in prep:  # the step's stream waits for the side stream's copies, and owns them
+            main = torch.cuda.current_stream()
+            main.wait_event(prep["ready"])
+            for t in (batch.tokens, batch.pos, batch.ends, batch.slots):
+                if isinstance(t, torch.Tensor):
+                    t.record_stream(main)
         if self.role == "decode":
             batch.tokens = self.decode_state["tokens"]
         return batch, prep["cache"], dict(prep["shape"])
