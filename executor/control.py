@@ -35,18 +35,30 @@ class Control:
     def next_unclaimed(self) -> int:
         return int(self.store.add("next", 0))
 
-    def claim(self, now: float, room: int) -> list[tuple[int, float]]:
-        """Take up to `room` arrived requests in arrival order: [(rid, arrival)]."""
+    def claim(self, now: float, room: int, front: int, fronts: int) -> list[tuple[int, float]]:
+        """Prefill instance `front` of `fronts` takes up to `room` arrived requests in arrival order:
+        [(rid, arrival)]. Request r is first offered to instance r mod fronts; another instance takes
+        it only while that one is busy (least loaded, ties round-robin, as the simulator's router)."""
         out = []
         while len(out) < room:
             cur = self.next_unclaimed()
             if cur >= self.n or not self.arrival(cur) <= now:
                 break
+            owner = cur % fronts
+            if owner != front and not self.busy(owner):
+                break  # its idle owner takes it
             if int(self.store.add(f"claim/{cur}", 1)) != 1:
                 break  # another instance owns it (and advances "next"): try again next step
             self.store.add("next", 1)
             out.append((cur, self.arrival(cur)))
         return out
+
+    def set_busy(self, front: int, busy: bool) -> None:
+        self.store.set(f"busy/{front}", "1" if busy else "0")
+
+    def busy(self, front: int) -> bool:
+        key = f"busy/{front}"
+        return self.store.check([key]) and self.store.get(key) == b"1"
 
     def load(self, inst: str, dp: int) -> int:
         return int(self.store.add(f"load/{inst}/{dp}", 0))

@@ -73,6 +73,7 @@ def _plan(tmp_path, **decode) -> Path:
     return tmp_path / "plan.yaml"
 
 
+@pytest.mark.slow
 def test_tp_prefill_to_dep2_decode_matches_reference(tmp_path):
     """TP2 prefill -> DEP2 decode (4 ranks): broadcast ticks inside both instances, KV to two decode
     DP ranks; tokens still equal the reference."""

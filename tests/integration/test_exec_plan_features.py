@@ -52,6 +52,7 @@ def test_embedded_single_user_plan_executes_on_cpu(tmp_path):
                                 "--warmup", "0", "--max-dense-layers", "1", "--max-moe-layers", "1"))
 
 
+@pytest.mark.slow
 def test_speculation_and_async_scheduling_in_disaggregated_serving(tmp_path):
     base = load_plan("tiny-disagg")
     dec = dataclasses.replace(base.decode[0], speculation=Speculation(2, 2.2), async_scheduling=True)
