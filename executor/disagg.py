@@ -362,8 +362,9 @@ class Engine:
 
     def pick_decode(self) -> tuple[str, int]:
         """Least-loaded decode rank over every decode instance (running + staged), counted now."""
-        best = min(((self.control.load(i.name, dp), k, dp) for k, i in enumerate(self.decoders)
-                    for dp in range(i.layout.dp)))
+        ranks = [(k, dp) for k, i in enumerate(self.decoders) for dp in range(i.layout.dp)]
+        best = min((self.control.load(self.decoders[k].name, dp), k, dp) for k, dp in ranks) if len(ranks) > 1 \
+            else (0,) + ranks[0]
         name = self.decoders[best[1]].name
         self.control.add_load(name, best[2], 1)
         return name, best[2]

@@ -32,11 +32,17 @@ from .kernels.permute import permute, unpermute
 from .placement import map_to_slots
 
 
-def init_distributed(backend: str, rank: int, world: int, init_file: str, timeout_s: float):
-    """Join the default group via a FileStore rendezvous with an explicit collective timeout."""
-    store = dist.FileStore(init_file, world)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout_s))
+def init_distributed(backend: str, rank: int, world: int, init: str, timeout_s: float):
+    """Join the default group with an explicit collective timeout, through the launcher's TCPStore
+    (`init` = "tcp://host:port"; its ops take ~15 us, which the serving control plane uses) or a
+    FileStore rendezvous (`init` = a file path)."""
+    timeout = timedelta(seconds=timeout_s)
+    if init.startswith("tcp://"):
+        host, port = init[len("tcp://"):].rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+    else:
+        store = dist.FileStore(init, world)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
 def init_from_env(backend: str, timeout_s: float) -> tuple[int, int]:
