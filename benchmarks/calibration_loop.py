@@ -60,7 +60,7 @@ def sweep_plans(plan_name: str, cfg: dict, folder: Path) -> list[tuple[str, Path
 def prefill_gap_s(plan_name: str) -> float:
     """Idle seconds between a prefill replica's steps when serving the plan's open-loop workload:
     replicas / arrival rate (0 for a colocated plan, whose engine never idles between a prefill
-    and its decode step). On this VM a prefill step after 125 ms idle takes 30-50% longer than
+    and its decode step). On this VM a prefill step after 125 ms idle takes 7-48% longer than
     back to back (cold caches), so the sweep steps at the gap serving will see."""
     from rackplan.specs import load_workload
     plan = load_plan(plan_name)
