@@ -123,7 +123,7 @@ class StepModel:
         self._ranks: dict = {}
         self._moes: dict = {}
         self._half_memo: dict = {}
-        self.host = HostModel(cx.prof.host, lay, m.num_layers, hw.gpus_per_node)
+        self.host = HostModel(cx.prof.host, lay, m.num_layers, hw.gpus_per_node, hw.host_overlap)
 
     def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
         cx = self.cx
@@ -140,7 +140,8 @@ class StepModel:
         assert host_only(layout) == host_only(self.cx.layout), "variant differs in more than host settings"
         new = copy.copy(self)
         new.cx = replace(self.cx, layout=layout)
-        new.host = HostModel(self.cx.prof.host, layout, self.cx.model.num_layers, self.cx.hw.gpus_per_node)
+        hw = self.cx.hw
+        new.host = HostModel(self.cx.prof.host, layout, self.cx.model.num_layers, hw.gpus_per_node, hw.host_overlap)
         return new
 
     def a2a(self, kernel: str, phase: str) -> A2APhase | None:
@@ -254,9 +255,15 @@ class StepModel:
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
         t_comb = comb.seconds(send) if comb else 0.0
+        t_perm = moved = 0.0
+        if ep == 1:  # no all-to-all: token copies are gathered into expert order and summed back locally
+            # permute reads each token and writes top_k copies, unpermute reads them and writes the sum
+            moved = t_global * h * DTYPE_BYTES[m.dtypes.activations] * (3 * m.moe.top_k + 1)
+            t_perm = self._corrected("moe.permute", price(0.0, moved, 1.0, 1.0, hw, prof) * n_moe, phase, n_moe)
         return (self._corrected("moe.experts", t_exp * n_moe, phase, n_moe),
                 self._corrected("moe.dispatch", t_disp * n_moe, phase, n_moe),
-                self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), flops * n_moe, nbytes * n_moe)
+                self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), flops * n_moe, nbytes * n_moe,
+                t_perm, moved * n_moe)
 
     # -- the step --------------------------------------------------------------------------------------
     def device(self, step: Step) -> tuple[float, float, dict[str, list], list[tuple]]:
@@ -281,7 +288,7 @@ class StepModel:
                 kernel = "high_throughput" if g.prefill_tokens else "low_latency"
                 res = self._moe(t_global, max(toks), g.n_moe, kernel, phase)
                 moe.append((g.n_moe,) + res)
-                experts_s += res[0]
+                experts_s += res[0] + res[5]  # experts, and at EP1 the local permute
                 comm += res[1]
                 comm += res[2]
         return slowest + experts_s, comm, rank_ops, moe
@@ -290,9 +297,13 @@ class StepModel:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
         total, gpu, dbo, (compute, comm, rank_ops, moe), host = self._evaluate(step)
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
-        for n_moe, t_exp, t_disp, t_comb, flops, nbytes in moe:
-            ops_ += [Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe),
-                     Op("moe.dispatch", "comm", t_disp, count=n_moe), Op("moe.combine", "comm", t_comb, count=n_moe)]
+        for n_moe, t_exp, t_disp, t_comb, flops, nbytes, t_perm, moved in moe:
+            ops_.append(Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe))
+            if moved:  # EP1: the local permute instead of an all-to-all
+                ops_.append(Op("moe.permute", "mem", t_perm, 0.0, moved, n_moe))
+            else:
+                ops_ += [Op("moe.dispatch", "comm", t_disp, count=n_moe),
+                         Op("moe.combine", "comm", t_comb, count=n_moe)]
         if dbo:
             ops_.append(Op("dbo.overlap", "comm", gpu - (compute + comm)))
         ops_.append(Op("host.exposed", "cpu", total - gpu))
