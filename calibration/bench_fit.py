@@ -170,8 +170,8 @@ def with_params(base: Profile, x: dict[str, float]) -> Profile:
         s = x.get(f"{phase}_scale", 1.0)
         for op in DEVICE_OPS:
             scale[f"{op}/{phase}"] = base.op_scale.get(f"{op}/{phase}", base.op_scale.get(op, 1.0)) * s
-    host = base.host.scaled(tuple(HOST_FIELDS), x.get("host_scale", 1.0))
-    return dataclasses.replace(base, op_scale=scale, host=host,
+    prof = base.with_host(lambda hp: hp.scaled(tuple(HOST_FIELDS), x.get("host_scale", 1.0)))
+    return dataclasses.replace(prof, op_scale=scale,
                                kv_transfer_alpha_s=x.get("kv_transfer_alpha_s", base.kv_transfer_alpha_s))
 
 

@@ -38,7 +38,7 @@ from .attention import sub_seed
 from .control import Control
 from .kv import KVLinks, check_kv_layouts, dest_ranks, source_rank
 from .model import Batch, layer_ids
-from .records import request_record
+from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
 from .serving import DecodeSeats, PrefillQueue, Timeline
 from .speculate import accept, draw_accepted, verify_batch
@@ -58,7 +58,13 @@ class Tick:
 
 
 class Loop:
-    """One instance's loop on one rank: the leader plans and broadcasts, every rank steps."""
+    """One instance's loop on one rank: the leader plans and broadcasts, every rank steps.
+
+    Host parts of each step (rackplan/specs/ops.py HOST_PARTS, sim/cost/host.py prices them): the
+    leader times host.schedule (plan), host.dp_sync (the tick's broadcast and the instance barrier
+    before the forward) and host.output (booking the step's tokens and timelines); every rank times
+    host.prepare and host.sample (Instance.record). The leader schedules and books every DP rank of
+    the instance: a central scheduler (the profile's host.scheduler 'central')."""
 
     def __init__(self, eng, rg, inst_obj: Instance):
         self.eng, self.me, self.rg, self.inst = eng, eng.me, rg, inst_obj
@@ -68,12 +74,23 @@ class Loop:
         self.pending = None
         self.ticks = 0
         self.exposed_s = 0.0
+        self.host: dict[str, float] = {}  # the leader's host parts of the step in flight
+        self.draw_s = 0.0  # the last plan's acceptance draw (not scheduler work)
+
+    def _plan_timed(self):
+        """(the next tick or None, seconds the scheduler took): the tick's host.schedule. The drawn
+        acceptance of a speculative step (the device's verification outcome, drawn here because
+        random weights accept nothing) is no scheduler work: its draw time is left out."""
+        self.draw_s = 0.0
+        t0 = time.perf_counter()
+        tick = self.plan()
+        return tick, time.perf_counter() - t0 - self.draw_s
 
     def _message(self):
         """Leader: the next ("tick", t) / ("idle", None) / ("stop", None); the others receive it."""
         if self.leader:
             t0 = time.perf_counter()
-            tick = self.pending.result() if self.pending is not None else self.plan()
+            tick, sched_s = self.pending.result() if self.pending is not None else self._plan_timed()
             self.pending = None
             if tick is None:
                 msg = ("stop", None) if self.finished() else ("idle", None)
@@ -81,11 +98,15 @@ class Loop:
                     self.idle_wait()
             else:
                 msg = ("tick", tick)
+                self.host = {"host.schedule": sched_s}
             self.exposed_s = time.perf_counter() - t0
         if self.rg.instance is None:
             return msg
         box = [msg if self.leader else None]
+        t0 = time.perf_counter()
         dist.broadcast_object_list(box, src=self.rg.inst.first, group=self.rg.instance)
+        if self.leader:
+            self.host["host.dp_sync"] = time.perf_counter() - t0
         return box[0]
 
     def run(self) -> None:
@@ -97,18 +118,33 @@ class Loop:
                 break
             if kind == "idle":
                 continue
+            t_book = time.perf_counter()
             if self.pool is not None:  # book now, plan the next step during this one's device work
                 self.book(tick)
-                self.pending = self.pool.submit(self.plan)
+                self.pending = self.pool.submit(self._plan_timed)
+            book_s = time.perf_counter() - t_book
             step_s = self.step(tick)
+            t_out = time.perf_counter()
             if self.pool is None and self.leader:
                 self.book(tick)
             self.after(tick)
+            if self.leader:
+                self._record_host(book_s + time.perf_counter() - t_out)
             self.ticks += 1
             if self.leader:  # engine-loop time of this step outside the step's own record
                 self.eng.iteration(self.rg, tick, time.perf_counter() - t_loop - step_s)
         if self.pool is not None:
             self.pool.shutdown()
+
+    def _record_host(self, output_s: float) -> None:
+        """The leader's host parts of the step just run, as records of that step."""
+        sec = dict(self.host, **{"host.output": output_s})
+        sec["host.dp_sync"] = sec.get("host.dp_sync", 0.0) + self.inst.barrier_s
+        if self.rg.instance is None:  # one rank: no DP coordination
+            sec.pop("host.dp_sync")
+        inst = self.inst
+        self.eng.records += step_records(self.me.base, inst.role, self.lay, inst.steps - 1, sec, inst.last_shape,
+                                         self.me.dtype_name, inst.n_dense, inst.n_moe)
 
 
 class PrefillLoop(Loop):
@@ -168,6 +204,8 @@ class PrefillLoop(Loop):
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
         shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
                  "tokens_global": sum(c.take for per in tick.work for c in per),
+                 "seqs_global": sum(len(per) for per in tick.work),
+                 "emitted_global": sum(c.last for per in tick.work for c in per), "spec_depth": 0,
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
         prep_s = time.perf_counter() - t0
         sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
@@ -234,9 +272,11 @@ class DecodeLoop(Loop):
         sp = self.lay.speculation
         accepted = {}
         if sp is not None:
+            t0 = time.perf_counter()
             flat = [s.rid for per in seats for s in per]
             accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
                                                     self.me.acceptance(self.lay)), strict=True))
+            self.draw_s = time.perf_counter() - t0
         return Tick(self.ticks, seats, handoffs, accepted)
 
     def book(self, tick: Tick) -> None:
@@ -254,8 +294,11 @@ class DecodeLoop(Loop):
         last = self.last[slots]
         ctx = [s.ctx for s in seats]
         q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
+        seqs_global = sum(len(per) for per in tick.work)
         shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
-                 "tokens_global": sum(len(per) for per in tick.work) * q}
+                 "tokens_global": seqs_global * q, "seqs_global": seqs_global, "spec_depth": q - 1,
+                 "emitted_global": sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work
+                                       for s in per)}
         prep_s = time.perf_counter() - t0
         if self.drafter is None:
             sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
@@ -267,13 +310,14 @@ class DecodeLoop(Loop):
             def device_step(timer):
                 drafts = self.drafter.propose(last, ctx, slots, timer)
                 logits = self.inst.model.forward(verify_batch(last, drafts, ctx, slots), self.inst.cache, timer)
-                return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
+                with timer.section("host", host=True):  # rejection sampling: host.sample
+                    return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
             sec, spec = self.inst.forward(None, lambda out: out, device_step)
             self.done_at = self.eng.clock()
             shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
             ids = [toks[:s.left] for s, toks in zip(seats, spec.emitted, strict=True)]  # a request stops at its osl
             shape["tokens_emitted"] = sum(len(t) for t in ids)
-            self.last[slots] = torch.tensor([t[-1] for t in ids], device=dev)
+            self.last[slots] = torch.tensor([t[-1] for t in ids], dtype=torch.long, device=dev)  # [B] (B may be 0)
             self.outputs.append(([s.rid for s in seats], ids))
         self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
         self.eng.trace(self.inst)

@@ -65,6 +65,8 @@ class Instance:
         self.n_dense = sum(layer.dense for layer in self.model.layers)
         self.n_moe = len(self.model.layers) - self.n_dense
         self.steps = 0
+        self.barrier_s = 0.0  # the last step's wait at the instance barrier
+        self.last_shape: dict = {}
 
     def forward(self, batch: Batch, sample, device_step=None) -> tuple[dict, object]:
         """Timed forward + sampling (the StepLoop's timing): seconds per op, sampled ids.
@@ -73,8 +75,10 @@ class Instance:
             if not layer.dense:
                 layer.experts.rows = 0
         self.timer.reset()
-        if self.group is not None:
+        t0 = time.perf_counter()
+        if self.group is not None:  # DP coordination: the ranks line up (the slowest one's host work)
             dist.barrier(group=self.group)
+        self.barrier_s = time.perf_counter() - t0
         with wall(self.me.kind) as w:
             logits = device_step(self.timer) if device_step else self.model.forward(batch, self.cache, self.timer)
             with self.timer.section("host", host=True):
@@ -91,6 +95,7 @@ class Instance:
         """Step records; `prep_s`: host work before the forward; `exposed_s`: the part of it the
         step waited for (all of it unless async scheduling ran it during the previous step)."""
         sec["host.exposed"] = (prep_s if exposed_s is None else exposed_s) + sec.get("host", 0.0)
+        sec["host.prepare"], sec["host.sample"] = prep_s, sec.get("host", 0.0)  # the host parts one by one
         sec["host"] = sec.get("host", 0.0) + prep_s
         sec["step"] += prep_s if exposed_s is None else exposed_s
         rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
@@ -100,6 +105,7 @@ class Instance:
                      dp_rank=self.rg.dp_rank, tp_rank=self.rg.tp_rank)
         if self.me.eplb_info(self.layout):
             shape["eplb"] = self.me.eplb_info(self.layout)
+        self.last_shape = shape  # the loop's own host parts of this step are recorded with it
         self.steps += 1
         return step_records(self.me.base, self.role, self.layout, self.steps - 1, sec, shape,
                             self.me.dtype_name, self.n_dense, self.n_moe)

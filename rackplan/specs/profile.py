@@ -73,6 +73,10 @@ class HostParams:
     them by those names and `rackplan calibrate` fits them. Seconds unless said. The class defaults
     are the datasheet's (configs/profiles/datasheet.yaml gives their sources)."""
 
+    # where the scheduler and output processing run: per DP rank (vLLM: an engine core per rank, each
+    # scheduling its own sequences) or once for the whole instance (the CPU executor's leader rank
+    # schedules and books every rank's sequences): their per-sequence costs count those sequences
+    scheduler: Literal["per_rank", "central"] = "per_rank"
     schedule_step_s: float = 100e-6  # scheduler: fixed per step
     schedule_per_seq_s: float = 10e-6  # scheduler: per running sequence (decode seat or prompt chunk)
     prepare_step_s: float = 100e-6  # input preparation (positions, block tables, metadata): per step
@@ -94,7 +98,7 @@ class HostParams:
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
-            if f.name != "kernels_per_layer":
+            if f.name not in ("kernels_per_layer", "scheduler"):
                 non_negative(getattr(self, f.name), f.name)
         positive(self.kernels_per_layer, "kernels_per_layer")
 
@@ -134,6 +138,9 @@ class Profile:
     kv_transfer_alpha_s: float = 1.0e-3  # per-request handshake of the KV connector
     kv_transfer_bw_eff: float = 0.7
     host: HostParams = field(default_factory=HostParams)  # host (CPU) work per step, by part
+    # a prefill instance's host work where its loop differs (the CPU executor's prefill loop claims
+    # requests from a store and sends KV); None: `host`, as vLLM runs one engine loop for both roles
+    host_prefill: Optional[HostParams] = None
     dbo_efficiency: float = 0.9  # fraction of the overlappable time DBO actually hides
     op_scale: dict[str, float] = field(default_factory=dict)  # fitted per-op correction factors
     # fitted per-op fixed seconds per layer the op runs in (host dispatch of its kernels on CPU,
@@ -164,6 +171,15 @@ class Profile:
             non_negative(v, f"op_fixed.{name}")
         for name, cs in self.curves.items():
             check(len(cs) > 0, f"curves.{name}", "at least one curve")
+
+    def host_for(self, role: str) -> HostParams:
+        """The host block that prices steps of an instance of `role` (prefill, decode, both)."""
+        return self.host_prefill if role == "prefill" and self.host_prefill is not None else self.host
+
+    def with_host(self, fn) -> "Profile":
+        """This profile with `fn` (HostParams -> HostParams) applied to every host block."""
+        pre = fn(self.host_prefill) if self.host_prefill is not None else None
+        return dataclasses.replace(self, host=fn(self.host), host_prefill=pre)
 
     def describe(self) -> str:
         """One line: where the numbers come from (measured tables, fitted measurements, datasheet)

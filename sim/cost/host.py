@@ -2,7 +2,8 @@
 
 The engine's host work on each DP rank (rackplan/specs/ops.py HOST_PARTS, parameters in the
 profile's `host:` block, rackplan.specs.HostParams):
-  host.schedule  scheduler: fixed + per running sequence
+  host.schedule  scheduler: fixed + per running sequence (of the rank, or of the whole instance
+                 for a central scheduler: HostParams.scheduler)
   host.prepare   input preparation: fixed + per sequence + per token the step runs
   host.launch    one CUDA-graph replay, or every kernel of every layer when eager
   host.dp_sync   DP coordination: the collective that lines the ranks up (per doubling of DP) and
@@ -10,7 +11,7 @@ profile's `host:` block, rackplan.specs.HostParams):
                  an idle rank runs a dummy step (the fixed parts only), so it never sets the max
   host.sample    sampling + rejection sampling per draft token (+ the accepted-count readback of a
                  speculative step)
-  host.output    output processing: fixed + per emitted token
+  host.output    output processing: fixed + per emitted token (rank or instance, as the scheduler)
 The API server (host.api_server) runs in its own processes beside the engine: it detokenises
 every emitted token and sends one chunk per request per stream interval, shared by the API-server
 processes of an endpoint (one endpoint per host the instance spans). It never delays the engine,
@@ -153,11 +154,15 @@ class HostModel:
         return RankHost(dec_seqs + pre_seqs, dec_seqs * (1 + self.depth) + pre_tokens,
                         dec_seqs * self.acceptance + pre_seqs, dec_seqs * self.depth)
 
-    def time(self, ranks: list[RankHost], gpu_s: float, graphs: bool, api_s: float) -> HostTime:
-        """HostTime of a step whose distinct rank works are `ranks` and device seconds `gpu_s`."""
+    def time(self, ranks: list[RankHost], gpu_s: float, graphs: bool, api_s: float,
+             instance: RankHost | None = None) -> HostTime:
+        """HostTime of a step whose distinct rank works are `ranks` (and whose whole instance runs
+        `instance`: a central scheduler's work) and device seconds `gpu_s`."""
         hp = self.hp
         work = rank_parts(hp, ranks[0]) if len(ranks) == 1 else max((rank_parts(hp, w) for w in ranks), key=sum)
         schedule, prepare, sample, output = work  # the slowest rank's host work
+        if hp.scheduler == "central" and instance is not None:
+            schedule, _, _, output = rank_parts(hp, instance)
         dp_sync = self.collective_s + self.straggle * (schedule + prepare + sample + output)
         sample += self.spec_sync_s
         launch = self.launch[graphs]

@@ -123,7 +123,7 @@ class StepModel:
         self._ranks: dict = {}
         self._moes: dict = {}
         self._half_memo: dict = {}
-        self.host = HostModel(cx.prof.host, lay, m.num_layers, hw.gpus_per_node, hw.host_overlap)
+        self.host = HostModel(cx.prof.host_for(lay.role), lay, m.num_layers, hw.gpus_per_node, hw.host_overlap)
 
     def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
         cx = self.cx
@@ -141,7 +141,8 @@ class StepModel:
         new = copy.copy(self)
         new.cx = replace(self.cx, layout=layout)
         hw = self.cx.hw
-        new.host = HostModel(self.cx.prof.host, layout, self.cx.model.num_layers, hw.gpus_per_node, hw.host_overlap)
+        new.host = HostModel(self.cx.prof.host_for(layout.role), layout, self.cx.model.num_layers, hw.gpus_per_node,
+                             hw.host_overlap)
         return new
 
     def a2a(self, kernel: str, phase: str) -> A2APhase | None:
@@ -348,9 +349,14 @@ class StepModel:
         cx, hm = self.cx, self.host
         dec = sum(w.dec_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
         pre = sum(w.pre_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
-        api = api_seconds(cx.prof.host, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
+        api = api_seconds(hm.hp, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
         ranks = [hm.rank(w.dec_seqs, w.pre_seqs, w.pre_tokens) for w in step.works]
-        return hm.time(ranks, gpu, cx.layout.cuda_graphs and not step.has_prefill, api)
+        whole = None
+        if hm.hp.scheduler == "central":  # one scheduler for every rank's sequences
+            n = cx.layout.dp
+            tokens = sum(w.pre_tokens * r for w, r in zip(step.works, step.ranks))
+            whole = hm.rank(dec * n, pre * n, tokens)
+        return hm.time(ranks, gpu, cx.layout.cuda_graphs and not step.has_prefill, api, whole)
 
 
 def step_cost(cx: CostContext, rb: RankBatch | Step) -> StepCost:

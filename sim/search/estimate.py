@@ -76,9 +76,11 @@ class Pricer:
         return CostContext(self.model, self.hw, layout, self.prof, self.skew)
 
     def pricer(self, layout: Layout) -> StepPricer:
-        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Role and
-        replicas do not change a step's price, so decode and aggregated variants of a shape share it."""
-        key = replace(layout, role="decode", replicas=1)
+        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Replicas do
+        not change a step's price, nor does the role unless the profile gives prefill instances their
+        own host block, so decode and aggregated variants of a shape share it."""
+        own = layout.role == "prefill" and self.prof.host_prefill is not None
+        key = replace(layout, role="prefill" if own else "decode", replicas=1)
         hit = self._pricers.get(key)
         if hit is None:
             engine = host_only(key)  # host-setting variants of a shape share its device pricing

@@ -113,8 +113,8 @@ def _scale_host(specs: Specs, parts: tuple[str, ...], value, key: str) -> Specs:
     """Host parts' costs multiplied by `value` (>= 0)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise SpecError("--set", key, "a factor >= 0", value)
-    host = specs.profile.host.scaled(parts, float(value))
-    return dataclasses.replace(specs, profile=dataclasses.replace(specs.profile, host=host))
+    prof = specs.profile.with_host(lambda hp: hp.scaled(parts, float(value)))
+    return dataclasses.replace(specs, profile=prof)
 
 
 def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
