@@ -2,7 +2,10 @@
 host records, part by part, and measure it on held-out step sizes.
 
 The serving loops record, per step, host.schedule / host.dp_sync / host.output on the instance's
-leader rank and host.prepare / host.sample on every rank (executor/disagg.py, executor/serve.py).
+leader rank and host.prepare / host.sample on every rank (executor/disagg.py, executor/serve.py),
+each with its wall time and (cpu_s) the thread's CPU time. A part's own work is its CPU time, which
+a neighbour's load on a shared machine does not stretch; host.dp_sync is a wait and stays wall
+time.
 One `HostStep` per (run, instance, step) holds each part's seconds (the slowest rank's for the
 per-rank parts) and what the step ran on every rank. Steps of one shape (role, DP size, draft
 depth, sequences on the busiest rank) collapse to medians: per run, then over runs (the machine is
@@ -40,6 +43,7 @@ PART_PARAMS = {  # the HostParams fields each part is fitted by (upper bound: 1 
 }
 MIN_SHAPES = 3  # step shapes a part needs before it is fitted (else it keeps the base value)
 MIN_STEPS = 5  # steps behind a shape's medians before it counts (fill and drain pass sizes once)
+WAIT_PARTS = ("host.dp_sync",)  # waits by nature: wall time; every other part its own CPU time (cpu_s)
 
 
 @dataclass
@@ -84,7 +88,8 @@ def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
     parts: dict[str, float] = {}
     per_rank: dict[int, dict] = {}
     for r in recs:
-        parts[r["op"]] = max(parts.get(r["op"], 0.0), r["seconds"])  # the slowest rank's
+        sec = r["seconds"] if r["op"] in WAIT_PARTS else r.get("cpu_s", r["seconds"])
+        parts[r["op"]] = max(parts.get(r["op"], 0.0), sec)  # the slowest rank's
         per_rank[r["shape"].get("dp_rank", r["rank"])] = r["shape"]
     shp = next(iter(per_rank.values()))
     if "seqs_global" not in shp:

@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from rackplan.sim.workload import make_requests
 from rackplan.specs import load_workload
+from rackplan.specs.ops import HOST_PARTS
 
 from .attention import sub_seed
 from .control import Control
@@ -42,7 +43,7 @@ from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
 from .serving import DecodeSeats, PrefillQueue, Timeline
 from .speculate import accept, draw_accepted, verify_batch
-from .timing import NullTimer
+from .timing import HostClock, NullTimer
 from .topology import make_groups, max_ranks, serving_instances
 
 IDLE_POLL_S = 1.0  # longest an idle leader waits before it tells its instance it is still alive
@@ -74,23 +75,23 @@ class Loop:
         self.pending = None
         self.ticks = 0
         self.exposed_s = 0.0
-        self.host: dict[str, float] = {}  # the leader's host parts of the step in flight
-        self.draw_s = 0.0  # the last plan's acceptance draw (not scheduler work)
+        self.draw_s = (0.0, 0.0)  # the last plan's acceptance draw, wall and CPU (not scheduler work)
 
     def _plan_timed(self):
-        """(the next tick or None, seconds the scheduler took): the tick's host.schedule. The drawn
-        acceptance of a speculative step (the device's verification outcome, drawn here because
-        random weights accept nothing) is no scheduler work: its draw time is left out."""
-        self.draw_s = 0.0
-        t0 = time.perf_counter()
+        """(the next tick or None, wall and CPU seconds the scheduler took): the tick's
+        host.schedule. The drawn acceptance of a speculative step (the device's verification
+        outcome, drawn here because random weights accept nothing) is no scheduler work: its draw
+        time is left out."""
+        self.draw_s = (0.0, 0.0)
+        t0, c0 = time.perf_counter(), time.thread_time()
         tick = self.plan()
-        return tick, time.perf_counter() - t0 - self.draw_s
+        return tick, time.perf_counter() - t0 - self.draw_s[0], time.thread_time() - c0 - self.draw_s[1]
 
     def _message(self):
         """Leader: the next ("tick", t) / ("idle", None) / ("stop", None); the others receive it."""
         if self.leader:
             t0 = time.perf_counter()
-            tick, sched_s = self.pending.result() if self.pending is not None else self._plan_timed()
+            tick, sched_s, sched_cpu = self.pending.result() if self.pending is not None else self._plan_timed()
             self.pending = None
             if tick is None:
                 msg = ("stop", None) if self.finished() else ("idle", None)
@@ -98,53 +99,53 @@ class Loop:
                     self.idle_wait()
             else:
                 msg = ("tick", tick)
-                self.host = {"host.schedule": sched_s}
+                self.inst.clock.add("host.schedule", sched_s, sched_cpu)
             self.exposed_s = time.perf_counter() - t0
         if self.rg.instance is None:
             return msg
         box = [msg if self.leader else None]
-        t0 = time.perf_counter()
-        dist.broadcast_object_list(box, src=self.rg.inst.first, group=self.rg.instance)
-        if self.leader:
-            self.host["host.dp_sync"] = time.perf_counter() - t0
+        with self.inst.clock.part("host.dp_sync"):
+            dist.broadcast_object_list(box, src=self.rg.inst.first, group=self.rg.instance)
         return box[0]
 
     def run(self) -> None:
         self.me.fault("step")  # test hook: at the loop's start (an instance the router skips still fails)
         while True:
             t_loop = time.perf_counter()
+            self.inst.clock = HostClock()
             kind, tick = self._message()
             if kind == "stop":
                 break
             if kind == "idle":
                 continue
-            t_book = time.perf_counter()
+            clock = self.inst.clock
             if self.pool is not None:  # book now, plan the next step during this one's device work
-                self.book(tick)
+                with clock.part("host.output"):
+                    self.book(tick)
                 self.pending = self.pool.submit(self._plan_timed)
-            book_s = time.perf_counter() - t_book
             step_s = self.step(tick)
-            t_out = time.perf_counter()
-            if self.pool is None and self.leader:
-                self.book(tick)
-            self.after(tick)
-            if self.leader:
-                self._record_host(book_s + time.perf_counter() - t_out)
+            with clock.part("host.output"):
+                if self.pool is None and self.leader:
+                    self.book(tick)
+                self.after(tick)
+            self._record_host(clock)
             self.ticks += 1
             if self.leader:  # engine-loop time of this step outside the step's own record
                 self.eng.iteration(self.rg, tick, time.perf_counter() - t_loop - step_s)
         if self.pool is not None:
             self.pool.shutdown()
 
-    def _record_host(self, output_s: float) -> None:
-        """The leader's host parts of the step just run, as records of that step."""
-        sec = dict(self.host, **{"host.output": output_s})
-        sec["host.dp_sync"] = sec.get("host.dp_sync", 0.0) + self.inst.barrier_s
-        if self.rg.instance is None:  # one rank: no DP coordination
-            sec.pop("host.dp_sync")
+    def _record_host(self, clock: HostClock) -> None:
+        """The host parts of the step just run, as records of that step (seconds: wall; cpu_s: this
+        thread's CPU time): every rank's host.prepare and host.sample, the leader's host.schedule,
+        host.dp_sync (the tick's broadcast and the barrier: what it waited for the others) and
+        host.output."""
+        names = HOST_PARTS if self.leader else ("host.prepare", "host.sample")
+        sec = {n: clock.wall[n] for n in names if n in clock.wall}
         inst = self.inst
-        self.eng.records += step_records(self.me.base, inst.role, self.lay, inst.steps - 1, sec, inst.last_shape,
-                                         self.me.dtype_name, inst.n_dense, inst.n_moe)
+        recs = step_records(self.me.base, inst.role, self.lay, inst.steps - 1, sec, inst.last_shape,
+                            self.me.dtype_name, inst.n_dense, inst.n_moe)
+        self.eng.records += [dict(r, cpu_s=clock.cpu[r["op"]]) for r in recs]
 
 
 class PrefillLoop(Loop):
@@ -196,7 +197,7 @@ class PrefillLoop(Loop):
         self.queue.book(tick.work)
 
     def step(self, tick: Tick) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         me, chunks = self.me, tick.work[self.rg.dp_rank]
         parts = [self.eng.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
         toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
@@ -208,6 +209,7 @@ class PrefillLoop(Loop):
                  "emitted_global": sum(c.last for per in tick.work for c in per), "spec_depth": 0,
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
         prep_s = time.perf_counter() - t0
+        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
         self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
         for c, tok in zip(chunks, ids, strict=True):
@@ -272,11 +274,11 @@ class DecodeLoop(Loop):
         sp = self.lay.speculation
         accepted = {}
         if sp is not None:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             flat = [s.rid for per in seats for s in per]
             accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
                                                     self.me.acceptance(self.lay)), strict=True))
-            self.draw_s = time.perf_counter() - t0
+            self.draw_s = (time.perf_counter() - t0, time.thread_time() - c0)
         return Tick(self.ticks, seats, handoffs, accepted)
 
     def book(self, tick: Tick) -> None:
@@ -288,7 +290,7 @@ class DecodeLoop(Loop):
         for s in seats:
             if s.new:
                 self._install(s, tick.extra[s.rid])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         dev = me.device
         slots = torch.tensor([s.slot for s in seats], dtype=torch.long, device=dev)
         last = self.last[slots]
@@ -300,6 +302,7 @@ class DecodeLoop(Loop):
                  "emitted_global": sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work
                                        for s in per)}
         prep_s = time.perf_counter() - t0
+        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         if self.drafter is None:
             sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
             self.done_at = self.eng.clock()  # this step's tokens exist now
@@ -310,7 +313,7 @@ class DecodeLoop(Loop):
             def device_step(timer):
                 drafts = self.drafter.propose(last, ctx, slots, timer)
                 logits = self.inst.model.forward(verify_batch(last, drafts, ctx, slots), self.inst.cache, timer)
-                with timer.section("host", host=True):  # rejection sampling: host.sample
+                with timer.section("host", host=True), self.inst.clock.part("host.sample"):  # rejection sampling
                     return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
             sec, spec = self.inst.forward(None, lambda out: out, device_step)
             self.done_at = self.eng.clock()

@@ -37,7 +37,7 @@ from .model import Batch, layer_ids
 from .records import request_record, step_records
 from .serving import Scheduler, Tick
 from .shard import build_shard
-from .timing import NullTimer, StepTimer, wall
+from .timing import HostClock, NullTimer, StepTimer, wall
 from .topology import make_groups, max_ranks, serving_instances
 
 IDLE_POLL_S = 1.0  # longest sleep before rank 0 tells the others it is still waiting
@@ -65,7 +65,7 @@ class Instance:
         self.n_dense = sum(layer.dense for layer in self.model.layers)
         self.n_moe = len(self.model.layers) - self.n_dense
         self.steps = 0
-        self.barrier_s = 0.0  # the last step's wait at the instance barrier
+        self.clock = HostClock()  # host parts of the step in flight (the serving loop resets it)
         self.last_shape: dict = {}
 
     def forward(self, batch: Batch, sample, device_step=None) -> tuple[dict, object]:
@@ -75,13 +75,12 @@ class Instance:
             if not layer.dense:
                 layer.experts.rows = 0
         self.timer.reset()
-        t0 = time.perf_counter()
         if self.group is not None:  # DP coordination: the ranks line up (the slowest one's host work)
-            dist.barrier(group=self.group)
-        self.barrier_s = time.perf_counter() - t0
+            with self.clock.part("host.dp_sync"):
+                dist.barrier(group=self.group)
         with wall(self.me.kind) as w:
             logits = device_step(self.timer) if device_step else self.model.forward(batch, self.cache, self.timer)
-            with self.timer.section("host", host=True):
+            with self.timer.section("host", host=True), self.clock.part("host.sample"):
                 out = sample(logits)
         sec = self.timer.collect()
         sec["step"] = w["seconds"]
@@ -95,7 +94,6 @@ class Instance:
         """Step records; `prep_s`: host work before the forward; `exposed_s`: the part of it the
         step waited for (all of it unless async scheduling ran it during the previous step)."""
         sec["host.exposed"] = (prep_s if exposed_s is None else exposed_s) + sec.get("host", 0.0)
-        sec["host.prepare"], sec["host.sample"] = prep_s, sec.get("host", 0.0)  # the host parts one by one
         sec["host"] = sec.get("host", 0.0) + prep_s
         sec["step"] += prep_s if exposed_s is None else exposed_s
         rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
