@@ -185,3 +185,28 @@ def test_planner_tries_frontends_and_keeps_those_that_change_a_step():
     pr = Pricer(m, hw, PROF)
     a, b = pr.decode(fronts[0], 256, 192), pr.decode(fronts[2], 256, 192)
     assert a.seconds == b.seconds and a.host.api_s > b.host.api_s
+
+
+def test_central_scheduler_counts_every_rank_of_the_instance():
+    # the CPU executor's leader schedules and books all 4 ranks: 100 + 32 x 10 us; 50 + 32 x 12 us
+    central = dataclasses.replace(PROF, host=dataclasses.replace(HP, scheduler="central"))
+    c = cost(8, prof=central, dp=4)
+    assert c.host.part("host.schedule") == pytest.approx(100e-6 + 32 * 10e-6)
+    assert c.host.part("host.output") == pytest.approx(50e-6 + 32 * 12e-6)
+    assert c.host.part("host.prepare") == cost(8, dp=4).host.part("host.prepare")  # still per rank
+
+
+def test_a_prefill_loop_of_its_own_prices_prefill_instances():
+    from rackplan.sim.search.estimate import Pricer
+
+    slow = dataclasses.replace(HP, prepare_step_s=5e-3)
+    prof = dataclasses.replace(PROF, host_prefill=slow)
+    assert prof.host_for("prefill") is slow and prof.host_for("decode") is HP and prof.host_for("both") is HP
+    pre = CostContext(V3, GB300, Layout(role="prefill", dp=8), prof)
+    agg = CostContext(V3, GB300, Layout(role="both", dp=8), prof)
+    assert prefill_step(pre, [512]).host.part("host.prepare") == pytest.approx(5e-3 + 5e-6 + 512e-6)
+    assert prefill_step(agg, [512]).host.part("host.prepare") == pytest.approx(50e-6 + 5e-6 + 512e-6)
+    pr = Pricer(V3, GB300, prof)  # the planner keeps prefill instances' pricer apart
+    assert pr.pricer(Layout("prefill", dp=8)) is not pr.pricer(Layout("decode", dp=8))
+    half = whatif.apply(whatif.Specs(V3, GB300, prof, None, None), "cpu.overhead_scale", 0.5).profile
+    assert half.host_prefill.prepare_step_s == pytest.approx(2.5e-3)  # knobs scale every host block
