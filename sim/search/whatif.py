@@ -181,7 +181,8 @@ SPLIT = ("gpu_ms", "host_exposed_ms", "api_wait_ms")  # where a decode step's ti
 
 def step_split(specs: Specs, plan: Plan, batch: int | None = None) -> dict[str, float]:
     """Where one decode step's time goes, in ms: device, exposed host (sim/cost/host.py), waiting for
-    the API server; the plan's first decode (else aggregated) instance at `batch` sequences per rank
+    the API server (plus all host work, hidden or not, and the API server's own seconds per step);
+    the plan's first decode (else aggregated) instance at `batch` sequences per rank
     (default: its cap) and the workload's mean context. Empty for trace-length workloads."""
     from ..cost.step import CostContext, decode_step
     from .estimate import traffic_of
@@ -195,4 +196,5 @@ def step_split(specs: Specs, plan: Plan, batch: int | None = None) -> dict[str, 
     cost = decode_step(CostContext(specs.model, specs.hw, lay, specs.profile, tr.skew), b, b * tr.ctx_mean)
     gpu = cost.seconds - cost.host.exposed_s
     return {"decode_batch": float(b), "gpu_ms": gpu * 1e3, "host_exposed_ms": cost.host.exposed_s * 1e3,
-            "api_wait_ms": cost.api_wait_s * 1e3, "step_ms": cost.period_s * 1e3}
+            "api_wait_ms": cost.api_wait_s * 1e3, "step_ms": cost.period_s * 1e3,
+            "host_work_ms": cost.host.total_s * 1e3, "api_server_ms": cost.host.api_s * 1e3}
