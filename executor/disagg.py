@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,8 +63,10 @@ class Loop:
     """One instance's loop on one rank: the leader plans and broadcasts, every rank steps.
 
     Host parts of each step (rackplan/specs/ops.py HOST_PARTS, sim/cost/host.py prices them): the
-    leader times host.schedule (plan), host.dp_sync (the tick's broadcast and the instance barrier
-    before the forward) and host.output (booking the step's tokens and timelines); every rank times
+    leader times host.schedule (plan, less its control-plane store round trips: Loop.aside),
+    host.dp_sync (the tick's broadcast and the instance barrier before the forward) and host.output
+    (booking the step's tokens: appended, finished, seats freed; the executor's timelines, router
+    load counts and KV sends after it are no engine host work); every rank times
     host.prepare and host.sample (Instance.record). The leader schedules and books every DP rank of
     the instance: a central scheduler (the profile's host.scheduler 'central')."""
 
@@ -75,17 +78,28 @@ class Loop:
         self.pending = None
         self.ticks = 0
         self.exposed_s = 0.0
-        self.draw_s = (0.0, 0.0)  # the last plan's acceptance draw, wall and CPU (not scheduler work)
+        self.aside_s = [0.0, 0.0]  # wall, CPU of the last plan's work that is no scheduler work (Loop.aside)
 
     def _plan_timed(self):
         """(the next tick or None, wall and CPU seconds the scheduler took): the tick's
-        host.schedule. The drawn acceptance of a speculative step (the device's verification
-        outcome, drawn here because random weights accept nothing) is no scheduler work: its draw
-        time is left out."""
-        self.draw_s = (0.0, 0.0)
+        host.schedule, less what plan() ran inside `aside`."""
+        self.aside_s = [0.0, 0.0]
         t0, c0 = time.perf_counter(), time.thread_time()
         tick = self.plan()
-        return tick, time.perf_counter() - t0 - self.draw_s[0], time.thread_time() - c0 - self.draw_s[1]
+        return tick, time.perf_counter() - t0 - self.aside_s[0], time.thread_time() - c0 - self.aside_s[1]
+
+    @contextmanager
+    def aside(self):
+        """Leave the body out of host.schedule: work plan() does that is no engine scheduler work:
+        the serving control plane's store round trips (the router and the API server's request
+        hand-off stand-ins) and the drawn acceptance of a speculative step (the device's
+        verification outcome, drawn here because random weights accept nothing)."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.aside_s[0] += time.perf_counter() - t0
+            self.aside_s[1] += time.thread_time() - c0
 
     def _message(self):
         """Leader: the next ("tick", t) / ("idle", None) / ("stop", None); the others receive it."""
@@ -124,10 +138,10 @@ class Loop:
                     self.book(tick)
                 self.pending = self.pool.submit(self._plan_timed)
             step_s = self.step(tick)
-            with clock.part("host.output"):
-                if self.pool is None and self.leader:
+            if self.pool is None and self.leader:
+                with clock.part("host.output"):
                     self.book(tick)
-                self.after(tick)
+            self.after(tick)  # the executor's own bookkeeping (timelines, router load, KV sends): no host part
             self._record_host(clock)
             self.ticks += 1
             if self.leader:  # engine-loop time of this step outside the step's own record
@@ -170,12 +184,15 @@ class PrefillLoop(Loop):
     def plan(self):
         now = self.eng.clock()
         ctl = self.eng.control
-        for rid, arrival in ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts)):
+        with self.aside():
+            claimed = ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts))
+        for rid, arrival in claimed:
             self.queue.add(rid)
             self.eng.times(rid).arrival = arrival
         if bool(self.queue.queue) != self.busy:
             self.busy = bool(self.queue.queue)
-            ctl.set_busy(self.front, self.busy)
+            with self.aside():
+                ctl.set_busy(self.front, self.busy)
         if not self.queue.queue:
             return None
         chunks = self.queue.form()
@@ -185,7 +202,8 @@ class PrefillLoop(Loop):
             if math.isnan(tl.prefill_start):
                 tl.prefill_start, tl.prefill_rank = now, self.rg.inst.first + self._dp_of(chunks, ch) * self.lay.tp
             if ch.last:
-                targets[ch.rid] = self.eng.pick_decode()
+                with self.aside():  # the router's choice, on the control plane's load counts
+                    targets[ch.rid] = self.eng.pick_decode()
         tick = Tick(self.ticks, chunks, targets)
         return tick
 
@@ -262,7 +280,8 @@ class DecodeLoop(Loop):
 
     def plan(self):
         name, osl = self.rg.inst.name, self.eng.osl
-        heads = self.eng.control.inbox(name, self.seen)
+        with self.aside():
+            heads = self.eng.control.inbox(name, self.seen)
         self.seen += len(heads)
         for h in heads:
             self.seats.stage(h["dp"], h["rid"], h["length"], osl[h["rid"]])
@@ -274,11 +293,10 @@ class DecodeLoop(Loop):
         sp = self.lay.speculation
         accepted = {}
         if sp is not None:
-            t0, c0 = time.perf_counter(), time.thread_time()
-            flat = [s.rid for per in seats for s in per]
-            accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
-                                                    self.me.acceptance(self.lay)), strict=True))
-            self.draw_s = (time.perf_counter() - t0, time.thread_time() - c0)
+            with self.aside():
+                flat = [s.rid for per in seats for s in per]
+                accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
+                                                        self.me.acceptance(self.lay)), strict=True))
         return Tick(self.ticks, seats, handoffs, accepted)
 
     def book(self, tick: Tick) -> None:
