@@ -6,8 +6,10 @@ scale-out network, and TP 1-8. Aggregated: the same shapes with a chunked-prefil
 Features per shape: MTP / draft depth, EPLB redundant experts, DBO, and for decode and aggregated
 shapes the frontend (API-server processes and stream interval, sim/cost/host.py's API server: more
 processes or a longer interval only pay where the API server bounds the step, and lose ties to
-vLLM's defaults). Batch sizes are swept by the estimator, not enumerated here, because one
-step-cost table serves every batch of a shape.
+vLLM's defaults). CUDA graphs and async scheduling are on wherever the hardware overlaps host and
+device work (host_features): sim/cost/host.py never prices a step without them faster, so those
+variants are dominated and not enumerated. Batch sizes are swept by the estimator, not enumerated
+here, because one step-cost table serves every batch of a shape.
 """
 from __future__ import annotations
 

@@ -210,3 +210,17 @@ def test_a_prefill_loop_of_its_own_prices_prefill_instances():
     assert pr.pricer(Layout("prefill", dp=8)) is not pr.pricer(Layout("decode", dp=8))
     half = whatif.apply(whatif.Specs(V3, GB300, prof, None, None), "cpu.overhead_scale", 0.5).profile
     assert half.host_prefill.prepare_step_s == pytest.approx(2.5e-3)  # knobs scale every host block
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64, 256])
+@pytest.mark.parametrize("dp", [1, 8])
+def test_async_scheduling_and_cuda_graphs_never_price_worse(batch, dp):
+    # why space.host_features sets both on wherever the hardware overlaps host and device work:
+    # variants without them are dominated (the planner would only ever drop them)
+    from rackplan.sim.search import space
+
+    best = cost(batch, dp=dp).seconds
+    for lay in (dict(async_scheduling=False), dict(cuda_graphs=False), dict(async_scheduling=False, cuda_graphs=False)):
+        assert cost(batch, dp=dp, **lay).seconds >= best
+    assert space.host_features(GB300) == {"cuda_graphs": True, "async_scheduling": True}
+    assert space.host_features(load_hardware("cpu-local")) == {"cuda_graphs": False, "async_scheduling": False}
