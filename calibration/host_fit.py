@@ -6,8 +6,8 @@ leader rank and host.prepare / host.sample on every rank (executor/disagg.py, ex
 each with its wall time and (cpu_s) the thread's CPU time. A part's own work is its CPU time, which
 a neighbour's load on a shared machine does not stretch; host.dp_sync is a wait and stays wall
 time.
-One `HostStep` per (run, instance, step) holds each part's seconds (the slowest rank's for the
-per-rank parts) and what the step ran on every rank. Steps of one shape (role, DP size, draft
+One `HostStep` per (run, instance, step) holds each part's seconds (for the per-rank parts the
+busiest rank's: _busiest) and what the step ran on every rank. Steps of one shape (role, DP size, draft
 depth, sequences on the busiest rank) collapse to medians: per run, then over runs (the machine is
 shared: a neighbour's burst slows whole stretches of a run). Each part is then fitted on the shapes
 of the fit set by calibration/robust.py's soft-L1 relative least squares, predicting through
@@ -15,8 +15,9 @@ sim/cost/host.py's own HostModel (the cost model's formulas, nothing re-derived 
   host.schedule  schedule_step_s, schedule_per_seq_s (sequences of the instance: the executor's
                  leader schedules every DP rank, HostParams.scheduler 'central')
   host.prepare   prepare_step_s, prepare_per_seq_s, prepare_per_token_s
-  host.sample    sample_step_s, sample_per_seq_s, sample_per_draft_s (no device readback on CPU:
-                 spec_sync_s 0)
+  host.sample    sample_step_s, sample_per_seq_s, sample_per_draft_s, spec_sync_s (a speculative
+                 step's host work that waits for its device result: on CPU the rejection
+                 sampler's fixed cost after the verify forward; 0 without speculation)
   host.output    output_step_s, output_per_token_s (emitted tokens of the instance)
   host.dp_sync   dp_sync_s, dp_jitter (steps of instances with DP > 1)
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
@@ -30,14 +31,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rackplan.sim.cost.host import HostModel, RankHost
-from rackplan.specs import HardwareSpec, HostParams, Layout, ModelSpec
+from rackplan.specs import HardwareSpec, HostParams, Layout, ModelSpec, Speculation
 
 from .robust import fit_relative, mape
 
 PART_PARAMS = {  # the HostParams fields each part is fitted by (upper bound: 1 s each)
     "host.schedule": ("schedule_step_s", "schedule_per_seq_s"),
     "host.prepare": ("prepare_step_s", "prepare_per_seq_s", "prepare_per_token_s"),
-    "host.sample": ("sample_step_s", "sample_per_seq_s", "sample_per_draft_s"),
+    "host.sample": ("sample_step_s", "sample_per_seq_s", "sample_per_draft_s", "spec_sync_s"),
     "host.output": ("output_step_s", "output_per_token_s"),
     "host.dp_sync": ("dp_sync_s", "dp_jitter"),
 }
@@ -85,12 +86,13 @@ def host_steps(records: list[dict]) -> list[HostStep]:
 
 
 def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
-    parts: dict[str, float] = {}
+    per_part: dict[str, list[tuple[int, float]]] = {}
     per_rank: dict[int, dict] = {}
     for r in recs:
         sec = r["seconds"] if r["op"] in WAIT_PARTS else r.get("cpu_s", r["seconds"])
-        parts[r["op"]] = max(parts.get(r["op"], 0.0), sec)  # the slowest rank's
+        per_part.setdefault(r["op"], []).append((int(r["shape"].get("batch", 0)), sec))
         per_rank[r["shape"].get("dp_rank", r["rank"])] = r["shape"]
+    parts = {op: _busiest(vals) for op, vals in per_part.items()}
     shp = next(iter(per_rank.values()))
     if "seqs_global" not in shp:
         return None  # records of a loop that does not time its host parts
@@ -101,6 +103,14 @@ def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
     whole = RankHost(float(shp["seqs_global"]), tokens, float(shp.get("emitted_global", 0)),
                      float(shp["seqs_global"]) * depth if role == "decode" else 0.0)
     return HostStep(role, dp, depth, ranks, whole, parts, run)
+
+
+def _busiest(vals: list[tuple[int, float]]) -> float:
+    """A part's seconds on the rank that ran the most sequences (the mean over ranks that ran as
+    many): the work the host model prices for the slowest rank. Not the per-step maximum: how much
+    later than its peers one rank finishes is the wait host.dp_sync measures and prices (dp_jitter)."""
+    top = max(b for b, _ in vals)
+    return float(np.mean([v for b, v in vals if b == top]))
 
 
 def _rank(shape: dict, role: str, depth: int) -> RankHost:
@@ -145,7 +155,8 @@ class HostPredictor:
         self.model, self.hw = model, hw
 
     def parts(self, hp: HostParams, s: HostStep) -> dict[str, float]:
-        lay = Layout(s.role, dp=s.dp, cuda_graphs=False, async_scheduling=False)
+        spec = Speculation(num_tokens=s.depth, acceptance_length=1.0) if s.depth else None  # parts: drafts given
+        lay = Layout(s.role, dp=s.dp, cuda_graphs=False, async_scheduling=False, speculation=spec)
         hm = HostModel(hp, lay, self.model.num_layers, self.hw.gpus_per_node, self.hw.host_overlap)
         return hm.time(s.ranks, 0.0, False, 0.0, s.whole).as_dict()
 
@@ -154,7 +165,7 @@ def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams,
                    held_sizes: set[int] = frozenset()) -> HostFit:
     """Each part's parameters on the `role` step shapes whose size is not in `held_sizes` (shapes of
     at least MIN_STEPS steps), errors on both sets."""
-    hp = dataclasses.replace(base, scheduler="central", spec_sync_s=0.0)
+    hp = dataclasses.replace(base, scheduler="central")
     shapes = [s for s in medians([s for s in steps if s.role == role]) if s.steps >= MIN_STEPS]
     fit_set = [s for s in shapes if s.size not in held_sizes]
     held = [s for s in shapes if s.size in held_sizes]

@@ -221,13 +221,13 @@ class PrefillLoop(Loop):
         toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
         slots = torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device)
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
+        prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs; the record's shape below is untimed
+        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
                  "tokens_global": sum(c.take for per in tick.work for c in per),
                  "seqs_global": sum(len(per) for per in tick.work),
                  "emitted_global": sum(c.last for per in tick.work for c in per), "spec_depth": 0,
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
-        prep_s = time.perf_counter() - t0
-        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
         self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
         for c, tok in zip(chunks, ids, strict=True):
@@ -313,14 +313,14 @@ class DecodeLoop(Loop):
         slots = torch.tensor([s.slot for s in seats], dtype=torch.long, device=dev)
         last = self.last[slots]
         ctx = [s.ctx for s in seats]
+        prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs (slots, last tokens, contexts)
+        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
-        seqs_global = sum(len(per) for per in tick.work)
+        seqs_global = sum(len(per) for per in tick.work)  # the record's shape: instrumentation, untimed
         shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
                  "tokens_global": seqs_global * q, "seqs_global": seqs_global, "spec_depth": q - 1,
                  "emitted_global": sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work
                                        for s in per)}
-        prep_s = time.perf_counter() - t0
-        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         if self.drafter is None:
             sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
             self.done_at = self.eng.clock()  # this step's tokens exist now

@@ -90,7 +90,9 @@ class HostParams:
     sample_step_s: float = 50e-6  # sampling (host side: metadata, sampled-id readback): per step
     sample_per_seq_s: float = 2e-6  # ... per sequence
     sample_per_draft_s: float = 1e-6  # rejection sampling, per draft token verified
-    spec_sync_s: float = 300e-6  # speculative step: accepted counts read back before the next step's inputs
+    # a speculative step's host work that waits for its device result, per step (GPU: accepted counts
+    # read back before the next step's inputs; the CPU executor: its rejection sampler's fixed cost)
+    spec_sync_s: float = 300e-6
     output_step_s: float = 50e-6  # output processing in the engine: per step
     output_per_token_s: float = 12e-6  # ... per emitted token
     api_per_token_s: float = 15e-6  # API server (its own processes): detokenise one emitted token

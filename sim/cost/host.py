@@ -2,8 +2,8 @@
 
 The engine's host work on each DP rank (rackplan/specs/ops.py HOST_PARTS, parameters in the
 profile's `host:` block, rackplan.specs.HostParams):
-  host.schedule  scheduler: fixed + per running sequence (of the rank, or of the whole instance
-                 for a central scheduler: HostParams.scheduler)
+  host.schedule  scheduler: fixed + per running sequence (of the rank; a central scheduler,
+                 HostParams.scheduler, does every rank's fixed part + the instance's sequences)
   host.prepare   input preparation: fixed + per sequence + per token the step runs
   host.launch    one CUDA-graph replay, or every kernel of every layer when eager
   host.dp_sync   DP coordination: the collective that lines the ranks up (per doubling of DP) and
@@ -91,6 +91,14 @@ def rank_parts(hp: HostParams, w: RankHost) -> tuple[float, float, float, float]
     return schedule, prepare, sample, output
 
 
+def central_parts(hp: HostParams, whole: RankHost, dp: int) -> tuple[float, float]:
+    """(schedule, output) seconds of a central scheduler that schedules and books every one of
+    the instance's `dp` ranks: each rank's fixed part, per sequence / emitted token of the instance."""
+    schedule = hp.schedule_step_s * dp + hp.schedule_per_seq_s * whole.seqs
+    output = hp.output_step_s * dp + hp.output_per_token_s * whole.emitted
+    return schedule, output
+
+
 def launch_seconds(hp: HostParams, num_layers: int, graphs: bool) -> float:
     """Launch time of a step: one graph replay, or every kernel of every layer."""
     return hp.graph_launch_s if graphs else hp.launch_s * hp.kernels_per_layer * num_layers
@@ -161,8 +169,8 @@ class HostModel:
         hp = self.hp
         work = rank_parts(hp, ranks[0]) if len(ranks) == 1 else max((rank_parts(hp, w) for w in ranks), key=sum)
         schedule, prepare, sample, output = work  # the slowest rank's host work
-        if hp.scheduler == "central" and instance is not None:
-            schedule, _, _, output = rank_parts(hp, instance)
+        if hp.scheduler == "central" and instance is not None:  # every rank's fixed work + the instance's sequences
+            schedule, output = central_parts(hp, instance, self.layout.dp)
         dp_sync = self.collective_s + self.straggle * (schedule + prepare + sample + output)
         sample += self.spec_sync_s
         launch = self.launch[graphs]

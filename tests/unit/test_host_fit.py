@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 MODEL, HW = load_model("tiny-moe-mtp"), load_hardware("cpu-local")
 TRUE = HostParams(scheduler="central", schedule_step_s=120e-6, schedule_per_seq_s=9e-6, prepare_step_s=20e-6,
                   prepare_per_seq_s=2e-6, prepare_per_token_s=0.5e-6, dp_sync_s=400e-6, dp_jitter=0.2,
-                  sample_step_s=5e-6, sample_per_seq_s=1e-6, sample_per_draft_s=3e-6, spec_sync_s=0.0,
+                  sample_step_s=5e-6, sample_per_seq_s=1e-6, sample_per_draft_s=3e-6, spec_sync_s=8e-6,
                   output_step_s=15e-6, output_per_token_s=4e-6)
 
 
@@ -63,7 +63,8 @@ def test_fit_recovers_the_generating_parts_and_holds_out_sizes():
     fit = fit_host_parts(HostPredictor(MODEL, HW), steps, HostParams(), "decode", {3, 6, 12})
     hp = fit.host
     assert hp.scheduler == "central"
-    for name in ("schedule_step_s", "schedule_per_seq_s", "output_per_token_s", "dp_sync_s", "sample_per_draft_s"):
+    for name in ("schedule_step_s", "schedule_per_seq_s", "output_per_token_s", "dp_sync_s", "sample_per_draft_s",
+                 "spec_sync_s"):
         assert getattr(hp, name) == pytest.approx(getattr(TRUE, name), rel=0.1), name
     assert set(fit.held_error) == {"host.schedule", "host.prepare", "host.sample", "host.output", "host.dp_sync"}
     assert max(fit.held_error.values()) < 3.0 and max(fit.fit_error.values()) < 3.0  # 2% noise

@@ -188,11 +188,11 @@ def test_planner_tries_frontends_and_keeps_those_that_change_a_step():
 
 
 def test_central_scheduler_counts_every_rank_of_the_instance():
-    # the CPU executor's leader schedules and books all 4 ranks: 100 + 32 x 10 us; 50 + 32 x 12 us
+    # the CPU executor's leader schedules and books all 4 ranks: 4 x 100 + 32 x 10 us; 4 x 50 + 32 x 12 us
     central = dataclasses.replace(PROF, host=dataclasses.replace(HP, scheduler="central"))
     c = cost(8, prof=central, dp=4)
-    assert c.host.part("host.schedule") == pytest.approx(100e-6 + 32 * 10e-6)
-    assert c.host.part("host.output") == pytest.approx(50e-6 + 32 * 12e-6)
+    assert c.host.part("host.schedule") == pytest.approx(4 * 100e-6 + 32 * 10e-6)
+    assert c.host.part("host.output") == pytest.approx(4 * 50e-6 + 32 * 12e-6)
     assert c.host.part("host.prepare") == cost(8, dp=4).host.part("host.prepare")  # still per rank
 
 
