@@ -200,7 +200,7 @@ def _from_measurements(args, base, name):
 
 def _from_host_sweep(args, base, name):
     """The base profile with its host block fitted from a host-loop sweep (calibration/host_fit.py)."""
-    from .host_fit import HostPredictor, fit_host_parts, host_steps
+    from .host_fit import MIN_STEPS, HostPredictor, fit_host_parts, host_steps
 
     records = []
     for i, m in enumerate(args.measurements):
@@ -224,7 +224,8 @@ def _from_host_sweep(args, base, name):
     extra = {"hardware": hw.name, "host_fit": {
         "method": "per part and role: HostParams of sim/cost/host.py, soft-L1 relative least squares on medians of "
                   "per-run medians of the steps of one shape (role, DP size, draft depth, sequences on the busiest "
-                  "rank) with at least 5 steps; wall time (parts include store round trips and barrier waits)",
+                  f"rank) with at least {MIN_STEPS} steps; each part's thread CPU time on the busiest rank, "
+                  "host.dp_sync's wall time (the wait for the slowest rank)",
         "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,
         "shapes_fit_held": {k: list(v) for k, v in points.items()}, "held_out_sizes": sorted(held),
         "kept_from_base": "launch_s, kernels_per_layer, graph_launch_s, api_* (the CPU executor has no API server)"}}
