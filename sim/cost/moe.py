@@ -5,6 +5,8 @@ global tokens each picking k of E experts, an expert is hit with probability 1 -
 """
 from __future__ import annotations
 
+import math
+
 from rackplan.specs import DTYPE_BYTES, Layout, ModelSpec
 
 
@@ -27,3 +29,38 @@ def distinct_experts_per_rank(model: ModelSpec, layout: Layout, tokens_global: f
 def expert_bytes(model: ModelSpec) -> float:
     """Bytes of one routed expert's weights (gate, up, down)."""
     return model.moe.expert_params(model.hidden_size) * DTYPE_BYTES[model.dtypes.expert_weights]
+
+
+def _log_comb(n: float, r: float) -> float:
+    """log C(n, r) for real n >= 0 (Gamma form); -inf when n < r (no way to choose)."""
+    if n < r:
+        return -math.inf
+    return math.lgamma(n + 1.0) - math.lgamma(r + 1.0) - math.lgamma(n - r + 1.0)
+
+
+def _miss(pool: float, held: float, picks: float) -> float:
+    """Probability that `picks` distinct draws from `pool` experts avoid the `held` ones."""
+    return math.exp(_log_comb(pool - held, picks) - _log_comb(pool, picks)) if picks > 0 else 1.0
+
+
+def holder_hit_probability(model: ModelSpec, share: float) -> float:
+    """Probability that a rank or node holding a contiguous `share` of the logical experts receives
+    at least one of one token's top-k picks (the copies an all-to-all sends it).
+
+    Group-limited routing (DeepSeek-V3: 8 groups of 32, top-4 groups, config.json) picks
+    `topk_groups` of `num_groups` groups uniformly and the k experts inside them; a selected group
+    holds one of the token's strongest experts (V3 scores a group by its top-2 experts), so each
+    selected group gets one pick and the other k - g fall uniformly over the selected groups.
+    Without a group limit (topk_groups == num_groups) the k picks are uniform over all experts.
+    Checked against sampled top-k of random scores (tests/unit/test_golden_costs.py)."""
+    moe = model.moe
+    e, k, groups, g = float(moe.num_experts), moe.top_k, float(moe.num_groups), moe.topk_groups
+    if g >= groups:
+        return 1.0 - _miss(e, share * e, k)
+    covered = share * groups  # groups' worth of experts the holder has
+    if covered >= 1.0:
+        return 1.0 - _miss(groups, covered, g)
+    per_group = e / groups
+    held = covered * per_group
+    miss_in_group = (1.0 - covered) * _miss(g * per_group - 1.0, held, k - g)
+    return g / groups * (1.0 - miss_in_group)
