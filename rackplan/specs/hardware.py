@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fields import check, positive
+from .fields import check, non_negative, positive
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,14 @@ class HardwareSpec:
     gpus_per_node: int  # GPUs per host (CPU) node
     host_cpu: str = ""
     source: str = ""
+    num_sms: int = 0  # streaming multiprocessors per GPU (0: unknown; comm kernels then take none from compute)
+    host_link_bw: float = 0.0  # host memory -> GPU B/s per GPU for offloaded weights (0: no offload path)
 
     def __post_init__(self):
         for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):
             positive(getattr(self, name), name)
+        non_negative(self.num_sms, "num_sms")
+        non_negative(self.host_link_bw, "host_link_bw")
         check(len(self.peak_flops) > 0, "peak_flops", "at least one dtype")
         for k, v in self.peak_flops.items():
             positive(v, f"peak_flops.{k}")

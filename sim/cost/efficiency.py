@@ -28,3 +28,19 @@ def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1
 def memory(prof: Profile, nbytes):
     """Streaming bandwidth: small reads are latency bound."""
     return prof.mem_eff * nbytes / (nbytes + prof.mem_bytes_half)
+
+
+def stream(prof: Profile, op_class: str, nbytes, rows=0.0, cols=0.0):
+    """Bandwidth-bound elementwise op (norm, RoPE, activation quantize, mHC, routing, sampler) moving
+    `nbytes` over a [rows, cols] tensor: plain streaming `memory` until a profile holds a curve for it."""
+    return memory(prof, nbytes)
+
+
+ALLREDUCE_EFF_MAX = 0.7  # NCCL / vLLM custom all-reduce bus bandwidth at large messages, ~70% of NVLink (typical)
+ALLREDUCE_BYTES_HALF = 1.0e6  # messages under ~1 MB are latency bound (typical)
+
+
+def allreduce(prof: Profile, num_gpus: int, nbytes):
+    """All-reduce of `nbytes` over `num_gpus` GPUs of one NVLink domain: fraction of the scale-up
+    bandwidth (datasheet form until a profile holds measured curves)."""
+    return ALLREDUCE_EFF_MAX * nbytes / (nbytes + ALLREDUCE_BYTES_HALF)

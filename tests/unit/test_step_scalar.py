@@ -117,8 +117,12 @@ def test_per_sequence_batch_equals_representative_step(i):
     assert not _close_ops(per_seq.breakdown(), rep.breakdown(), rep.seconds)
 
 
-def test_halves_split_chunks_alternately():
-    w = RankWork(5.0, 500.0, ((3, 100.0, 0.0), (2, 50.0, 10.0)))  # chunks 0-2 of 100, 3-4 of 50
+def test_halves_cut_the_tokens_in_two_as_vllm_does():
+    # 400 prefill tokens: 3 chunks of 100, then 2 of 50 after 10 cached; the cut falls at token 200
+    w = RankWork(5.0, 500.0, ((3, 100.0, 0.0), (2, 50.0, 10.0)))
     a, z = w.half(0), w.half(1)
-    assert a == RankWork(2.5, 250.0, ((2, 100.0, 0.0), (1, 50.0, 10.0)))  # chunks 0, 2, 4
-    assert z == RankWork(2.5, 250.0, ((1, 100.0, 0.0), (1, 50.0, 10.0)))  # chunks 1, 3
+    assert a == RankWork(2.5, 250.0, ((2, 100.0, 0.0),))
+    assert z == RankWork(2.5, 250.0, ((1, 100.0, 0.0), (2, 50.0, 10.0)))
+    # one 4,096-token prompt is split across the micro-batches: the second half sees the first as prefix
+    one = RankWork(0.0, 0.0, ((1, 4096.0, 0.0),))
+    assert one.half(0).chunks == ((1, 2048.0, 0.0),) and one.half(1).chunks == ((1, 2048.0, 2048.0),)

@@ -1,0 +1,66 @@
+"""Bandwidth-bound elementwise ops of a layer: RMSNorm, RoPE, activation quantisation, DeepSeek-V4's
+hyper-connection mixing (mHC), the MoE routing and permutation, and the sampler.
+
+Each is priced as the bytes it moves over HBM: seconds = bytes / (HBM bandwidth x efficiency) +
+the per-kernel fixed time, with the profile's curve for the op class where it has one (measured
+profiles: quantize.fp8, mhc.pre / mhc.post, moe.route.<dtype>), else plain streaming. `act` is
+the activation element size (ModelSpec.dtypes.activations).
+"""
+from __future__ import annotations
+
+from rackplan.specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Profile
+
+from . import efficiency
+
+SAMPLER_PASSES = 4.0  # fp32 logits passes of a sampler: softmax read + write, top-k/top-p reads (FlashInfer sampling)
+SCALE_GROUP = 128.0  # per-token-group FP8 activation scales: one fp32 per 128 elements (DeepGEMM / vLLM fp8 block)
+
+
+def stream_seconds(hw: HardwareSpec, prof: Profile, op_class: str, nbytes, rows=0.0, cols=0.0):
+    """Seconds of one bandwidth-bound op of class `op_class` ("quantize.fp8", "mhc.pre") moving `nbytes`."""
+    return nbytes / (hw.hbm_bw * efficiency.stream(prof, op_class, nbytes, rows, cols)) + prof.op_fixed_s
+
+
+def quantize_bytes(rows, cols, dtype: str = "fp8", act: float = 2.0):
+    """Read [rows, cols] activations, write them in `dtype`, plus one FP32 scale per 128 elements."""
+    return rows * cols * (act + DTYPE_BYTES[dtype]) + rows * cols / SCALE_GROUP * 4.0
+
+
+def mhc_bytes(tokens, hidden: int, hc_mult: int, part: str, act: float = 2.0):
+    """pre: read hc_mult streams, write the layer input; post: read the output and the streams,
+    write the streams."""
+    stream = tokens * hidden * act
+    return stream * (hc_mult + 1) if part == "pre" else stream * (2 * hc_mult + 1)
+
+
+def norm_bytes(model: ModelSpec, tokens: float) -> float:
+    """RMSNorms of one layer: two fused residual-add + norms over the hidden state (read x and the
+    residual, write both) and MLA / CSA's norms of the low-rank latents (read and write)."""
+    att, act = model.attention, model.dtypes.activation_bytes
+    latent = (att.q_lora_rank or 0) + (att.kv_lora_rank or 0)
+    return tokens * act * (8.0 * model.hidden_size + 2.0 * latent)
+
+
+def rope_bytes(model: ModelSpec, tokens: float, tp: int) -> float:
+    """RoPE of one layer: read and write the rotary part of the rank's query heads and of the key
+    (one shared rope key for MLA / CSA, one per KV head for GQA)."""
+    att, act = model.attention, model.dtypes.activation_bytes
+    if att.kind == "gqa":
+        dim, key_heads = att.head_dim, max(att.num_kv_heads / tp, 1.0)
+    else:
+        dim, key_heads = att.qk_rope_head_dim, 1.0
+    return 2.0 * tokens * act * dim * (att.num_heads / tp + key_heads)
+
+
+def route_bytes(model: ModelSpec, tokens: float, pairs: float, permute: bool) -> float:
+    """Routing of one MoE layer on a rank: top-k over the fp32 scores of its `tokens`; the received
+    token-expert `pairs` permuted into expert order (read + write) where the dispatch does not
+    write them so (`permute`); the weighted unpermute (read the pairs' outputs, write the tokens)."""
+    h, act = model.hidden_size, model.dtypes.activation_bytes
+    nbytes = tokens * model.moe.num_experts * 4.0 + pairs * h * act + tokens * h * act
+    return nbytes + (2.0 * pairs * h * act if permute else 0.0)
+
+
+def sample_bytes(model: ModelSpec, rows: float) -> float:
+    """The sampler over `rows` rows of fp32 logits (every position whose token is sampled or verified)."""
+    return SAMPLER_PASSES * rows * model.vocab_size * 4.0
