@@ -5,6 +5,9 @@ from dataclasses import dataclass
 
 from .fields import check, non_negative, positive
 
+# Compute dtypes that run on the same tensor-core rate (and fall back to each other's curves)
+DTYPE_FAMILY = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
+
 
 @dataclass(frozen=True)
 class HardwareSpec:
@@ -22,6 +25,9 @@ class HardwareSpec:
     source: str = ""
     num_sms: int = 0  # streaming multiprocessors per GPU (0: unknown; comm kernels then take none from compute)
     host_link_bw: float = 0.0  # host memory -> GPU B/s per GPU for offloaded weights (0: no offload path)
+    # profile that prices this hardware when neither --profile nor the plan names one: a measured
+    # profile where one is shipped (configs/profiles/), else the generic datasheet one
+    default_profile: str = "datasheet"
 
     def __post_init__(self):
         for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):
@@ -41,8 +47,7 @@ class HardwareSpec:
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for a compute dtype; falls back to the widest supported below it."""
         order = ["fp4", "fp8", "bf16", "fp32"]
-        alias = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
-        key = alias.get(dtype, dtype)
+        key = DTYPE_FAMILY.get(dtype, dtype)
         for cand in order[order.index(key):]:
             if cand in self.peak_flops:
                 return self.peak_flops[cand]

@@ -11,7 +11,7 @@ import math
 import sys
 import time
 
-from rackplan.specs import load_plan, load_profile, load_workload
+from rackplan.specs import load_plan, load_workload, profile_origin, resolve_profile
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 
@@ -19,8 +19,10 @@ DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default=DEFAULT_PLAN, help="plan YAML path or embedded name (default: %(default)s)")
     p.add_argument("--workload", help="workload YAML path or name (default: the plan's)")
-    p.add_argument("--profile", help="profile YAML (fitted by `rackplan calibrate`; default: the plan's, "
-                   "else datasheet)")
+    p.add_argument("--profile", help="profile name or YAML (default: the plan's, else the hardware's "
+                   "default_profile: measured where configs/profiles/ has one, else datasheet)")
+    p.add_argument("--profile-any-hardware", action="store_true",
+                   help="allow a profile fitted on other hardware than the plan's")
     p.add_argument("--requests", type=int, help="number of requests (default: the workload's)")
     p.add_argument("--rate", type=float, help="override the arrival rate with Poisson at this many req/s")
     p.add_argument("--seed", type=int, help="random seed (default: the workload's)")
@@ -39,12 +41,12 @@ def report_json(plan, workload, profile, seed, result) -> str:
     """The machine-readable report (deterministic: sorted keys, no timings)."""
     return json.dumps(_clean({
         "plan": plan.name, "layout": plan.summary, "model": plan.model, "hardware": plan.hardware,
-        "workload": workload.name, "profile": profile.name, "seed": seed,
+        "workload": workload.name, "profile": profile.name, "profile_source": profile.describe(), "seed": seed,
         "metrics": result.metrics, "utilisation": result.utilisation, "steps": result.steps,
     }), sort_keys=True)
 
 
-def print_table(plan, workload, profile, result, wall_s: float) -> None:
+def print_table(plan, workload, profile, result, wall_s: float, origin: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -52,7 +54,8 @@ def print_table(plan, workload, profile, result, wall_s: float) -> None:
     con = Console(width=None if sys.stdout.isatty() else 110)
     con.print(f"[bold]{plan.name}[/]: {plan.model} on {plan.hardware}, {plan.summary} "
               f"({int(m['num_gpus'])} GPUs)")
-    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests, profile {profile.name}")
+    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests")
+    con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
     lat = Table(title="latency (s)")
     lat.add_column("metric")
     for q in ("p50", "p90", "p99"):
@@ -91,7 +94,8 @@ def run(args) -> int:
         workload = with_rate(workload, args.rate)
     elif not args.workload and "request_rate" in plan.predicted:
         workload = with_rate(workload, plan.predicted["request_rate"])  # the load the planner checked
-    profile = load_profile(args.profile or plan.profile or "datasheet")
+    profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
+    origin = profile_origin(args.profile, plan.profile, plan.hardware)
     from ..simulator import simulate
 
     t0 = time.perf_counter()
@@ -101,5 +105,5 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
     else:
-        print_table(plan, workload, profile, result, wall)
+        print_table(plan, workload, profile, result, wall, origin)
     return 0

@@ -1,8 +1,9 @@
 """Tensor-parallel all-reduce inside one NVLink domain (the op TP attention and TP MoE need).
 
 A ring all-reduce sends and receives 2 (n-1)/n of the message per GPU; the link fraction it reaches
-over message size is the profile's `allreduce.tp<n>` curve where a measured profile has one, else
-a datasheet curve (efficiency.allreduce), so small messages pay the latency the curve carries.
+over message size is the profile's `allreduce.tp<n>` curve (measured vLLM custom all-reduce in the
+op-database profiles, else a datasheet curve: efficiency.allreduce), so small messages pay the
+latency the curve carries. The step pricer (sim/cost/layer.py) and calibration price it here.
 """
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ from rackplan.specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Profile
 from . import efficiency
 
 SAMPLER_PASSES = 4.0  # fp32 logits passes of a sampler: softmax read + write, top-k/top-p reads (FlashInfer sampling)
-SCALE_GROUP = 128.0  # per-token-group FP8 activation scales: one fp32 per 128 elements (DeepGEMM / vLLM fp8 block)
 
 
 def stream_seconds(hw: HardwareSpec, prof: Profile, op_class: str, nbytes, rows=0.0, cols=0.0):
@@ -22,8 +21,9 @@ def stream_seconds(hw: HardwareSpec, prof: Profile, op_class: str, nbytes, rows=
 
 
 def quantize_bytes(rows, cols, dtype: str = "fp8", act: float = 2.0):
-    """Read [rows, cols] activations, write them in `dtype`, plus one FP32 scale per 128 elements."""
-    return rows * cols * (act + DTYPE_BYTES[dtype]) + rows * cols / SCALE_GROUP * 4.0
+    """Read [rows, cols] activations, write them in `dtype`, plus one FP32 scale per row (the form
+    the op-database's scale_matrix_perf rows are fitted with)."""
+    return rows * cols * (act + DTYPE_BYTES[dtype]) + rows * 4.0
 
 
 def mhc_bytes(tokens, hidden: int, hc_mult: int, part: str, act: float = 2.0):
@@ -52,13 +52,12 @@ def rope_bytes(model: ModelSpec, tokens: float, tp: int) -> float:
     return 2.0 * tokens * act * dim * (att.num_heads / tp + key_heads)
 
 
-def route_bytes(model: ModelSpec, tokens: float, pairs: float, permute: bool) -> float:
-    """Routing of one MoE layer on a rank: top-k over the fp32 scores of its `tokens`; the received
-    token-expert `pairs` permuted into expert order (read + write) where the dispatch does not
-    write them so (`permute`); the weighted unpermute (read the pairs' outputs, write the tokens)."""
-    h, act = model.hidden_size, model.dtypes.activation_bytes
-    nbytes = tokens * model.moe.num_experts * 4.0 + pairs * h * act + tokens * h * act
-    return nbytes + (2.0 * pairs * h * act if permute else 0.0)
+def route_bytes(tokens_in, hidden, act: float = 2.0):
+    """Routing of one MoE layer on a rank: top-k, the permute of the token copies entering the rank
+    into expert order and the weighted unpermute, as one stream over their hidden states (the form
+    the op-database's moe.route curves are fitted with, calibration/opdb_ops.py: the curve carries
+    how many passes the kernels make)."""
+    return tokens_in * hidden * act
 
 
 def sample_bytes(model: ModelSpec, rows: float) -> float:

@@ -64,3 +64,16 @@ def holder_hit_probability(model: ModelSpec, share: float) -> float:
     held = covered * per_group
     miss_in_group = (1.0 - covered) * _miss(g * per_group - 1.0, held, k - g)
     return g / groups * (1.0 - miss_in_group)
+
+
+def expert_work(model: ModelSpec, busiest: float, distinct: float,
+                moe_tp: int = 1) -> tuple[float, float, float, float, float]:
+    """FLOPs, bytes and efficiency shape (rows per expert, n, k) of the routed-expert GEMMs on an EP
+    rank holding `busiest` token-expert pairs over `distinct` experts that received tokens: per
+    expert gate/up [rows, h] x [h, 2 inter] and down [rows, inter] x [inter, h], each expert's
+    weights read once, activations in and out in the model's activation dtype (what step.py's
+    moe.experts op prices); `moe_tp` shards every expert's intermediate dimension."""
+    h, inter = model.hidden_size, model.moe.expert_intermediate / moe_tp
+    flops = 2.0 * busiest * 3 * h * inter
+    nbytes = distinct * expert_bytes(model) / moe_tp + busiest * (2 * h + 3 * inter) * model.dtypes.activation_bytes
+    return flops, nbytes, busiest / distinct, 2.0 * inter, float(h)

@@ -33,7 +33,7 @@ from .host import host_seconds, loop_seconds, step_seconds
 from .imbalance import imbalance_curve
 from .layer import RANK_MEMO, LayerPricer, memo_get
 from .memory import offloaded_bytes
-from .moe import distinct_experts_per_rank, expert_bytes
+from .moe import distinct_experts_per_rank, expert_work, holder_hit_probability
 from .roofline import Op, StepCost, price
 
 __all__ = ["CostContext", "RankBatch", "RankWork", "Step", "StepCost", "StepModel", "step_cost", "op_layers",
@@ -86,8 +86,9 @@ class StepModel:
         self.imbalance = imbalance_curve(m.moe.top_k, m.moe.num_experts, lay.ep_size, cx.skew,
                                          lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
                                          hw.gpus_per_node, m.moe.num_groups)
-        self.expert_bytes = expert_bytes(m) / lay.moe_tp
         self._a2a: dict[tuple[str, str], A2APhase | None] = {}
+        # high-throughput dispatch: copies a rank receives per token-expert pair (one per rank hit)
+        self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
         self._moes: dict = {}
         self._half_memo: dict = {}
         self.loop_s = loop_seconds(lay, prof)
@@ -113,19 +114,17 @@ class StepModel:
     def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
         cx = self.cx
         m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-        ep, moe_tp, act = lay.ep_size, lay.moe_tp, m.dtypes.activation_bytes
+        ep, moe_tp = lay.ep_size, lay.moe_tp
         f = self.imbalance(t_global)
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
         distinct = max(distinct_experts_per_rank(m, lay, t_global), 1.0)
-        h, inter = m.hidden_size, m.moe.expert_intermediate / moe_tp
-        flops = 2.0 * busiest * 3 * h * inter
-        nbytes = distinct * self.expert_bytes + busiest * (2 * h + 3 * inter) * act
+        flops, nbytes, rows, n, k = expert_work(m, busiest, distinct, moe_tp)
         dtype = m.dtypes.expert_compute_dtype
-        eff = efficiency.experts(prof, dtype, busiest / distinct, 2 * inter, h)
+        eff = efficiency.experts(prof, dtype, rows, n, k, flops=flops)
         t_exp = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
-        # DeepEP's low-latency dispatch writes tokens in expert order; other paths permute them
-        r_bytes = route_bytes(m, t_max, busiest, permute=kernel != "low_latency" or ep == 1)
-        t_route = stream_seconds(hw, prof, f"moe.route.{dtype}", r_bytes, t_max, h) + prof.op_fixed_s
+        h = m.hidden_size
+        r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
+        t_route = stream_seconds(hw, prof, f"moe.route.{dtype}", r_bytes, t_max, h)
         send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
@@ -134,6 +133,17 @@ class StepModel:
         return (fix("moe.experts", t_exp * n_moe, phase, n_moe), fix("moe.route", t_route * n_moe, phase, n_moe),
                 fix("moe.dispatch", t_disp * n_moe, phase, n_moe), fix("moe.combine", t_comb * n_moe, phase, n_moe),
                 flops * n_moe, nbytes * n_moe, r_bytes * n_moe)
+
+    def _tokens_in(self, t_rank: float, pairs: float, kernel: str) -> float:
+        """Token copies the routing of the busiest rank's MoE layer handles: its own tokens when DeepEP's
+        low-latency dispatch writes them in expert order (and the combine reduces them), the copies
+        the high-throughput dispatch delivers (one per token and rank: pairs x ep p_rank / k), or,
+        without an all-to-all (TP, one GPU), every token of the step."""
+        if self.replicated or self.cx.layout.ep_size == 1:
+            return t_rank
+        if kernel == "low_latency":
+            return t_rank
+        return pairs * self.copies_per_pick
 
     def _draft(self, step: Step) -> list:
         """The drafter of a step with decode sequences, priced on its busiest rank."""

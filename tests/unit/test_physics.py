@@ -149,7 +149,7 @@ def test_norm_rope_quantize_bytes_v3_decode():
     # RMSNorm: 2 fused add+norms over 7168 (read x and residual, write both) + q_a (1536) and kv_a
     #   (512) latent norms (read + write): 64 x 2 x (8 x 7168 + 2 x 2048) B
     # RoPE: read + write the 64 rope dims of 128 query heads and one shared key: 2 x 64 x 2 x 64 x 129 B
-    # Quantise (FP8, one fp32 scale per 128): layer input 7168, q_b 1536, kv_b 512, o 16384 on every
+    # Quantise (FP8, one fp32 scale per row): layer input 7168, q_b 1536, kv_b 512, o 16384 on every
     #   layer; the dense FFN's 7168 + 18432 on 3, the shared expert's 7168 + 2048 on 58.
     lay, t = Layout("decode", dp=8), 64.0
     cost = ops_of(decode_step(CostContext(V3, H200, lay, PROF), t, t * 2000))
@@ -157,7 +157,7 @@ def test_norm_rope_quantize_bytes_v3_decode():
     assert cost["rope"].bytes == pytest.approx(61 * 2 * t * 2 * 64 * 129)
 
     def q(k):
-        return t * k * (2 + 1) + t * k / 128 * 4
+        return t * k * (2 + 1) + t * 4
     want = 61 * sum(q(k) for k in (7168, 1536, 512, 16384)) + 3 * (q(7168) + q(18432)) + 58 * (q(7168) + q(2048))
     assert cost["quantize"].bytes == pytest.approx(want)
 
