@@ -104,6 +104,8 @@ def run_instance(me: Rank, role: str, layout) -> list[dict]:
     """Benchmark one instance: real EP when it fits the world, a replay otherwise."""
     if layout.tp != 1:
         raise SpecError(me.cfg.plan, f"{role}.tp", "1 (the executor runs DP attention + EP MoE)", layout.tp)
+    if layout.pp != 1:
+        raise SpecError(me.cfg.plan, f"{role}.pp", "1 (the executor runs one pipeline stage)", layout.pp)
     ep_n, measured = layout.ep_size, layout.ep_size <= me.world
     group = dist.new_group(list(range(ep_n))) if measured and ep_n > 1 else None
     if measured and me.rank >= ep_n:

@@ -251,6 +251,8 @@ def check_servable(me) -> None:
     for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
         if lay.tp != 1:
             raise SpecError(me.cfg.plan, f"{role}.tp", "1 (the executor runs DP attention + EP MoE)", lay.tp)
+        if lay.pp != 1:
+            raise SpecError(me.cfg.plan, f"{role}.pp", "1 (the executor runs one pipeline stage)", lay.pp)
         if lay.ep_size > me.world:
             raise SpecError(me.cfg.plan, f"{role}.dp", f"at most {me.world} ranks (serving runs no replays)",
                             lay.ep_size)

@@ -130,6 +130,23 @@ class AttentionSpec:
     def projection_params(self, hidden: int) -> int:
         return sum(fan_in * fan_out for _, fan_in, fan_out in self.projections(hidden))
 
+    def rank_projections(self, hidden: int, tp: int) -> tuple[tuple[str, float, float], ...]:
+        """One TP rank's share of each projection, as vLLM shards them: the low-rank down-projections
+        of MLA / CSA and CSA's single KV head are replicated (ReplicatedLinear), output projections
+        are row-parallel (split in_features), GQA's KV heads are split while tp <= num_kv_heads and
+        replicated beyond, everything else is column-parallel (split out_features)."""
+        out = []
+        for name, fan_in, fan_out in self.projections(hidden):
+            if tp == 1 or name in ("q_a", "kv_a") or (self.kind == "csa" and name == "kv"):
+                out.append((name, fan_in, fan_out))
+            elif name in ("o", "o_a", "o_b"):
+                out.append((name, fan_in / tp, fan_out))
+            elif self.kind == "gqa" and name == "kv":
+                out.append((name, fan_in, fan_out / min(tp, self.num_kv_heads)))
+            else:
+                out.append((name, fan_in, fan_out / tp))
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class MoESpec:

@@ -109,13 +109,14 @@ class ModelOp:
 
 
 def layer_gemms(model: "ModelSpec", layout: "Layout", num_dense: int, num_moe: int) -> tuple[ModelOp, ...]:
-    """Weight-GEMM ops of `num_dense` dense and `num_moe` MoE layers on one rank (TP splits n).
+    """Weight-GEMM ops of `num_dense` dense and `num_moe` MoE layers on one rank: attention
+    projections as vLLM shards them over TP (AttentionSpec.rank_projections), FFNs split n.
     The SwiGLU FFNs (dense, shared expert) are one [h, 3 x intermediate] GEMM per layer."""
     h, tp, dt, moe = model.hidden_size, layout.tp, model.dtypes, model.moe
     out = []
     if num_dense + num_moe:
-        proj = tuple(Gemm(part, k, n / tp, dt.attention_weights, dt.compute)
-                     for part, k, n in model.attention.projections(h))
+        proj = tuple(Gemm(part, k, n, dt.attention_weights, dt.compute)
+                     for part, k, n in model.attention.rank_projections(h, tp))
         out.append(ModelOp("attn.proj", num_dense + num_moe, proj))
     if num_dense:
         out.append(ModelOp("dense_ffn", num_dense,

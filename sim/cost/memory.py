@@ -29,7 +29,8 @@ def weight_bytes_per_rank(model: ModelSpec, layout: Layout) -> dict[str, float]:
     h, tp, dt = model.hidden_size, layout.tp, model.dtypes
     moe = model.moe
     parts = {
-        "attention": model.attention.projection_params(h) * n_layers * DTYPE_BYTES[dt.attention_weights] / tp,
+        "attention": sum(k * n for _, k, n in model.attention.rank_projections(h, tp)) * n_layers
+        * DTYPE_BYTES[dt.attention_weights],
         "dense_ffn": 3 * h * model.dense_intermediate * n_dense * DTYPE_BYTES[dt.dense_weights] / tp,
         "shared_experts": moe.num_shared_experts * moe.expert_params(h) * n_moe
         * DTYPE_BYTES[dt.dense_weights] / tp,
