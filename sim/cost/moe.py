@@ -26,6 +26,21 @@ def distinct_experts_per_rank(model: ModelSpec, layout: Layout, tokens_global: f
     return physical_experts_per_rank(model, layout) * hit_probability(model, tokens_global)
 
 
+def distinct_experts_busiest(model: ModelSpec, layout: Layout, tokens_global: float) -> float:
+    """Expert slots the rank that reads the most of them reads in a step: the EP step waits for it.
+    A rank's n slots are each hit with probability p (hit_probability), so its count has mean n p and
+    variance n p (1 - p); the largest of ep such counts is about mean + sqrt(2 ln ep) x sd (the
+    Gaussian order statistic random_routing_factor uses), at most n. Small decode batches, where
+    the weights read are the step, wait for it; once every slot is hit (p = 1) it is n."""
+    n = physical_experts_per_rank(model, layout)
+    p = hit_probability(model, tokens_global)
+    mean = n * p
+    ep = layout.ep_size
+    if ep <= 1 or p >= 1.0:
+        return mean
+    return min(n, mean + math.sqrt(2.0 * math.log(ep)) * math.sqrt(n * p * (1.0 - p)))
+
+
 def expert_bytes(model: ModelSpec) -> float:
     """Bytes of one routed expert's weights (gate, up, down)."""
     return model.moe.expert_params(model.hidden_size) * DTYPE_BYTES[model.dtypes.expert_weights]

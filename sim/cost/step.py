@@ -33,7 +33,7 @@ from .host import host_seconds, loop_seconds, step_seconds
 from .imbalance import imbalance_curve
 from .layer import RANK_MEMO, LayerPricer, memo_get
 from .memory import offloaded_bytes
-from .moe import distinct_experts_per_rank, expert_work, holder_hit_probability
+from .moe import distinct_experts_busiest, expert_work, holder_hit_probability
 from .roofline import Op, StepCost, price
 
 __all__ = ["CostContext", "RankBatch", "RankWork", "Step", "StepCost", "StepModel", "step_cost", "op_layers",
@@ -59,17 +59,13 @@ class CostContext:
 @dataclass(frozen=True)
 class Device:
     """A step's device work without overlap or host time: the slowest rank's ops, the EP group's
-    per MoE layer group, the step-level extras, and the same seconds by stage (dbo.Stages)."""
+    per MoE layer group, the step-level extras, and their seconds summed."""
 
     rank_ops: dict
     moe: list
     extra: list  # (name, seconds, flops, bytes) priced for the whole step (drafter)
-    stages: dbo_.Stages
+    seconds: float
     kernel: str  # all-to-all kernel kind of the step
-
-    @property
-    def seconds(self) -> float:
-        return self.stages.total
 
 
 class StepModel:
@@ -105,19 +101,27 @@ class StepModel:
         return self._a2a[key]
 
     # -- the EP group --------------------------------------------------------------------------------
-    def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
+    def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
         """(experts, route, dispatch, combine seconds, experts flops, bytes, route bytes) over `n_moe`
         layers: routed experts on the busiest EP rank, its routing, the all-to-all; remembered."""
-        key = (t_global, t_max, n_moe, kernel, phase)
-        return memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe, kernel, phase))
+        key = (t_global, t_max, n_moe, kernel, phase, z)
+        return memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe, kernel, phase, z))
 
-    def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
+    def imbalance_at(self, t_global: float, n_moe: int, z: float = 0.0) -> float:
+        """The busiest EP rank's max/mean load over a step of `n_moe` MoE layers: its expectation,
+        `z` standard deviations of the per-step average away (z = 0: the mean, as the planner prices)."""
+        f = self.imbalance(t_global)
+        if z:
+            f += z * self.imbalance.spread(t_global) / max(n_moe, 1) ** 0.5
+        return f if f > 1.0 else 1.0
+
+    def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
         cx = self.cx
         m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
         ep, moe_tp = lay.ep_size, lay.moe_tp
-        f = self.imbalance(t_global)
+        f = self.imbalance_at(t_global, n_moe, z)
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
-        distinct = max(distinct_experts_per_rank(m, lay, t_global), 1.0)
+        distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
         flops, nbytes, rows, n, k = expert_work(m, busiest, distinct, moe_tp)
         dtype = m.dtypes.expert_compute_dtype
         eff = efficiency.experts(prof, dtype, rows, n, k, flops=flops)
@@ -165,9 +169,9 @@ class StepModel:
         return [("draft", self.layers.corrected("draft", sec, phase, d.passes), fl, by)]
 
     # -- the step --------------------------------------------------------------------------------------
-    def device(self, step: Step) -> Device:
+    def device(self, step: Step, z: float = 0.0) -> Device:
         """The step's device work on its slowest rank and busiest expert rank, without overlap or
-        host time."""
+        host time; `z`: the step's routing imbalance in standard deviations (imbalance_at)."""
         lp = self.layers
         has_pre = step.has_prefill
         groups = lp.groups_prefill if has_pre else lp.groups_decode
@@ -185,12 +189,15 @@ class StepModel:
             toks = [w.dec_seqs * self.q + (w.pre_tokens if g.prefill_tokens else 0.0) for w in step.works]
             t_global = sum(t * r for t, r in zip(toks, step.ranks))  # DP ranks hold distinct tokens
             if t_global > 0:
-                moe.append((g.n_moe,) + self._moe(t_global, max(toks), g.n_moe, kernel, phase))
+                moe.append((g.n_moe,) + self._moe(t_global, max(toks), g.n_moe, kernel, phase, z))
         extra = self._draft(step)
-        return Device(rank_ops, moe, extra, self._stages(rank_ops, moe, extra), kernel)
+        total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
+        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), kernel)
 
-    def _stages(self, rank_ops: dict, moe: list, extra: list) -> dbo_.Stages:
-        """Seconds by where they run in a layer (for DBO), from the ops' stages in the vocabulary."""
+    def _stages(self, dev: Device) -> dbo_.Stages:
+        """A step's device seconds by where they run in a layer (for DBO), from the ops' stages in
+        the vocabulary."""
+        rank_ops, moe, extra = dev.rank_ops, dev.moe, dev.extra
         by = {"attn": 0.0, "ffn": 0.0, "tail": 0.0, "comm": 0.0, "none": 0.0}
         for name, rec in rank_ops.items():
             by[ops.BY_NAME[name].stage] += rec[0]
@@ -207,9 +214,9 @@ class StepModel:
         return dbo_.Stages(dense=dense_attn + dense_ffn, attn=by["attn"] - dense_attn, ffn=by["ffn"] - dense_ffn,
                            dispatch=disp, combine=comb, tail=by["tail"] + by["none"])
 
-    def price(self, step: Step) -> StepCost:
+    def price(self, step: Step, z: float = 0.0) -> StepCost:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
-        ev = self._evaluate(step)
+        ev = self._evaluate(step, z)
         dev = ev.device
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in dev.rank_ops.items()]
         a2a = self.a2a(dev.kernel, "dispatch") is not None
@@ -225,30 +232,48 @@ class StepModel:
         ops_.append(Op("host.exposed", "cpu", ev.seconds - ev.gpu))
         return StepCost(ev.seconds, tuple(ops_), self.loop_s)
 
-    def period(self, step: Step) -> float:
-        """StepCost.period_s of `price(step)`, without building its op breakdown."""
-        return self._evaluate(step).seconds + self.loop_s
+    def period(self, step: Step, z: float = 0.0) -> float:
+        """StepCost.period_s of `price(step, z)`, without building its op breakdown."""
+        return self._evaluate(step, z).seconds + self.loop_s
+
+    def period_spread(self, step: Step) -> tuple[float, float]:
+        """(period at the mean routing imbalance, its change per standard deviation of the per-step
+        imbalance): the simulator draws a step's imbalance as the first plus z times the second.
+        Steps whose imbalance barely varies (large batches, no EP) get 0 without a second price."""
+        p0 = self.period(step)
+        if not self._varies(step):
+            return p0, 0.0
+        return p0, self.period(step, 1.0) - p0
+
+    def _varies(self, step: Step) -> bool:
+        """Whether a step's per-step imbalance spread is worth pricing (above 1e-4 of the factor)."""
+        if self.cx.layout.ep_size <= 1:
+            return False
+        t = sum((w.dec_seqs * self.q + w.pre_tokens) * r for w, r in zip(step.works, step.ranks))
+        n_moe = sum(g.n_moe for g in self.layers.groups_decode)
+        return t > 0 and self.imbalance.spread(t) / max(n_moe, 1) ** 0.5 > 1e-4
 
     def _halves(self, step: Step) -> tuple[Step, Step]:
         """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered."""
         pairs = [memo_get(self._half_memo, w, lambda w=w: (w.half(0), w.half(1))) for w in step.works]
         return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
 
-    def _evaluate(self, step: Step) -> "_Evaluated":
+    def _evaluate(self, step: Step, z: float = 0.0) -> "_Evaluated":
         """The step's seconds: device work (split in two micro-batches where DBO applies), the
         exposed streaming of offloaded weights, eager kernel gaps, pipeline sends, host time."""
         cx = self.cx
         lay, prof = cx.layout, cx.prof
         pp = lay.pp
-        dev = self.device(_scaled(step, pp))
+        dev = self.device(_scaled(step, pp), z)
         gpu, adjust = dev.seconds, []
-        split = dbo_.splits(lay, step, self.q) and dev.stages.dispatch + dev.stages.combine > 0
+        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0 for _, _, _, t_disp, t_comb, *_ in dev.moe)
         if split:
-            a, z = self._halves(step)
-            da, dz = self.device(_scaled(a, pp)), self.device(_scaled(z, pp)) if z != a else None
+            a, b = self._halves(step)
+            sa = self._stages(self.device(_scaled(a, pp), z))
+            sb = self._stages(self.device(_scaled(b, pp), z)) if b != a else sa
             n_moe = sum(g.n_moe for g in self.layers.groups_decode)
             share = dbo_.comm_sm_share(dev.kernel, cx.hw)
-            pipelined = dbo_.overlapped(da.stages, (dz or da).stages, n_moe, share, prof.dbo_efficiency)
+            pipelined = dbo_.overlapped(sa, sb, n_moe, share, prof.dbo_efficiency)
             adjust.append(("dbo.overlap", pipelined - gpu))
             gpu = pipelined
         graphs = lay.cuda_graphs and not step.has_prefill

@@ -253,3 +253,30 @@ def test_pipeline_stages_hold_half_the_layers_and_pass_activations():
     assert cost["pp.send"].seconds == pytest.approx((send + 1e6) / (450e9 * 0.8) + 2e-6)
     half = ops_of(decode_step(CostContext(V3, H200, one, PROF), 32, 32 * 2000.0))
     assert cost["attn.core"].seconds == pytest.approx(half["attn.core"].seconds)
+
+
+# -- per-step routing imbalance (issue 14, item 4) ---------------------------------------------------------
+def test_step_imbalance_is_drawn_around_the_mean_with_its_spread():
+    # V3 DEP8 decode, skew 0.6 without EPLB: a step's max/mean expert load averages 58 layers, so it
+    # varies by the per-layer spread / sqrt(58); the simulator's pricer draws it per step (seeded):
+    # over many draws of one state the mean is the planner's price and the spread the priced slope.
+    import numpy as np
+
+    from rackplan.sim.pricer import StepPricer
+
+    cx = CostContext(V3, H200, Layout("decode", dp=8, max_batch_per_rank=256), PROF, 0.6)
+    sm = cx.step_model
+    t = 8 * 256
+    f0 = sm.imbalance(t)
+    assert sm.imbalance_at(t, 58, 1.0) == pytest.approx(f0 + sm.imbalance.spread(t) / 58 ** 0.5)
+    step = Step.uniform(8, RankWork(256, 256 * 700.0))
+    p0, slope = sm.period_spread(step)
+    assert p0 == sm.period(step) and slope == pytest.approx(sm.period(step, 1.0) - p0) and slope > 0
+    pr = StepPricer(cx, np.random.default_rng(0))
+    ones = np.ones(8)
+    draws = np.array([pr.decode(ones * 256, ones * 256 * 700.0) for _ in range(4000)])
+    exact = StepPricer(cx).decode(ones * 256, ones * 256 * 700.0)  # no generator: the mean, every call
+    assert draws.mean() == pytest.approx(exact, rel=2e-4)
+    assert draws.std() == pytest.approx(slope, rel=0.06)  # a standard normal (truncated at 3 sigma)
+    again = StepPricer(cx, np.random.default_rng(0))
+    assert [again.decode(ones * 256, ones * 256 * 700.0) for _ in range(5)] == list(draws[:5])
