@@ -239,19 +239,20 @@ class StepModel:
     def period_spread(self, step: Step) -> tuple[float, float]:
         """(period at the mean routing imbalance, its change per standard deviation of the per-step
         imbalance): the simulator draws a step's imbalance as the first plus z times the second.
-        Steps whose imbalance barely varies (large batches, no EP) get 0 without a second price."""
+        Steps whose imbalance barely varies (large prompt batches, no EP) get 0 without a second price."""
         p0 = self.period(step)
         if not self._varies(step):
             return p0, 0.0
         return p0, self.period(step, 1.0) - p0
 
     def _varies(self, step: Step) -> bool:
-        """Whether a step's per-step imbalance spread is worth pricing (above 1e-4 of the factor)."""
+        """Whether a step's per-step imbalance spread is worth pricing: above 1e-3 of the factor (below,
+        a draw moves the step by under 0.1% of its experts' time; prompt steps of 1,000+ tokens)."""
         if self.cx.layout.ep_size <= 1:
             return False
         t = sum((w.dec_seqs * self.q + w.pre_tokens) * r for w, r in zip(step.works, step.ranks))
         n_moe = sum(g.n_moe for g in self.layers.groups_decode)
-        return t > 0 and self.imbalance.spread(t) / max(n_moe, 1) ** 0.5 > 1e-4
+        return t > 0 and self.imbalance.spread(t) / max(n_moe, 1) ** 0.5 > 1e-3
 
     def _halves(self, step: Step) -> tuple[Step, Step]:
         """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered."""
