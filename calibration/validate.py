@@ -35,7 +35,10 @@ class Report:
         out = {f"op {r['op']}": r["mape"] for r in self.ops if r["set"] == s}
         if s in self.step_mape:
             out["step"] = self.step_mape[s]
-        for key in ("lockstep.ttft_p50", "lockstep.tpot_p50", "vllm.ttft_p50", "vllm.tpot_p50"):
+        # colocated runs: the executor's lockstep engine priced by the cost model; separate
+        # instances: the simulator itself (the plan as planned is what ran)
+        reading = "lockstep" if "lockstep.ttft_p50_err" in self.serving else "simulator"
+        for key in (f"{reading}.ttft_p50", f"{reading}.tpot_p50", "vllm.ttft_p50", "vllm.tpot_p50"):
             if f"{key}_err" in self.serving:
                 out[key] = abs(self.serving[f"{key}_err"]) * 100
         return out

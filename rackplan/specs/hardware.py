@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .fields import check, non_negative, positive
 
@@ -28,6 +29,14 @@ class HardwareSpec:
     # profile that prices this hardware when neither --profile nor the plan names one: a measured
     # profile where one is shipped (configs/profiles/), else the generic datasheet one
     default_profile: str = "datasheet"
+    # "cpu": the host's cores stand in for GPUs (the CPU executor): no CUDA graphs, and host work
+    # runs on the core the "device" work runs on, so async scheduling cannot hide it
+    kind: Literal["gpu", "cpu"] = "gpu"
+
+    @property
+    def host_overlap(self) -> bool:
+        """Whether host work can run beside device work (CUDA graphs, async scheduling)."""
+        return self.kind == "gpu"
 
     def __post_init__(self):
         for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):

@@ -108,8 +108,10 @@ class Layout:
 
     @property
     def moe_tp(self) -> int:
-        """Ways each expert is sharded (tp without expert parallelism, else 1)."""
-        return 1 if self.expert_parallel else self.tp
+        """Ways each expert is sharded by its intermediate width: the stage's GPUs over the EP group
+        (tp without expert parallelism, 1 at the default ep = dp * tp; executor/topology.py builds
+        its expert-TP groups from this)."""
+        return self.stage_gpus // self.ep_size
 
     @property
     def total_gpus(self) -> int:

@@ -47,16 +47,22 @@ OP_DEFS: tuple[OpDef, ...] = (
     OpDef("engram", "mem", "step", "attn", "Engram n-gram memory rows gathered per token on its layers (V4.1)"),
     OpDef("dense_ffn", "gemm", "dense_layer", "ffn", "dense SwiGLU FFN of the leading dense layers"),
     OpDef("router", "gemm", "moe_layer", "attn", "router GEMM (scores over the routed experts)"),
-    OpDef("moe.route", "mem", "moe_layer", "ffn", "top-k, permute into expert order, weighted unpermute"),
+    OpDef("moe.route", "mem", "moe_layer", "ffn", "top-k, permute of the token copies into expert order and the "
+          "weighted unpermute (the executor times the permute and unpermute under this name where no "
+          "all-to-all runs, EP1 or MoE-TP; under DeepEP its dispatch and combine do that work)"),
     OpDef("shared_expert", "gemm", "moe_layer", "ffn", "shared expert(s) of a MoE layer"),
     OpDef("moe.experts", "gemm", "moe_layer", "ffn", "routed-expert grouped GEMMs on the busiest EP rank"),
     OpDef("moe.dispatch", "comm", "moe_layer", "comm", "all-to-all dispatch of token copies to expert ranks"),
     OpDef("moe.combine", "comm", "moe_layer", "comm", "all-to-all combine of expert outputs back to tokens"),
-    OpDef("ffn.allreduce", "comm", "layer", "ffn", "tensor-parallel all-reduce of the FFN / MoE output"),
-    OpDef("lm_head", "gemm", "step", "tail", "output projection of each sequence's last token(s)"),
+    OpDef("ffn.allreduce", "comm", "layer", "ffn", "tensor-parallel all-reduce of the FFN / MoE output (and, where "
+          "an EP group splits a TP replica's tokens, the all-gather of its slices)"),
+    OpDef("lm_head", "gemm", "step", "tail", "output projection of each sequence's last token(s) (under TP "
+          "vocab-sharded, with the all-gather of its logits)"),
     OpDef("sample", "mem", "step", "tail", "sampler over the logits (softmax, top-k/top-p) and per-sequence work"),
     OpDef("draft", "gemm", "step", "tail", "speculative drafter (MTP module passes or a draft model)"),
     OpDef("pp.send", "comm", "step", "none", "pipeline-parallel activations sent between stages"),
+    OpDef("kv.transfer", "comm", "step", "none", "KV cache of one prompt sent from its prefill rank to its decode "
+          "rank (point-to-point; one record per request)"),
     OpDef("weights.offload", "mem", "step", "none", "offloaded weights streamed from host memory, not hidden"),
     OpDef("kernel.gaps", "idle", "step", "none", "device idle between eagerly launched kernels"),
     OpDef("dbo.overlap", "comm", "step", "none", "time dual-batch overlap adds (negative: time it hides)"),
@@ -67,8 +73,9 @@ DEVICE_OPS = tuple(op.name for op in OP_DEFS if op.kind != "cpu" and op.name != 
 COMM_OPS = tuple(op.name for op in OP_DEFS if op.kind == "comm" and op.name != "dbo.overlap")
 COMPUTE_OPS = tuple(n for n in DEVICE_OPS if n not in COMM_OPS and BY_NAME[n].kind != "idle"
                     and n not in ("engram", "draft", "weights.offload"))
-# names the executor records besides device ops: the whole step's wall time and its host part
-RECORD_OPS = DEVICE_OPS + ("host", "step", "request")
+# names the executor records besides device ops: the whole step's wall time, its host part, the
+# host part the device step did not hide (async scheduling), and per-request latencies
+RECORD_OPS = DEVICE_OPS + ("host", "host.exposed", "step", "request")
 
 
 def layers_of(scope: Scope, num_dense: int, num_moe: int) -> int:

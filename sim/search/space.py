@@ -83,6 +83,11 @@ def decode_deps(num_gpus: int, hw: HardwareSpec, space: SearchSpace) -> tuple[in
     return tuple(sorted(sizes))
 
 
+def host_features(hw: HardwareSpec) -> dict[str, bool]:
+    """CUDA graphs and async scheduling where the hardware can overlap host and device work."""
+    return {"cuda_graphs": hw.host_overlap, "async_scheduling": hw.host_overlap}
+
+
 def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> bool:
     """The memory filter: weights + reserve leave room for at least one KV block per rank."""
     return kv_capacity_tokens(model, hw, layout) >= 1.0
@@ -101,7 +106,8 @@ def prefill_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: Se
     out = []
     for dp, tp in _shapes(space.prefill_tp, space.prefill_dep, num_gpus - 1):
         for budget in space.prefill_budgets:
-            base = Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64)
+            base = Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64,
+                          **host_features(hw))
             if model.moe.num_experts % base.ep_size == 0 and fits(model, hw, base):
                 out += [replace(base, dbo=d) for d in (space.dbo if base.ep_size > 1 else (False,))]
     return out
@@ -111,7 +117,8 @@ def decode_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: Sea
     """Decode instance shapes (batch left at the largest; the estimator sweeps it)."""
     out = []
     for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus - 1, hw, space), num_gpus - 1):
-        base = Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches))
+        base = Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches),
+                      **host_features(hw))
         if fits(model, hw, replace(base, eplb=EPLBConfig())):
             out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
     return out
@@ -122,7 +129,8 @@ def aggregated_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space:
     out = []
     for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus, hw, space), num_gpus):
         for budget in space.agg_budgets:
-            base = Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches))
+            base = Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches),
+                          **host_features(hw))
             if fits(model, hw, base):
                 out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
     return out

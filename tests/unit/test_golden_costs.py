@@ -92,7 +92,10 @@ def test_v3_prefill_gemm_flops_4096():
     assert fl["attn.proj"] == pytest.approx(2 * 4096 * proj * 61)
     assert fl["dense_ffn"] == pytest.approx(2 * 4096 * 3 * 7168 * 18432 * 3)
     assert fl["moe.experts"] == pytest.approx(2 * 4096 * 8 * 3 * 7168 * 2048 * 58)
-    assert "moe.dispatch" not in ops  # EP1: nothing leaves the rank
+    assert "moe.dispatch" not in ops  # EP1: nothing leaves the rank; the local routing is priced instead
+    # moe.route (top-k, permute, weighted unpermute) of every token of the step, as one stream over
+    # its bf16 hidden states per MoE layer (elementwise.route_bytes; measured curves carry the passes)
+    assert {o.name: o.bytes for o in step.ops}["moe.route"] == pytest.approx(4096 * 7168 * 2.0 * 58)
 
 
 def test_deepep_node_level_scaleout_copies_v3_ep32():
