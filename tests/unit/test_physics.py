@@ -118,6 +118,16 @@ def test_moe_tensor_parallel_shards_every_expert():
         Layout("decode", dp=2, tp=4, expert_parallel=False)
 
 
+def test_ep_below_the_stage_shards_experts_the_rest_of_the_way():
+    # TP4 with ep = 2 (executor/topology.py's expert TP): 4 GPUs / EP 2 = each expert split 2 ways by
+    # its width; a rank holds 256 / 2 experts at half width = 64 expert-equivalents per MoE layer.
+    ep_bytes = 3 * 7168 * 2048 * DTYPE_BYTES["fp8_block"]
+    lay = Layout("decode", dp=1, tp=4, ep=2)
+    assert lay.ep_size == 2 and lay.moe_tp == 2
+    assert Layout("decode", dp=1, tp=4).moe_tp == 1 and Layout("decode", dp=8).moe_tp == 1
+    assert weight_bytes_per_rank(V3, lay)["routed_experts"] == pytest.approx(128 * ep_bytes * 58 / 2)
+
+
 # -- dtypes -------------------------------------------------------------------------------------------
 def test_fp8_attention_runs_at_the_fp8_peak():
     # V3 prefill of one 4,096-token prompt on H200 is compute bound: FP8 attention math (FlashInfer /
