@@ -25,6 +25,8 @@ from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
 from .workload import Requests, make_requests
 
+ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the workload's)
+
 
 def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
     """Check every layout fits in HBM; returns KV capacity (tokens per rank) per pool entry."""
@@ -47,7 +49,7 @@ def _tokens_per_step(layout) -> float:
 class _Deployment:
     """Builds the instances of a plan inside one SimPy environment and routes requests."""
 
-    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog):
+    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog, seed: int = 0):
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
         self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
@@ -62,7 +64,10 @@ class _Deployment:
         self.isl = isl
         self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
-        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
+        # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
+        pools = iter(range(1 << 20))
+        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew),
+                                    np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
             n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
@@ -200,16 +205,17 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
     reqs = make_requests(workload, num_requests, seed)
     log = RequestLog(len(reqs))
     with _no_cyclic_gc():
-        util, steps, cached = _run(plan, model, hw, workload, profile, reqs, log)
+        util, steps, cached = _run(plan, model, hw, workload, profile, reqs, log,
+                                   workload.seed if seed is None else seed)
     return summarise(log, reqs.isl, reqs.osl, cached, plan.gpus_used, plan.slo, util, steps,
                      closed_loop=workload.arrival.kind == "concurrency")
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog):
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, seed: int = 0):
     """The SimPy run; returns (utilisation, steps) per instance and the cached tokens per request,
     the deployment closed."""
     env = simpy.Environment()
-    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log)
+    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
         dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]

@@ -143,7 +143,12 @@ class Profile:
     # a prefill instance's host work where its loop differs (the CPU executor's prefill loop claims
     # requests from a store and sends KV); None: `host`, as vLLM runs one engine loop for both roles
     host_prefill: Optional[HostParams] = None
-    dbo_efficiency: float = 0.9  # fraction of the overlappable time DBO actually hides
+    # fraction of the overlap the two-micro-batch pipeline allows that DBO realises (sim/cost/dbo.py:
+    # 1 = the ideal schedule, 0 = the micro-batches run back to back)
+    dbo_efficiency: float = 0.9
+    # device idle between two kernels launched eagerly (no CUDA graph) even when the host keeps
+    # ahead: launch latency the graph replay removes (typical figure; calibration fits it)
+    eager_kernel_gap_s: float = 2.0e-6
     op_scale: dict[str, float] = field(default_factory=dict)  # fitted per-op correction factors
     # fitted per-op fixed seconds per layer the op runs in (host dispatch of its kernels on CPU,
     # launch-bound ops): added after op_scale, on ranks where the op has work. Keys of both tables
@@ -164,7 +169,7 @@ class Profile:
         for name in ("gemm_eff_max", "attn_eff", "mem_eff", "kv_transfer_bw_eff"):
             v = getattr(self, name)
             check(0 < v <= 1.0, name, "a fraction in (0, 1]", v)
-        for name in ("gemm_m_half", "mem_bytes_half", "op_fixed_s", "kv_transfer_alpha_s"):
+        for name in ("gemm_m_half", "mem_bytes_half", "op_fixed_s", "kv_transfer_alpha_s", "eager_kernel_gap_s"):
             non_negative(getattr(self, name), name)
         check(0 <= self.dbo_efficiency <= 1, "dbo_efficiency", "a fraction in [0, 1]", self.dbo_efficiency)
         for name, v in self.op_scale.items():

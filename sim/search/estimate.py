@@ -86,7 +86,7 @@ class Pricer:
             engine = host_only(key)  # host-setting variants of a shape share its device pricing
             if engine != key:
                 model = self.pricer(engine).model.variant(key)
-                hit = self._pricers[key] = StepPricer(self.cx(key), model)
+                hit = self._pricers[key] = StepPricer(self.cx(key), model=model)
             else:
                 hit = self._pricers[key] = StepPricer(self.cx(key))
         return hit
