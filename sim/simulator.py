@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
+from array import array
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -19,10 +22,11 @@ from .cost.memory import check_fits
 from .cost.step import CostContext
 from .cost.transfer import kv_link
 from .decode import DecodeInstance, DecodeRanks
-from .metrics import RequestLog, SimResult, summarise
+from .metrics import Pools, RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
+from .steady import GROWTH_TOL, Window
 from .workload import Requests, make_requests
 
 
@@ -56,9 +60,10 @@ class _Deployment:
         self.rr = 0  # least_loaded: picks so far (ties rotate)
         self.turns: dict[int, int] = {}  # round_robin, prefix_aware: picks so far per pool
         self.on_request_done = None
-        isl, osl = reqs.isl.tolist(), reqs.osl.tolist()  # Python ints: read per request, per step
+        # [N] ints read per request, per step: arrays of machine ints (8 bytes a request, not a list's 36)
+        isl, osl = _ints(reqs.isl), _ints(reqs.osl)
         # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
-        self.cached = cached = reqs.cached.tolist()
+        self.cached = cached = _ints(reqs.cached)
         self.isl = isl
         self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
@@ -159,8 +164,9 @@ class _Deployment:
         if self.on_request_done:
             self.on_request_done(rid)
 
-    def utilisation(self, duration: float) -> dict[str, float]:
-        return {inst.name: inst.busy_s / duration for inst in self.front + self.decoders}
+    def usage(self) -> dict[str, tuple]:
+        """Per instance: its step end times and busy seconds up to each (utilisation over a window)."""
+        return {inst.name: (inst.step_ends, inst.busy_upto) for inst in self.front + self.decoders}
 
     def close(self) -> None:
         """After a run: stop every main loop and drop the instances (they hold the deployment's
@@ -174,11 +180,19 @@ class _Deployment:
         return {inst.name: inst.steps for inst in self.front + self.decoders}
 
 
-def _open_loop(env, dep: _Deployment, arrivals: np.ndarray):
-    for rid, t in enumerate(arrivals.tolist()):
-        if t > env.now:
-            yield env.timeout(t - env.now)
-        dep.submit(rid)
+def _ints(a: np.ndarray) -> array:
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return out
+
+
+def _open_loop(env, dep: _Deployment, arrivals: np.ndarray, chunk: int = 4096):
+    """Submit each request at its arrival time (times read a chunk at a time: no list of N floats)."""
+    for lo in range(0, len(arrivals), chunk):
+        for rid, t in enumerate(arrivals[lo:lo + chunk].tolist(), lo):
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            dep.submit(rid)
 
 
 @contextmanager
@@ -196,18 +210,80 @@ def _no_cyclic_gc():
 
 def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
                    num_requests: int | None = None, seed: int | None = None) -> SimResult:
-    """Simulate `plan` serving `workload` with explicit spec objects (what-if studies pass edited ones)."""
-    reqs = make_requests(workload, num_requests, seed)
+    """Simulate `plan` serving `num_requests` requests of `workload` (default: the workload's count)
+    with explicit spec objects (what-if studies pass edited ones); every request runs to the end,
+    and the summary is measured over the steady-state window (sim/steady.py)."""
+    return _simulate(plan, model, hw, workload, profile, make_requests(workload, num_requests, seed), False)
+
+
+MIN_STEADY = 1000  # requests of a steady-state run at least
+MAX_STEADY = 1_000_000  # requests of a steady-state run at most
+SETTLE_E2E = 4.0  # a rerun spans this many p90 E2E of arrivals (warm-up about 2, the window the rest)
+
+
+def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
+                    seed: int | None = None, first: int | None = None, most: int = MAX_STEADY) -> SimResult:
+    """Simulate long enough to judge steady state: start with `first` requests (default: the
+    workload's count), and while the run never settled (sim/steady.py: warm-up not over in its
+    first half) run again with at least twice the requests, or enough arrivals to span SETTLE_E2E
+    p90 E2E. An unstable run stops there: its growing queue is the verdict."""
+    n = max(MIN_STEADY, first or workload.num_requests)
+    while True:
+        reqs = make_requests(workload, min(n, most), seed)
+        res = _simulate(plan, model, hw, workload, profile, reqs, True)
+        more = _settling_requests(res)
+        if res.stability.converged or not res.stable or len(reqs) < min(n, most) or n >= most:
+            return res
+        n = min(most, max(2 * n, more))
+
+
+def _settling_requests(res: SimResult) -> int:
+    """Requests whose arrivals span SETTLE_E2E p90 E2E at the run's offered rate."""
+    m = res.metrics
+    e2e = m["e2e_p90_s"] if np.isfinite(m["e2e_p90_s"]) else m["duration_s"]
+    return int(math.ceil(m["offered_rps"] * SETTLE_E2E * e2e))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a run leaves besides the request log."""
+
+    steps: dict[str, int]
+    usage: dict[str, tuple]  # instance -> (step ends, busy seconds up to each)
+    cached: np.ndarray  # [N] prompt tokens served from prefix caches
+
+    def utilisation(self, win: Window) -> dict[str, float]:
+        """Busy share of each instance over the window (busy time interpolated between step ends)."""
+        out = {}
+        for name, (ends, busy) in self.usage.items():
+            b0, b1 = np.interp([win.start_s, win.end_s], np.asarray(ends), np.asarray(busy), left=0.0) \
+                if len(ends) else (0.0, 0.0)
+            out[name] = float(b1 - b0) / win.length_s
+        return out
+
+
+def pools_of(plan: Plan) -> Pools:
+    """GPUs of the whole plan and of each pool (aggregated: one pool of every GPU)."""
+    if not plan.disaggregated:
+        return Pools(plan.gpus_used, plan.gpus_used, plan.gpus_used)
+    return Pools(plan.gpus_used, sum(lay.total_gpus for lay in plan.prefill),
+                 sum(lay.total_gpus for lay in plan.decode))
+
+
+def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool) -> SimResult:
+    """One run of `reqs`; with `settle`, an open-loop run judged unstable when arrivals end is not
+    drained (its latencies mean nothing; its throughput window is complete)."""
     log = RequestLog(len(reqs))
+    closed = workload.arrival.kind == "concurrency"
     with _no_cyclic_gc():
-        util, steps, cached = _run(plan, model, hw, workload, profile, reqs, log)
-    return summarise(log, reqs.isl, reqs.osl, cached, plan.gpus_used, plan.slo, util, steps,
-                     closed_loop=workload.arrival.kind == "concurrency")
+        run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed)
+    win, stab = log.measure(plan.disaggregated, closed)
+    return summarise(log, win, stab, reqs.isl, reqs.osl, run.cached, pools_of(plan), plan.slo,
+                     run.utilisation(win), run.steps, plan.disaggregated)
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog):
-    """The SimPy run; returns (utilisation, steps) per instance and the cached tokens per request,
-    the deployment closed."""
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool) -> _Run:
+    """The SimPy run, the deployment closed afterwards."""
     env = simpy.Environment()
     dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log)
     if workload.arrival.kind == "concurrency":
@@ -217,16 +293,38 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog):
             dep.submit(next(nxt))
     else:
         env.process(_open_loop(env, dep, reqs.arrival_s))
-    env.run()
-    unfinished = int(np.isnan(log.finish).sum())
-    if unfinished:
-        dep.close()
-        raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
-                           "than any rank's KV capacity?)")
-    t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
-    util, steps, cached = dep.utilisation(max(t1 - t0, 1e-12)), dep.steps(), np.asarray(dep.cached)
+    drain = not settle or _settles(env, log, reqs.arrival_s, plan.disaggregated)
+    if drain:
+        env.run()
+        unfinished = int(np.isnan(log.finish).sum())
+        if unfinished:
+            dep.close()
+            raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
+                               "than any rank's KV capacity?)")
+    out = _Run(dep.steps(), dep.usage(), np.frombuffer(dep.cached, dtype=np.int64).copy())
     dep.close()
-    return util, steps, cached
+    return out
+
+
+EARLY_CHECKS = (16, 8, 4, 2)  # settling runs: look at the queues after 1/16 ... 1/2 of the arrivals
+EARLY_GROWTH = 3 * GROWTH_TOL  # ... and stop before the end only on clear growth at two checks in a row
+
+
+def _settles(env, log: RequestLog, arrivals: np.ndarray, disaggregated: bool) -> bool:
+    """Run an open-loop simulation to its last arrival; False (and stop there) as soon as a pool's
+    queue clearly grows at two checks in a row (an unstable run need not go on, nor drain; a
+    queue that grows once may be the start-up filling batches)."""
+    n, growing = len(arrivals), set()
+    for k in EARLY_CHECKS:
+        if n // k >= MIN_STEADY // 2:
+            env.run(until=float(arrivals[n // k - 1]) + 1e-9)
+            st = log.measure(disaggregated, False)[1]
+            now = {p for p, g in st.growth.items() if g > EARLY_GROWTH}
+            if now & growing:
+                return False
+            growing = now
+    env.run(until=float(np.nextafter(arrivals[-1], np.inf)))
+    return log.measure(disaggregated, False)[1].stable
 
 
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,

@@ -192,13 +192,26 @@ def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[s
 
 
 def console_table(res: Result, top: int = 8) -> str:
-    """A short text table for the terminal."""
-    ranked = sorted(res.verified, key=lambda v: (not v.passed, -v.tps_gpu))[:top]
-    out = [f"{'deployment':62s} {'GPUs':>4s} {'req/s':>7s} {'tok/s/GPU':>9s} {'tok/s/user':>10s}  verdict"]
+    """A short text table for the terminal: the simulator's figures, the estimate beside them."""
+    ranked = _ranked(res)[:top]
+    out = [f"{'deployment':58s} {'GPUs':>4s} {'req/s':>7s} {'tok/s/GPU':>9s} {'tok/s/user':>10s} "
+           f"{'estimate':>9s} {'gap':>6s}  verdict"]
     for v in ranked:
-        verdict = "-" if v.check is None else ("meets SLOs" if v.passed else "misses " + ",".join(v.check.misses))
         mark = "*" if v is res.winner else " "
-        out.append(f"{mark}{v.cand.summary:61s} {v.cand.gpus:4d} {v.rate_rps:7.3g} {v.tps_gpu:9.0f} "
-                   f"{v.tps_user:10.1f}  {verdict}")
+        sim = v.simulated and v.passed
+        out.append(f"{mark}{v.cand.summary:57s} {v.cand.gpus:4d} {_num(v.rate_rps, sim, '7.4g')} "
+                   f"{_num(v.tps_gpu, sim, '9.0f')} {_num(v.tps_user, sim, '10.1f')} {v.cand.tps_gpu:9.0f} "
+                   f"{(f'{v.gap:+.0%}' if sim else '-'):>6s}  {v.verdict()}")
     return "\n".join(out)
 
+
+def _num(x: float, shown: bool, fmt: str) -> str:
+    width = int(fmt.split(".")[0])
+    return format(x, fmt) if shown else "-".rjust(width)
+
+
+def _ranked(res: Result) -> list[Verified]:
+    """Verified points first (best tokens/s/GPU first), then failed ones, then skipped ones."""
+    rank = {True: 0}
+    return sorted(res.verified, key=lambda v: (rank.get(v.passed and v.simulated, 1 if v.simulated else 2),
+                                               -v.tps_gpu, v.cand.summary))
