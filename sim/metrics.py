@@ -95,18 +95,24 @@ def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
 
 
 def p90_standard_error(arr: np.ndarray) -> float:
-    """Standard error of the p90 of a series (in arrival order) by batch means: the spread of the
-    p90s of BATCHES consecutive batches over sqrt(BATCHES), inflated for correlated batches as an
-    AR(1) series would be (x (1 + r) / (1 - r), r their lag-1 autocorrelation when positive):
-    queues near saturation stay long or short for longer than a batch."""
+    """Standard error of the p90 of a series (in arrival order) by batch means over BATCHES
+    consecutive batches (batch_standard_error)."""
     if len(arr) < 10 * BATCHES:
         return float("nan")
-    y = np.array([np.percentile(b, 90) for b in np.array_split(arr, BATCHES)])
+    return batch_standard_error(np.array([np.percentile(b, 90) for b in np.array_split(arr, BATCHES)]))
+
+
+def batch_standard_error(y: np.ndarray) -> float:
+    """Standard error of a mean from batch values: their spread over sqrt(batches), inflated for
+    correlated batches as an AR(1) series would be (x (1 + r) / (1 - r), r their lag-1
+    autocorrelation when positive): queues near saturation stay long or short for longer than a
+    batch."""
+    n = len(y)
     d = y - y.mean()
-    var = float(np.dot(d, d)) / (BATCHES - 1)
+    var = float(np.dot(d, d)) / (n - 1)
     r = float(np.dot(d[:-1], d[1:]) / max(np.dot(d, d), 1e-300)) if var > 0 else 0.0
     r = min(max(r, 0.0), 0.9)
-    return float(np.sqrt(var / BATCHES * (1.0 + r) / (1.0 - r)))
+    return float(np.sqrt(var / n * (1.0 + r) / (1.0 - r)))
 
 
 def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Window, slo: SLO) -> None:
@@ -133,16 +139,22 @@ def _in(t: np.ndarray, win: Window) -> np.ndarray:
 
 def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools, disaggregated: bool) -> None:
     """Served tokens and requests per second in the window, per GPU of each pool and of the plan."""
-    out = float(np.asarray(log.step_tokens)[_in(np.asarray(log.step_end), win)].sum())
+    ends, toks = np.asarray(log.step_end), np.asarray(log.step_tokens)
     if not disaggregated:  # an aggregated prefill step emits the first token; decode steps the rest
-        out += float(_in(log.first_token, win).sum())
-    out_tps = out / win.length_s
+        first = log.first_token[np.isfinite(log.first_token)]
+        ends, toks = np.concatenate([ends, first]), np.concatenate([toks, np.ones(len(first))])
+    inw = _in(ends, win)
+    out_tps = float(toks[inw].sum()) / win.length_s
+    # its standard error by batch means over BATCHES equal slices of the window
+    edges = np.linspace(win.start_s, win.end_s, BATCHES + 1)
+    per_slice = np.histogram(ends[inw], bins=edges, weights=toks[inw])[0] / (win.length_s / BATCHES)
     prompt_done = log.prefill_done if disaggregated else log.first_token  # prompt served
     served = _in(prompt_done, win)
     in_tps = float(isl[served].sum()) / win.length_s
     pre_tps = float((isl - cached)[served].sum()) / win.length_s
     m.update(
         output_tps_per_gpu=out_tps / pools.total,
+        output_tps_per_gpu_se=batch_standard_error(per_slice) / pools.total,
         input_tps_per_gpu=in_tps / pools.total,
         prefill_tps_per_gpu=pre_tps / pools.total,
         prefill_pool_input_tps_per_gpu=in_tps / pools.prefill,

@@ -165,8 +165,10 @@ class _Deployment:
             self.on_request_done(rid)
 
     def usage(self) -> dict[str, tuple]:
-        """Per instance: its step end times and busy seconds up to each (utilisation over a window)."""
-        return {inst.name: (inst.step_ends, inst.busy_upto) for inst in self.front + self.decoders}
+        """Per instance: its step end times, busy seconds up to each (utilisation over a window) and,
+        for prefill instances, the prompts each step finished."""
+        return {inst.name: (inst.step_ends, inst.busy_upto, getattr(inst, "prompts_done", None))
+                for inst in self.front + self.decoders}
 
     def close(self) -> None:
         """After a run: stop every main loop and drop the instances (they hold the deployment's
@@ -217,24 +219,51 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
 
 
 MIN_STEADY = 1000  # requests of a steady-state run at least
-MAX_STEADY = 1_000_000  # requests of a steady-state run at most
+MIN_WINDOW_STEPS = 20  # ... and steps of every pool (its instances together) in its window
+MAX_STEADY = 600_000  # requests of a steady-state run at most (~90 MB of request state)
 SETTLE_E2E = 4.0  # a rerun spans this many p90 E2E of arrivals (warm-up about 2, the window the rest)
 
 
+PRECISE = ("output_tps_per_gpu", "ttft_p90_s", "tpot_p90_s")  # figures `precision` applies to
+PRECISION = 0.01  # `simulate` and `whatif`: standard errors at most 1% of those figures
+
+
 def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                    seed: int | None = None, first: int | None = None, most: int = MAX_STEADY) -> SimResult:
+                    seed: int | None = None, first: int | None = None, most: int = MAX_STEADY,
+                    precision: float | None = None) -> SimResult:
     """Simulate long enough to judge steady state: start with `first` requests (default: the
     workload's count), and while the run never settled (sim/steady.py: warm-up not over in its
     first half) run again with at least twice the requests, or enough arrivals to span SETTLE_E2E
-    p90 E2E. An unstable run stops there: its growing queue is the verdict."""
+    p90 E2E, and while a pool ran fewer than MIN_WINDOW_STEPS steps in the window, with twice
+    the requests. With `precision`, also until the standard errors of the PRECISE figures are at most
+    that share of them (batch means). An unstable run stops there: its growing queue is the
+    verdict. Every run is seeded alike, so a run of the same `first` and `most` repeats exactly."""
     n = max(MIN_STEADY, first or workload.num_requests)
     while True:
         reqs = make_requests(workload, min(n, most), seed)
         res = _simulate(plan, model, hw, workload, profile, reqs, True)
-        more = _settling_requests(res)
-        if res.stability.converged or not res.stable or len(reqs) < min(n, most) or n >= most:
+        if len(reqs) < min(n, most) or n >= most:
             return res
-        n = min(most, max(2 * n, more))
+        if res.metrics["window_steps"] < MIN_WINDOW_STEPS:  # a few big steps: rates are step-quantised
+            n = min(most, 2 * n)
+        elif not res.stable:
+            return res
+        elif not res.stability.converged:
+            n = min(most, max(2 * n, _settling_requests(res)))
+        elif precision and (worst := _relative_error(res)) > precision:
+            n = min(most, max(2 * n, math.ceil(n * (worst / precision) ** 2)))  # errors fall as 1/sqrt(n)
+        else:
+            return res
+
+
+def _relative_error(res: SimResult) -> float:
+    """The largest standard error of the PRECISE figures as a share of the figure."""
+    m, worst = res.metrics, 0.0
+    for key in PRECISE:
+        se = m.get(key.replace("_s", "_se_s") if key.endswith("_s") else key + "_se", math.nan)
+        if math.isfinite(se) and m[key] > 0:
+            worst = max(worst, se / m[key])
+    return worst
 
 
 def _settling_requests(res: SimResult) -> int:
@@ -249,13 +278,37 @@ class _Run:
     """What a run leaves besides the request log."""
 
     steps: dict[str, int]
-    usage: dict[str, tuple]  # instance -> (step ends, busy seconds up to each)
+    usage: dict[str, tuple]  # instance -> (step ends, busy seconds up to each, prompts each step finished)
     cached: np.ndarray  # [N] prompt tokens served from prefix caches
+
+    def fewest_steps(self, win: Window) -> int:
+        """Steps in the window of the pool (prefill, decode, aggregated: all its instances) that ran
+        the fewest."""
+        pools: dict[str, int] = {}
+        for name, (e, _, _) in self.usage.items():
+            pool = name.split("[")[0]
+            pools[pool] = pools.get(pool, 0) + int(np.count_nonzero((np.asarray(e) > win.start_s)
+                                                                    & (np.asarray(e) <= win.end_s)))
+        return min(pools.values(), default=0)
+
+    def prefill_capacity_rps(self, win: Window) -> float:
+        """Prompts per busy second of each prefill instance over its steps that ended in the window,
+        summed: the pool's service rate, free of the quantisation of counting big steps' prompts."""
+        total = 0.0
+        for ends, busy, done in self.usage.values():
+            if done is None or not len(ends):
+                continue
+            e, b = np.asarray(ends), np.asarray(busy)
+            dur = np.diff(b, prepend=0.0)  # [steps] seconds of each step
+            inw = (e > win.start_s) & (e <= win.end_s)
+            if dur[inw].sum() > 0:
+                total += float(np.asarray(done)[inw].sum()) / float(dur[inw].sum())
+        return total
 
     def utilisation(self, win: Window) -> dict[str, float]:
         """Busy share of each instance over the window (busy time interpolated between step ends)."""
         out = {}
-        for name, (ends, busy) in self.usage.items():
+        for name, (ends, busy, _) in self.usage.items():
             b0, b1 = np.interp([win.start_s, win.end_s], np.asarray(ends), np.asarray(busy), left=0.0) \
                 if len(ends) else (0.0, 0.0)
             out[name] = float(b1 - b0) / win.length_s
@@ -278,8 +331,11 @@ def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool) 
     with _no_cyclic_gc():
         run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed)
     win, stab = log.measure(plan.disaggregated, closed)
-    return summarise(log, win, stab, reqs.isl, reqs.osl, run.cached, pools_of(plan), plan.slo,
-                     run.utilisation(win), run.steps, plan.disaggregated)
+    res = summarise(log, win, stab, reqs.isl, reqs.osl, run.cached, pools_of(plan), plan.slo,
+                    run.utilisation(win), run.steps, plan.disaggregated)
+    res.metrics["window_steps"] = float(run.fewest_steps(win))
+    res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
+    return res
 
 
 def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool) -> _Run:

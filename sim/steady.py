@@ -18,6 +18,7 @@ bookkeeping:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,28 +106,36 @@ def queues(arrival, prefill_done, first_token, disaggregated: bool) -> dict[str,
 
 def measure(arrival, prefill_done, first_token, finish, disaggregated: bool,
             closed_loop: bool) -> tuple[Window, Stability]:
-    """The window and the stability verdict of a run from its per-request timestamps."""
+    """The window and the stability verdict of a run from its per-request timestamps. An unstable
+    run's window runs to the last arrival (its throughput is what the pools serve while arrivals
+    keep coming; its latencies mean nothing)."""
     t_end = float(np.nanmax(arrival))
     t = np.linspace(0.0, t_end, GRID)
     running = _counts(first_token, finish, t).astype(float)
     drop, converged = mser_truncation(running)
     start = float(t[drop])
+    if np.isfinite(arrival).sum() - (arrival < start).sum() < MIN_WINDOW:  # too short to leave anything out
+        drop, converged, start = 0, False, float(np.nanmin(arrival))
+    stab = Stability(True, (), {}, converged) if closed_loop else \
+        _stability(t[drop:], arrival, prefill_done, first_token, disaggregated, converged)
     after = arrival >= start
     e2e = (finish - arrival)[after]
     e2e = e2e[np.isfinite(e2e)]
-    cool = float(np.percentile(e2e, COOLDOWN_Q)) if len(e2e) else 0.0
-    end = max(t_end - cool, start + (t_end - start) / 2)
-    win = Window(start, end, t_end, int(((arrival >= start) & (arrival < end)).sum()))
-    if win.requests < MIN_WINDOW:  # too short to leave anything out: the whole run
+    cool = float(np.percentile(e2e, COOLDOWN_Q)) if len(e2e) and stab.stable else 0.0
+    end = max(t_end - cool, start + (t_end - start) / 2) if stab.stable else float(np.nextafter(t_end, np.inf))
+    win = Window(start, end, t_end, int((after & (arrival < end)).sum()))
+    if win.requests < MIN_WINDOW:  # the whole run, to its last finish
         last = float(np.nanmax(np.where(np.isfinite(finish), finish, arrival)))
-        win = Window(float(np.nanmin(arrival)), float(np.nextafter(last, np.inf)), t_end,
-                     int(np.isfinite(arrival).sum()))
-        converged, drop = False, 0
-    if closed_loop:
-        return win, Stability(True, (), {}, converged)
-    ts = t[drop:]
-    offered = max(win.requests / win.length_s, 1e-12)
+        win = Window(start, float(np.nextafter(last, np.inf)), t_end, int(after.sum()))
+        stab = dataclasses.replace(stab, converged=False)
+    return win, stab
+
+
+def _stability(ts: np.ndarray, arrival, prefill_done, first_token, disaggregated: bool, converged: bool) -> Stability:
+    """Queue growth of each pool over the sample times `ts` as a share of the offered rate."""
+    span = max(float(ts[-1] - ts[0]), 1e-12)
+    offered = max(float(((arrival >= ts[0]) & (arrival <= ts[-1])).sum()) / span, 1e-12)
     growth = {pool: _slope(ts, _counts(a, b, ts).astype(float)) / offered
               for pool, (a, b) in queues(arrival, prefill_done, first_token, disaggregated).items()}
     sat = tuple(sorted((p for p, g in growth.items() if g > GROWTH_TOL), key=lambda p: -growth[p]))
-    return win, Stability(not sat, sat, growth, converged)
+    return Stability(not sat, sat, growth, converged)

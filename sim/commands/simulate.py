@@ -2,9 +2,10 @@
 
 Every figure is measured at steady state, over a window that leaves out the warm-up and the
 cool-down (sim/steady.py; the window is printed). Without --requests the run is made long enough
-to judge that: a plan written by `rackplan plan` starts from the run length its verification used,
-at its verified rate, so it reproduces the report. A rate a pool cannot keep up with is reported
-unstable (which pool saturates) instead of latency percentiles.
+to judge that and to measure throughput and p90s to a 1% standard error; a plan written by
+`rackplan plan`, at its verified rate, runs exactly as its verification did, so it reproduces the
+report. A rate a pool cannot keep up with is reported unstable (which pool saturates) instead of
+latency percentiles.
 
 With no arguments: the seed scenario, DeepSeek-V4.1-Flash on one GB300 NVL72 rack
 (configs/plans/v41-flash-gb300-nvl72.yaml) under its agentic-chat workload.
@@ -50,7 +51,9 @@ def _shown_metrics(result) -> dict:
     with the run's length)."""
     if result.stable:
         return dict(result.metrics)
-    return {k: (None if k.split("_")[0] in LATENCY and k.endswith("_s") else v) for k, v in result.metrics.items()}
+    hidden = lambda k: (k.split("_")[0] in LATENCY and k.endswith("_s")) or k in ("goodput_rps", "slo_attainment",
+                                                                                   "tps_per_user")  # noqa: E731
+    return {k: (None if hidden(k) else v) for k, v in result.metrics.items()}
 
 
 def report_json(plan, workload, profile, seed, result) -> str:
@@ -67,7 +70,7 @@ def report_json(plan, workload, profile, seed, result) -> str:
     }), sort_keys=True)
 
 
-def _throughput_rows(plan, m) -> list[tuple[str, float]]:
+def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
     pool = [("prefill pool: prompt tokens/s per prefill GPU", m["prefill_pool_input_tps_per_gpu"]),
             ("decode pool: output tokens/s per decode GPU", m["decode_pool_output_tps_per_gpu"])] \
         if plan.disaggregated else []
@@ -75,9 +78,9 @@ def _throughput_rows(plan, m) -> list[tuple[str, float]]:
             ("whole plan: prompt tokens/s per GPU", m["input_tps_per_gpu"]),
             ("whole plan: uncached prompt tokens/s per GPU", m["prefill_tps_per_gpu"])] + pool + [
             ("tokens/s per user (median)", m["tps_per_user"]),
-            ("requests/s offered", m["offered_rps"]), ("requests/s served", m["served_rps"]),
+            ("requests/s offered", m["offered_rps"]), ("requests/s served", m["served_rps"])] + ([
             ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
-             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"]),
+             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"])] if stable else []) + [
             ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
 
 
@@ -109,7 +112,7 @@ def print_table(plan, workload, profile, result, wall_s: float) -> None:
     thr = Table(title="throughput (served in the window)")
     thr.add_column("metric")
     thr.add_column("value", justify="right")
-    for name, val in _throughput_rows(plan, m):
+    for name, val in _throughput_rows(plan, m, st.stable):
         thr.add_row(name, f"{val:,.2f}")
     con.print(thr)
     util = Table(title="utilisation per instance (in the window)")
@@ -124,7 +127,7 @@ def print_table(plan, workload, profile, result, wall_s: float) -> None:
 
 def run(args) -> int:
     plan = load_plan(args.plan)
-    from ..simulator import simulate_specs, simulate_steady, with_rate
+    from ..simulator import PRECISION, simulate_specs, simulate_steady, with_rate
 
     workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
     planned = not args.workload and args.rate is None and "request_rate" in plan.predicted
@@ -137,9 +140,11 @@ def run(args) -> int:
     t0 = time.perf_counter()
     if args.requests is not None:
         result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
-    else:  # the planner's run length when simulating what it verified, so the figures match
-        first = int(plan.predicted["sim_requests"]) if planned and "sim_requests" in plan.predicted else None
-        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=first)
+    elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
+        n = int(plan.predicted["sim_requests"])
+        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
+    else:
+        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION)
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
     if args.json:

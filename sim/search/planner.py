@@ -145,6 +145,7 @@ class Result:
     plan: Plan
     timings: dict[str, float]
     simulated: bool
+    space_notes: list[str] = field(default_factory=list)  # shapes the search space skipped, and why
 
 
 # -- process-pool workers: specs are set once per process --------------------------------------
@@ -449,7 +450,7 @@ def plan(req: Request, name: str = "plan") -> Result:
     result_plan = to_plan(req, win.cand, name, predicted)
     timings = {"price_s": t1 - t0, "estimate_s": t2 - t1, "simulate_s": t3 - t2, "total_s": t3 - t0}
     return Result(req, len(priced), search.sample, search.count, points, verified, win, result_plan, timings,
-                  any(v.check is not None for v in verified))
+                  any(v.check is not None for v in verified), sp.left_out(req.model, req.hw, req.num_gpus, req.space))
 
 
 def predicted_metrics(v: Verified) -> dict[str, float]:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, replace
 
 from rackplan.specs import SLO, Arrival, HardwareSpec, ModelSpec, Plan, Profile, Workload
 
-RATE_TOL = 0.03  # a bisection ends when the passing and failing rates are within 3%
-BELOW_CAPACITY = 0.97  # after a saturated probe, try this share of what the saturated pool served
+RATE_TOL = 0.03  # a bisection ends when the passing and failing rates (or the bound) are within 3%
+# no pool is planned above this share of what it serves saturated: within 3% of saturation a queue's
+# p90 wanders for longer than any run a planner can afford, so only a much longer run could vouch for it
+UTIL_MAX = 0.97
 STEP_DOWN, STEP_UP = 0.8, 1.15  # rate factors while only failing / only passing probes are known
 MIN_SHARE = 0.2  # below this share of the estimated rate a deployment fails verification
 MAX_PROBES = 8
@@ -29,14 +31,16 @@ SETTLE_E2E = 4.0  # a first probe's arrivals span this many estimated p90 E2E
 
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                   num_requests: int | None = None, seed: int | None = None, first: int | None = None):
-    """Simulated steady-state metrics of `plan` on `workload` (the one call site). `num_requests`:
-    exactly that many requests, drained; None: as many as steady state needs, from `first` up."""
+                   num_requests: int | None = None, seed: int | None = None, first: int | None = None,
+                   precision: float | None = None):
+    """A steady-state simulation of `plan` on `workload` (the one call site): a SimResult.
+    `num_requests`: exactly that many requests, drained; None: as many as steady state needs
+    (sim/simulator.simulate_steady), from `first` up, to `precision` when given."""
     from ..simulator import simulate_specs, simulate_steady
 
     if num_requests is not None:
         return simulate_specs(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
-    return simulate_steady(plan, model, hw, workload, profile, seed=seed, first=first)
+    return simulate_steady(plan, model, hw, workload, profile, seed=seed, first=first, precision=precision)
 
 
 def at_rate(workload: Workload, rate_rps: float) -> Workload:
@@ -89,9 +93,10 @@ class Probe:
 
     @property
     def capacity_rps(self) -> float:
-        """What the saturated pool served (req/s): no rate at or above it is stable."""
-        key = f"{self.saturated[0]}_served_rps" if self.saturated and self.saturated[0] != "aggregated" \
-            else "decode_served_rps"
+        """What the saturated pool serves (req/s; prefill: prompts per busy second of its
+        instances): no rate at or above it is stable."""
+        key = {"prefill": "prefill_capacity_rps", "decode": "decode_served_rps"}.get(
+            self.saturated[0] if self.saturated else "", "decode_served_rps")
         return float(self.metrics.get(key, self.rate_rps))
 
     def verdict(self) -> str:
@@ -160,7 +165,7 @@ def _next_rate(lo: Probe | None, hi: float | None, last: Probe, bound_rps: float
         up = lo.rate_rps * STEP_UP
         return min(up, bound_rps) if bound_rps > lo.rate_rps * (1.0 + RATE_TOL) else up
     if not last.stable:
-        return BELOW_CAPACITY * min(last.capacity_rps, last.rate_rps)
+        return UTIL_MAX * min(last.capacity_rps, last.rate_rps)
     return last.rate_rps * STEP_DOWN
 
 
@@ -175,8 +180,9 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
     caller that only needs to know the deployment cannot beat another), and fails below MIN_SHARE
     of the estimate. A closed-loop workload is one probe at its own load. `first`: requests of the
     first probe; later ones span as many seconds of arrivals as the last stable probe did;
-    `ceiling_rps`: a rate already known to fail."""
-    lo, hi, probes, rate, given_up = None, ceiling_rps, [], est_rps, False
+    `ceiling_rps`: a rate already known to fail. No rate above UTIL_MAX of what a saturated pool
+    served passes."""
+    lo, hi, probes, rate, given_up, cap = None, ceiling_rps, [], est_rps, False, math.inf
     span_s = (first or 0) / max(est_rps, 1e-12)
     while len(probes) < max_probes:
         first = round(span_s * rate) if span_s else None
@@ -192,8 +198,12 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
         if p.passed:
             lo = p
         else:
-            # no rate above what a saturated pool served is stable (within the measurement's noise)
-            hi = min(hi or math.inf, rate, p.capacity_rps * (1.0 + tol) if not p.stable else math.inf)
+            hi = min(hi or math.inf, rate)
+        if not p.stable:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
+            cap = min(cap, UTIL_MAX * p.capacity_rps * (1.0 + tol))
+            hi = min(hi, cap)
+            if lo is not None and lo.rate_rps > cap:
+                lo = None
         if lo is not None and hi is not None and hi <= lo.rate_rps * (1.0 + tol):
             break
         if hi is not None and hi <= give_up_rps:
@@ -211,11 +221,16 @@ def confirm(plan: Plan, model, hw, workload: Workload, profile, chk: Check, slo:
             factor: int = CONFIRM) -> Check:
     """Run a verified rate again `factor` times as long: a queue near saturation can pass a short
     run by luck. The longer run's figures become the reported ones; when it fails, the bisection
-    goes on below that rate with runs as long."""
+    goes on below that rate with runs as long. A run already as long as a steady-state run gets
+    (simulator.MAX_STEADY) stands."""
+    from ..simulator import MAX_STEADY
+
+    if chk.requests >= MAX_STEADY:
+        return chk
     p = probe(plan, model, hw, workload, profile, chk.rate_rps, slo, None, seed, factor * chk.requests, 0)
     if p.passed:
         return Check(p.rate_rps, p.metrics, True, {}, chk.probes + [p], True, p.requests, chk.ceiling_rps)
-    below = max_rate(plan, model, hw, workload, profile, BELOW_CAPACITY * p.rate_rps, slo, None, seed, p.requests,
+    below = max_rate(plan, model, hw, workload, profile, UTIL_MAX * p.rate_rps, slo, None, seed, p.requests,
                      pilot=1, ceiling_rps=p.rate_rps)
     below.probes[:0] = chk.probes + [p]
     return below

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
 
+from ..simulator import PRECISION
 from . import planner, whatif
 from .verify import at_rate, run_simulation
 
@@ -65,7 +66,7 @@ def _simulate(task) -> whatif.Row:
     plan, combo, base, replan, n, seed, first = task
     specs = whatif.changed_specs(base, combo)
     if not replan:
-        res = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed, first)
+        res = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed, first, PRECISION)
         return whatif.Row(combo, whatif.steady_metrics(res))
     req = planner.Request(specs.model, specs.hw, specs.profile, specs.workload, plan.num_gpus, plan.slo,
                           plan.model, plan.hardware, plan.workload or specs.workload.name, plan.profile,
