@@ -86,6 +86,7 @@ class Probe:
     misses: dict[str, float]
     requests: int  # requests the run simulated
     work: int = 0  # requests + steps of every run this probe made (its CPU cost, deterministically)
+    settled: int = 0  # requests of its first steady-state run (before any longer run to decide)
 
     @property
     def passed(self) -> bool:
@@ -143,15 +144,17 @@ def probe(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, s
     its noise of the SLO, run again twice as long (`longer` times at most)."""
     wl = at_rate(workload, rate_rps)
     res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first)
-    work = _work(res)
+    work, settled = _work(res), int(res.metrics["num_requests"])
+    from ..simulator import MAX_STEADY
+
     for _ in range(longer if num_requests is None else 0):
-        if not (res.stable and _undecided(res.metrics, slo)):
+        if not (res.stable and _undecided(res.metrics, slo)) or res.metrics["num_requests"] >= MAX_STEADY:
             break
         res = run_simulation(plan, model, hw, wl, profile, None, seed, 2 * int(res.metrics["num_requests"]))
         work += _work(res)
     m = dict(res.metrics)
     return Probe(rate_rps, m, res.stable, res.stability.saturated, slo_misses(m, slo), int(m["num_requests"]),
-                 work)
+                 work, settled)
 
 
 def _work(res) -> int:
@@ -190,8 +193,8 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
             first //= pilot
         p = probe(plan, model, hw, workload, profile, rate, slo, num_requests, seed, first, longer)
         probes.append(p)
-        if p.stable:  # lifetimes barely change with rate: keep the run's length in seconds
-            span_s = p.requests / p.rate_rps
+        if p.stable:  # lifetimes barely change with rate: keep the settled run's length in seconds
+            span_s = p.settled / p.rate_rps
         if workload.arrival.kind == "concurrency":
             lo = p if p.passed else None
             break
