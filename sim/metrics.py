@@ -80,7 +80,8 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[fl
     return [float(v[min(np.searchsorted(cw, q / 100.0 * cw[-1], side="left"), len(v) - 1)]) for q in qs]
 
 
-BATCHES = 10  # batch means: the window's requests in arrival order, cut into this many batches
+BATCHES = 20  # batch means: the window's requests in arrival order, cut into this many batches
+MAX_LAG1 = 0.5  # batch means' lag-1 autocorrelation used at most (from 20 batches, a larger one is mostly noise)
 
 
 def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
@@ -95,11 +96,16 @@ def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
 
 
 def p90_standard_error(arr: np.ndarray) -> float:
-    """Standard error of the p90 of a series (in arrival order) by batch means over BATCHES
-    consecutive batches (batch_standard_error)."""
-    if len(arr) < 10 * BATCHES:
+    """Standard error of the p90 of a series (in arrival order): by batch means over BATCHES
+    consecutive batches (batch_standard_error), and never below what as many independent samples
+    would give (half the distribution-free 68% interval: the order statistics n(0.9 +- sqrt(0.09/n)))."""
+    n = len(arr)
+    if n < 10 * BATCHES:
         return float("nan")
-    return batch_standard_error(np.array([np.percentile(b, 90) for b in np.array_split(arr, BATCHES)]))
+    srt = np.sort(arr)
+    half = np.sqrt(0.09 / n)
+    iid = (srt[min(n - 1, int(np.ceil(n * (0.9 + half))))] - srt[int(np.floor(n * (0.9 - half)))]) / 2.0
+    return max(float(iid), batch_standard_error(np.array([np.percentile(b, 90) for b in np.array_split(arr, BATCHES)])))
 
 
 def batch_standard_error(y: np.ndarray) -> float:
@@ -111,7 +117,7 @@ def batch_standard_error(y: np.ndarray) -> float:
     d = y - y.mean()
     var = float(np.dot(d, d)) / (n - 1)
     r = float(np.dot(d[:-1], d[1:]) / max(np.dot(d, d), 1e-300)) if var > 0 else 0.0
-    r = min(max(r, 0.0), 0.9)
+    r = min(max(r, 0.0), MAX_LAG1)
     return float(np.sqrt(var / n * (1.0 + r) / (1.0 - r)))
 
 
@@ -154,7 +160,9 @@ def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools
     pre_tps = float((isl - cached)[served].sum()) / win.length_s
     m.update(
         output_tps_per_gpu=out_tps / pools.total,
-        output_tps_per_gpu_se=batch_standard_error(per_slice) / pools.total,
+        # never below the arrivals' own noise: a window of n requests serves n +- sqrt(n) of them
+        output_tps_per_gpu_se=max(batch_standard_error(per_slice), out_tps / np.sqrt(max(win.requests, 1)))
+        / pools.total,
         input_tps_per_gpu=in_tps / pools.total,
         prefill_tps_per_gpu=pre_tps / pools.total,
         prefill_pool_input_tps_per_gpu=in_tps / pools.prefill,

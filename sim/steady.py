@@ -13,8 +13,10 @@ bookkeeping:
 - Stability: per pool, its queue (requests that reached the pool and have not been served by it:
   prefill: arrived, prompt not done; decode: KV delivered, no first token yet; aggregated: arrived,
   no first token) sampled from the window's start to the last arrival. Its least-squares slope as a
-  share of the offered rate is the share of arrivals the pool leaves behind; above GROWTH_TOL the
-  pool saturates. Closed-loop runs cannot grow a queue; they are judged on convergence alone.
+  share of the offered rate is the share of arrivals the pool leaves behind; above GROWTH_TOL, and
+  with the queue's rise across the window beyond GROWTH_Z times its scatter around the trend (a
+  short window of a busy queue wanders), the pool saturates. Closed-loop runs cannot grow a queue;
+  they are judged on convergence alone.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 GRID = 500  # samples of the series over the run (MSER batches of 5: 100 batch means)
 MSER_BATCH = 5
 GROWTH_TOL = 0.02  # a queue growing by more than 2% of the offered rate: the pool does not keep up
+GROWTH_Z = 3.0  # ... and by more, across the window, than 3 standard deviations of its wandering
 COOLDOWN_Q = 90.0  # cool-down: this percentile of E2E after the warm-up
 MIN_WINDOW = 20  # fewer requests in the window: measure the whole run (and call it not converged)
 
@@ -90,11 +93,13 @@ def mser_truncation(x: np.ndarray, batch: int = MSER_BATCH) -> tuple[int, bool]:
     return d * batch, d < half
 
 
-def _slope(t: np.ndarray, q: np.ndarray) -> float:
+def _trend(t: np.ndarray, q: np.ndarray) -> tuple[float, float]:
+    """(least-squares slope of q over t, std of q around that line)."""
     if len(t) < 3:
-        return 0.0
-    tc = t - t.mean()
-    return float(np.dot(tc, q - q.mean()) / max(np.dot(tc, tc), 1e-300))
+        return 0.0, 0.0
+    tc, qc = t - t.mean(), q - q.mean()
+    slope = float(np.dot(tc, qc) / max(np.dot(tc, tc), 1e-300))
+    return slope, float(np.std(qc - slope * tc))
 
 
 def queues(arrival, prefill_done, first_token, disaggregated: bool) -> dict[str, tuple]:
@@ -135,7 +140,11 @@ def _stability(ts: np.ndarray, arrival, prefill_done, first_token, disaggregated
     """Queue growth of each pool over the sample times `ts` as a share of the offered rate."""
     span = max(float(ts[-1] - ts[0]), 1e-12)
     offered = max(float(((arrival >= ts[0]) & (arrival <= ts[-1])).sum()) / span, 1e-12)
-    growth = {pool: _slope(ts, _counts(a, b, ts).astype(float)) / offered
-              for pool, (a, b) in queues(arrival, prefill_done, first_token, disaggregated).items()}
-    sat = tuple(sorted((p for p, g in growth.items() if g > GROWTH_TOL), key=lambda p: -growth[p]))
-    return Stability(not sat, sat, growth, converged)
+    growth, sat = {}, []
+    for pool, (a, b) in queues(arrival, prefill_done, first_token, disaggregated).items():
+        slope, noise = _trend(ts, _counts(a, b, ts).astype(float))
+        growth[pool] = slope / offered
+        if growth[pool] > GROWTH_TOL and slope * span > GROWTH_Z * noise:  # grows, by more than it wanders
+            sat.append(pool)
+    sat.sort(key=lambda p: -growth[p])
+    return Stability(not sat, tuple(sat), growth, converged)
