@@ -66,7 +66,8 @@ def case_b(folder: Path, requests: int) -> list[str]:
                   num_requests=requests)
     dump_yaml(plan, folder / "plan_b.yaml")
     dump_yaml(wl, folder / "wl_b.yaml")
-    return ["--plan", str(folder / "plan_b.yaml"), "--workload", str(folder / "wl_b.yaml")]
+    # --requests: exactly this many (without it `simulate` picks a steady-state run length)
+    return ["--plan", str(folder / "plan_b.yaml"), "--workload", str(folder / "wl_b.yaml"), "--requests", str(requests)]
 
 
 def whole_process(python: str, args, folder: Path) -> list[tuple[str, int, float]]:

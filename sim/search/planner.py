@@ -1,12 +1,10 @@
 """The planning pipeline: enumerate -> memory filter -> analytic estimate -> Pareto front ->
 steady-state verification in the simulator -> choice by objective among what passed.
 
-Verification (throughput objective): front points in order of the cost model's capacity bound;
-each one's highest rate that holds the SLOs in the simulator is found by bisection
-(verify.max_rate), and a point whose bound cannot beat the best verified figure so far is not
-simulated (branch and bound; the report says so). Fixed-load objectives (min-gpus, latency)
-probe every point once at the target load. The figures reported are the simulator's; the
-estimate is shown beside them.
+Verification: the throughput objective bisects each front point's rate in the simulator, with
+branch and bound over the front (sim/search/front.py); fixed-load objectives (min-gpus,
+latency) probe every point once at the target load. The figures reported are the simulator's;
+the estimate is shown beside them.
 
 Pricing and fixed-load probes run over a process pool (`workers`); the bisections run in a
 fixed order; every list is sorted by a deterministic key before use, so the plan does not depend
@@ -14,7 +12,6 @@ on the number of workers.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -22,21 +19,18 @@ from typing import Callable, Iterator, Literal
 
 from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
 
-from . import combine
+from . import combine, front
 from . import space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
+from .front import Verified
 from .pareto import Decimated, StreamingFront, thin
-from .verify import Check, check_at, confirm, first_requests, max_rate
+from .verify import check_at
 
 Objective = Literal["throughput", "min-gpus", "latency"]
 OBJECTIVES = ("throughput", "min-gpus", "latency")
 FRONT_THIN = 0.03  # front points within 3% of a neighbour on both axes are not simulated separately
 SAMPLE = 2000  # estimated deployments kept for the report besides the front (a deterministic sample)
-BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacity by this much
-# front points verified besides the contenders (spread over the front) while their simulated requests +
-# steps stay under COVER_WORK, each to COVER_TOL in at most COVER_PROBES probes
-COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
 
 
 class NoFeasiblePlan(Exception):
@@ -68,59 +62,6 @@ class Request:
     simulate: bool = True
     max_checks: int = 48  # cap on simulated front points (spread evenly over the front)
     progress: Callable | None = None  # progress(stage, total) -> advance() callable, or None
-
-
-@dataclass
-class Verified:
-    """A front point and what the simulator made of it. `check` is None when the simulator is
-    disabled (the estimate stands, marked as such) or when branch and bound skipped the point
-    (`skipped` says why; never chosen)."""
-
-    cand: Candidate
-    check: Check | None
-    skipped: str = ""
-
-    @property
-    def simulated(self) -> bool:
-        return self.check is not None
-
-    @property
-    def passed(self) -> bool:
-        return self.check.passed if self.check is not None else not self.skipped
-
-    @property
-    def rate_rps(self) -> float:
-        return self.check.rate_rps if self.check else self.cand.rate_rps
-
-    @property
-    def tps_gpu(self) -> float:
-        """Output tokens/s per GPU: measured in the simulator's window, else the estimate."""
-        if self.check is not None:
-            return float(self.check.metrics["output_tps_per_gpu"])
-        return self.cand.tps_gpu
-
-    @property
-    def tps_user(self) -> float:
-        if self.check is not None and math.isfinite(self.check.metrics.get("tps_per_user", math.nan)):
-            return float(self.check.metrics["tps_per_user"])
-        return self.cand.tps_user
-
-    @property
-    def gap(self) -> float:
-        """Verified tokens/s/GPU against the estimate (-0.3: 30% below)."""
-        return self.tps_gpu / max(self.cand.tps_gpu, 1e-12) - 1.0
-
-    def verdict(self) -> str:
-        if self.skipped:
-            return "not simulated: " + self.skipped
-        if self.check is None:
-            return "estimate only"
-        if self.check.passed:
-            return "verified"
-        last = self.check.probes[-1].verdict()
-        if self.check.given_up:
-            return f"not refined: {last} at {self.check.rate_rps:.4g} req/s, so it cannot beat the winner"
-        return "fails: " + last
 
 
 @dataclass
@@ -256,14 +197,6 @@ def pareto(req: Request, search: Search) -> list[Candidate]:
     return thin(search.front, x, y, FRONT_THIN)
 
 
-def _spread(items: list, k: int) -> list:
-    """At most k items spread evenly over the list (ends included)."""
-    if len(items) <= k:
-        return items
-    idx = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
-    return [items[i] for i in idx]
-
-
 def to_plan(req: Request, cand: Candidate, name: str, predicted: dict) -> Plan:
     return Plan(name=name, model=req.model_ref, hardware=req.hw_ref, num_gpus=req.num_gpus,
                 prefill=cand.prefill, decode=cand.decode, aggregated=cand.aggregated,
@@ -276,91 +209,15 @@ def verify(req: Request, points: list[Candidate]) -> list[Verified]:
     """Steady-state verification of the front points (module docstring); in front order."""
     if not req.simulate:
         return [Verified(c, None) for c in points]
-    osl_p90 = _osl_p90(req.workload)
+    osl_p90 = front.p90_output_length(req.workload)
     rate = target_rate(req)
     if rate is not None or req.workload.arrival.kind == "concurrency":
-        tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile,
-                  rate or c.rate_rps, req.slo, req.sim_requests, req.seed, _first(c, rate or c.rate_rps, osl_p90))
+        tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, rate or c.rate_rps,
+                  req.slo, req.sim_requests, req.seed, front.first_probe(c, rate or c.rate_rps, osl_p90))
                  for c in points]
         checks = _pmap(_probe, tasks, req, _init_args(req), "simulate front")
         return [Verified(c, k) for c, k in zip(points, checks, strict=True)]
-    return _branch_and_bound(req, points, osl_p90)
-
-
-def _branch_and_bound(req: Request, points: list[Candidate], osl_p90: float) -> list[Verified]:
-    """Bisect each front point's rate, best capacity bound first; skip points whose bound cannot
-    beat the best verified tokens/s/GPU so far (and stop a bisection once it cannot); then verify
-    up to COVER of the skipped points spread over the front, more coarsely, so the report shows
-    the trade-off the simulator sees."""
-    order = sorted(points, key=lambda c: (-c.capacity_tps_gpu, c.sort_key()))
-    advance = req.progress("verify front", len(order)) if req.progress else (lambda: None)
-    best, out = 0.0, {}
-    for c in order:
-        bound = c.capacity_tps_gpu * (1.0 + BOUND_SLACK)
-        if bound <= best:
-            out[id(c)] = Verified(c, None, f"its capacity bound ({bound:,.0f} tok/s/GPU) is below the "
-                                  f"verified {best:,.0f}")
-        else:
-            out[id(c)] = Verified(c, _max_rate(req, c, osl_p90, give_up_rps=best * c.gpus / c.osl))
-            if out[id(c)].passed:
-                best = max(best, out[id(c)].tps_gpu)
-        advance()
-    _confirm_best(req, points, out)
-    work = 0
-    for c in _spread([c for c in points if out[id(c)].skipped], COVER):
-        if work + COVER_PROBES * _probe_work(c, _first(c, c.rate_rps, osl_p90)) > COVER_WORK:
-            continue  # too many steps for a point that cannot win (e.g. batch 1 on many instances)
-        out[id(c)] = Verified(c, _max_rate(req, c, osl_p90, tol=COVER_TOL, longer=0, max_probes=COVER_PROBES))
-        work += out[id(c)].check.work
-    return [out[id(c)] for c in points]
-
-
-def _probe_work(c: Candidate, first: int) -> float:
-    """A probe's requests + decode steps, before running it: each step advances the operating
-    batch of every DP rank (at least one sequence) by the acceptance length."""
-    from ..simulator import MIN_STEADY
-
-    lay = (c.decode or c.aggregated)[0]
-    acc = lay.speculation.acceptance_length if lay.speculation else 1.0
-    n = max(MIN_STEADY, first)
-    return n * (1.0 + c.osl / (acc * max(1.0, c.batch_per_rank * lay.dp)))
-
-
-def _confirm_best(req: Request, points: list[Candidate], out: dict) -> None:
-    """The best verified point runs again, longer (verify.confirm); if that moves it below another
-    point, that one is confirmed in turn (each point once). Not with a fixed --sim-requests."""
-    done = set()
-    while req.sim_requests is None:
-        ok = [c for c in points if out[id(c)].passed and id(c) not in done]
-        if not ok:
-            return
-        c = max(ok, key=lambda c: (round(out[id(c)].tps_gpu, 6), c.sort_key()))
-        if out[id(c)].tps_gpu < max((out[id(d)].tps_gpu for d in points if id(d) in done and out[id(d)].passed),
-                                    default=0.0):
-            return
-        done.add(id(c))
-        out[id(c)] = Verified(c, confirm(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile,
-                                         out[id(c)].check, req.slo, req.seed))
-
-
-def _max_rate(req: Request, c: Candidate, osl_p90: float, give_up_rps: float = 0.0, **kw) -> Check:
-    return max_rate(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile,
-                    min(c.rate_rps, c.capacity_rps), req.slo, req.sim_requests, req.seed,
-                    _first(c, c.rate_rps, osl_p90), bound_rps=c.capacity_rps, give_up_rps=give_up_rps, **kw)
-
-
-def _osl_p90(workload: Workload) -> float:
-    """p90 output length of the workload's requests (for run lengths)."""
-    import numpy as np
-
-    from ..workload import make_requests
-
-    return float(np.percentile(make_requests(workload, min(workload.num_requests, 4000)).osl, 90))
-
-
-def _first(c: Candidate, rate: float, osl_p90: float) -> int:
-    """Requests of a first probe: a few estimated p90 E2E of arrivals."""
-    return first_requests(rate, c.ttft_p90_s + osl_p90 * c.tpot_s)
+    return front.verify_front(req, points, lambda c: to_plan(req, c, "check", {}))
 
 
 def choose(req: Request, verified: list[Verified]) -> Verified:
@@ -439,7 +296,7 @@ def plan(req: Request, name: str = "plan") -> Result:
     priced = price_all(req)
     t1 = time.perf_counter()
     search = estimate(req, priced)
-    points = _spread(pareto(req, search), req.max_checks)
+    points = front.spread(pareto(req, search), req.max_checks)
     t2 = time.perf_counter()
     if not points:
         raise NoFeasiblePlan(_closest_message(req, []))

@@ -9,7 +9,8 @@ from rackplan.specs import SpecError
 
 from ..cost.step import StepCost
 from .estimate import Pricer, price_prefill, traffic_of
-from .planner import Result, Verified
+from .front import Verified
+from .planner import Result
 
 
 def write_all(res: Result, folder: str | Path) -> list[Path]:
