@@ -143,7 +143,8 @@ def _in(t: np.ndarray, win: Window) -> np.ndarray:
     return (t > win.start_s) & (t <= win.end_s)
 
 
-def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools, disaggregated: bool) -> None:
+def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools, disaggregated: bool,
+                closed_loop: bool) -> None:
     """Served tokens and requests per second in the window, per GPU of each pool and of the plan."""
     ends, toks = np.asarray(log.step_end), np.asarray(log.step_tokens)
     if not disaggregated:  # an aggregated prefill step emits the first token; decode steps the rest
@@ -160,9 +161,9 @@ def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools
     pre_tps = float((isl - cached)[served].sum()) / win.length_s
     m.update(
         output_tps_per_gpu=out_tps / pools.total,
-        # never below the arrivals' own noise: a window of n requests serves n +- sqrt(n) of them
-        output_tps_per_gpu_se=max(batch_standard_error(per_slice), out_tps / np.sqrt(max(win.requests, 1)))
-        / pools.total,
+        # open loop: never below the arrivals' own noise (a window of n Poisson arrivals holds n +- sqrt(n))
+        output_tps_per_gpu_se=max(batch_standard_error(per_slice),
+                                  0.0 if closed_loop else out_tps / np.sqrt(max(win.requests, 1))) / pools.total,
         input_tps_per_gpu=in_tps / pools.total,
         prefill_tps_per_gpu=pre_tps / pools.total,
         prefill_pool_input_tps_per_gpu=in_tps / pools.prefill,
@@ -183,12 +184,12 @@ def _mean_in_system(log: RequestLog, win: Window) -> float:
 
 def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, osl: np.ndarray,
               cached: np.ndarray, pools: Pools, slo: SLO, utilisation: dict[str, float], steps: dict[str, int],
-              disaggregated: bool) -> SimResult:
+              disaggregated: bool, closed_loop: bool = False) -> SimResult:
     """The steady-state summary of a run over its window: percentiles, throughput, goodput."""
     inw = win.holds(log.arrival)
     m: dict[str, float] = {}
     _latency(m, log, osl, inw, win, slo)
-    _throughput(m, log, isl, cached, win, pools, disaggregated)
+    _throughput(m, log, isl, cached, win, pools, disaggregated, closed_loop)
     done = np.isfinite(log.finish)
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(np.where(done, log.finish, log.arrival)))
     m.update(

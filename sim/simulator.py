@@ -218,7 +218,8 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
     return _simulate(plan, model, hw, workload, profile, make_requests(workload, num_requests, seed), False)
 
 
-MIN_STEADY = 1000  # requests of a steady-state run at least
+MIN_STEADY = 1000  # requests of a steady-state run at least (closed loop: MIN_CLOSED, 10 per concurrent)
+MIN_CLOSED = 200
 MIN_WINDOW_STEPS = 20  # ... and steps of every pool (its instances together) in its window
 MAX_STEADY = 600_000  # requests of a steady-state run at most (~90 MB of request state)
 SETTLE_E2E = 4.0  # a rerun spans this many p90 E2E of arrivals (warm-up about 2, the window the rest)
@@ -241,7 +242,9 @@ def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wo
     most `precision` x its scale of it (sim/metrics.py: batch means, floored by independent
     samples). An unstable run stops there: its growing queue is the verdict. Every run is seeded
     alike, so a run of the same `first` and `most` repeats exactly."""
-    n = max(MIN_STEADY, first or workload.num_requests)
+    closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
+    n = max(max(MIN_CLOSED, 10 * workload.arrival.concurrency) if closed else MIN_STEADY,
+            first or workload.num_requests)
     while True:
         reqs = make_requests(workload, min(n, most), seed)
         res = _simulate(plan, model, hw, workload, profile, reqs, True)
@@ -335,7 +338,7 @@ def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool) 
         run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed)
     win, stab = log.measure(plan.disaggregated, closed)
     res = summarise(log, win, stab, reqs.isl, reqs.osl, run.cached, pools_of(plan), plan.slo,
-                    run.utilisation(win), run.steps, plan.disaggregated)
+                    run.utilisation(win), run.steps, plan.disaggregated, closed)
     res.metrics["window_steps"] = float(run.fewest_steps(win))
     res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
     return res
