@@ -96,6 +96,9 @@ def print_table(plan, workload, profile, result, wall_s: float) -> None:
               f"profile {profile.name}")
     con.print(f"measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of {w.last_arrival_s:.1f} s of arrivals "
               f"({w.requests} requests; warm-up and cool-down left out)")
+    if not st.converged:
+        con.print("[yellow]the run never settled (its warm-up is not over in its first half): these figures are "
+                  "not steady-state yet; run longer (more --requests, or none to let the simulator choose)[/]")
     if st.stable:
         con.print(f"steady state: {st.describe()}")
         lat = Table(title="latency (s)")
