@@ -44,13 +44,30 @@ def sweep_plans(plan_name: str, cfg: dict, folder: Path) -> list[tuple[str, Path
         out.append((f"decode-b{b}", dataclasses.replace(plan, decode=(lay,))))
     for t in cfg["prefill"]:  # whole prompts fill the budget (the last one chunked): t tokens per rank
         lay = dataclasses.replace(plan.prefill[0], max_tokens_per_step=t)
-        out.append((f"prefill-t{t}", dataclasses.replace(plan, prefill=(lay,))))
+        # the decode instance of these runs steps at the sweep's largest batch, not at a planned
+        # batch of hundreds that serving never reaches
+        dec = dataclasses.replace(plan.decode[0], max_batch_per_rank=min(plan.decode[0].max_batch_per_rank,
+                                                                         max(cfg["decode"])))
+        out.append((f"prefill-t{t}", dataclasses.replace(plan, prefill=(lay,), decode=(dec,))))
     paths = []
     for label, p in out:
         path = folder / "plans" / f"{label}.yaml"
         dump_yaml(p, path)
         paths.append((label, path))
     return paths
+
+
+def prefill_gap_s(plan_name: str) -> float:
+    """Idle seconds between a prefill replica's steps when serving the plan's open-loop workload:
+    replicas / arrival rate (0 for a colocated plan, whose engine never idles between a prefill
+    and its decode step). On this VM a prefill step after 125 ms idle takes 7-48% longer than
+    back to back (cold caches), so the sweep steps at the gap serving will see."""
+    from rackplan.specs import load_workload
+    plan = load_plan(plan_name)
+    wl = load_workload(plan.workload) if plan.workload else None
+    if plan.colocated or wl is None or wl.arrival.kind != "poisson" or not wl.arrival.rate:
+        return 0.0
+    return min(1.0, sum(lay.replicas for lay in plan.prefill) / wl.arrival.rate)
 
 
 def busy_fraction(window_s: float = 0.5) -> float:
@@ -97,10 +114,14 @@ def main(argv=None) -> int:
         sh(RACKPLAN + ["calibrate", "--microbench", "--hardware", "cpu-local",
                        "--out-hardware", "configs/hardware/cpu-local.yaml"])
     runs = []
+    gap = prefill_gap_s(args.plan)
     for rep in range(cfg["repeats"]):
         for label, path in sweep_plans(args.plan, cfg, out):
             run = out / "sweep" / f"{label}-r{rep}"
-            skip = ["--skip-prefill"] if label.startswith("decode") else []
+            # decode points run the decode instance only; prefill points the prefill instance, at the
+            # idle gap between steps that serving shows (tiny-cpu, colocated: both instances, no gap)
+            skip = ["--skip-prefill"] if label.startswith("decode") else \
+                ["--skip-decode", "--step-gap", str(gap)] if gap else []
             wait_quiet(cfg["quiet_s"])
             sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
                            "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])

@@ -7,6 +7,8 @@ Examples:
       --out configs/profiles/h800-deepep.yaml
   rackplan calibrate --microbench --hardware cpu-local --out-hardware configs/hardware/cpu-local.yaml
   rackplan calibrate --vllm-bench results/bench.json --plan plan.yaml --out fitted.yaml
+  rackplan calibrate --op-database gb300 --framework vllm --hardware gb300-nvl72 --base gb200-nvl72-trtllm \\
+      --out configs/profiles/gb300-nvl72-vllm.yaml     # needs the opdb extra (aiconfigurator-core)
 
 A `vllm bench serve --save-result --save-detailed` JSON of a plan's deployment (launch/bench.sh)
 fits what end-to-end latencies identify (bench_fit.py: per-phase scales, host time per step, KV
@@ -44,6 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
     p.add_argument("--device", default="cpu", help="device for --microbench (cpu or cuda)")
     p.add_argument("--out-hardware", help="hardware YAML to write from --microbench")
+    p.add_argument("--op-database", metavar="SYSTEM",
+                   help="fit a measured profile from aiconfigurator-core's per-op tables of SYSTEM (gb300, h200_sxm)")
+    p.add_argument("--framework", default="vllm", help="framework of the op-database tables (default: %(default)s)")
+    p.add_argument("--version", help="framework version (default: the newest that has each table)")
+    p.add_argument("--op-database-root", metavar="PATH",
+                   help="folder laid out as <system>/<op>/<framework>/<version>/ (default: the installed package's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -61,8 +69,13 @@ def parse_holdout(items: list[str]) -> dict[str, set[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.op_database:
+        from .opdb_command import run_op_database
+
+        return run_op_database(args)
     if not (args.microbench or args.measurements or args.a2a_table or args.vllm_bench):
-        raise SpecError("calibrate", "inputs", "--measurements, --a2a-table, --vllm-bench or --microbench")
+        raise SpecError("calibrate", "inputs", "--measurements, --a2a-table, --vllm-bench, --op-database or "
+                        "--microbench")
     result: dict = {}
     if args.microbench:
         result["microbench"] = _microbench(args)
@@ -104,9 +117,11 @@ def build_profile(args):
 
 
 def _bench_base(args) -> str:
-    """Default base: the plan's profile for a bench-only fit, else datasheet."""
+    """Default base: for a bench-only fit the profile the plan was priced with (its own, else its
+    hardware's default), else datasheet."""
     if args.vllm_bench and args.plan and not (args.measurements or args.a2a_table):
-        return load_plan(args.plan).profile or "datasheet"
+        plan = load_plan(args.plan)
+        return plan.profile or load_hardware(plan.hardware).default_profile
     return "datasheet"
 
 

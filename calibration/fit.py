@@ -208,8 +208,13 @@ def fit_profile(fx: Fitter, base: Profile, name: str, launch_s: float | None = N
 
 def fit_iteration(records: list[dict]) -> float | None:
     """Engine-loop seconds per step from serving runs' per-tick 'host' records (role 'serve'):
-    median over ticks of the tick's overhead / the steps it ran. None without serving records."""
-    per_step = [r["seconds"] / n for r in records if r["op"] == "host" and r["role"] == "serve"
+    median over ticks of the tick's overhead / the steps it ran. None without serving records.
+    Runs with separate instances (time_shared false) record each instance's loop apart: the
+    decode loop's is the one every token pays (a prefill loop's extra work is the KV hand-off)."""
+    loops = [r for r in records if r["op"] == "host" and r["role"] == "serve"]
+    if any(r["shape"].get("time_shared") is False for r in loops):
+        loops = [r for r in loops if r["shape"].get("decode_steps")]
+    per_step = [r["seconds"] / n for r in loops
                 for n in [r["shape"].get("prefill_steps", 0) + r["shape"].get("decode_steps", 0)] if n > 0]
     return float(np.median(per_step)) if per_step else None
 

@@ -54,8 +54,9 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
     for r in records:
         if r["op"] == "request" or r["source"] != "measured":
             continue
-        by_step.setdefault((r.get("_run", 0), r["plan_hash"], r["role"], r["step"]), []).append(r)
-    raw = [_one_step(run, role, step, recs, plan) for (run, _, role, step), recs in sorted(by_step.items())]
+        key = (r.get("_run", 0), r["plan_hash"], r["role"], r["shape"].get("instance", ""), r["step"])
+        by_step.setdefault(key, []).append(r)  # steps of one instance (replicas number theirs apart)
+    raw = [_one_step(run, role, step, recs, plan) for (run, _, role, _, step), recs in sorted(by_step.items())]
     raw = [s for s in raw if s is not None]
     groups: dict[tuple, list[StepSample]] = {}
     for s in raw:
@@ -64,7 +65,8 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
 
 
 def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> StepSample | None:
-    serve = role == "serve" or any(r["shape"].get("time_shared") for r in recs)  # serving-mode steps
+    serve = role == "serve" or any(r["shape"].get("time_shared") or r["shape"].get("serving")
+                                   for r in recs)  # serving-mode steps
     if role == "serve":  # prefill if any rank ran prompt tokens
         role = "prefill" if any(r["shape"].get("prefill_new") for r in recs) else "decode"
     ranks = layout_for(plan, role).dp
@@ -74,7 +76,7 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
     ops: dict[str, float] = {}
     step_s = host_s = 0.0
     for r in recs:
-        k, shp = r["rank"] % ranks, r["shape"]
+        k, shp = r["shape"].get("dp_rank", r["rank"]) % ranks, r["shape"]
         if r["op"] == "step":
             step_s = max(step_s, r["seconds"])
         elif r["op"] == "host":

@@ -35,7 +35,10 @@ class Report:
         out = {f"op {r['op']}": r["mape"] for r in self.ops if r["set"] == s}
         if s in self.step_mape:
             out["step"] = self.step_mape[s]
-        for key in ("lockstep.ttft_p50", "lockstep.tpot_p50", "vllm.ttft_p50", "vllm.tpot_p50"):
+        # colocated runs: the executor's lockstep engine priced by the cost model; separate
+        # instances: the simulator itself (the plan as planned is what ran)
+        reading = "lockstep" if "lockstep.ttft_p50_err" in self.serving else "simulator"
+        for key in (f"{reading}.ttft_p50", f"{reading}.tpot_p50", "vllm.ttft_p50", "vllm.tpot_p50"):
             if f"{key}_err" in self.serving:
                 out[key] = abs(self.serving[f"{key}_err"]) * 100
         return out
@@ -115,3 +118,20 @@ def compare_vllm_bench(plan: Plan, bench, prof: Profile) -> dict[str, float | st
         if m is not None and np.isfinite(m) and m > 0:
             out.update({f"{k}_predicted_s": pred[k], f"{k}_measured_s": m, f"{k}_err": pred[k] / m - 1})
     return out
+
+
+def compare_op_database(tables: dict, hw, profiles: list[Profile]) -> list[dict]:
+    """Per op class of the op-database tables: MAPE of each profile's prediction over all the class's
+    rows and over its held-out rows (the seeded split the importer holds out), side by side."""
+    from .opdb_fit import split
+    from .opdb_import import class_rows
+
+    out: dict[str, dict] = {}
+    for prof in profiles:
+        for rows in class_rows(tables, hw, prof):
+            _, held = split(len(rows.seconds))
+            every = np.arange(len(rows.seconds))
+            row = out.setdefault(rows.key, {"class": rows.key, "table": rows.table.name, "rows": len(every)})
+            row[prof.name] = {"all": mape(rows.predict(prof, every), rows.seconds),
+                              "held_out": mape(rows.predict(prof, held), rows.seconds[held]) if len(held) else None}
+    return list(out.values())

@@ -4,10 +4,13 @@ Examples:
   rackplan validate --plan tiny-cpu --measurements runs/heldout --measurements runs/serve \\
       --profile configs/profiles/cpu-local.yaml --max-mape 10
   rackplan validate --plan plan.yaml --vllm-bench results/bench.json --profile fitted.yaml
+  rackplan validate --op-database gb300 --hardware gb300-nvl72 --profile datasheet --profile gb300-nvl72-vllm
+      # each profile against the per-op tables of aiconfigurator-core, side by side (the opdb extra)
 
 A `vllm bench serve` result is checked by replaying its own requests through the simulator; for a
 profile fitted from a bench (`calibrate --vllm-bench`) the error of its base profile is shown beside
-it (before -> after).
+it (before -> after). Several --profile print side by side: every op class's (or step set's) MAPE
+under each.
 
 Steps whose sizes the profile was not fitted on are reported as held-out, and --max-mape gates
 those (all steps when there are none). Exit 1 when a gated MAPE exceeds --max-mape.
@@ -18,7 +21,7 @@ import argparse
 import dataclasses
 import json
 
-from rackplan.specs import SpecError, load_plan, load_profile
+from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, resolve_profile
 
 from . import io
 from .samples import step_samples
@@ -26,10 +29,19 @@ from .validate import Report, compare_serving, compare_steps, compare_vllm_bench
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plan", required=True, help="plan the measurements ran (name or YAML path)")
+    p.add_argument("--plan", help="plan the measurements ran (name or YAML path)")
     p.add_argument("--measurements", action="append", default=[],
                    help="measurements.jsonl or run folder (repeatable)")
-    p.add_argument("--profile", help="profile to validate (default: the plan's, else datasheet)")
+    p.add_argument("--profile", action="append", default=[],
+                   help="profile to validate (repeatable: side by side; default: the plan's, else the "
+                        "hardware's default_profile, and for --op-database also datasheet)")
+    p.add_argument("--profile-any-hardware", action="store_true",
+                   help="allow a profile fitted on other hardware than the plan's")
+    p.add_argument("--op-database", metavar="SYSTEM", help="validate against aiconfigurator-core's per-op tables")
+    p.add_argument("--framework", default="vllm", help="framework of the op-database tables")
+    p.add_argument("--version", help="framework version (default: the newest per table)")
+    p.add_argument("--op-database-root", metavar="PATH", help="folder laid out as <system>/<op>/<framework>/<version>/")
+    p.add_argument("--hardware", help="hardware of the op-database tables")
     p.add_argument("--vllm-bench", action="append", default=[],
                    help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable)")
     p.add_argument("--max-mape", type=float, help="exit 1 when a gated MAPE (%%) is above this")
@@ -39,10 +51,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not (args.measurements or args.vllm_bench):
-        raise SpecError("validate", "inputs", "--measurements and/or --vllm-bench")
+    if args.op_database:
+        return _op_database(args)
+    if not args.plan or not (args.measurements or args.vllm_bench):
+        raise SpecError("validate", "--plan/--measurements", "a plan and its measurements and/or --vllm-bench "
+                        "(or --op-database)")
     plan = load_plan(args.plan)
-    prof = load_profile(args.profile or plan.profile or "datasheet")
+    profiles = [resolve_profile(p, None, plan.hardware, args.profile_any_hardware) for p in args.profile] or \
+        [resolve_profile(None, plan.profile, plan.hardware, args.profile_any_hardware)]
+    if len(profiles) > 1 and args.measurements:
+        _side_by_side_steps(plan, args, profiles)
+    prof = profiles[0]
     records = io.read_runs(args.measurements, plan) if args.measurements else []
     if args.raw_ops:
         prof = dataclasses.replace(prof, op_scale={}, op_fixed={})
@@ -141,3 +160,52 @@ def _print_bench(serving: dict[str, float]) -> None:
 def _sizes(d: dict) -> str:
     names = {"decode": "decode batches", "prefill": "prefill tokens"}
     return "; ".join(f"{names.get(k, k)} {v}" for k, v in d.items() if v)
+
+
+def _side_by_side_steps(plan, args, profiles) -> None:
+    """Step and per-op MAPE of each profile on the same measurements, one column per profile."""
+    records = io.read_runs(args.measurements, plan)
+    samples = step_samples(records, plan)
+    reps = [compare_steps(plan, samples, p) for p in profiles]
+    names = [p.name for p in profiles]
+    print("side by side (MAPE %): " + " | ".join(f"{p.name}: {p.describe()}" for p in profiles))
+    print(f"  {'':<22}" + "".join(f"{n:>22}" for n in names))
+    for key in reps[0].step_mape:
+        print(f"  {'step ' + key:<22}" + "".join(f"{r.step_mape.get(key, float('nan')):>21.1f}%" for r in reps))
+    ops = {(o["op"], o["set"]) for r in reps for o in r.ops}
+    for op, st in sorted(ops):
+        vals = [next((o["mape"] for o in r.ops if (o["op"], o["set"]) == (op, st)), float("nan")) for r in reps]
+        print(f"  {op + ' ' + st:<22}" + "".join(f"{v:>21.1f}%" for v in vals))
+    print()
+
+
+def _op_database(args) -> int:
+    """Each profile's predictions against the op-database tables, per op class, side by side."""
+    from .opdb import data_root, locate
+    from .validate import compare_op_database
+
+    if not args.hardware:
+        raise SpecError("validate --op-database", "--hardware", "the hardware the tables were measured on")
+    hw = load_hardware(args.hardware)
+    names = args.profile or ["datasheet", hw.default_profile]
+    profiles = [resolve_profile(n, None, hw, args.profile_any_hardware) for n in dict.fromkeys(names)]
+    tables = locate(data_root(args.op_database_root), args.op_database, args.framework, args.version)
+    rows = compare_op_database(tables, hw, profiles)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for p in profiles:
+        print(f"{p.name}: {p.describe()}")
+    head = "".join(f"{p.name[:24]:>26}" for p in profiles)
+    print(f"\nMAPE % per op class, all rows (held-out rows)\n  {'op class':<24} {'rows':>6}{head}")
+    for r in rows:
+        cells = "".join(_cell(r.get(p.name)) for p in profiles)
+        print(f"  {r['class']:<24} {r['rows']:>6}{cells}")
+    return 0
+
+
+def _cell(v) -> str:
+    if not v:
+        return f"{'-':>26}"
+    held = f"({v['held_out']:.1f})" if v["held_out"] is not None else ""
+    return f"{v['all']:>18.1f} {held:>7}"

@@ -1,13 +1,16 @@
-"""Run a plan's DEP/EP layout for real (gloo on CPU, NCCL on GPU) and write measurements.jsonl.
+"""Run a plan's layouts for real (gloo on CPU, NCCL on GPU) and write measurements.jsonl.
 
-The plan's prefill instance runs prefill steps at its token budget per rank, its decode instance
-decode steps at its batch per rank (context lengths from the plan's workload). Serving mode
-(--workload W.yaml): W's requests (sim.workload.make_requests, W's seed) arrive on the wall clock
-and go through chunked prefill -> KV hand-off -> continuous-batching decode (serve.py), with
-per-request TTFT/TPOT/E2E records; the prefill and decode instances time-share the same ranks.
-Instances with more ranks than the machine are replayed at one rank's exact shapes (records say
-what was measured and what was modelled). Under torchrun the same command runs one rank per
-process (RANK / WORLD_SIZE from the environment). Test hook: RACKPLAN_EXEC_FAULT=raise:R|kill:R.
+Benchmark mode: every prefill (decode) instance shape of the plan runs prefill (decode) steps at
+its token budget (batch) per rank, with its TP / DEP shape, EPLB placement and speculation
+(context lengths from the workload). Serving mode (--workload W): W's requests
+(sim.workload.make_requests, W's seed) arrive on the wall clock and go through chunked prefill ->
+KV hand-off -> continuous-batching decode with per-request TTFT/TPOT/E2E records: every prefill
+and decode replica on its own ranks with its own process groups, KV sent point-to-point
+(disagg.py), or, for a `colocated: true` plan, prefill and decode time-sharing the same ranks
+(serve.py). DEP instances with more ranks than the machine are replayed at one rank's exact
+shapes (records say what was measured and what was modelled). Under torchrun the same command
+runs one rank per process (RANK / WORLD_SIZE from the environment). Test hook:
+RACKPLAN_EXEC_FAULT=raise:R|kill:R.
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=5, help="timed steps per instance (after --warmup; "
                    "not used in serving mode)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--step-gap", type=float, default=0.0, metavar="S",
+                   help="idle seconds before each benchmark step, as a lightly loaded instance waits for "
+                   "arrivals between steps (cold caches make such steps slower); default 0")
     p.add_argument("--workload", help="serving mode: run this workload's requests (path or name under "
                    "configs/workloads) through prefill -> KV hand-off -> decode")
     p.add_argument("--requests", type=int, help="serving mode: at most this many requests (default: the "
@@ -35,21 +41,35 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the run is killed")
     p.add_argument("--max-dense-layers", type=int, help="run at most this many dense layers (replays)")
     p.add_argument("--max-moe-layers", type=int, help="run at most this many MoE layers (replays)")
-    p.add_argument("--skip-prefill", action="store_true", help="run only the decode instance")
+    p.add_argument("--skip-prefill", action="store_true", help="benchmark mode: run only the decode instances")
+    p.add_argument("--skip-decode", action="store_true", help="benchmark mode: run only the prefill instances")
+    p.add_argument("--model", help="run the plan's layouts on this model's shapes instead of the plan's model "
+                   "(e.g. tiny-moe for a rack plan on CPU; a drafter comes from the plan's model if this one "
+                   "has none)")
+    p.add_argument("--expert-counts", help="EPLB placement from this recorded expert_counts.jsonl instead of "
+                   "the workload's routing skew")
+    p.add_argument("--acceptance-rate", type=float, help="speculation: probability each draft token is kept "
+                   "(default: the rate giving the plan's acceptance_length; random weights accept nothing)")
     p.add_argument("--no-cuda-graphs", action="store_true", help="skip the CUDA-graph decode timing")
+    p.add_argument("--no-fp8", action="store_true", help="GPU: keep every weight in bf16 (default: the spec's "
+                   "8-bit or narrower weights run as FP8 through torch._scaled_mm on sm89+)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
 
 
 def default_world(plan, device: str, serving: bool) -> int:
-    """Ranks to start: what the plan needs, capped by the machine's GPUs (CPU: oversubscribe)."""
+    """Ranks to start. Serving: every instance's ranks (no replays; replicas that do not fit are
+    dropped). Benchmark: the largest instance, capped by the machine's GPUs (CPU: its cores) for
+    DEP instances, which are replayed beyond that; a TP instance always runs on real ranks."""
     import torch
 
-    from .runner import instances
-    need = max(lay.ep_size for _, lay in instances(plan))
-    if serving:  # prefill and decode time-share ranks; no replays, so every rank is started
-        return need
+    from .topology import benchmark_instances, max_ranks, serving_instances, world_size
+    if serving:
+        return world_size(serving_instances(plan, max_ranks(device)))
+    insts = benchmark_instances(plan)
     have = torch.cuda.device_count() if device == "cuda" else (os.cpu_count() or 1)
-    return max(1, min(need, have))
+    dep = max(min(i.layout.gpus, have) for i in insts)
+    tp = max((i.layout.gpus for i in insts if i.layout.tp > 1), default=1)
+    return max(1, dep, tp)
 
 
 def run(args) -> int:
@@ -57,6 +77,8 @@ def run(args) -> int:
     plan = load_plan(args.plan)
     if args.workload:
         _check_serving(plan, load_workload(args.workload), args)
+    if args.step_gap < 0:
+        raise SpecError("execute", "--step-gap", "seconds >= 0", args.step_gap)
     for name in ("steps", "ranks", "timeout", "requests"):
         val = getattr(args, name)
         if val is not None and val <= 0:
@@ -64,10 +86,12 @@ def run(args) -> int:
     import torch
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
-    if args.workload and args.device == "cuda" and default_world(plan, "cuda", True) > torch.cuda.device_count():
-        raise SpecError(str(args.plan), "decode.dp", f"at most {torch.cuda.device_count()} GPUs here for serving "
-                        "mode (one rank per GPU, no replays)", default_world(plan, "cuda", True))
-    cfg = _config(args)
+    if args.acceptance_rate is not None and not 0.0 <= args.acceptance_rate <= 1.0:
+        raise SpecError("execute", "--acceptance-rate", "a probability in [0, 1]", args.acceptance_rate)
+    if args.model:
+        from rackplan.specs import load_model
+        load_model(args.model)  # an unknown model fails here, not in every rank
+    cfg = _config(args, plan)
     t0 = time.perf_counter()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         records = _run_torchrun(cfg)
@@ -87,25 +111,45 @@ def run(args) -> int:
 def _check_serving(plan, workload, args) -> None:
     """What serving mode cannot run, as one line naming the field (before any rank starts)."""
     from rackplan.specs import SpecError
+
+    from .topology import max_ranks, serving_instances, world_size
     if not plan.disaggregated:
         raise SpecError(str(args.plan), "prefill", "a disaggregated plan (prefill + decode) for serving mode",
                         "aggregated")
     if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
         from rackplan.sim.traces import load_trace
         load_trace(workload)  # a missing or malformed trace fails here, not in every rank
-    need = max(plan.prefill[0].ep_size, plan.decode[0].ep_size)
-    if args.ranks is not None and 0 < args.ranks < need:
-        raise SpecError("execute", "--ranks", f"at least {need} in serving mode (no replays)", args.ranks)
+    if plan.colocated:
+        for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
+            for field, val in (("replicas", lay.replicas), ("tp", lay.tp)):
+                if val != 1:
+                    raise SpecError(str(args.plan), f"{role}.{field}", "1 in a colocated plan (serving time-shares "
+                                    "one DEP prefill + decode pair; TP runs in disaggregated serving)", val)
+            if lay.speculation is not None:
+                raise SpecError(str(args.plan), f"{role}.speculation", "none in a colocated plan (speculation "
+                                "runs in benchmark mode and disaggregated serving)", lay.speculation.num_tokens)
+    need = world_size(serving_instances(plan, max_ranks(args.device)))
+    if args.ranks is not None and args.ranks != need:
+        raise SpecError("execute", "--ranks", f"{need} in serving mode (every instance's ranks, no replays)",
+                        args.ranks)
 
 
-def _config(args):
+def _config(args, plan):
     from .runner import RunConfig
+    cores = None
+    if args.workload and args.device == "cpu":
+        from .topology import cpu_cores, max_ranks, serving_instances
+        insts = serving_instances(plan, max_ranks("cpu"))
+        cores = tuple(cpu_cores(insts, default_world(plan, "cpu", True)))
     return RunConfig(plan=str(args.plan), device=args.device, steps=args.steps, warmup=args.warmup,
                      workload=args.workload, serve=bool(args.workload), requests=args.requests,
                      seed=args.seed, timeout_s=args.timeout,
                      max_dense=args.max_dense_layers, max_moe=args.max_moe_layers,
                      cuda_graphs=not args.no_cuda_graphs, skip_prefill=args.skip_prefill,
-                     fault=os.environ.get("RACKPLAN_EXEC_FAULT"))
+                     skip_decode=args.skip_decode,
+                     fault=os.environ.get("RACKPLAN_EXEC_FAULT"), model=args.model,
+                     expert_counts=args.expert_counts, acceptance_rate=args.acceptance_rate, cores=cores,
+                     fp8=not args.no_fp8, step_gap_s=args.step_gap)
 
 
 def _run_torchrun(cfg):

@@ -17,7 +17,8 @@ from .timing import NullTimer
 
 def graph_decode_records(loop) -> list[dict]:
     st = loop.decode_state
-    batch = Batch.decode(st["tokens"], st["ctx"])
+    ctx = st["ctx_next"]
+    batch = Batch.decode(st["tokens"], ctx)
     model, timer = loop.model, NullTimer()
     try:
         stream = torch.cuda.Stream()
@@ -32,7 +33,7 @@ def graph_decode_records(loop) -> list[dict]:
         print(f"rank {loop.me.rank}: CUDA graph capture failed: {exc}", file=sys.stderr)
         return []
     out = []
-    shape = {"batch": len(st["ctx"]), "tokens": len(st["ctx"]), "ctx_sum": sum(c + 1 for c in st["ctx"]),
+    shape = {"batch": len(ctx), "tokens": len(ctx), "ctx_sum": sum(c + 1 for c in ctx),
              "tokens_global": len(st["ctx"]) * loop.layout.dp, "expert_tokens": loop.replay.expert_tokens(),
              "budget": loop.layout.max_tokens_per_step, "max_batch": loop.layout.max_batch_per_rank}
     for step in range(loop.me.cfg.steps):

@@ -1,6 +1,7 @@
 """Local launcher: one process per rank (fork on CPU, spawn on CUDA), a parent that watches them.
 
-Ranks meet through a FileStore in a private temp folder, with an explicit collective timeout.
+Ranks meet through a TCPStore the parent serves on a free loopback port (a private temp folder
+holds the records and error files), with an explicit collective timeout.
 The parent waits on the children's sentinels: the first rank to raise or die (a signal, e.g.
 SIGKILL) fails the run at once, with a message naming the rank and the reason; the others are
 terminated (SIGTERM, then SIGKILL) and joined, so no process outlives `execute`. A run that
@@ -14,6 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
+from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -24,7 +26,7 @@ class RunFailed(RuntimeError):
     exit_code = 1
 
 
-def _worker(cfg, rank: int, world: int, tmp: str) -> None:
+def _worker(cfg, rank: int, world: int, tmp: str, init: str) -> None:
     """Child process body: never returns (os._exit skips the parent's atexit handlers)."""
     code = 0
     try:
@@ -32,13 +34,13 @@ def _worker(cfg, rank: int, world: int, tmp: str) -> None:
         torch.set_num_threads(1)  # one core per rank on CPU
         if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
             cores = sorted(os.sched_getaffinity(0))
-            os.sched_setaffinity(0, {cores[rank % len(cores)]})  # ranks stop migrating between cores
+            core = cfg.cores[rank] if cfg.cores else cores[rank % len(cores)]
+            os.sched_setaffinity(0, {core})  # ranks stop migrating between cores
         if cfg.device == "cuda":
             torch.cuda.set_device(rank % torch.cuda.device_count())
         from .parallel import init_distributed
         from .runner import run_rank
-        init_distributed("nccl" if cfg.device == "cuda" else "gloo", rank, world, f"{tmp}/store",
-                         cfg.timeout_s)
+        init_distributed("nccl" if cfg.device == "cuda" else "gloo", rank, world, init, cfg.timeout_s)
         records = run_rank(cfg, rank, world)
         if rank == 0:
             Path(f"{tmp}/records.json").write_text(json.dumps(records))
@@ -52,13 +54,17 @@ def _worker(cfg, rank: int, world: int, tmp: str) -> None:
 
 def launch(cfg, world: int) -> list[dict]:
     """Run `world` ranks; return rank 0's gathered records, or raise RunFailed naming the rank."""
+    import torch.distributed as dist
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn" if cfg.device == "cuda" else "fork")
     tmp = tempfile.mkdtemp(prefix="rackplan-exec-")
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                           timeout=timedelta(seconds=cfg.timeout_s))
     procs = []
     try:
         for r in range(world):
-            p = ctx.Process(target=_worker, args=(cfg, r, world, tmp), name=f"rackplan-rank{r}")
+            p = ctx.Process(target=_worker, args=(cfg, r, world, tmp, f"tcp://127.0.0.1:{server.port}"),
+                            name=f"rackplan-rank{r}")
             p.start()
             procs.append(p)
         _watch(procs, cfg.timeout_s, tmp)

@@ -84,8 +84,13 @@ class Experts(torch.nn.Module):
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """x [N, H] rows grouped by slot, counts [S] rows per slot -> [N, H]."""
         self.rows += x.shape[0]
-        gate, up = grouped_gemm(x, self.w13, counts).chunk(2, dim=-1)  # [N, I] each
-        return grouped_gemm(F.silu(gate) * up, self.w2, counts)
+        gate, up = _grouped(x, self.w13, counts).chunk(2, dim=-1)  # [N, I] each
+        return _grouped(F.silu(gate) * up, self.w2, counts)
+
+
+def _grouped(x, w, counts):
+    """Grouped GEMM over a weight stack: the Triton kernel, or one FP8 GEMM per slot (fp8.py)."""
+    return w.grouped(x, counts) if hasattr(w, "grouped") else grouped_gemm(x, w, counts)
 
 
 def moe_reference(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, experts: Experts) -> torch.Tensor:

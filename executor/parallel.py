@@ -10,6 +10,15 @@ collectives):
   5. regroup the received rows by local slot and run the grouped expert GEMM,
   6. combine: all_to_all_single back, then unpermute with the routing weights (weighted sum).
 Dual-batch overlap runs two micro-batches so one's all-to-all hides behind the other's experts.
+At EP1 there is no exchange: the permute into expert order and the weighted unpermute run
+locally and are timed as their own op, `moe.permute` (moe_local).
+
+The static path (moe_forward_static, DeepEP low-latency style, used for decode on GPU) keeps
+every size on the device: each rank sends a fixed-capacity block per expert slot [S, C, H]
+(C = the layout's tokens per rank per step, the most one source can route to one slot), counts
+and rows move in equal-split all-to-alls, and the experts run one batched GEMM over the padded
+blocks, so no .tolist() / .item() host sync sits on the hot path (at the price of computing the
+padding rows; a masked grouped GEMM would skip them).
 """
 from __future__ import annotations
 
@@ -23,11 +32,17 @@ from .kernels.permute import permute, unpermute
 from .placement import map_to_slots
 
 
-def init_distributed(backend: str, rank: int, world: int, init_file: str, timeout_s: float):
-    """Join the default group via a FileStore rendezvous with an explicit collective timeout."""
-    store = dist.FileStore(init_file, world)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout_s))
+def init_distributed(backend: str, rank: int, world: int, init: str, timeout_s: float):
+    """Join the default group with an explicit collective timeout, through the launcher's TCPStore
+    (`init` = "tcp://host:port"; its ops take ~15 us, which the serving control plane uses) or a
+    FileStore rendezvous (`init` = a file path)."""
+    timeout = timedelta(seconds=timeout_s)
+    if init.startswith("tcp://"):
+        host, port = init[len("tcp://"):].rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+    else:
+        store = dist.FileStore(init, world)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
 def init_from_env(backend: str, timeout_s: float) -> tuple[int, int]:
@@ -64,6 +79,10 @@ class EPGroup:
     @property
     def slots_per_rank(self) -> list[int]:
         return [self.bounds[i + 1] - self.bounds[i] for i in range(self.size)]
+
+    def with_placement(self, placement) -> "EPGroup":
+        """The same group with another placement (one MoE layer's EPLB phy2log)."""
+        return make_ep_group(self.group, self.rank, self.size, len(self.replicas), placement)
 
 
 def make_ep_group(group, rank: int, size: int, num_experts: int, placement=None) -> EPGroup:
@@ -163,8 +182,27 @@ def finish_combine(out: torch.Tensor, routed: Routed, weights: torch.Tensor) -> 
     return unpermute(out, pos.view(t, k), weights)
 
 
+def moe_local(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:
+    """EP1: routed experts of one MoE layer in this process, no all-to-all: x [T, H], ids/weights
+    [T, k] -> [T, H]; the permute into expert order and the unpermute are timed as moe.permute."""
+    t, k = ids.shape
+    with timer.section("moe.permute"):
+        flat = to_slots(ids, ep).reshape(-1)  # [T*k]
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=len(ep.phy2log))  # [S]
+        rows = permute(x, torch.div(order, k, rounding_mode="floor"))  # [T*k, H]
+    with timer.section("moe.experts"):
+        y = experts(rows, counts)
+    with timer.section("moe.permute"):
+        pos = torch.empty_like(order)
+        pos[order] = torch.arange(len(order), device=x.device)  # row of each pair
+        return unpermute(y, pos.view(t, k), weights)
+
+
 def moe_forward(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:
     """Routed experts of one MoE layer across the EP group: x [T, H], ids/weights [T, k] -> [T, H]."""
+    if ep.group is None:
+        return moe_local(x, ids, weights, experts, ep, timer)
     with timer.section("moe.dispatch", comm=True):
         routed, _ = dispatch(x, to_slots(ids, ep), ep)
         rows = grouped_rows(routed)
@@ -172,6 +210,50 @@ def moe_forward(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:
         y = experts(rows, routed.counts)
     with timer.section("moe.combine", comm=True):
         return combine(y, routed, weights, ep)
+
+
+def _rank_in_slot(flat_sorted: torch.Tensor) -> torch.Tensor:
+    """For sorted slot ids [N]: each entry's index among the equal entries before it."""
+    idx = torch.arange(flat_sorted.numel(), device=flat_sorted.device)
+    first = torch.ones_like(flat_sorted, dtype=torch.bool)
+    first[1:] = flat_sorted[1:] != flat_sorted[:-1]
+    return idx - torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), dim=0).values
+
+
+def _bmm(x, w):
+    """[S, M, K] x [S, K, N] (a weight stack, or FP8 weights per slot)."""
+    return w.batched(x) if hasattr(w, "batched") else torch.bmm(x, w)
+
+
+def moe_forward_static(x, ids, weights, experts, ep: EPGroup, timer, capacity: int) -> torch.Tensor:
+    """Routed experts with device-side sizes only: x [T, H], ids/weights [T, k] -> [T, H].
+    Needs equal slots per rank and T <= capacity."""
+    t, k = ids.shape
+    s_all, w, h = len(ep.phy2log), ep.size, x.shape[1]
+    s_loc = s_all // w
+    with timer.section("moe.dispatch", comm=True):
+        flat = to_slots(ids, ep).reshape(-1)  # [T*k]
+        order = torch.argsort(flat, stable=True)
+        srt = flat[order]
+        pos = _rank_in_slot(srt)  # [T*k] row of each pair in its slot's block
+        send = x.new_zeros(s_all, capacity, h)
+        send[srt, pos] = x[torch.div(order, k, rounding_mode="floor")]
+        counts = torch.bincount(flat, minlength=s_all)  # [S]
+        recv_counts = torch.empty_like(counts)
+        recv = torch.empty_like(send)
+        _all_to_all(recv_counts, counts, None, None, ep.group)  # [W * S_local]: from each source
+        _all_to_all(recv, send, None, None, ep.group)  # [W * S_local, C, H]
+        rows = recv.view(w, s_loc, capacity, h).transpose(0, 1).reshape(s_loc, w * capacity, h)
+    with timer.section("moe.experts"):
+        experts.rows = experts.rows + recv_counts.sum()  # a device count, read after the step
+        gate, up = _bmm(rows, experts.w13).chunk(2, dim=-1)  # [S_local, W*C, I] each
+        y = _bmm(torch.nn.functional.silu(gate) * up, experts.w2)  # [S_local, W*C, H]
+    with timer.section("moe.combine", comm=True):
+        back = torch.empty_like(send)
+        _all_to_all(back, y.view(s_loc, w, capacity, h).transpose(0, 1).contiguous(), None, None, ep.group)
+        pair_rows = torch.empty(t * k, h, dtype=x.dtype, device=x.device)
+        pair_rows[order] = back[srt, pos]  # [T*k, H] in pair order
+        return (pair_rows.view(t, k, h).float() * weights[..., None].float()).sum(1).to(x.dtype)
 
 
 def moe_forward_dbo(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:

@@ -6,10 +6,37 @@ still picks logical experts; each (token, expert) choice goes to one replica of 
 round-robin over the choices of that expert in token order (offset by the source rank so ranks
 do not all start on replica 0), which splits a hot expert's tokens evenly over its replicas.
 Replicas hold copies of the same weights, so the layer output does not change.
+
+`plan_placements` computes the placement a plan's layout runs with: the planner's EPLB policy
+(sim/eplb) on the expert loads the simulator prices it with (the workload's routing skew through
+sim/routing.layer_popularity, the same layers and seed as sim/cost/imbalance.py), or on the
+loads of an expert-count trace the executor recorded (expert_counts.jsonl).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+
+
+def plan_placements(spec, layout, hw, skew: float, trace: Optional[str] = None) -> Optional[dict[int, torch.Tensor]]:
+    """phy2log [slots] per MoE layer index for `layout`'s EPLB settings, or None (policy "none" or
+    EP1: contiguous experts, as the simulator prices it)."""
+    from rackplan.sim.cost.imbalance import placement
+    from rackplan.sim.eplb import placement_for
+    from rackplan.sim.routing import popularity_from_counts, read_expert_trace
+    e, m = layout.eplb, spec.moe
+    if e.policy == "none" or layout.ep_size == 1:
+        return None
+    if trace is not None:  # the policy over recorded routing [layers recorded, E]
+        pop = popularity_from_counts(read_expert_trace(trace))
+        pl = placement_for(pop, layout.ep_size, e.redundant_experts, e.policy, hw.gpus_per_node, m.num_groups)
+    else:  # the placement the simulator prices this layout with
+        pl = placement(layout.ep_size, e.redundant_experts, e.policy, skew, m.top_k, m.num_experts,
+                       hw.gpus_per_node, m.num_groups)
+    moe_layers = range(spec.num_dense_layers, spec.num_layers)
+    return {idx: torch.as_tensor(pl.phy2log[i % pl.phy2log.shape[0]], dtype=torch.long)
+            for i, idx in enumerate(moe_layers)}
 
 
 def placement_tensors(phy2log, log2phy, logcnt) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

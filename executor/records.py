@@ -35,6 +35,21 @@ def step_records(base: dict, role: str, layout, step: int, seconds: dict, shape:
     return out
 
 
+def request_record(base: dict, rid: int, t, isl: int, osl: int, cached: int, layout, n_layers: int, dtype: str,
+                   time_shared: bool, extra: dict) -> dict:
+    """A request's record from its Timeline t (seconds from the run start): op 'request', role
+    'serve', on its decode rank; TPOT over the osl - 1 tokens after the first."""
+    ttft, e2e = t.first_token - t.arrival, t.finish - t.arrival
+    tpot = (t.finish - t.first_token) / (osl - 1) if osl > 1 else 0.0
+    shape = {"isl": isl, "osl": osl, "cached": cached, "prefill_rank": t.prefill_rank, "decode_rank": t.decode_rank,
+             "time_shared": time_shared}
+    return dict(base, rank=max(t.decode_rank, 0), role="serve", instance_dp=layout.dp, ep=layout.ep_size, step=rid,
+                op="request", layers=n_layers, shape=shape, dtype=dtype, seconds=e2e, source="measured",
+                cuda_graphs=False, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, isl=isl, osl=osl, arrival_s=t.arrival,
+                queue_s=t.prefill_start - t.arrival, prefill_done_s=t.prefill_done, first_token_s=t.first_token,
+                finish_s=t.finish, **{"kv_transfer_s": t.kv_transfer_s, **extra})
+
+
 def write_jsonl(records: list[dict], path: Path) -> None:
     """Write all records at once: temp file + rename, so a failed run leaves nothing partial."""
     path.parent.mkdir(parents=True, exist_ok=True)

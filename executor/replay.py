@@ -5,16 +5,20 @@ router, shared expert and LM head run on the rank's own batch, exactly as in the
 attention has no cross-rank dependency). For the routed experts the global batch (dp x tokens
 per rank) goes through the layer's router, and the tokens that land on plan rank r's expert slots
 (num_experts / n contiguous logical experts, identity placement) are run through the grouped
-GEMM with exactly those per-expert counts. Dispatch and combine for the missing ranks are not
-run: they are priced by the simulator's all-to-all model (sim/cost/alltoall.py) at this rank's
-token count, and their records say source 'modelled'. The routed experts' output is replaced by
-zeros (their values need the missing ranks), which changes no shape downstream.
+GEMM with exactly those per-expert counts. Dispatch and combine: with W >= 2 ranks, every rank
+sends the plan's per-rank all-to-all bytes (sim/cost/alltoall.a2a_bytes: tokens x remote ranks
+reached x payload) spread evenly over its W - 1 real peers in one all_to_all_single per phase and
+layer, timed as measured (the plan's volume over this machine's links, `a2a_world` in the
+records); on one rank they are priced by the simulator's all-to-all model and their records say
+source 'modelled'. The routed experts' output is replaced by zeros (their values need the
+missing ranks), which changes no shape downstream.
 """
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
-from rackplan.sim.cost.alltoall import a2a_seconds
+from rackplan.sim.cost.alltoall import a2a_bytes, a2a_seconds
 from rackplan.specs import load_hardware, load_profile
 
 from .attention import randn, rms_norm, sub_seed
@@ -27,8 +31,11 @@ MODELLED_OPS = ("moe.dispatch", "moe.combine")
 class Replay:
     """The routed-expert path of a Model replaying `plan_rank` of `layout`."""
 
-    def __init__(self, model, plan, layout, plan_rank: int, seed: int):
+    def __init__(self, model, plan, layout, plan_rank: int, seed: int, group=None, world: int = 1):
         self.model, self.layout, self.seed = model, layout, seed
+        self.group, self.world, self.rank = group, world, plan_rank
+        self.splits: dict[str, list[int]] = {}
+        self.buf = torch.empty(0, dtype=torch.uint8, device=model.device)  # send bytes (contents do not matter)
         spec = model.spec
         self.bounds = slot_bounds(spec.moe.num_experts, layout.ep_size)
         lo, hi = self.bounds[plan_rank], self.bounds[plan_rank + 1]
@@ -58,12 +65,36 @@ class Replay:
             most = max(most, int(counts.sum()))
         if self.rows.shape[0] < most or self.rows.device != torch.device(dev):
             self.rows = randn((most, spec.hidden_size), sub_seed(self.seed, "rows"), self.model.dtype, dev)
+        if self.group is not None:
+            self._size_exchange(local_tokens)
+
+    def _size_exchange(self, local_tokens: int) -> None:
+        """Bytes per real peer of each phase: the plan rank's all-to-all bytes over W - 1 peers."""
+        spec, hw = self.model.spec, self.hw
+        for phase, dtype in (("dispatch", spec.dtypes.dispatch), ("combine", spec.dtypes.combine)):
+            total = sum(a2a_bytes(spec, self.layout, hw, float(local_tokens), dtype))
+            per_peer = int(-(-total // (self.world - 1)))
+            self.splits[phase] = [0 if p == self.rank else per_peer for p in range(self.world)]
+            if self.buf.numel() < per_peer * (self.world - 1):
+                self.buf = torch.empty(per_peer * (self.world - 1), dtype=torch.uint8, device=self.model.device)
+
+    def exchange(self, phase: str, timer) -> None:
+        """One phase's all-to-all of the plan's bytes among the real ranks (timed as moe.<phase>)."""
+        splits = self.splits[phase]
+        n = sum(splits)
+        out = torch.empty(n, dtype=torch.uint8, device=self.model.device)
+        with timer.section(f"moe.{phase}", comm=True):
+            dist.all_to_all_single(out, self.buf[:n], splits, splits, group=self.group)
 
     def moe(self, layer, y, ids, w, timer):
         counts = self.counts[layer.idx]
         rows = self.rows[:int(counts.sum())]
+        if self.group is not None:
+            self.exchange("dispatch", timer)
         with timer.section("moe.experts"):
             layer.experts(rows, counts)
+        if self.group is not None:
+            self.exchange("combine", timer)
         return torch.zeros_like(y)
 
     def modelled_a2a(self, local_tokens: int, n_moe: int, phase: str) -> dict[str, float]:

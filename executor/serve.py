@@ -1,4 +1,6 @@
-"""Serving mode on real ranks: a workload's requests through prefill -> KV hand-off -> decode.
+"""Colocated serving mode on real ranks: a workload's requests through prefill -> KV hand-off ->
+decode, the prefill and decode instances time-sharing the same ranks (plans with `colocated: true`;
+disaggregated plans run disagg.py's separate instances instead).
 
 One lockstep loop on every rank. Rank 0 runs the Scheduler (serving.py) on the wall clock:
 requests arrive at their scheduled times from the run start (an idle engine sleeps until the
@@ -31,11 +33,12 @@ from rackplan.sim.workload import make_requests
 from rackplan.specs import SpecError
 
 from .attention import sub_seed
-from .model import Batch, Model, layer_ids
-from .parallel import make_ep_group
-from .records import step_records
+from .model import Batch, layer_ids
+from .records import request_record, step_records
 from .serving import Scheduler, Tick
+from .shard import build_shard
 from .timing import NullTimer, StepTimer, wall
+from .topology import make_groups, max_ranks, serving_instances
 
 IDLE_POLL_S = 1.0  # longest sleep before rank 0 tells the others it is still waiting
 
@@ -49,21 +52,23 @@ def prompt_tokens(seed: int, rid: int, isl: int, vocab: int) -> torch.Tensor:
 class Instance:
     """One instance's shard on this rank: model, KV cache, EP group, timer."""
 
-    def __init__(self, me, role: str, layout, group, slots: int, max_ctx: int):
-        self.me, self.role, self.layout, self.group = me, role, layout, group
-        ids = layer_ids(me.spec, role, me.cfg.max_dense, me.cfg.max_moe)
-        ep = make_ep_group(group, me.rank, layout.ep_size, me.spec.moe.num_experts)
-        self.model = Model(me.spec, me.cfg.seed, me.device, me.dtype, ep, ids,
-                           dbo=layout.dbo and me.kind == "cuda")
+    def __init__(self, me, rg, slots: int, max_ctx: int, time_shared: bool = True):
+        self.me, self.rg, self.role, self.layout = me, rg, rg.inst.role, rg.inst.layout
+        self.time_shared = time_shared
+        self.group = rg.instance
+        self.model = build_shard(me.spec, me.cfg.seed, me.device, me.dtype, rg, self.role, me.cfg.max_dense,
+                                 me.cfg.max_moe, me.placements(self.layout),
+                                 dbo=self.layout.dbo and me.kind == "cuda", fp8=me.fp8)
         self.model.expert_counts = []  # [E] logical expert counts per MoE layer of the last step
         self.cache = self.model.kv_cache(slots, max_ctx)
-        self.timer = StepTimer(me.kind, group)
+        self.timer = StepTimer(me.kind, rg.ep)
         self.n_dense = sum(layer.dense for layer in self.model.layers)
         self.n_moe = len(self.model.layers) - self.n_dense
         self.steps = 0
 
-    def forward(self, batch: Batch, sample) -> tuple[dict, object]:
-        """Timed forward + sampling (the StepLoop's timing): seconds per op, sampled ids."""
+    def forward(self, batch: Batch, sample, device_step=None) -> tuple[dict, object]:
+        """Timed forward + sampling (the StepLoop's timing): seconds per op, sampled ids.
+        `device_step(timer)` replaces the plain forward (a speculative draft + verify)."""
         for layer in self.model.layers:
             if not layer.dense:
                 layer.experts.rows = 0
@@ -71,7 +76,7 @@ class Instance:
         if self.group is not None:
             dist.barrier(group=self.group)
         with wall(self.me.kind) as w:
-            logits = self.model.forward(batch, self.cache, self.timer)
+            logits = device_step(self.timer) if device_step else self.model.forward(batch, self.cache, self.timer)
             with self.timer.section("host", host=True):
                 out = sample(logits)
         sec = self.timer.collect()
@@ -79,14 +84,22 @@ class Instance:
         return sec, out
 
     def expert_tokens(self) -> int:
-        rows = [layer.experts.rows for layer in self.model.layers if not layer.dense]
+        rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
         return round(sum(rows) / len(rows)) if rows else 0
 
-    def record(self, sec: dict, shape: dict, prep_s: float) -> list[dict]:
+    def record(self, sec: dict, shape: dict, prep_s: float, exposed_s: float | None = None) -> list[dict]:
+        """Step records; `prep_s`: host work before the forward; `exposed_s`: the part of it the
+        step waited for (all of it unless async scheduling ran it during the previous step)."""
+        sec["host.exposed"] = (prep_s if exposed_s is None else exposed_s) + sec.get("host", 0.0)
         sec["host"] = sec.get("host", 0.0) + prep_s
-        sec["step"] += prep_s
-        shape.update(expert_tokens=self.expert_tokens(), budget=self.layout.max_tokens_per_step,
-                     max_batch=self.layout.max_batch_per_rank, time_shared=True)
+        sec["step"] += prep_s if exposed_s is None else exposed_s
+        rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
+        shape.update(expert_tokens=self.expert_tokens(), expert_tokens_layers=rows,
+                     budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
+                     time_shared=self.time_shared, serving=True, instance=self.rg.inst.name,
+                     dp_rank=self.rg.dp_rank, tp_rank=self.rg.tp_rank)
+        if self.me.eplb_info(self.layout):
+            shape["eplb"] = self.me.eplb_info(self.layout)
         self.steps += 1
         return step_records(self.me.base, self.role, self.layout, self.steps - 1, sec, shape,
                             self.me.dtype_name, self.n_dense, self.n_moe)
@@ -98,14 +111,12 @@ class Engine:
     def __init__(self, me, reqs):
         self.me, self.reqs, self.rank = me, reqs, me.rank
         pre, dec = me.plan.prefill[0], me.plan.decode[0]
-        groups = {ep: (dist.new_group(list(range(ep))) if ep > 1 else None)
-                  for ep in sorted({pre.ep_size, dec.ep_size})}
+        groups = make_groups(serving_instances(me.plan, max_ranks(me.kind)), me.rank)
         isl, osl = reqs.isl.tolist(), reqs.osl.tolist()
-        self.pre = Instance(me, "prefill", pre, groups[pre.ep_size], pre.max_batch_per_rank + 1,
-                            max(isl)) if me.rank < pre.ep_size else None
-        self.dec = Instance(me, "decode", dec, groups[dec.ep_size], dec.max_batch_per_rank,
-                            max(i + o for i, o in zip(isl, osl, strict=True)) + 1) \
-            if me.rank < dec.ep_size else None
+        rg_pre, rg_dec = groups.get("prefill[0].0"), groups.get("decode[0].0")
+        self.pre = Instance(me, rg_pre, pre.max_batch_per_rank + 1, max(isl)) if rg_pre else None
+        self.dec = Instance(me, rg_dec, dec.max_batch_per_rank,
+                            max(i + o for i, o in zip(isl, osl, strict=True)) + 1) if rg_dec else None
         inst = self.dec or self.pre  # None on a rank beyond both instances (an idle rank)
         data = inst.cache.data if inst else []
         self.kv_layers = len(data)
@@ -140,7 +151,7 @@ class Engine:
             parts = [self.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
             toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
             batch = Batch.prefill(toks.to(self.me.device), [c.take for c in chunks],
-                                  torch.tensor([c.slot for c in chunks], device=self.me.device),
+                                  torch.tensor([c.slot for c in chunks], dtype=torch.long, device=self.me.device),
                                   [c.start for c in chunks])
             shape = {"batch": len(chunks), "tokens": int(toks.numel()),
                      "ctx_sum": sum(c.start + c.take for c in chunks),
@@ -243,14 +254,18 @@ class Engine:
 
 
 def check_servable(me) -> None:
-    """Serving mode runs a disaggregated plan's first prefill and decode instances for real."""
+    """The colocated engine runs a disaggregated plan's prefill and decode instance on the same ranks."""
     plan = me.plan
     if not plan.disaggregated:
         raise SpecError(me.cfg.plan, "prefill", "a disaggregated plan (prefill + decode) for serving mode",
                         "aggregated")
     for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
         if lay.tp != 1:
-            raise SpecError(me.cfg.plan, f"{role}.tp", "1 (the executor runs DP attention + EP MoE)", lay.tp)
+            raise SpecError(me.cfg.plan, f"{role}.tp", "1 in a colocated plan (TP runs in benchmark mode and in "
+                            "disaggregated serving)", lay.tp)
+        if lay.speculation is not None:
+            raise SpecError(me.cfg.plan, f"{role}.speculation", "none in a colocated plan (speculation runs "
+                            "in benchmark mode and in disaggregated serving)", lay.speculation.num_tokens)
         if lay.ep_size > me.world:
             raise SpecError(me.cfg.plan, f"{role}.dp", f"at most {me.world} ranks (serving runs no replays)",
                             lay.ep_size)
@@ -334,19 +349,7 @@ def _gather(me, engine: Engine, sched, reqs) -> list[dict]:
 
 def request_records(me, sched: Scheduler, reqs, info: dict) -> list[dict]:
     """One 'request' record per request, times from the scheduler's wall clock (run start = 0)."""
-    dec = me.plan.decode[0]
     n_layers = len(layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe))
-    out = []
-    for rid, t in enumerate(sched.times):
-        isl, osl = int(reqs.isl[rid]), int(reqs.osl[rid])
-        ttft, e2e = t.first_token - t.arrival, t.finish - t.arrival
-        tpot = (t.finish - t.first_token) / (osl - 1) if osl > 1 else 0.0
-        shape = {"isl": isl, "osl": osl, "cached": int(reqs.cached[rid]), "prefill_rank": t.prefill_rank,
-                 "decode_rank": t.decode_rank, "time_shared": True}
-        out.append(dict(me.base, rank=t.decode_rank, role="serve", instance_dp=dec.dp, ep=dec.ep_size, step=rid,
-                        op="request", layers=n_layers, shape=shape, dtype=me.dtype_name, seconds=e2e,
-                        source="measured", cuda_graphs=False, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, isl=isl,
-                        osl=osl, arrival_s=t.arrival, queue_s=t.prefill_start - t.arrival,
-                        prefill_done_s=t.prefill_done, first_token_s=t.first_token, finish_s=t.finish,
-                        kv_transfer_s=t.kv_transfer_s, **info.get(rid, {})))
-    return out
+    return [request_record(me.base, rid, t, int(reqs.isl[rid]), int(reqs.osl[rid]), int(reqs.cached[rid]),
+                           me.plan.decode[0], n_layers, me.dtype_name, True, info.get(rid, {}))
+            for rid, t in enumerate(sched.times)]

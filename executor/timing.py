@@ -20,7 +20,7 @@ class NullTimer:
     """Times nothing (reference runs, warm-up)."""
 
     @contextmanager
-    def section(self, op: str, comm: bool = False, host: bool = False):
+    def section(self, op: str, comm: bool = False, host: bool = False, group=None):
         yield
 
 
@@ -35,10 +35,12 @@ class StepTimer:
         self._events: list[tuple[str, object, object]] = []
 
     @contextmanager
-    def section(self, op: str, comm: bool = False, host: bool = False):
-        """Time the body as `op`; `comm`: meet the group first on CPU; `host`: wall time."""
-        if comm and not self.cuda and self.group is not None:
-            dist.barrier(group=self.group)
+    def section(self, op: str, comm: bool = False, host: bool = False, group=None):
+        """Time the body as `op`; `comm`: meet the group (`group`, else the timer's) first on CPU;
+        `host`: wall time."""
+        group = group if group is not None else self.group
+        if comm and not self.cuda and group is not None:
+            dist.barrier(group=group)
         if self.cuda and not host:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

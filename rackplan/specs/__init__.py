@@ -14,7 +14,7 @@ from .fields import SpecError, from_dict, read_yaml, to_dict
 from .hardware import HardwareSpec
 from .layout import SLO, EPLBConfig, Layout, Plan, Speculation
 from .model import DTYPE_BYTES, AttentionSpec, DraftSpec, Dtypes, KVComponent, ModelSpec, MoESpec
-from .profile import A2AParams, Profile
+from .profile import A2AParams, Curve, Profile, check_hardware
 from .workload import Arrival, LengthDist, Workload
 
 
@@ -41,7 +41,8 @@ KINDS = {
 }
 
 __all__ = [
-    "A2AParams", "Arrival", "AttentionSpec", "CONFIG_DIR", "DTYPE_BYTES", "DraftSpec", "Dtypes",
+    "A2AParams", "Arrival", "Curve", "check_hardware", "resolve_profile", "profile_origin",
+    "AttentionSpec", "CONFIG_DIR", "DTYPE_BYTES", "DraftSpec", "Dtypes",
     "EPLBConfig", "HardwareSpec", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
     "Plan", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
     "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml",
@@ -93,11 +94,44 @@ def load_profile(name: str | Path) -> Profile:
     return load("profiles", name)
 
 
-def dump_yaml(obj, path: str | Path, header: str = "") -> None:
-    """Write a spec atomically (temp file + rename), so a failure never leaves a partial file."""
+def resolve_profile(explicit: str | Path | None, plan_profile: str | None, hardware: str | HardwareSpec,
+                    any_hardware: bool = False) -> Profile:
+    """The profile that prices `hardware`: the one named on the command line, else the plan's, else
+    the hardware's `default_profile`; a profile fitted on other hardware is a SpecError naming both
+    unless `any_hardware` (--profile-any-hardware)."""
+    hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware)
+    prof = load_profile(explicit or plan_profile or hw.default_profile)
+    check_hardware(prof, hw.name, any_hardware)
+    return prof
+
+
+def profile_origin(explicit, plan_profile, hardware: str) -> str:
+    """Why resolve_profile chose its profile, in words for a report header."""
+    if explicit:
+        return "from --profile"
+    return "the plan's" if plan_profile else f"default for {hardware}"
+
+
+class _FlowLeaves(yaml.SafeDumper):
+    """Mappings of scalars on one line ({eff_max: 0.8, x_half: 290}): small, readable profiles."""
+
+
+def _represent_dict(dumper, data):
+    leaf = all(not isinstance(v, (dict, list, tuple)) and not (isinstance(v, str) and len(v) > 24)
+               for v in data.values())
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=leaf and 0 < len(data) <= 8)
+
+
+_FlowLeaves.add_representer(dict, _represent_dict)
+
+
+def dump_yaml(obj, path: str | Path, header: str = "", flow_leaves: bool = False) -> None:
+    """Write a spec atomically (temp file + rename), so a failure never leaves a partial file.
+    `flow_leaves` writes small mappings of scalars on one line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = header + yaml.safe_dump(to_dict(obj), sort_keys=False)
+    dumper = _FlowLeaves if flow_leaves else yaml.SafeDumper
+    text = header + yaml.dump(to_dict(obj), Dumper=dumper, sort_keys=False, width=120)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as fh:

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .fields import check, positive
+
+# Compute dtypes that run on the same tensor-core rate (and fall back to each other's curves)
+DTYPE_FAMILY = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,17 @@ class HardwareSpec:
     gpus_per_node: int  # GPUs per host (CPU) node
     host_cpu: str = ""
     source: str = ""
+    # profile that prices this hardware when neither --profile nor the plan names one: a measured
+    # profile where one is shipped (configs/profiles/), else the generic datasheet one
+    default_profile: str = "datasheet"
+    # "cpu": the host's cores stand in for GPUs (the CPU executor): no CUDA graphs, and host work
+    # runs on the core the "device" work runs on, so async scheduling cannot hide it
+    kind: Literal["gpu", "cpu"] = "gpu"
+
+    @property
+    def host_overlap(self) -> bool:
+        """Whether host work can run beside device work (CUDA graphs, async scheduling)."""
+        return self.kind == "gpu"
 
     def __post_init__(self):
         for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):
@@ -37,8 +52,7 @@ class HardwareSpec:
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for a compute dtype; falls back to the widest supported below it."""
         order = ["fp4", "fp8", "bf16", "fp32"]
-        alias = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
-        key = alias.get(dtype, dtype)
+        key = DTYPE_FAMILY.get(dtype, dtype)
         for cand in order[order.index(key):]:
             if cand in self.peak_flops:
                 return self.peak_flops[cand]

@@ -40,6 +40,12 @@ OP_DEFS: tuple[OpDef, ...] = (
     OpDef("moe.experts", "gemm", "moe_layer", "routed-expert grouped GEMMs on the busiest EP rank"),
     OpDef("moe.dispatch", "comm", "moe_layer", "all-to-all dispatch of token copies to expert ranks"),
     OpDef("moe.combine", "comm", "moe_layer", "all-to-all combine of expert outputs back to tokens"),
+    OpDef("moe.permute", "mem", "moe_layer", "EP1: local permute of token copies into expert order and the "
+          "weighted unpermute (no all-to-all; at EP > 1 this work is part of dispatch and combine)"),
+    OpDef("tp.allreduce", "comm", "layer", "tensor-parallel all-reduce of attention / FFN partial sums (and "
+          "the all-gathers of token slices and vocab-sharded logits)"),
+    OpDef("kv.transfer", "comm", "step", "KV cache of one prompt sent from its prefill rank to its decode "
+          "rank (point-to-point; one record per request)"),
     OpDef("engram", "mem", "moe_layer", "Engram n-gram memory rows gathered per token (V4.1)"),
     OpDef("lm_head", "gemm", "step", "output projection of each sequence's last token(s)"),
     OpDef("draft", "gemm", "step", "speculative drafter (MTP module passes or a draft model)"),
@@ -50,8 +56,9 @@ BY_NAME = {op.name: op for op in OP_DEFS}
 DEVICE_OPS = tuple(op.name for op in OP_DEFS if op.kind != "cpu" and op.name != "dbo.overlap")
 COMM_OPS = tuple(op.name for op in OP_DEFS if op.kind == "comm" and op.name != "dbo.overlap")
 COMPUTE_OPS = tuple(n for n in DEVICE_OPS if n not in COMM_OPS and n not in ("engram", "draft"))
-# names the executor records besides device ops: the whole step's wall time and its host part
-RECORD_OPS = DEVICE_OPS + ("host", "step", "request")
+# names the executor records besides device ops: the whole step's wall time, its host part, the
+# host part the device step did not hide (async scheduling), and per-request latencies
+RECORD_OPS = DEVICE_OPS + ("host", "host.exposed", "step", "request")
 
 
 def layers_of(scope: Scope, num_dense: int, num_moe: int) -> int:

@@ -2,13 +2,16 @@
 
 Datasheet defaults live in `configs/profiles/datasheet.yaml`; `rackplan calibrate` writes fitted
 profiles with provenance and fit error. Every field has a default so planning works uncalibrated.
+Measured profiles (`rackplan calibrate --op-database`) add `curves`: efficiency over shape per op
+class, read only by `sim/cost/efficiency.py`; op classes without a curve use the scalar fields and
+say so in `fallbacks`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from .fields import check, non_negative, positive
+from .fields import SpecError, check, non_negative, positive
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,36 @@ class A2AParams:
         non_negative(self.alpha_s, "alpha_s")
         non_negative(self.floor_s, "floor_s")
         check(0 < self.bw_eff <= 1.5, "bw_eff", "a fraction of the link bandwidth in (0, 1.5]", self.bw_eff)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Efficiency of one op class over shape: the fraction of a peak (FLOP/s, HBM or link B/s) it
+    reaches, saturating in a shape measure x and in the work of one kernel:
+
+        eff = eff_max * occ / ((1 + (x_half/x)^q + (y_half/y + z_half/z)^q)^(1/q) + work_half/work)
+        occ = tiles / (tiles + tiles_half),  tiles = ceil(x/128) * ceil(y/128)
+
+    What x, y, z and work are depends on the op class (sim/cost/efficiency.py says which: e.g. a
+    weight GEMM has x = rows m, y = n, z = k, work = FLOPs). Each half-term adds the time that
+    shape costs beyond the peak rate (a GEMM's weight reads at small m, its activation traffic at
+    small n or k, a kernel's fixed latency at small work); q blends the x and y/z terms between a
+    sum (q = 1) and a max (q large). A zero half (or an unknown shape, 0) drops its term.
+    """
+
+    eff_max: float
+    x_half: float = 0.0
+    y_half: float = 0.0
+    z_half: float = 0.0
+    work_half: float = 0.0
+    sharpness: float = 1.0  # q
+    tiles_half: float = 0.0
+
+    def __post_init__(self):
+        check(0 < self.eff_max <= 1.0, "eff_max", "a fraction in (0, 1]", self.eff_max)
+        for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half"):
+            non_negative(getattr(self, name), name)
+        check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)
 
 
 @dataclass(frozen=True)
@@ -59,6 +92,14 @@ class Profile:
     # launch-bound ops): added after op_scale, on ranks where the op has work. Keys of both tables
     # are op names ("attn.core") or op/phase ("attn.core/prefill"), the latter winning
     op_fixed: dict[str, float] = field(default_factory=dict)
+    # efficiency curves per op class ("gemm.fp8", "experts.fp4", "attn.prefill.mla.bf16", "allreduce.tp4",
+    # "quantize.fp8", "mhc.pre"), fitted from measured per-op tables; see sim/cost/efficiency.py. A class
+    # may list several curves (kernel configurations, e.g. small-M and large-M tiles): the engine runs
+    # the faster, so the class's efficiency is their maximum
+    curves: dict[str, tuple[Curve, ...]] = field(default_factory=dict)
+    # op class -> where it comes from when this profile has no curve for it: another curve's key
+    # (efficiency.py then uses that curve) or a description of the source (datasheet scalars, a table)
+    fallbacks: dict[str, str] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)
 
@@ -76,6 +117,24 @@ class Profile:
             check(v > 0, f"op_scale.{name}", "a positive factor", v)
         for name, v in self.op_fixed.items():
             non_negative(v, f"op_fixed.{name}")
+        for name, cs in self.curves.items():
+            check(len(cs) > 0, f"curves.{name}", "at least one curve")
+
+    def describe(self) -> str:
+        """One line: where the numbers come from (measured tables, fitted measurements, datasheet)
+        and the fit error (MAPE %, held out where the fit held rows out) over its op classes."""
+        src = self.provenance.get("source") or {}
+        err = ""
+        if self.fit_error:
+            vals = sorted(self.fit_error.values())
+            kind = "held-out MAPE" if src.get("package") else "MAPE"
+            err = f"; fit error ({kind}) {vals[0]:.1f}-{vals[-1]:.1f}% over {len(vals)} op classes"
+        if src.get("package"):
+            return (f"measured: {src['package']} {src.get('version', '')} per-op tables of {src.get('system')}/"
+                    f"{src.get('framework')}{err}")
+        if self.hardware == "*":
+            return "typical datasheet efficiencies, not measured"
+        return f"fitted by rackplan calibrate on {self.hardware}{err}"
 
     def a2a_params(self, kernel: str, link: str, ep: int, phase: str) -> A2AParams:
         """Best-matching all-to-all entry: same kernel and link, phase-specific before 'both',
@@ -92,3 +151,12 @@ class Profile:
             return (ep_dist, 0 if p.phase == phase else 1)
 
         return min(cands, key=rank)
+
+
+def check_hardware(prof: Profile, hardware: str, any_hardware: bool = False, where: str = "") -> None:
+    """A profile fitted on one hardware must not price another (its curves are that GPU's):
+    SpecError naming both, unless the profile is generic ("*") or `any_hardware` is set."""
+    if prof.hardware in ("*", hardware) or any_hardware:
+        return
+    raise SpecError(where or f"profile {prof.name}", "hardware",
+                    f"{hardware}, the hardware it prices (or pass --profile-any-hardware)", prof.hardware)

@@ -18,7 +18,7 @@ import math
 import sys
 import time
 
-from rackplan.specs import load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 
@@ -26,8 +26,10 @@ DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default=DEFAULT_PLAN, help="plan YAML path or embedded name (default: %(default)s)")
     p.add_argument("--workload", help="workload YAML path or name (default: the plan's)")
-    p.add_argument("--profile", help="profile YAML (fitted by `rackplan calibrate`; default: the plan's, "
-                   "else datasheet)")
+    p.add_argument("--profile", help="profile name or YAML (default: the plan's, else the hardware's "
+                   "default_profile: measured where configs/profiles/ has one, else datasheet)")
+    p.add_argument("--profile-any-hardware", action="store_true",
+                   help="allow a profile fitted on other hardware than the plan's")
     p.add_argument("--requests", type=int, help="number of requests, all run to the end (default: as many as "
                    "steady state needs, starting from the plan's verification run or the workload's count)")
     p.add_argument("--rate", type=float, help="override the arrival rate with Poisson at this many req/s")
@@ -61,7 +63,7 @@ def report_json(plan, workload, profile, seed, result) -> str:
     w, st = result.window, result.stability
     return json.dumps(_clean({
         "plan": plan.name, "layout": plan.summary, "model": plan.model, "hardware": plan.hardware,
-        "workload": workload.name, "profile": profile.name, "seed": seed,
+        "workload": workload.name, "profile": profile.name, "profile_source": profile.describe(), "seed": seed,
         "stable": st.stable, "saturated": list(st.saturated), "converged": st.converged,
         "queue_growth": st.growth,
         "window": {"start_s": w.start_s, "end_s": w.end_s, "last_arrival_s": w.last_arrival_s,
@@ -84,7 +86,7 @@ def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
             ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
 
 
-def print_table(plan, workload, profile, result, wall_s: float) -> None:
+def print_table(plan, workload, profile, result, wall_s: float, origin: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -92,8 +94,8 @@ def print_table(plan, workload, profile, result, wall_s: float) -> None:
     con = Console(width=None if sys.stdout.isatty() else 110)
     con.print(f"[bold]{plan.name}[/]: {plan.model} on {plan.hardware}, {plan.summary} "
               f"({int(m['num_gpus'])} GPUs)")
-    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests at {m['offered_rps']:,.4g} req/s, "
-              f"profile {profile.name}")
+    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests at {m['offered_rps']:,.4g} req/s")
+    con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
     con.print(f"measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of {w.last_arrival_s:.1f} s of arrivals "
               f"({w.requests} requests; warm-up and cool-down left out)")
     if not st.converged:
@@ -140,7 +142,8 @@ def run(args) -> int:
         workload = with_rate(workload, args.rate)
     elif planned:
         workload = with_rate(workload, plan.predicted["request_rate"])  # the load the planner verified
-    profile = load_profile(args.profile or plan.profile or "datasheet")
+    profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
+    origin = profile_origin(args.profile, plan.profile, plan.hardware)
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     t0 = time.perf_counter()
     if args.requests is not None:
@@ -155,5 +158,5 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
     else:
-        print_table(plan, workload, profile, result, wall)
+        print_table(plan, workload, profile, result, wall, origin)
     return 0

@@ -53,7 +53,8 @@ def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, que
         flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
         nbytes = nbytes + batch * idx * comp.indexer_key_bytes
     sec = price(flops, nbytes, hw.flops_for("bf16"),
-                efficiency.attention(prof, "decode", model.attention.kind, "bf16", batch, avg), hw, prof)
+                efficiency.attention(prof, "decode", model.attention.kind, "bf16", batch, avg, flops=flops), hw,
+                prof)
     return sec * layers, flops * layers, nbytes * layers
 
 
@@ -84,7 +85,7 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
     if comp.has_indexer:
         flops += 2.0 * comp.indexer_heads * comp.indexer_dim * idx_pairs
         nbytes += idx_read * comp.indexer_key_bytes
-    eff = efficiency.attention(prof, "prefill", model.attention.kind, "bf16", seqs, longest)
+    eff = efficiency.attention(prof, "prefill", model.attention.kind, "bf16", seqs, longest, flops=flops)
     sec = price(flops, nbytes, hw.flops_for("bf16"), eff, hw, prof)
     return sec * layers, flops * layers, nbytes * layers
 

@@ -1,30 +1,159 @@
 """Kernel efficiency over shape: the fraction of a datasheet peak one op reaches.
 
-These functions are the only readers of a profile's efficiency parameters, so a profile form that
-holds more (curves per dtype and op class, fitted from measured per-op tables) changes this file
-and the Profile, not the cost model. Arguments are floats or numpy arrays of the same shape.
+These functions are the only readers of a profile's efficiency parameters. A measured profile
+(`rackplan calibrate --op-database`, configs/profiles/*-vllm.yaml) holds per op class one `Curve`
+or a few (kernel configurations: the class runs at the best of them), fitted from per-op kernel
+tables (calibration/opdb.md); an op class without curves uses the ones its profile's
+`fallbacks` names, then the dtype family's curve (fp8_block -> fp8, nvfp4/mxfp4 -> fp4), then the
+scalar datasheet form (gemm_eff_max, gemm_m_half, attn_eff, mem_eff, mem_bytes_half). Arguments are
+floats or numpy arrays of one shape; every function is pure.
+
+What a curve's x, y, z and work are, per op class (formula in rackplan.specs.Curve):
+
+  op class                     x                y            z     work             fraction of
+  gemm.<dtype>                 rows m           n            k     2 m n k          peak FLOP/s
+  experts.<dtype>              rows per expert  n            k     FLOPs on rank    peak FLOP/s
+  moe.route.<dtype>            tokens in        hidden       -     bytes read       HBM B/s
+  attn.<phase>.<kind>.<dtype>  context          FLOPs/seq    -     FLOPs            peak FLOP/s
+  allreduce.tp<N>              bytes reduced    -            -     bytes reduced    scale-up B/s
+  quantize.<dtype>, mhc.<part> rows             columns      -     bytes moved      HBM B/s
+
+A compute curve is fitted so that the roofline, max(FLOPs / (peak x eff), bytes / (HBM x mem_eff)),
+reproduces the measured time; where a kernel runs below its bandwidth bound too (small decode
+attention, skinny GEMMs) the compute curve carries that. The attention curve's y-term is a cost per
+sequence and its work term a fixed cost per kernel, both in FLOP units of the same peak.
 """
 from __future__ import annotations
 
-from rackplan.specs import Profile
+import math
+
+import numpy as np
+
+from rackplan.specs import Curve, Profile
+from rackplan.specs.hardware import DTYPE_FAMILY
+
+# Without a measured curve: ring/one-shot all-reduce bus bandwidth of NCCL and vLLM's custom
+# all-reduce is typically ~70% of NVLink at large messages, latency-bound below ~1 MB (typical
+# figures, as in configs/profiles/datasheet.yaml; a measured profile replaces them).
+ALLREDUCE_DATASHEET = (Curve(eff_max=0.7, work_half=1.0e6),)
+TILE = 128.0  # output tile edge (rows, columns) the occupancy term counts in
 
 
-def gemm(prof: Profile, dtype: str, m, n: float = 0.0, k: float = 0.0):
+def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:
+    """The profile's curves for op class `key`, or those its `fallbacks` names (None: neither)."""
+    c = prof.curves.get(key)
+    if c is None and key in prof.fallbacks:
+        c = prof.curves.get(prof.fallbacks[key])
+    return c
+
+
+def dtype_curve(prof: Profile, op_class: str, dtype: str) -> tuple[Curve, ...] | None:
+    """Curve of `op_class` in `dtype`, else in its dtype family (fp8_block -> fp8, mxfp4 -> fp4)."""
+    if not prof.curves:
+        return None
+    c = curve(prof, f"{op_class}.{dtype}")
+    if c is None and dtype in DTYPE_FAMILY:
+        c = curve(prof, f"{op_class}.{DTYPE_FAMILY[dtype]}")
+    return c
+
+
+def _term(half: float, v):
+    """half / v where v > 0, else 0 (an unknown or empty shape drops its term)."""
+    if not half:
+        return 0.0
+    if isinstance(v, (int, float)):
+        return half / v if v > 0 else 0.0
+    v = np.asarray(v, float)
+    return np.divide(half, v, out=np.zeros(v.shape), where=v > 0)
+
+
+def _tiles(v):
+    """Output tiles along one edge, at least one."""
+    if isinstance(v, (int, float)):
+        return max(math.ceil(v / TILE), 1)
+    return np.maximum(np.ceil(np.asarray(v, float) / TILE), 1.0)
+
+
+def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
+    """Efficiency of an op class at shape (x, y, z) and work: the best of its curves (kernel
+    configurations; the engine runs the faster)."""
+    eff = _one(cs[0], x, y, z, work)
+    for c in cs[1:]:
+        other = _one(c, x, y, z, work)
+        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
+    return eff
+
+
+def _one(c: Curve, x, y, z, work):
+    """One curve's efficiency at shape (x, y, z) and work (see rackplan.specs.Curve)."""
+    a = _term(c.x_half, x)
+    b = _term(c.y_half, y) + _term(c.z_half, z)
+    q = c.sharpness
+    base = 1.0 + a + b if q == 1.0 else (1.0 + a ** q + b ** q) ** (1.0 / q)
+    eff = c.eff_max / (base + _term(c.work_half, work))
+    if c.tiles_half:
+        tiles = _tiles(x) * _tiles(y)
+        eff = eff * tiles / (tiles + c.tiles_half)
+    return eff
+
+
+def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
     """Weight GEMM [m, k] x [k, n] in `dtype`: saturating in the row count m (skinny decode GEMMs
-    are weight-read bound)."""
-    return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
+    are weight-read bound); n = k = 0 (unknown) drops the terms that need them."""
+    c = dtype_curve(prof, "gemm", dtype)
+    if c is None:
+        return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
+    return evaluate(c, m, n, k, 2.0 * m * n * k)
 
 
-def experts(prof: Profile, dtype: str, tokens_per_expert, n: float = 0.0, k: float = 0.0):
-    """Routed-expert grouped GEMM: rows per expert play the part of m."""
-    return gemm(prof, dtype, tokens_per_expert, n, k)
+def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0):
+    """Routed-expert grouped GEMM: rows per expert play the part of m (n, k: one expert's GEMM);
+    `flops`: the whole op's FLOPs on the rank (0: unknown, the fixed-latency term drops)."""
+    c = dtype_curve(prof, "experts", dtype)
+    if c is None:
+        return gemm(prof, dtype, tokens_per_expert, n, k)
+    return evaluate(c, tokens_per_expert, n, k, flops)
 
 
-def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0):
-    """Attention core (prefill: FlashAttention/FlashMLA-style; decode: paged/absorbed reads)."""
-    return prof.attn_eff
+def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0, flops=0.0):
+    """Attention core (prefill: FlashAttention/FlashMLA-style; decode: paged/absorbed reads) of
+    `batch` sequences at context `ctx` doing `flops` (0: unknown, the fixed-latency term drops)."""
+    c = curve(prof, f"attn.{phase}.{kind}.{dtype}") if prof.curves else None
+    if c is None and prof.curves:
+        c = curve(prof, f"attn.{phase}.{kind}.bf16")
+    if c is None:
+        return prof.attn_eff
+    return evaluate(c, ctx, _per(flops, batch), 0.0, flops)
+
+
+def _per(total, count):
+    """total / count where count > 0 (FLOPs per sequence), else 0."""
+    if isinstance(count, (int, float)) and isinstance(total, (int, float)):
+        return total / count if count > 0 else 0.0
+    total, count = np.broadcast_arrays(np.asarray(total, float), np.asarray(count, float))
+    return np.divide(total, count, out=np.zeros(total.shape), where=count > 0)
 
 
 def memory(prof: Profile, nbytes):
     """Streaming bandwidth: small reads are latency bound."""
     return prof.mem_eff * nbytes / (nbytes + prof.mem_bytes_half)
+
+
+def stream(prof: Profile, op_class: str, nbytes, rows=0.0, cols=0.0):
+    """Bandwidth-bound elementwise op (activation quantize, mHC pre/post) moving `nbytes` over a
+    [rows, cols] tensor: its curve, else plain streaming `memory`."""
+    c = curve(prof, op_class) if prof.curves else None
+    if c is None:
+        return memory(prof, nbytes)
+    return evaluate(c, rows, cols, 0.0, nbytes)
+
+
+def allreduce(prof: Profile, num_gpus: int, nbytes):
+    """All-reduce of `nbytes` over `num_gpus` GPUs of one NVLink domain: fraction of the scale-up
+    bandwidth, from the curve of that group size, else the nearest fitted size, else datasheet."""
+    c = curve(prof, f"allreduce.tp{num_gpus}") if prof.curves else None
+    if c is None:
+        sizes = [int(k[len("allreduce.tp"):]) for k in prof.curves if k.startswith("allreduce.tp")]
+        if sizes:
+            c = prof.curves[f"allreduce.tp{min(sizes, key=lambda s: abs(math.log(s / num_gpus)))}"]
+    return evaluate(c or ALLREDUCE_DATASHEET, nbytes, 0.0, 0.0, nbytes)

@@ -129,6 +129,13 @@ def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_
     return GRID_LOG2, tuple(curve.point(i) for i in range(len(GRID_LOG2)))
 
 
+def placement(ep: int, redundant_experts: int, policy: str, skew: float, top_k: int, num_experts: int,
+              gpus_per_node: int = 8, num_groups: int = 1):
+    """The EPLB placement (sim.eplb.Placement, one row per sampled layer) this module prices a
+    configuration with: the policy over the routing model's popularity (what `execute` runs too)."""
+    return _placement((ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups))
+
+
 # -- sampling ------------------------------------------------------------------------------------
 @lru_cache(maxsize=None)
 def _placement(cfg: tuple):

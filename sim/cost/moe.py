@@ -27,3 +27,14 @@ def distinct_experts_per_rank(model: ModelSpec, layout: Layout, tokens_global: f
 def expert_bytes(model: ModelSpec) -> float:
     """Bytes of one routed expert's weights (gate, up, down)."""
     return model.moe.expert_params(model.hidden_size) * DTYPE_BYTES[model.dtypes.expert_weights]
+
+
+def expert_work(model: ModelSpec, busiest: float, distinct: float) -> tuple[float, float, float, float, float]:
+    """FLOPs, bytes and efficiency shape (rows per expert, n, k) of the routed-expert GEMMs on an EP
+    rank holding `busiest` token-expert pairs over `distinct` experts that received tokens: per
+    expert gate/up [rows, h] x [h, 2 inter] and down [rows, inter] x [inter, h], each expert's
+    weights read once, activations in and out in BF16 (what step.py's moe.experts op prices)."""
+    h, inter = model.hidden_size, model.moe.expert_intermediate
+    flops = 2.0 * busiest * 3 * h * inter
+    nbytes = distinct * expert_bytes(model) + busiest * (2 * h + 3 * inter) * 2.0
+    return flops, nbytes, busiest / distinct, 2.0 * inter, float(h)

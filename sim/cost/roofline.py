@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from rackplan.specs import HardwareSpec, Profile
 from rackplan.specs.ops import OpKind
 
@@ -62,10 +64,23 @@ class StepCost:
 def price(flops: float, nbytes: float, peak_flops: float, eff_compute: float, hw: HardwareSpec,
           prof: Profile) -> float:
     """Roofline seconds of one kernel: the slower of compute and memory, plus the profile's fixed
-    per-kernel time (floats in, float out; the one roofline of the cost model)."""
+    per-kernel time (the one roofline of the cost model). Floats in, float out on the pricing path;
+    numpy arrays of kernels (one per row of a measured table, calibration/opdb_ops.py) go through
+    the same expression elementwise."""
+    if isinstance(flops, np.ndarray) or isinstance(nbytes, np.ndarray) or isinstance(eff_compute, np.ndarray):
+        return _price_rows(flops, nbytes, peak_flops, eff_compute, hw, prof)
     t_compute = flops / (peak_flops * (eff_compute if eff_compute > 1e-9 else 1e-9))
     t_mem = 0.0
     if nbytes > 0:
         eff_mem = efficiency.memory(prof, nbytes)
         t_mem = nbytes / (hw.hbm_bw * (eff_mem if eff_mem > 1e-9 else 1e-9))
     return (t_compute if t_compute > t_mem else t_mem) + prof.op_fixed_s
+
+
+def _price_rows(flops, nbytes, peak_flops, eff_compute, hw: HardwareSpec, prof: Profile) -> np.ndarray:
+    """`price` over arrays of kernels: the same roofline with numpy's elementwise max."""
+    flops, nbytes = np.asarray(flops, float), np.asarray(nbytes, float)
+    t_compute = flops / (peak_flops * np.maximum(eff_compute, 1e-9))
+    safe = np.where(nbytes > 0, nbytes, 1.0)
+    t_mem = np.where(nbytes > 0, nbytes / (hw.hbm_bw * np.maximum(efficiency.memory(prof, safe), 1e-9)), 0.0)
+    return np.maximum(t_compute, t_mem) + prof.op_fixed_s

@@ -230,15 +230,21 @@ class StepModel:
         flops = 2.0 * busiest * 3 * h * inter
         nbytes = distinct * self.expert_bytes + busiest * (2 * h + 3 * inter) * 2.0
         dtype = m.dtypes.expert_compute_dtype
-        eff = efficiency.experts(prof, dtype, busiest / distinct, 2 * inter, h)
+        eff = efficiency.experts(prof, dtype, busiest / distinct, 2 * inter, h, flops=flops)
         t_exp = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
         send = max(t_max, t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
         t_comb = comb.seconds(send) if comb else 0.0
+        t_perm = moved = 0.0
+        if ep == 1:  # no all-to-all: token copies are gathered into expert order and summed back locally
+            # permute reads each token and writes top_k copies, unpermute reads them and writes the sum
+            moved = t_global * h * DTYPE_BYTES[m.dtypes.activations] * (3 * m.moe.top_k + 1)
+            t_perm = self._corrected("moe.permute", price(0.0, moved, 1.0, 1.0, hw, prof) * n_moe, phase, n_moe)
         return (self._corrected("moe.experts", t_exp * n_moe, phase, n_moe),
                 self._corrected("moe.dispatch", t_disp * n_moe, phase, n_moe),
-                self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), flops * n_moe, nbytes * n_moe)
+                self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), flops * n_moe, nbytes * n_moe,
+                t_perm, moved * n_moe)
 
     # -- the step --------------------------------------------------------------------------------------
     def device(self, step: Step) -> tuple[float, float, dict[str, list], list[tuple]]:
@@ -263,7 +269,7 @@ class StepModel:
                 kernel = "high_throughput" if g.prefill_tokens else "low_latency"
                 res = self._moe(t_global, max(toks), g.n_moe, kernel, phase)
                 moe.append((g.n_moe,) + res)
-                experts_s += res[0]
+                experts_s += res[0] + res[5]  # experts, and at EP1 the local permute
                 comm += res[1]
                 comm += res[2]
         return slowest + experts_s, comm, rank_ops, moe
@@ -272,9 +278,13 @@ class StepModel:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
         total, gpu, dbo, (compute, comm, rank_ops, moe) = self._evaluate(step)
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
-        for n_moe, t_exp, t_disp, t_comb, flops, nbytes in moe:
-            ops_ += [Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe),
-                     Op("moe.dispatch", "comm", t_disp, count=n_moe), Op("moe.combine", "comm", t_comb, count=n_moe)]
+        for n_moe, t_exp, t_disp, t_comb, flops, nbytes, t_perm, moved in moe:
+            ops_.append(Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe))
+            if moved:  # EP1: the local permute instead of an all-to-all
+                ops_.append(Op("moe.permute", "mem", t_perm, 0.0, moved, n_moe))
+            else:
+                ops_ += [Op("moe.dispatch", "comm", t_disp, count=n_moe),
+                         Op("moe.combine", "comm", t_comb, count=n_moe)]
         if dbo:
             ops_.append(Op("dbo.overlap", "comm", gpu - (compute + comm)))
         ops_.append(Op("host.exposed", "cpu", total - gpu))

@@ -14,7 +14,7 @@ import re
 import sys
 from dataclasses import replace
 
-from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_profile, load_workload
+from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
 
 from . import planner
 from .space import SearchSpace
@@ -43,7 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "latency: max tokens/s/user at --rate")
     p.add_argument("--rate", type=float, default=None, metavar="RPS",
                    help="target request rate for min-gpus / latency (default: the workload's rate)")
-    p.add_argument("--profile", default="datasheet", help="cost-model profile (calibrated or datasheet)")
+    p.add_argument("--profile", default=None,
+                   help="cost-model profile (default: the hardware's default_profile, measured where shipped)")
+    p.add_argument("--profile-any-hardware", action="store_true",
+                   help="allow a profile fitted on other hardware than --hardware")
     p.add_argument("--mode", choices=("any", "disagg", "agg"), default="any",
                    help="search disaggregated, aggregated or both kinds of deployment")
     p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan")
@@ -65,11 +68,13 @@ def build_request(args) -> planner.Request:
         raise SpecError("", "gpus", "a positive GPU count", args.gpus)
     mode = getattr(args, "mode", "any")
     space = replace(SearchSpace(), disaggregated=mode != "agg", aggregated=mode != "disagg")
+    hw = load_hardware(args.hardware)
+    profile = resolve_profile(args.profile, None, hw, getattr(args, "profile_any_hardware", False))
     return planner.Request(
-        model=load_model(args.model), hw=load_hardware(args.hardware), profile=load_profile(args.profile),
+        model=load_model(args.model), hw=hw, profile=profile,
         workload=load_workload(args.workload), num_gpus=args.gpus, slo=SLO(args.ttft_p90, args.tpot_p90),
         model_ref=args.model, hw_ref=args.hardware, workload_ref=args.workload,
-        profile_ref=None if args.profile == "datasheet" else args.profile,
+        profile_ref=args.profile,
         objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
         sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate)
 
@@ -120,10 +125,12 @@ def run(args) -> int:
                           "output_tps_per_gpu": w.tps_gpu, "tps_per_user": w.tps_user,
                           "estimate": {"request_rate": w.cand.rate_rps, "output_tps_per_gpu": w.cand.tps_gpu,
                                        "tps_per_user": w.cand.tps_user},
-                          "predicted": res.plan.predicted, "timings": res.timings}, indent=2))
+                          "predicted": res.plan.predicted, "timings": res.timings, "profile": req.profile.name,
+                          "profile_source": req.profile.describe()}, indent=2))
         return 0
     from .report import console_table
 
+    print(f"profile {req.profile.name}: {req.profile.describe()}")
     print(console_table(res))
     if w.check is not None:
         note = (f": {w.tps_gpu:,.0f} output tokens/s/GPU, {w.tps_user:.1f} tokens/s/user at {w.rate_rps:.4g} req/s, "

@@ -241,13 +241,15 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     lines = [f"# rackplan plan: {r.model.name} on {r.num_gpus} x {r.hw.name}", "",
              f"Workload `{r.workload.name}` (ISL {tr.isl:.0f}, OSL {tr.osl:.0f}, "
              f"prefix hits {r.workload.prefix_hit_rate:.0%}); SLOs TTFT p90 <= {r.slo.ttft_p90_s:g} s, "
-             f"TPOT p90 <= {_ms(r.slo.tpot_p90_s)} ms; objective **{r.objective}**; profile `{r.profile.name}`.", "",
+             f"TPOT p90 <= {_ms(r.slo.tpot_p90_s)} ms; objective **{r.objective}**.", "",
+             f"Cost-model profile `{r.profile.name}`: {r.profile.describe()}.", "",
              f"Searched {res.num_layouts} instance shapes -> {res.num_candidates} deployments meeting the SLOs in "
              f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. Time: pricing "
              f"{t['price_s']:.2f} s, estimate {t['estimate_s']:.2f} s, simulation {t['simulate_s']:.2f} s.", ""]
     lines += _chosen(res) + _probes(res) + _why(res) + _front_section(res)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op)", ""] + _winner_steps(res)
+    lines += _profile_section(r.profile)
     return "\n".join(lines + _files_section(res, launch_files, why_not))
 
 
@@ -268,6 +270,19 @@ def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[s
     names = ", ".join(f"`{n}`" for n in launch_files)
     return ["## Files", "", f"{head} and `launch/`, the vLLM deployment of the chosen plan: {names}.", "",
             deploy.how_to_run(f"{res.plan.name}.yaml"), ""]
+
+
+def _profile_section(prof) -> list[str]:
+    """The profile's fit error per op class (what each op's price is worth) and its fallbacks."""
+    if not prof.fit_error:
+        return ["## Profile", "", f"`{prof.name}`: {prof.describe()}; no fit error recorded.", ""]
+    out = ["## Profile fit error", "", f"`{prof.name}`: {prof.describe()}.", "",
+           "| op class | MAPE % |", "|---|---:|"]
+    out += [f"| {k} | {v:.1f} |" for k, v in prof.fit_error.items()]
+    if prof.fallbacks:
+        out += ["", "Not fitted (where these come from): "
+                + "; ".join(f"{k}: {v}" for k, v in prof.fallbacks.items()) + "."]
+    return out + [""]
 
 
 def console_table(res: Result, top: int = 8) -> str:

@@ -115,6 +115,11 @@ def decode_deps(num_gpus: int, hw: HardwareSpec, space: SearchSpace) -> tuple[in
     return tuple(sorted(sizes))
 
 
+def host_features(hw: HardwareSpec) -> dict[str, bool]:
+    """CUDA graphs and async scheduling where the hardware can overlap host and device work."""
+    return {"cuda_graphs": hw.host_overlap, "async_scheduling": hw.host_overlap}
+
+
 def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> bool:
     """The memory filter: weights + reserve leave room for at least one KV block per rank."""
     return kv_capacity_tokens(model, hw, layout) >= 1.0
@@ -128,19 +133,21 @@ def _variants(model: ModelSpec, base: Layout, space: SearchSpace, with_spec: boo
             for s in specs for e in _eplb_options(model, base.ep_size, space) for d in dbos]
 
 
-def _prefill_bases(num_gpus: int, space: SearchSpace) -> list[Layout]:
-    return [Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64)
+def _prefill_bases(hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
+    return [Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64, **host_features(hw))
             for dp, tp in _shapes(space.prefill_tp, space.prefill_dep, num_gpus - 1)
             for budget in space.prefill_budgets]
 
 
 def _decode_bases(hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
-    return [Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches))
+    return [Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches),
+                   **host_features(hw))
             for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus - 1, hw, space), num_gpus - 1)]
 
 
 def _aggregated_bases(hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
-    return [Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches))
+    return [Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches),
+                   **host_features(hw))
             for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus, hw, space), num_gpus)
             for budget in space.agg_budgets]
 
@@ -149,7 +156,7 @@ def prefill_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: Se
     """Prefill instance shapes that fit in memory (EPLB only where the EP size needs it to split the
     experts evenly: prefill batches are large and even)."""
     out = []
-    for base in _prefill_bases(num_gpus, space):
+    for base in _prefill_bases(hw, num_gpus, space):
         for eplb in _eplb_options(model, base.ep_size, space)[:1]:
             lay = replace(base, eplb=eplb)
             if fits(model, hw, lay):
@@ -178,7 +185,7 @@ def left_out(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpa
     only run with redundant EPLB slots."""
     bases = []
     if space.disaggregated and num_gpus >= 2:
-        bases += _prefill_bases(num_gpus, space) + _decode_bases(hw, num_gpus, space)
+        bases += _prefill_bases(hw, num_gpus, space) + _decode_bases(hw, num_gpus, space)
     if space.aggregated:
         bases += _aggregated_bases(hw, num_gpus, space)
     reasons = [_skip_reason(model, hw, b, space) for b in bases]

@@ -18,7 +18,7 @@ from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 
-from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
 from ..simulator import PRECISION
 from . import planner, whatif
@@ -32,7 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8")
     p.add_argument("--replan", action="store_true", help="re-plan for every combination instead of re-simulating")
     p.add_argument("--workload", default=None, help="workload (default: the plan's)")
-    p.add_argument("--profile", default=None, help="profile (default: the plan's, else datasheet)")
+    p.add_argument("--profile", default=None,
+                   help="profile (default: the plan's, else the hardware's default_profile)")
+    p.add_argument("--profile-any-hardware", action="store_true",
+                   help="allow a profile fitted on other hardware than the plan's")
     p.add_argument("--rate", type=float, default=None, help="request rate (default: the plan's planned rate)")
     p.add_argument("--num-requests", type=int, default=None,
                    help="requests per simulation, all run to the end (default: as many as steady state needs)")
@@ -50,7 +53,7 @@ def baseline_specs(args, plan) -> whatif.Specs:
     rate = args.rate or plan.predicted.get("request_rate")
     if rate and wl.arrival.kind == "poisson":
         wl = at_rate(wl, rate)
-    prof = load_profile(args.profile or plan.profile or "datasheet")
+    prof = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
     return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), prof, wl)
 
 

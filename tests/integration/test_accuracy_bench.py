@@ -29,7 +29,9 @@ def test_two_cases_finite_and_reproducible(capsys, tmp_path):
         assert math.isfinite(p["predicted"]) and p["predicted"] > 0 and p["error"] is None
     assert rep["summary"]["datasheet"]["rows"] == 2
     assert _run(capsys, "--seed", "3")[1] == rep  # same seed, same report
-    assert (tmp_path / "accuracy.csv").read_text().count("\n") == 3  # header + one row per case
+    profiles = len(rep["summary"])  # datasheet and each case hardware's default profile
+    assert profiles == 2
+    assert (tmp_path / "accuracy.csv").read_text().count("\n") == 1 + 2 * profiles  # header + case x profile
     assert (tmp_path / "accuracy.png").stat().st_size > 1000
 
 

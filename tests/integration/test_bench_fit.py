@@ -12,18 +12,24 @@ from rackplan.calibration import bench_fit
 from rackplan.calibration.validate import compare_vllm_bench
 from rackplan.cli import main
 from rackplan.sim.simulator import with_rate
-from rackplan.specs import SpecError, load_plan, load_profile, load_workload, plan_hash
+from rackplan.specs import SpecError, load_plan, load_profile, load_workload, plan_hash, resolve_profile
 
 pytestmark = pytest.mark.integration
 H200 = str(Path(__file__).resolve().parents[1] / "data" / "h200-dsv3-32gpu.yaml")
 TRUE = {"prefill_scale": 1.3, "decode_scale": 0.8}  # the perturbation the fit must find
 
 
+def _base():
+    """The profile a bench-only fit starts from: the plan's, else its hardware's default."""
+    plan = load_plan(H200)
+    return resolve_profile(None, plan.profile, plan.hardware)
+
+
 def _bench(tmp: Path, name: str, seed: int, requests: int = 400) -> Path:
     """A bench JSON simulated with the perturbed profile at half the planned rate."""
     plan = load_plan(H200)
     wl = with_rate(load_workload(plan.workload), 0.5 * plan.predicted["request_rate"])
-    data = bench_fit.simulated_bench(plan, bench_fit.with_params(load_profile("datasheet"), TRUE), wl, requests, seed)
+    data = bench_fit.simulated_bench(plan, bench_fit.with_params(_base(), TRUE), wl, requests, seed)
     path = tmp / name
     path.write_text(json.dumps(data))
     return path
@@ -45,7 +51,7 @@ def test_perturbed_phase_scales_are_recovered_within_5pct(fitted):
         assert prof.op_scale[f"{op}/prefill"] == pytest.approx(TRUE["prefill_scale"], rel=0.05)
         assert prof.op_scale[f"{op}/decode"] == pytest.approx(TRUE["decode_scale"], rel=0.05)
     assert fit["prefill_scale"]["identified"] and fit["decode_scale"]["identified"]
-    base = load_profile("datasheet")  # host time is hidden by async scheduling here: not identified, kept
+    base = _base()  # host time is hidden by async scheduling here: not identified, kept
     assert not fit["cpu_step_s"]["identified"] and prof.cpu_step_s == base.cpu_step_s
     after = prof.provenance["vllm_bench_fit"]["error_after_pct"]
     before = prof.provenance["vllm_bench_fit"]["error_before_pct"]

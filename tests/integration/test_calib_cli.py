@@ -89,3 +89,22 @@ def test_bad_table_is_one_line_error(tmp_path, capsys):
     assert main(["calibrate", "--a2a-table", str(t), "--hardware", "h800", "--out", str(out)]) == 2
     assert not out.exists()
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_validate_two_profiles_side_by_side(run_dir, capsys):
+    """The datasheet and the fitted profile on the same measurements, one column each; the step
+    error differs because the synthetic run was made with gemm_eff_max 0.3, not the datasheet's 0.7."""
+    assert main(["validate", "--plan", "tiny-cpu", "--measurements", str(run_dir), "--profile", "datasheet",
+                 "--profile", "cpu-local"]) == 0
+    text = capsys.readouterr().out
+    assert "side by side" in text and "datasheet" in text and "cpu-local" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("step all"))
+    a, b = (float(v.rstrip("%")) for v in row.split()[2:4])
+    assert a != b
+
+
+def test_validate_rejects_a_profile_of_other_hardware(run_dir, capsys):
+    assert main(["validate", "--plan", "tiny-cpu", "--measurements", str(run_dir), "--profile",
+                 "h200-sxm-vllm"]) == 2
+    err = capsys.readouterr().err
+    assert "h200-sxm" in err and "cpu-local" in err

@@ -13,6 +13,8 @@ def test_default_simulate_prints_table(capsys):
     out = capsys.readouterr().out
     for word in ("TTFT", "TPOT", "ITL", "E2E", "output tokens/s per GPU", "decode[0].0", "prefill[0].3"):
         assert word in out
+    # the seed plan names no profile: GB300's measured default, and the header says so
+    assert "profile gb300-nvl72-vllm (default for gb300-nvl72, measured: aiconfigurator-core" in out
 
 
 def test_json_is_byte_identical_for_a_seed(capsys):

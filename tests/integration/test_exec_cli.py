@@ -72,15 +72,20 @@ def test_bad_plan_is_one_line_exit_2(tmp_path):
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
 
 
-def test_replay_of_a_plan_bigger_than_the_machine(tmp_path):
+@pytest.mark.parametrize("ranks,a2a", [(1, "modelled"), (2, "measured")])
+def test_replay_of_a_plan_bigger_than_the_machine(tmp_path, ranks, a2a):
+    """One rank: dispatch/combine priced by the simulator; two or more: the plan's per-rank bytes
+    exchanged among the real ranks and measured."""
     plan = ROOT / "configs" / "plans" / "tiny-cpu-replay.yaml"
     cmd = [sys.executable, "-m", "rackplan.cli", "execute", "--plan", str(plan), "--out", str(tmp_path),
-           "--steps", "2", "--ranks", "2"]
+           "--steps", "2", "--ranks", str(ranks)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     recs = read_measurements(tmp_path)
     dec = [r for r in recs if r["role"] == "decode"]
-    assert {r["source"] for r in dec if r["op"] in ("moe.dispatch", "moe.combine")} == {"modelled"}
+    comm = [r for r in dec if r["op"] in ("moe.dispatch", "moe.combine")]
+    assert {r["source"] for r in comm} == {a2a} and all(r["shape"]["a2a_world"] == ranks for r in comm)
+    assert {r["rank"] for r in dec} == set(range(ranks))
     assert {r["source"] for r in dec if r["op"] == "moe.experts"} == {"measured"}
     exp = [r for r in dec if r["op"] == "moe.experts"]
     assert all(r["ep"] == 8 and r["shape"]["ep_plan"] == 8 and r["shape"]["tokens_global"] == 8 * 16 for r in exp)

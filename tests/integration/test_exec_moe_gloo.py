@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rackplan.executor.attention import randn, sub_seed
 from rackplan.executor.moe import Experts, Router, moe_reference
-from rackplan.executor.parallel import make_ep_group, moe_forward, moe_forward_dbo
+from rackplan.executor.parallel import make_ep_group, moe_forward, moe_forward_dbo, moe_forward_static
 from rackplan.executor.timing import NullTimer
 from rackplan.specs import load_model
 
@@ -32,7 +32,13 @@ def _moe_rank(rank, world, tokens, force_expert, placement):
     ep = make_ep_group(dist.group.WORLD, rank, world, SPEC.moe.num_experts, placement)
     experts = Experts(SPEC, LAYER, SEED, ep.local_logical, torch.float32, "cpu")
     x, ids, w = _inputs(rank, tokens[rank], force_expert)
-    return moe_forward(x, ids, w, experts, ep, NullTimer()), moe_forward_dbo(x, ids, w, experts, ep, NullTimer())
+    # device-side sizes only; a token's top-k experts are distinct, so one source sends at most T rows
+    # to a slot (the forced case repeats an expert k times per token)
+    cap = max(tokens) * (SPEC.moe.top_k if force_expert is not None else 1)
+    static = moe_forward_static(x, ids, w, experts, ep, NullTimer(), cap)
+    rows = int(experts.rows)
+    return (moe_forward(x, ids, w, experts, ep, NullTimer()), moe_forward_dbo(x, ids, w, experts, ep, NullTimer()),
+            static, rows)
 
 
 @pytest.mark.parametrize("world,tokens,force,placement", [
@@ -44,11 +50,12 @@ def _moe_rank(rank, world, tokens, force_expert, placement):
 def test_dep_moe_equals_dense_reference(tmp_path, world, tokens, force, placement):
     outs = run_ranks(_moe_rank, world, tmp_path, tokens, force, placement)
     every = Experts(SPEC, LAYER, SEED, list(range(SPEC.moe.num_experts)), torch.float32, "cpu")
-    for rank, (out, out_dbo) in enumerate(outs):
+    assert sum(rows for *_, rows in outs) == SPEC.moe.top_k * sum(tokens[:world])  # static path: every pair once
+    for rank, (out, out_dbo, out_static, _) in enumerate(outs):
         x, ids, w = _inputs(rank, tokens[rank], force)
         ref = moe_reference(x, ids, w, every)
-        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(out_dbo, ref, rtol=1e-5, atol=1e-6)
+        for got in (out, out_dbo, out_static):
+            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
 
 
 class _Identity:

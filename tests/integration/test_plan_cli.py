@@ -35,7 +35,10 @@ def test_plan_writes_plan_and_report(planned):
     assert "No `launch/`" in (planned / "report" / "report.md").read_text()
     rows = list(csv.DictReader(open(planned / "report" / "pareto.csv")))
     assert sum(int(r["winner"]) for r in rows) == 1
-    assert "op by op" in (planned / "report" / "report.md").read_text()
+    report = (planned / "report" / "report.md").read_text()
+    assert "op by op" in report
+    # no --profile: cpu-local hardware's default profile, named in the report with its fit error
+    assert "Cost-model profile `cpu-local`" in report and "## Profile fit error" in report
 
 
 def test_plan_read_back_simulates_identically(planned):

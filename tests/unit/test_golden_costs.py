@@ -88,7 +88,9 @@ def test_v3_prefill_gemm_flops_4096():
     assert fl["attn.proj"] == pytest.approx(2 * 4096 * proj * 61)
     assert fl["dense_ffn"] == pytest.approx(2 * 4096 * 3 * 7168 * 18432 * 3)
     assert fl["moe.experts"] == pytest.approx(2 * 4096 * 8 * 3 * 7168 * 2048 * 58)
-    assert ops["moe.dispatch"] == 0.0  # EP1: nothing leaves the rank
+    assert "moe.dispatch" not in ops  # EP1: nothing leaves the rank; the local permute is priced instead
+    act = 2.0  # bf16 activations: read + write of the k copies, read them back, write the tokens
+    assert {o.name: o.bytes for o in step.ops}["moe.permute"] == pytest.approx(4096 * 7168 * act * (3 * 8 + 1) * 58)
 
 
 @pytest.mark.parametrize("dp,hw_name,nvlink_frac", [(8, "h200-sxm", 1.0), (72, "h200-sxm", 7 / 71),

@@ -1,0 +1,154 @@
+"""The public per-op database of aiconfigurator-core: finding its tables and reading them.
+
+What every table measures, its units and which rackplan op class it prices is written down once, in
+calibration/opdb.md (the mapping); TABLES below lists the columns each table must have. Layout:
+`aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/<table>.parquet`; `latency` is
+milliseconds per call except in moe_a2a_perf (microseconds).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rackplan.specs import SpecError
+
+PACKAGE = "aiconfigurator-core"
+# table -> (op folder, columns it must have)
+TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gemm_perf": ("gemm", ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")),
+    "moe_perf": ("moe", ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+                         "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency")),
+    "context_attention_perf": ("attention", ("kernel_source", "batch_size", "isl", "num_heads",
+                                             "num_key_value_heads", "head_dim", "kv_cache_dtype", "window_size",
+                                             "latency")),
+    "generation_attention_perf": ("attention", ("kernel_source", "batch_size", "step", "num_heads",
+                                                "num_key_value_heads", "head_dim", "kv_cache_dtype",
+                                                "window_size", "latency")),
+    "mla_context_module_perf": ("mla", ("kernel_source", "model", "mla_dtype", "kv_cache_dtype", "gemm_type",
+                                        "num_heads", "batch_size", "isl", "latency")),
+    "mla_generation_module_perf": ("mla", ("kernel_source", "model", "mla_dtype", "kv_cache_dtype", "gemm_type",
+                                           "num_heads", "batch_size", "step", "latency")),
+    "custom_allreduce_perf": ("comm", ("num_gpus", "message_size", "backend", "latency")),
+    "moe_a2a_perf": ("comm", ("comm_backend", "phase", "ep_size", "node_num", "hidden_size", "topk",
+                              "num_experts", "num_tokens", "latency")),
+    "scale_matrix_perf": ("quantize", ("m", "k", "quant_dtype", "latency")),
+    "mhc_module_perf": ("mhc", ("op_name", "num_tokens", "hc_mult", "hidden_size", "latency")),
+}
+SECONDS_PER_UNIT = {"moe_a2a_perf": 1e-6}  # latency units: ms unless listed here
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table found for a system/framework: the version it comes from and its file."""
+
+    name: str
+    op: str
+    version: str
+    path: Path
+    reused_from: str = ""  # version whose file a reuse.yaml declares this one identical to
+
+
+def data_root(root: str | Path | None = None) -> Path:
+    """The database folder: `root` if given, else the installed package's systems/data (found
+    without importing the package, whose compiled engine rackplan does not need)."""
+    if root is not None:
+        path = Path(root)
+        if not path.is_dir():
+            raise SpecError("--op-database-root", "path", "an existing folder of <system>/<op>/...", str(root))
+        return path
+    from importlib.util import find_spec
+
+    spec = find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecError("--op-database", PACKAGE, "the package installed (pip install 'rackplan[opdb]') "
+                        "or --op-database-root PATH")
+    return Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+
+
+def version_key(v: str) -> tuple:
+    """Sort key for versions like 0.24.0, 1.3.0rc20, 0.1.dev19262 (numbers compared as numbers)."""
+    return tuple(int(x) if x.isdigit() else -1 for x in re.findall(r"\d+|[a-z]+", v))
+
+
+def _versions(folder: Path) -> list[str]:
+    return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key) if folder.is_dir() else []
+
+
+def locate(root: Path, system: str, framework: str = "vllm", version: str | None = None) -> dict[str, Table]:
+    """The tables of TABLES present for `system` and `framework`, each from the newest version that
+    has it (at most `version` when given). Unknown system, framework or version is a SpecError."""
+    systems = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if system not in systems:
+        raise SpecError("--op-database", "system", "one of: " + ", ".join(systems), system)
+    ops = sorted({op for op, _ in TABLES.values()})
+    have = {op: _versions(root / system / op / framework) for op in ops}
+    if not any(have.values()):
+        fws = sorted({p.name for op in ops if (root / system / op).is_dir() for p in (root / system / op).iterdir()})
+        raise SpecError(f"--op-database {system}", "framework", "one of: " + ", ".join(fws), framework)
+    every = sorted({v for vs in have.values() for v in vs}, key=version_key)
+    if version is not None and version not in every:
+        raise SpecError(f"--op-database {system} --framework {framework}", "version",
+                        "one of: " + ", ".join(every), version)
+    found = {}
+    for name, (op, _) in TABLES.items():
+        for v in reversed(have[op]):
+            if version is not None and version_key(v) > version_key(version):
+                continue
+            table = _table_at(root / system / op / framework, v, name, op)
+            if table is not None:
+                found[name] = table
+                break
+    return found
+
+
+def _table_at(folder: Path, version: str, name: str, op: str) -> Table | None:
+    """The table file at one version, following a reuse.yaml declaration to the version it names."""
+    path = folder / version / f"{name}.parquet"
+    if path.is_file():
+        return Table(name, op, version, path)
+    reuse = folder / version / "reuse.yaml"
+    if reuse.is_file():
+        from rackplan.specs.fields import read_yaml
+
+        for item in read_yaml(reuse).get("reuse") or []:
+            src = folder / str(item.get("from_version", "")) / f"{name}.parquet"
+            if item.get("table") == name and src.is_file():
+                return Table(name, op, version, src, reused_from=str(item["from_version"]))
+    return None
+
+
+def read(table: Table) -> dict[str, np.ndarray]:
+    """The table's needed columns as numpy arrays, latency converted to seconds (`seconds`); rows
+    whose latency is not a finite positive number are dropped. An unreadable (corrupt, truncated)
+    file or a missing column is a SpecError naming the file."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SpecError("--op-database", "pyarrow", "installed (pip install 'rackplan[opdb]')") from None
+    columns = TABLES[table.name][1]
+    try:
+        data = pq.read_table(table.path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError for corrupt files
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError(str(table.path), "(parquet)", "a readable parquet table", reason) from None
+    missing = [c for c in columns if c not in data.column_names]
+    if missing:
+        raise SpecError(str(table.path), missing[0], f"a column of {table.name} (needs {', '.join(columns)})")
+    cols = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False)) for c in columns}
+    try:
+        sec = cols.pop("latency").astype(float) * SECONDS_PER_UNIT.get(table.name, 1e-3)
+    except (TypeError, ValueError):
+        raise SpecError(str(table.path), "latency", "numbers (milliseconds)") from None
+    keep = np.isfinite(sec) & (sec > 0)
+    out = {c: v[keep] for c, v in cols.items()}
+    out["seconds"] = sec[keep]
+    return out
+
+
+def most_rows(values: np.ndarray) -> str:
+    """The most frequent value (the kernel with the full sweep); ties go to the first in order."""
+    names, counts = np.unique(values.astype(str), return_counts=True)
+    return str(names[int(np.argmax(counts))])

@@ -1,0 +1,192 @@
+"""`rackplan calibrate --op-database SYSTEM`: a measured profile from the public per-op database.
+
+Finds the tables (calibration/opdb.py, which also documents what each measures), fits one curve
+per op class in dependency order (GEMMs first: the MLA module tables are priced as projections
+plus attention core), fits DeepEP dispatch/combine entries through calibration/a2a.py, and says in
+the profile's `fallbacks` where every op class it could not fit comes from. Returns the profile
+and a summary; nothing is written here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from importlib import metadata
+
+import numpy as np
+
+from rackplan.specs import HardwareSpec, Profile, SpecError, load_model
+from rackplan.specs.hardware import DTYPE_FAMILY
+
+from . import opdb, opdb_ops
+from .opdb_fit import ClassFit, fit_class, split
+from .robust import mape
+
+# op classes the cost model asks for, and where they come from when the tables lack them
+ATTN_FALLBACK = {  # V3.2 (MLA + indexer) runs kind mla; V4 csa: FlashMLA-sparse kernels, MLA-like
+    "attn.prefill.csa.bf16": "attn.prefill.mla.bf16",
+    "attn.decode.csa.bf16": "attn.decode.mla.bf16",
+}
+SCALAR_SOURCES = {
+    "kv_transfer": "base profile kv_transfer_alpha_s / kv_transfer_bw_eff (no KV-connector table)",
+    "host": "base profile cpu_step_s, cpu_per_request_s, launch_s (the tables time kernels, not the engine loop)",
+    "dbo": "base profile dbo_efficiency",
+}
+REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target is left out of the profile
+A2A_KERNEL = {"deepep_ll": "low_latency", "deepep_ht": "high_throughput"}
+# DeepEP as vLLM runs it for DeepSeek-V3: low-latency dispatch in FP8 (with scales), combine and the
+# high-throughput kernels in BF16 (the table's comm_dtype is "default")
+A2A_DTYPE = {("low_latency", "dispatch"): "fp8"}
+
+
+def import_profile(system: str, framework: str, version: str | None, hw: HardwareSpec, base: Profile,
+                   name: str, root=None, progress=None) -> tuple[Profile, list[ClassFit]]:
+    """Fit every op class the tables hold; (profile, fits). Raises SpecError on bad input."""
+    tables = opdb.locate(opdb.data_root(root), system, framework, version)
+    if not tables:
+        raise SpecError(f"--op-database {system}", "tables", f"at least one of {', '.join(opdb.TABLES)}")
+    prof = dataclasses.replace(base, name=name, hardware=hw.name, curves={}, fallbacks={}, fit_error={})
+    fits: list[ClassFit] = []
+    dropped: dict[str, ClassFit] = {}
+    for stage in STAGES:
+        for rows in stage(tables, hw, prof):
+            if progress:
+                progress(rows.key, len(rows.seconds))
+            f, fitted = fit_class(rows, prof)
+            fits.append(f)
+            if f.mape_held <= REJECT * f.target:
+                prof = fitted
+            else:
+                dropped[f.key] = f
+    a2a_fit = _a2a(tables, hw, prof) if "moe_a2a_perf" in tables else None
+    if a2a_fit is not None:
+        entries, f = a2a_fit
+        fits.append(f)
+        prof = dataclasses.replace(prof, a2a=entries)
+    fallbacks = {**_dropped(dropped), **_fallbacks(prof, tables, base, a2a_fit is not None)}
+    prof = dataclasses.replace(prof, fallbacks=fallbacks,
+                               fit_error={f.key: round(f.mape_held, 2) for f in fits if f.key not in dropped})
+    prov = {"source": {"package": opdb.PACKAGE, "version": _package_version(), "system": system,
+                       "framework": framework, "framework_version": version or "newest per table"},
+            "date": dt.date.today().isoformat(), "hardware": hw.name, "base_profile": base.name,
+            "method": "per op class: one Curve fitted by calibration.robust.fit_relative (soft-L1 relative "
+                      "least squares) through sim/cost's pricing of each row; fit_error = MAPE % on held-out "
+                      f"rows (a seeded {int(100 * 0.25)}% of each class's rows, never fitted)",
+            "classes": {f.key: {**f.record(), **({"written": False} if f.key in dropped else {})} for f in fits}}
+    return dataclasses.replace(prof, provenance=prov), fits
+
+
+# op classes in fitting order: the MLA module rows are priced with the GEMM curves fitted before them
+STAGES = (lambda t, hw, p: opdb_ops.memory_rows(t, hw), lambda t, hw, p: opdb_ops.gemm_rows(t, hw),
+          lambda t, hw, p: opdb_ops.expert_rows(t, hw), opdb_ops.attention_rows,
+          lambda t, hw, p: opdb_ops.comm_rows(t, hw), lambda t, hw, p: opdb_ops.stream_rows(t, hw))
+
+
+def class_rows(tables: dict, hw: HardwareSpec, prof: Profile) -> list:
+    """Every op class's rows, priced (where a class depends on other curves) under `prof`."""
+    return [rows for stage in STAGES for rows in stage(tables, hw, prof)]
+
+
+def _dropped(dropped: dict[str, ClassFit]) -> dict[str, str]:
+    """Classes whose curve missed REJECT x its target on held-out rows: not written; where they go."""
+    out = {}
+    for key, f in dropped.items():
+        cls, _, dtype = key.partition(".")
+        family = DTYPE_FAMILY.get(dtype)
+        to = f"the {cls}.{family} curve (dtype family)" if family else "the base profile's scalar fields"
+        out[key] = f"{to}: its own fit missed ({f.mape_held:.1f}% held-out MAPE > {REJECT} x {f.target:g}%)"
+    return out
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version(opdb.PACKAGE)
+    except metadata.PackageNotFoundError:
+        return "not installed (--op-database-root)"
+
+
+def _fallbacks(prof: Profile, tables: dict, base: Profile, have_a2a: bool) -> dict[str, str]:
+    out = {k: v for k, v in ATTN_FALLBACK.items() if k not in prof.curves and v in prof.curves}
+    for name, (op, _) in opdb.TABLES.items():
+        if name not in tables:
+            out[f"table.{name}"] = f"not in the database for this system ({op}/): its op classes use the base " \
+                                   f"profile {base.name!r}"
+    out.update(SCALAR_SOURCES)
+    if have_a2a:
+        ep = sorted({e.ep for e in prof.a2a if e not in base.a2a})
+        inputs = ", ".join(i.get("path", "") for i in base.provenance.get("inputs", [])) or "its datasheet entries"
+        out["a2a"] = (f"DeepEP at EP {', '.join(map(str, ep))} from moe_a2a_perf; the base profile {base.name!r} "
+                      f"({inputs}) prices the rest: the entry of the nearest EP size wins, an EP-agnostic one only "
+                      "where no entry has an EP")
+    else:
+        out["a2a"] = f"base profile {base.name!r} (no moe_a2a_perf rows for this system)"
+    return out
+
+
+def _a2a(tables: dict, hw: HardwareSpec, prof: Profile):
+    """DeepEP dispatch/combine (DeepSeek-V3 shape rows) -> A2AParams with latency floors, fitted on
+    the fit rows; entries carry the table's EP size and sit beside the base profile's."""
+    from .a2a import A2APoint, fit_a2a, predict
+
+    t = tables["moe_a2a_perf"]
+    c = opdb.read(t)
+    sel = ((c["hidden_size"] == 7168) & (c["topk"] == 8) & (c["num_experts"] == 256) & (c["node_num"] == 1)
+           & np.isin(c["comm_backend"], list(A2A_KERNEL)))
+    pts = []
+    for backend, phase, ep, tok, sec in zip(*(c[x][sel] for x in ("comm_backend", "phase", "ep_size", "num_tokens",
+                                                                   "seconds"))):
+        kernel = A2A_KERNEL[str(backend)]
+        pts.append(A2APoint(kernel, int(ep), str(phase), float(tok), float(sec),
+                            A2A_DTYPE.get((kernel, str(phase)), "bf16")))
+    if len(pts) < 8:
+        return None
+    model = load_model("deepseek-v3")
+    ep = int(np.bincount([p.ep for p in pts]).argmax())
+    pts = [p for p in pts if p.ep == ep]
+    fit_idx, held_idx = split(len(pts))
+    fit = fit_a2a([pts[i] for i in fit_idx], hw, model, floor=True, prior=prof)
+    from .a2a import _link
+
+    measured_groups = {(p.kernel, _link(p, hw), p.phase) for p in pts}  # fit_a2a also returns its provisional
+    best = {(e.kernel, e.link, e.phase): e for e in fit.entries if (e.kernel, e.link, e.phase) in measured_groups}
+    for e in fit.floor_entries:  # the floor variant wherever a floor was fitted
+        best[(e.kernel, e.link, e.phase)] = dataclasses.replace(e, floor_s=fit.floor_s[(e.kernel, e.link, e.phase,
+                                                                                         e.ep)])
+    entries = [dataclasses.replace(e, ep=ep, alpha_s=_sig(e.alpha_s), bw_eff=_sig(e.bw_eff), floor_s=_sig(e.floor_s))
+               for e in best.values()]
+    measured = np.array([p.seconds for p in pts])
+    pred = predict(pts, entries, model, hw)
+    mine = {(e.kernel, e.link, e.phase) for e in entries}
+    kept = [e for e in prof.a2a if (e.kernel, e.link, e.phase) not in mine or e.ep != ep]
+    f = ClassFit("a2a.deepep", t, len(fit_idx), len(held_idx), mape(pred[fit_idx], measured[fit_idx]),
+                 mape(pred[held_idx], measured[held_idx]),
+                 "DeepSeek-V3 shape (hidden 7168, top-8 of 256), one node; LL dispatch FP8, others BF16",
+                 "deepep_ht, deepep_ll")
+    return tuple(kept + entries), f
+
+
+def summary_rows(prof: Profile, fits: list[ClassFit]) -> list[dict]:
+    """One row per fitted class for the importer's table: error on fit and held-out rows vs target."""
+    out = []
+    for f in fits:
+        written = f.key in prof.curves or f.key == "memory" or f.key.startswith("a2a")
+        status = ("ok" if f.mape_held <= f.target else "over target") if written else "not written (see fallbacks)"
+        out.append({"class": f.key, "table": f.table.name, "version": f.table.version, "rows_fit": f.rows_fit,
+                    "rows_held": f.rows_held, "mape_fit": round(f.mape_fit, 2), "mape_held": round(f.mape_held, 2),
+                    "target": f.target, "status": status,
+                    "table_roughness": f.extra.get("table_roughness_pct", float("nan"))})
+    return out
+
+
+def compact(prof: Profile) -> dict:
+    """The profile as a YAML-ready mapping with every curve's default-valued fields left out."""
+    from rackplan.specs import Curve, to_dict
+
+    out = to_dict(prof)
+    defaults = to_dict(Curve(eff_max=1.0))
+    out["curves"] = {k: [{f: v for f, v in c.items() if f == "eff_max" or v != defaults[f]} for c in cs]
+                     for k, cs in out["curves"].items()}
+    return out

@@ -1,0 +1,326 @@
+"""Op-database rows -> ClassRows: which rows of each table make one op class, and how the cost
+model prices one row (the functions a serving step is priced with: roofline.price with
+efficiency.gemm / experts / attention, attention.py's components, moe.py's expert work,
+collective.py, elementwise.py). Shapes that do not depend on the profile (FLOPs, bytes) are
+computed once per row; the fit then re-prices every row under each trial curve.
+"""
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import numpy as np
+
+from rackplan.sim.cost import attention as attn
+from rackplan.sim.cost import efficiency
+from rackplan.sim.cost.collective import allreduce_seconds
+from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, stream_seconds
+from rackplan.sim.cost.moe import distinct_experts_per_rank, expert_work
+from rackplan.sim.cost.roofline import price
+from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, Layout, ModelSpec, Profile, load_model
+
+from .opdb import Table, most_rows, read
+from .opdb_fit import ClassRows
+
+# table dtype -> rackplan compute dtype (curve key) and the storage format its weights are read in
+TABLE_DTYPE = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4",
+               "w4a8_mxfp4_mxfp8": "mxfp4"}
+WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4", "mxfp4": "mxfp4"}
+# per-rank (heads, KV heads) of the embedded GQA model (Qwen3-235B: 64 q, 4 KV heads) at TP 1, 2, 4, 8,
+# encoded heads * 100 + kv_heads
+GQA_SHAPES = (6404, 3202, 1601, 801)
+MIN_WEIGHT_DIM = 256  # smallest weight-GEMM edge of the embedded models (the router: 256 experts)
+GEMM_START = Curve(eff_max=0.7, x_half=300.0, y_half=100.0, z_half=100.0, work_half=1e9, sharpness=1.5,
+                   tiles_half=10.0)
+ATTN_START = Curve(eff_max=0.5, x_half=100.0, y_half=1e8, work_half=1e9, sharpness=1.5)
+STREAM_START = Curve(eff_max=0.6, x_half=10.0, y_half=100.0, work_half=1e6)
+ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness", "tiles_half")
+
+
+def _gemm_table(tables: dict[str, Table]):
+    """Columns of the GEMM table restricted to weight-GEMM shapes (n, k >= MIN_WEIGHT_DIM)."""
+    t = tables.get("gemm_perf")
+    if t is None:
+        return None, {}
+    c = read(t)
+    sel = (c["n"] >= MIN_WEIGHT_DIM) & (c["k"] >= MIN_WEIGHT_DIM)
+    return t, {x: v[sel] for x, v in c.items()}
+
+
+def _gemm_predict(dt: str, m, n, k, hw):
+    flops = 2.0 * m * n * k
+    nbytes = k * n * DTYPE_BYTES[WEIGHTS[dt]] + m * (k + n) * 2.0
+    peak = hw.flops_for(dt)
+
+    def predict(prof, i):
+        return price(flops[i], nbytes[i], peak, efficiency.gemm(prof, dt, m[i], n[i], k[i]), hw, prof)
+    return predict
+
+
+def memory_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """memory: the profile's streaming efficiency (mem_eff, mem_bytes_half) from BF16 GEMMs of at
+    most 8 rows over >= 32 MB of weights, which only stream their weights."""
+    t, c = _gemm_table(tables)
+    if t is None:
+        return []
+    sel = (c["gemm_dtype"] == "bfloat16") & (c["m"] <= 8) & (c["n"] * c["k"] * 2.0 >= 32e6)
+    if sel.sum() < 8:
+        return []
+    m, n, k = (c[x][sel].astype(float) for x in "mnk")
+    return [ClassRows("memory", t, c["seconds"][sel], _gemm_predict("bf16", m, n, k, hw), None, (),
+                      "gemm_dtype bfloat16, m <= 8, weights >= 32 MB (weight streaming)",
+                      scalars=(("mem_eff", 0.8, 0.05, 1.0), ("mem_bytes_half", 1e6, 0.0, 1e9)))]
+
+
+def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """gemm.<dtype>: weight GEMMs with n, k >= MIN_WEIGHT_DIM, priced as step.py's _gemm."""
+    t, c = _gemm_table(tables)
+    if t is None:
+        return []
+    out = []
+    for tdt in sorted(set(c["gemm_dtype"].astype(str)) & set(TABLE_DTYPE)):
+        dt = TABLE_DTYPE[tdt]
+        sel = c["gemm_dtype"] == tdt
+        m, n, k = (c[x][sel].astype(float) for x in "mnk")
+        kernels = ", ".join(sorted(set(c["kernel_source"][sel].astype(str))))
+        out.append(ClassRows(f"gemm.{dt}", t, c["seconds"][sel], _gemm_predict(dt, m, n, k, hw), GEMM_START,
+                             ALL_FIELDS, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}", kernels, configs=2,
+                             notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel])}))
+    return out
+
+
+def roughness(m, n, k, seconds) -> float:
+    """The table's own scatter: MAPE % of predicting each row from its two neighbours in m (same n, k)
+    by log-log interpolation, a floor no smooth curve in m can beat."""
+    errs = []
+    for nk in set(zip(n, k)):
+        rows = np.flatnonzero((n == nk[0]) & (k == nk[1]))
+        rows = rows[np.argsort(m[rows])]
+        if len(rows) < 3:
+            continue
+        lm, lt = np.log(m[rows]), np.log(seconds[rows])
+        w = (lm[1:-1] - lm[:-2]) / (lm[2:] - lm[:-2])
+        errs.append(np.abs(np.exp(lt[:-2] * (1 - w) + lt[2:] * w - lt[1:-1]) - 1))
+    return round(float(np.mean(np.concatenate(errs)) * 100), 2) if errs else float("nan")
+
+
+@lru_cache(maxsize=None)
+def _moe_model(h: int, inter: int, topk: int, experts: int, dt: str) -> ModelSpec:
+    base = load_model("deepseek-v3")
+    moe = dataclasses.replace(base.moe, num_experts=experts, top_k=topk, expert_intermediate=inter,
+                              num_groups=1, topk_groups=1)
+    dts = dataclasses.replace(base.dtypes, expert_weights=WEIGHTS[dt], expert_compute=dt)
+    return dataclasses.replace(base, hidden_size=h, moe=moe, dtypes=dts)
+
+
+def expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """experts.<dtype>: one EP rank's routed experts for balanced routing (no MoE TP), priced as
+    step.py's moe.experts: T tokens enter, T top_k / ep pairs land on the rank's E / ep experts."""
+    t = tables.get("moe_perf")
+    if t is None:
+        return []
+    c = read(t)
+    out = []
+    base = (c["distribution"] == "balanced") & (c["moe_tp_size"] == 1)
+    for tdt in sorted(set(c["moe_dtype"][base].astype(str)) & set(TABLE_DTYPE)):
+        dt = TABLE_DTYPE[tdt]
+        kernel = most_rows(c["kernel_source"][base & (c["moe_dtype"] == tdt)])
+        sel = base & (c["moe_dtype"] == tdt) & (c["kernel_source"] == kernel)
+        tokens, h = c["num_tokens"][sel].astype(float), c["hidden_size"][sel].astype(float)
+        shape = np.array([_expert_shape(*r, dt) for r in zip(*(c[x][sel] for x in (
+            "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")))])  # [N, 5]
+        route = f"moe.route.{dt}"
+        predict = _expert_predict(dt, shape, tokens, h, route, hw)
+        out.append(ClassRows(f"experts.{dt}", t, c["seconds"][sel], predict, GEMM_START, ALL_FIELDS,
+                             f"moe_dtype {tdt}, balanced, moe_tp_size 1; fitted with {route} (routing, "
+                             "permute and quantisation of every token entering the rank)", kernel,
+                             also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2))
+    return out
+
+
+def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw):
+    """Seconds of the table's MoE rows: the moe.experts op as step.py prices it, plus the `route`
+    stream over the BF16 hidden states of every token entering the rank (its own curve)."""
+    flops, nbytes, rows_pe, n, k = shape.T
+    in_bytes = tokens * h * 2.0
+    peak = hw.flops_for(dt)
+
+    def predict(prof, i):
+        eff = efficiency.experts(prof, dt, rows_pe[i], n[i], k[i], flops[i])
+        return (price(flops[i], nbytes[i], peak, eff, hw, prof)
+                + stream_seconds(hw, prof, route, in_bytes[i], tokens[i], h[i]))
+    return predict
+
+
+def _expert_shape(tokens, h, inter, topk, experts, ep, dt):
+    model = _moe_model(int(h), int(inter), int(topk), int(experts), dt)
+    busiest = float(tokens) * int(topk) / int(ep)
+    distinct = max(distinct_experts_per_rank(model, Layout(role="decode", dp=int(ep)), float(tokens)), 1.0)
+    return expert_work(model, busiest, distinct)
+
+
+def _gqa(heads: int, kv_heads: int, head_dim: int, kv_bytes: float) -> tuple[ModelSpec, object]:
+    base = load_model("qwen3-235b-a22b")
+    comp = dataclasses.replace(base.attention.kv[0], entry_bytes=2.0 * kv_heads * head_dim * kv_bytes,
+                               qk_dim=head_dim, v_dim=head_dim)
+    att = dataclasses.replace(base.attention, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                              kv=(comp,))
+    return dataclasses.replace(base, attention=att), comp
+
+
+def _mla(kv_bytes: float) -> tuple[ModelSpec, object]:
+    base = load_model("deepseek-v3")
+    comp = dataclasses.replace(base.attention.kv[0], entry_bytes=576.0 * kv_bytes)
+    return dataclasses.replace(base, attention=dataclasses.replace(base.attention, kv=(comp,))), comp
+
+
+def attention_rows(tables: dict[str, Table], hw: HardwareSpec, prof: Profile) -> list[ClassRows]:
+    """attn.<phase>.gqa.bf16 from the plain attention tables (head_dim 128, BF16 KV, no window) and
+    attn.<phase>.mla.bf16 from the DeepSeek-V3 MLA module tables (BF16 everywhere), whose
+    projections are priced with `prof`'s gemm curves and held fixed while the core is fitted."""
+    out = []
+    for phase, name in (("prefill", "context_attention_perf"), ("decode", "generation_attention_perf")):
+        if name in tables:
+            out.append(_gqa_rows(tables[name], phase, hw))
+    for phase, name in (("prefill", "mla_context_module_perf"), ("decode", "mla_generation_module_perf")):
+        if name in tables:
+            out.append(_mla_rows(tables[name], phase, hw, prof))
+    return [r for r in out if r is not None]
+
+
+def _core_shapes(model, comp, phase: str, batch, ctx, tp: float, hw) -> np.ndarray:
+    """[N, 4] per row: FLOPs, bytes, efficiency batch and context, exactly as attention.py forms them."""
+    ds = Profile(name="shape-only")
+    rows = []
+    for b, s in zip(batch, ctx):
+        if phase == "prefill":  # b sequences of s new tokens, nothing cached
+            _, fl, by = attn.prefill_component(model, comp, ((float(b), float(s), 0.0),), tp, 1, hw, ds)
+        else:  # b sequences at context s
+            _, fl, by = attn.decode_component(model, comp, float(b), float(b) * s, 1.0, tp, 1, hw, ds)
+        rows.append((float(fl), float(by), float(b), float(s)))
+    return np.array(rows)
+
+
+def _core_predict(kind: str, phase: str, shapes: np.ndarray, hw, fixed=None):
+    flops, nbytes, batch, ctx = shapes.T
+    peak = hw.flops_for("bf16")
+
+    def predict(prof, i):
+        eff = efficiency.attention(prof, phase, kind, "bf16", batch[i], ctx[i], flops[i])
+        sec = price(flops[i], nbytes[i], peak, eff, hw, prof)
+        return sec if fixed is None else sec + fixed[i]
+    return predict
+
+
+def _gqa_rows(t: Table, phase: str, hw) -> ClassRows | None:
+    c = read(t)
+    ctx_col = "isl" if phase == "prefill" else "step"
+    base = ((c["head_dim"] == 128) & (c["window_size"] == 0) & (c["kv_cache_dtype"] == "bfloat16")
+            & np.isin(np.asarray(c["num_heads"]) * 100 + np.asarray(c["num_key_value_heads"]), GQA_SHAPES))
+    if not np.any(base):
+        return None
+    kernel = most_rows(c["kernel_source"][base])
+    sel = base & (c["kernel_source"] == kernel)
+    keys = list(zip(c["num_heads"][sel], c["num_key_value_heads"][sel]))
+    shapes = np.empty((int(sel.sum()), 4))
+    for hk in sorted(set(keys)):
+        rows = np.array([key == hk for key in keys])
+        model, comp = _gqa(int(hk[0]), int(hk[1]), 128, 2.0)
+        shapes[rows] = _core_shapes(model, comp, phase, c["batch_size"][sel][rows], c[ctx_col][sel][rows], 1, hw)
+    return ClassRows(f"attn.{phase}.gqa.bf16", t, c["seconds"][sel], _core_predict("gqa", phase, shapes, hw),
+                     ATTN_START, ("eff_max", "x_half", "y_half", "work_half", "sharpness"),
+                     "Qwen3-235B heads per rank at TP 1-8 (64/4, 32/2, 16/1, 8/1), head_dim 128, BF16 KV, no window",
+                     kernel, configs=2)
+
+
+def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
+    c = read(t)
+    ctx_col = "isl" if phase == "prefill" else "step"
+    if ctx_col not in c:
+        return None
+    base = ((c["model"] == "deepseek-ai/DeepSeek-V3") & (c["mla_dtype"] == "bfloat16") & (c["num_heads"] == 128)
+            & (c["kv_cache_dtype"] == "bfloat16") & (c["gemm_type"] == "bfloat16"))
+    if not np.any(base):
+        return None
+    kernel = most_rows(c["kernel_source"][base])
+    sel = base & (c["kernel_source"] == kernel)
+    model, comp = _mla(2.0)
+    heads, batch, ctx = (c[x][sel].astype(float) for x in ("num_heads", "batch_size", ctx_col))
+    shapes = np.empty((len(heads), 4))
+    for h in sorted(set(heads)):
+        rows = heads == h
+        shapes[rows] = _core_shapes(model, comp, phase, batch[rows], ctx[rows], model.attention.num_heads / h, hw)
+    tokens = batch * ctx if phase == "prefill" else batch
+    proj = projection_seconds(model, tokens, model.attention.num_heads / heads, "bf16", hw, prof)
+    return ClassRows(f"attn.{phase}.mla.bf16", t, c["seconds"][sel], _core_predict("mla", phase, shapes, hw, proj),
+                     ATTN_START, ("eff_max", "x_half", "y_half", "work_half", "sharpness"),
+                     "DeepSeek-V3, all 128 heads on the rank (DP attention), BF16 MLA, KV and projections; "
+                     "module = attn.proj (gemm curves) + attn.core",
+                     kernel, configs=2)
+
+
+def projection_seconds(model: ModelSpec, tokens, tp, dtype: str, hw, prof: Profile) -> np.ndarray:
+    """attn.proj seconds per layer for `tokens` rows at TP `tp` (arrays), as step.py's GEMM table
+    forms them: every projection's output split by TP, weights in `dtype`."""
+    tokens, tp = np.asarray(tokens, float), np.asarray(tp, float)
+    total = np.zeros_like(tokens)
+    for _, k, n in model.attention.projections(model.hidden_size):
+        n_r = n / tp
+        flops = 2.0 * tokens * k * n_r
+        nbytes = k * n_r * DTYPE_BYTES[dtype] + tokens * (k + n_r) * 2.0
+        total += price(flops, nbytes, hw.flops_for(dtype), efficiency.gemm(prof, dtype, tokens, n_r, k), hw, prof)
+    return total
+
+
+def comm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """allreduce.tp<N>: vLLM custom all-reduce inside a CUDA graph, group sizes within one domain."""
+    t = tables.get("custom_allreduce_perf")
+    if t is None:
+        return []
+    c = read(t)
+    out = []
+    for gpus in sorted(set(int(g) for g in c["num_gpus"])):
+        sel = (c["backend"] == "vllm_graph") & (c["num_gpus"] == gpus)
+        if gpus > hw.domain_size or not np.any(sel):
+            continue
+        nbytes = c["message_size"][sel].astype(float) * 2.0  # BF16 elements
+
+        def predict(prof, i, nbytes=nbytes, gpus=gpus):
+            return allreduce_seconds(hw, prof, nbytes[i], gpus)
+
+        out.append(ClassRows(f"allreduce.tp{gpus}", t, c["seconds"][sel], predict,
+                             Curve(eff_max=0.5, x_half=1e6, work_half=1e5, sharpness=2.0),
+                             ("eff_max", "x_half", "work_half", "sharpness"),
+                             f"backend vllm_graph, {gpus} GPUs, BF16 messages", "vLLM_custom_graph", configs=2))
+    return out
+
+
+def stream_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """quantize.fp8 (dynamic per-token FP8) and mhc.pre / mhc.post: bytes moved over HBM."""
+    out = []
+    if "scale_matrix_perf" in tables:
+        t = tables["scale_matrix_perf"]
+        c = read(t)
+        sel = c["quant_dtype"] == "fp8"
+        m, k = c["m"][sel].astype(float), c["k"][sel].astype(float)
+        out.append(_stream(t, "quantize.fp8", c["seconds"][sel], quantize_bytes(m, k, "fp8"), m, k, hw,
+                           "quant_dtype fp8 (static scale)"))
+    if "mhc_module_perf" in tables:
+        t = tables["mhc_module_perf"]
+        c = read(t)
+        for part in ("pre", "post"):
+            sel = c["op_name"] == part
+            if not np.any(sel):
+                continue
+            tok, h, hc = (c[x][sel].astype(float) for x in ("num_tokens", "hidden_size", "hc_mult"))
+            out.append(_stream(t, f"mhc.{part}", c["seconds"][sel], mhc_bytes(tok, h, hc, part), tok, h, hw,
+                               f"op_name {part}"))
+    return out
+
+
+def _stream(t, key, seconds, nbytes, rows, cols, hw, selection) -> ClassRows:
+    def predict(prof, i):
+        return stream_seconds(hw, prof, key, nbytes[i], rows[i], cols[i])
+
+    return ClassRows(key, t, seconds, predict, STREAM_START, ("eff_max", "x_half", "y_half", "work_half"),
+                     selection)

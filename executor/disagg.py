@@ -1,0 +1,457 @@
+"""Disaggregated serving on real ranks: every prefill and decode replica of the plan runs its own
+loop on its own ranks and process groups, at the same time, and each prompt's KV cache goes from
+its prefill rank to its decode rank point-to-point (kv.py).
+
+Request lifecycle (the simulator's, sim/simulator.py; the policy pieces are serving.py's):
+  1. requests arrive on the wall clock (open loop) or when one finishes (closed loop);
+  2. router: the first prefill instance with room takes the oldest arrived request (`claim`, an
+     atomic compare-and-set on the run's store): an idle instance takes it the moment it arrives,
+     a busy one at its next step, so load goes where there is capacity, like least-loaded routing;
+  3. the prefill leader (local rank 0) forms each step's chunks (PrefillQueue) and broadcasts them
+     to its instance; the step a prompt's last chunk runs, the leader has picked the least-loaded
+     decode rank (store counters of running + staged requests), the prefill rank isends the KV
+     and posts a header (request, source rank, length, first token) in that decode instance's inbox;
+  4. the decode leader reads its inbox each step, seats staged requests (DecodeSeats) and
+     broadcasts the step; a newly seated request's decode rank receives its KV first (timed as
+     `kv.transfer`), then every seated request emits 1 token (1 + accepted drafts under
+     speculation); the first decode step after the KV arrived gives the first token (TTFT).
+Every rank keeps its own clock from a common start barrier (one machine: the same monotonic
+clock); rank 0 gathers step records, request timelines and expert counts at the end. With async
+scheduling a leader plans step n + 1 on a worker thread while step n runs (the plan cannot depend
+on step n's tokens: a request's emitted count is known when its step is issued).
+"""
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rackplan.sim.workload import make_requests
+from rackplan.specs import load_workload
+
+from .attention import sub_seed
+from .control import Control
+from .kv import KVLinks, check_kv_layouts, dest_ranks, source_rank
+from .model import Batch, layer_ids
+from .records import request_record
+from .serve import Instance, prompt_tokens
+from .serving import DecodeSeats, PrefillQueue, Timeline
+from .speculate import accept, draw_accepted, verify_batch
+from .timing import NullTimer
+from .topology import make_groups, max_ranks, serving_instances
+
+IDLE_POLL_S = 1.0  # longest an idle leader waits before it tells its instance it is still alive
+POLL_S = 0.002  # an idle prefill leader's look at the clock when the next arrival is not known yet
+
+
+@dataclass
+class Tick:
+    index: int
+    work: list  # per DP rank: prefill Chunks or decode Seats
+    extra: dict = field(default_factory=dict)  # prefill: rid -> (decode instance, dp); decode: rid -> header
+    accepted: dict = field(default_factory=dict)  # decode + speculation: rid -> drafts kept
+
+
+class Loop:
+    """One instance's loop on one rank: the leader plans and broadcasts, every rank steps."""
+
+    def __init__(self, eng, rg, inst_obj: Instance):
+        self.eng, self.me, self.rg, self.inst = eng, eng.me, rg, inst_obj
+        self.leader = rg.local == 0
+        self.lay = rg.inst.layout
+        self.pool = ThreadPoolExecutor(1) if self.lay.async_scheduling and self.leader else None
+        self.pending = None
+        self.ticks = 0
+        self.exposed_s = 0.0
+
+    def _message(self):
+        """Leader: the next ("tick", t) / ("idle", None) / ("stop", None); the others receive it."""
+        if self.leader:
+            t0 = time.perf_counter()
+            tick = self.pending.result() if self.pending is not None else self.plan()
+            self.pending = None
+            if tick is None:
+                msg = ("stop", None) if self.finished() else ("idle", None)
+                if msg[0] == "idle":
+                    self.idle_wait()
+            else:
+                msg = ("tick", tick)
+            self.exposed_s = time.perf_counter() - t0
+        if self.rg.instance is None:
+            return msg
+        box = [msg if self.leader else None]
+        dist.broadcast_object_list(box, src=self.rg.inst.first, group=self.rg.instance)
+        return box[0]
+
+    def run(self) -> None:
+        self.me.fault("step")  # test hook: at the loop's start (an instance the router skips still fails)
+        while True:
+            t_loop = time.perf_counter()
+            kind, tick = self._message()
+            if kind == "stop":
+                break
+            if kind == "idle":
+                continue
+            if self.pool is not None:  # book now, plan the next step during this one's device work
+                self.book(tick)
+                self.pending = self.pool.submit(self.plan)
+            step_s = self.step(tick)
+            if self.pool is None and self.leader:
+                self.book(tick)
+            self.after(tick)
+            self.ticks += 1
+            if self.leader:  # engine-loop time of this step outside the step's own record
+                self.eng.iteration(self.rg, tick, time.perf_counter() - t_loop - step_s)
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+class PrefillLoop(Loop):
+    def __init__(self, eng, rg):
+        lay = rg.inst.layout
+        super().__init__(eng, rg, Instance(eng.me, rg, lay.max_batch_per_rank + 1, max(eng.isl), time_shared=False))
+        self.queue = PrefillQueue(lay.dp, lay.max_tokens_per_step, lay.max_batch_per_rank, eng.isl, eng.cached) \
+            if self.leader else None
+        self.first_tokens: dict[int, int] = {}
+        self.front = eng.fronts.index(rg.inst.name)  # this prefill instance's index for the router
+        self.busy = False
+
+    def finished(self) -> bool:
+        return not self.queue.queue and self.eng.control.next_unclaimed() >= self.eng.control.n
+
+    def idle_wait(self) -> None:
+        ctl, now = self.eng.control, self.eng.clock()
+        nxt = ctl.next_unclaimed()
+        wait = ctl.arrival(nxt) - now if nxt < ctl.n else 0.0
+        time.sleep(min(IDLE_POLL_S, wait) if math.isfinite(wait) and wait > 0 else POLL_S)
+
+    def plan(self):
+        now = self.eng.clock()
+        ctl = self.eng.control
+        for rid, arrival in ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts)):
+            self.queue.add(rid)
+            self.eng.times(rid).arrival = arrival
+        if bool(self.queue.queue) != self.busy:
+            self.busy = bool(self.queue.queue)
+            ctl.set_busy(self.front, self.busy)
+        if not self.queue.queue:
+            return None
+        chunks = self.queue.form()
+        targets = {}
+        for ch in (c for per in chunks for c in per):
+            tl = self.eng.times(ch.rid)
+            if math.isnan(tl.prefill_start):
+                tl.prefill_start, tl.prefill_rank = now, self.rg.inst.first + self._dp_of(chunks, ch) * self.lay.tp
+            if ch.last:
+                targets[ch.rid] = self.eng.pick_decode()
+        tick = Tick(self.ticks, chunks, targets)
+        return tick
+
+    @staticmethod
+    def _dp_of(chunks, ch) -> int:
+        return next(d for d, per in enumerate(chunks) if ch in per)
+
+    def book(self, tick: Tick) -> None:
+        self.queue.book(tick.work)
+
+    def step(self, tick: Tick) -> float:
+        t0 = time.perf_counter()
+        me, chunks = self.me, tick.work[self.rg.dp_rank]
+        parts = [self.eng.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
+        toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+        slots = torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device)
+        batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
+        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
+                 "tokens_global": sum(c.take for per in tick.work for c in per),
+                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
+        prep_s = time.perf_counter() - t0
+        sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
+        self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
+        for c, tok in zip(chunks, ids, strict=True):
+            if c.last:
+                self.first_tokens[c.rid] = tok
+        self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
+        self.eng.trace(self.inst)
+        return sec["step"]
+
+    def after(self, tick: Tick) -> None:
+        """Send the KV of every prompt this rank's DP rank finished, then post its header."""
+        d, t = self.rg.dp_rank, self.rg.tp_rank
+        for ch in (c for c in tick.work[d] if c.last):
+            name, dp = tick.extra[ch.rid]
+            dec = self.eng.instances[name]
+            kv = torch.stack([x[ch.slot, :self.eng.isl[ch.rid]] for x in self.inst.cache.data])  # [layers, L, D]
+            for dst in dest_ranks(self.lay.tp, t, dec, dp):
+                self.eng.sends.append((self.eng.links.send(kv, dst, ch.rid), kv))
+            tok = self.first_tokens.pop(ch.rid)
+            if t == 0:
+                now = self.done_at
+                self.eng.checksums.append((ch.rid, "kv_checksum_sent", kv.sum()))  # read after the run
+                self.eng.times(ch.rid).prefill_done = now
+                self.eng.control.post(name, {"rid": ch.rid, "dp": dp, "prefill": self.rg.inst.name, "src_dp": d,
+                                             "length": self.eng.isl[ch.rid], "token": tok, "prefill_done": now})
+
+
+class DecodeLoop(Loop):
+    def __init__(self, eng, rg):
+        lay = rg.inst.layout
+        depth = lay.speculation.num_tokens if lay.speculation else 0
+        max_ctx = max(i + o for i, o in zip(eng.isl, eng.osl, strict=True)) + depth + 2
+        super().__init__(eng, rg, Instance(eng.me, rg, lay.max_batch_per_rank, max_ctx, time_shared=False))
+        self.seats = DecodeSeats(lay.dp, lay.max_batch_per_rank) if self.leader else None
+        self.seen = 0
+        self.heads: dict[int, dict] = {}  # rid -> KV header of a staged request
+        self.booked: list[tuple[int, int]] = []
+        # each seat's last token stays on the device (no host read of sampled tokens per step);
+        # the emitted tokens are read once, after the run (`outputs`)
+        self.last = torch.zeros(lay.max_batch_per_rank, dtype=torch.long, device=eng.me.device)
+        self.outputs: list[tuple[list[int], object]] = []  # (request ids, tokens [B] or per-request lists)
+        self.drafter = eng.me.drafter(lay, lay.max_batch_per_rank, max_ctx)
+        self.rng = np.random.default_rng(sub_seed(eng.me.cfg.seed, "accept", rg.inst.name))
+
+    def finished(self) -> bool:
+        return self.eng.control.all_done()
+
+    def idle_wait(self) -> None:
+        self.eng.control.wait_inbox(self.rg.inst.name, self.seen, IDLE_POLL_S)
+
+    def plan(self):
+        name, osl = self.rg.inst.name, self.eng.osl
+        heads = self.eng.control.inbox(name, self.seen)
+        self.seen += len(heads)
+        for h in heads:
+            self.seats.stage(h["dp"], h["rid"], h["length"], osl[h["rid"]])
+            self.heads[h["rid"]] = h
+        if not self.seats.busy:
+            return None
+        seats = self.seats.seat()
+        handoffs = {s.rid: self.heads.pop(s.rid) for per in seats for s in per if s.new}
+        sp = self.lay.speculation
+        accepted = {}
+        if sp is not None:
+            flat = [s.rid for per in seats for s in per]
+            accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
+                                                    self.me.acceptance(self.lay)), strict=True))
+        return Tick(self.ticks, seats, handoffs, accepted)
+
+    def book(self, tick: Tick) -> None:
+        emitted = {rid: 1 + a for rid, a in tick.accepted.items()} or None
+        self.booked = self.seats.book(tick.work, emitted)
+
+    def step(self, tick: Tick) -> float:
+        me, seats = self.me, tick.work[self.rg.dp_rank]
+        for s in seats:
+            if s.new:
+                self._install(s, tick.extra[s.rid])
+        t0 = time.perf_counter()
+        dev = me.device
+        slots = torch.tensor([s.slot for s in seats], dtype=torch.long, device=dev)
+        last = self.last[slots]
+        ctx = [s.ctx for s in seats]
+        q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
+        shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
+                 "tokens_global": sum(len(per) for per in tick.work) * q}
+        prep_s = time.perf_counter() - t0
+        if self.drafter is None:
+            sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
+            self.done_at = self.eng.clock()  # this step's tokens exist now
+            self.last[slots] = nxt
+            self.outputs.append(([s.rid for s in seats], nxt))
+            shape["tokens_emitted"] = len(seats)
+        else:
+            def device_step(timer):
+                drafts = self.drafter.propose(last, ctx, slots, timer)
+                logits = self.inst.model.forward(verify_batch(last, drafts, ctx, slots), self.inst.cache, timer)
+                return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
+            sec, spec = self.inst.forward(None, lambda out: out, device_step)
+            self.done_at = self.eng.clock()
+            shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
+            ids = [toks[:s.left] for s, toks in zip(seats, spec.emitted, strict=True)]  # a request stops at its osl
+            shape["tokens_emitted"] = sum(len(t) for t in ids)
+            self.last[slots] = torch.tensor([t[-1] for t in ids], device=dev)
+            self.outputs.append(([s.rid for s in seats], ids))
+        self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
+        self.eng.trace(self.inst)
+        return sec["step"]
+
+    def _install(self, seat, head: dict) -> None:
+        """Receive a newly seated request's KV from its prefill rank into the seat's cache slot."""
+        me, eng = self.me, self.eng
+        cache = self.inst.cache
+        pre = eng.instances[head["prefill"]]
+        src = source_rank(pre, head["src_dp"], self.rg.tp_rank)
+        shape = (len(cache.data), head["length"], cache.data[0].shape[-1])
+        kv, sec = eng.links.recv(shape, cache.data[0].dtype, me.device, src, seat.rid)
+        for li, d in enumerate(cache.data):
+            d[seat.slot, :head["length"]] = kv[li]
+        self.last[seat.slot] = head["token"]
+        info = eng.info.setdefault(seat.rid, {})
+        if self.rg.tp_rank == 0:
+            eng.checksums.append((seat.rid, "kv_checksum_recv", kv.sum()))
+            info.update(kv_bytes=kv.numel() * kv.element_size(), kv_transfer_s=sec)
+        eng.kv_record(seat.rid, head, src, kv, sec)
+
+    def read_outputs(self) -> None:
+        """The run is over: every request's emitted tokens, read from the device once."""
+        for rids, toks in self.outputs:
+            toks = [[t] for t in toks.tolist()] if isinstance(toks, torch.Tensor) else toks
+            for rid, t in zip(rids, toks, strict=True):
+                self.eng.info.setdefault(rid, {}).setdefault("output_tokens", []).extend(t)
+
+    def after(self, tick: Tick) -> None:
+        if not self.leader:
+            return
+        now = self.done_at
+        for per in tick.work:
+            for s in per:
+                tl = self.eng.times(s.rid)
+                if math.isnan(tl.first_token):
+                    tl.first_token, tl.decode_rank = now, self.rg.inst.first + self._dp(tick, s) * self.lay.tp
+        for dp, rid in self.booked:
+            self.eng.times(rid).finish = now
+            self.eng.control.add_load(self.rg.inst.name, dp, -1)
+            self.eng.control.finish(now)
+
+    @staticmethod
+    def _dp(tick: Tick, seat) -> int:
+        return next(d for d, per in enumerate(tick.work) if seat in per)
+
+
+class Engine:
+    """This rank's share of a disaggregated serving run: its instance loop and what it records."""
+
+    def __init__(self, me, reqs, concurrency: int):
+        self.me, self.reqs = me, reqs
+        self.isl, self.osl, self.cached = reqs.isl.tolist(), reqs.osl.tolist(), reqs.cached.tolist()
+        insts = serving_instances(me.plan, max_ranks(me.kind))
+        self.instances = {i.name: i for i in insts}
+        self.decoders = [i for i in insts if i.role == "decode"]
+        self.fronts = [i.name for i in insts if i.role == "prefill"]
+        check_kv_layouts(me.cfg.plan, me.spec, me.plan.prefill[0], me.plan.decode[0])
+        self.groups = make_groups(insts, me.rank)
+        self.links = KVLinks(insts, me.rank)
+        store = dist.PrefixStore("rackplan-serve", dist.distributed_c10d._get_default_store())
+        self.control = Control(store, reqs.arrival_s, concurrency)
+        self.records: list[dict] = []
+        self.kv_records: list[dict] = []
+        self.expert_trace: list[dict] = []
+        self.info: dict[int, dict] = {}
+        self.timelines: dict[int, Timeline] = {}
+        self.sends: list = []
+        self.checksums: list = []  # (rid, key, device scalar): KV sums of what was sent / received
+        self.t0 = 0.0
+        (rg,) = self.groups.values() if self.groups else (None,)
+        self.loop = None
+        if rg is not None:
+            self.loop = (PrefillLoop if rg.inst.role == "prefill" else DecodeLoop)(self, rg)
+        self.index = {name: k for k, name in enumerate(self.instances)}
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def times(self, rid: int) -> Timeline:
+        return self.timelines.setdefault(rid, Timeline())
+
+    def prompt(self, rid: int) -> torch.Tensor:
+        return prompt_tokens(self.me.cfg.seed, rid, self.isl[rid], self.me.spec.vocab_size)
+
+    def pick_decode(self) -> tuple[str, int]:
+        """Least-loaded decode rank over every decode instance (running + staged), counted now."""
+        ranks = [(k, dp) for k, i in enumerate(self.decoders) for dp in range(i.layout.dp)]
+        best = min((self.control.load(self.decoders[k].name, dp), k, dp) for k, dp in ranks) if len(ranks) > 1 \
+            else (0,) + ranks[0]
+        name = self.decoders[best[1]].name
+        self.control.add_load(name, best[2], 1)
+        return name, best[2]
+
+    def iteration(self, rg, tick: Tick, overhead_s: float) -> None:
+        """The leader's loop time of one step outside the step itself (op 'host', role 'serve')."""
+        lay = rg.inst.layout
+        key = "prefill_steps" if rg.inst.role == "prefill" else "decode_steps"
+        self.records.append(dict(self.me.base, role="serve", instance_dp=lay.dp, ep=lay.ep_size, step=tick.index,
+                                 op="host", layers=1, shape={key: 1, "instance": rg.inst.name, "time_shared": False},
+                                 dtype=self.me.dtype_name, seconds=max(overhead_s, 0.0), source="measured",
+                                 cuda_graphs=False))
+
+    def kv_record(self, rid: int, head: dict, src: int, kv: torch.Tensor, sec: float) -> None:
+        dec = self.loop.rg.inst
+        self.records.append(dict(self.me.base, role="serve", instance_dp=dec.layout.dp, ep=dec.layout.ep_size,
+                                 step=rid, op="kv.transfer", layers=1, dtype=self.me.dtype_name, seconds=sec,
+                                 source="measured", cuda_graphs=False,
+                                 shape={"bytes": kv.numel() * kv.element_size(), "tokens": head["length"],
+                                        "src": src, "dst": self.me.rank, "prefill": head["prefill"],
+                                        "decode": dec.name}))
+
+    def trace(self, inst: Instance) -> None:
+        """Logical expert counts of this step per MoE layer (sim.routing.read_expert_trace); the
+        step number is unique over instances."""
+        step = self.index[inst.rg.inst.name] * 1_000_000 + inst.steps - 1
+        for i, counts in enumerate(inst.model.expert_counts):
+            self.expert_trace.append({"step": step, "layer": i, "rank": self.me.rank, "role": inst.role,
+                                      "expert_counts": counts.tolist(), "kind": "expert_counts"})
+        inst.model.expert_counts.clear()
+
+    def warmup(self, steps: int) -> None:
+        """Untimed steps on dummy tokens in slot 0 of this rank's cache (later requests overwrite it)."""
+        if self.loop is None:
+            return
+        inst, dev = self.loop.inst, self.me.device
+        for _ in range(steps):
+            n = max(1, min(4, inst.cache.max_ctx - 1))
+            toks, slot = torch.zeros(n, dtype=torch.long, device=dev), torch.zeros(1, dtype=torch.long, device=dev)
+            batch = Batch.prefill(toks, [n], slot) if inst.role == "prefill" else Batch.decode(toks[:1], [n], slot)
+            inst.model.forward(batch, inst.cache, NullTimer())
+            inst.model.expert_counts.clear()
+
+
+def serve_disaggregated(me) -> list[dict]:
+    """One rank's disaggregated serving run; rank 0 gets every rank's records plus the requests'."""
+    wl = load_workload(me.cfg.workload)
+    reqs = make_requests(wl, me.cfg.requests)
+    eng = Engine(me, reqs, wl.arrival.concurrency or 0)
+    eng.warmup(me.cfg.warmup)
+    dist.barrier()
+    eng.t0 = time.perf_counter()
+    if eng.loop is not None:
+        eng.loop.run()
+        if isinstance(eng.loop, DecodeLoop):
+            eng.loop.read_outputs()
+    for work, _ in eng.sends:
+        work.wait()
+    for rid, key, val in eng.checksums:
+        eng.info.setdefault(rid, {})[key] = float(val)
+    dist.barrier()
+    return _gather(me, eng)
+
+
+def _gather(me, eng: Engine) -> list[dict]:
+    part = (eng.records, eng.info, {rid: vars(t) for rid, t in eng.timelines.items()}, eng.expert_trace)
+    parts = [None] * me.world if me.rank == 0 else None
+    dist.gather_object(part, parts, dst=0)
+    if me.rank != 0:
+        return []
+    info: dict[int, dict] = {}
+    times: dict[int, dict] = {}
+    for _, inf, tl, _ in parts:
+        for rid, d in inf.items():
+            info.setdefault(rid, {}).update(d)
+        for rid, d in tl.items():
+            merged = times.setdefault(rid, {})
+            merged.update({k: v for k, v in d.items() if not (isinstance(v, float) and math.isnan(v))
+                           and not (k.endswith("_rank") and v < 0) and k != "kv_transfer_s"})
+    steps = [r for recs, _, _, _ in parts for r in recs]
+    trace = [t for _, _, _, tr in parts for t in tr]
+    return steps + request_records(me, eng, times, info) + trace
+
+
+def request_records(me, eng: Engine, times: dict, info: dict) -> list[dict]:
+    """One 'request' record per request (times from the run start, every rank's clock)."""
+    n_layers = len(layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe))
+    return [request_record(me.base, rid, Timeline(**times.get(rid, {})), eng.isl[rid], eng.osl[rid], eng.cached[rid],
+                           me.plan.decode[0], n_layers, me.dtype_name, False, info.get(rid, {}))
+            for rid in range(len(eng.isl))]

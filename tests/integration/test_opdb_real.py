@@ -1,0 +1,53 @@
+"""The importer on the real per-op tables of aiconfigurator-core (the `opdb` extra); skipped cleanly
+when the package is not installed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyarrow")
+if __import__("importlib").util.find_spec("aiconfigurator_core") is None:
+    pytest.skip("aiconfigurator-core not installed (pip install 'rackplan[opdb]')", allow_module_level=True)
+
+from unit.test_profiles_measured import GB300_FP8_ROWS  # noqa: E402  (tests/ is on sys.path: rootdir)
+
+from rackplan.calibration import opdb, opdb_ops  # noqa: E402
+from rackplan.calibration.opdb_fit import fit_class, split  # noqa: E402
+from rackplan.calibration.robust import mape  # noqa: E402
+from rackplan.specs import load_hardware, load_profile  # noqa: E402
+
+pytestmark = pytest.mark.integration
+HW = load_hardware("gb300-nvl72")
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return opdb.locate(opdb.data_root(), "gb300", "vllm")
+
+
+def test_hand_checked_gemm_rows_read_as_seconds(tables):
+    """fp8 GEMM 16384 x 7168 x 2048 on GB300 is 0.2268 ms in the table: 2.12 PFLOP/s (42% of 5 PF)."""
+    c = opdb.read(tables["gemm_perf"])
+    for m, n, k, us in GB300_FP8_ROWS:
+        sel = (c["gemm_dtype"] == "fp8") & (c["m"] == m) & (c["n"] == n) & (c["k"] == k)
+        assert sel.sum() == 1 and c["seconds"][sel][0] == pytest.approx(us * 1e-6, rel=1e-3)
+    assert 2 * 16384 * 7168 * 2048 / (226.78e-6) == pytest.approx(2.12e15, rel=0.01)
+
+
+def test_shipped_profile_matches_the_package_tables(tables):
+    """The shipped gb300 profile's held-out error per GEMM class is what its rows give today."""
+    prof = load_profile("gb300-nvl72-vllm")
+    for rows in opdb_ops.gemm_rows(tables, HW):
+        if rows.key not in prof.fit_error:
+            continue
+        _, held = split(len(rows.seconds))
+        assert mape(rows.predict(prof, held), rows.seconds[held]) == pytest.approx(prof.fit_error[rows.key], abs=0.1)
+
+
+def test_refit_of_a_real_class_is_deterministic(tables):
+    """allreduce.tp8 refitted from the real table gives the shipped profile's held-out error."""
+    prof = load_profile("gb300-nvl72-vllm")
+    rows = next(r for r in opdb_ops.comm_rows(tables, HW) if r.key == "allreduce.tp8")
+    fit, _ = fit_class(rows, load_profile("datasheet"))
+    assert fit.mape_held == pytest.approx(prof.fit_error["allreduce.tp8"], abs=0.05)
+    assert np.isfinite(fit.mape_fit) and fit.rows_held > 0

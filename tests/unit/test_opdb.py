@@ -1,0 +1,232 @@
+"""The op-database importer on small synthetic tables in aiconfigurator-core's schema (pyarrow only;
+no aiconfigurator-core): finding tables and versions, bad input, and recovering known curves.
+
+Synthetic latencies are made by pricing each row through the cost model under a known curve (with
+a seeded 2% scatter), so a fit that works recovers that curve's efficiencies on held-out rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from rackplan.calibration import opdb, opdb_ops  # noqa: E402
+from rackplan.calibration.opdb_import import import_profile  # noqa: E402
+from rackplan.cli import main  # noqa: E402
+from rackplan.sim.cost import efficiency  # noqa: E402
+from rackplan.specs import Curve, Profile, SpecError, load_hardware, load_profile  # noqa: E402
+
+pytestmark = pytest.mark.unit
+HW = load_hardware("gb300-nvl72")
+TRUE_GEMM = Curve(eff_max=0.6, x_half=200.0, y_half=100.0, z_half=150.0, work_half=5e9, sharpness=1.5)
+TRUE_ATTN = Curve(eff_max=0.05, x_half=150.0, y_half=1e6, work_half=8e8, sharpness=2.0)
+TRUE_AR = Curve(eff_max=0.6, work_half=2e6)
+
+
+def _write(root, system, op, version, table, cols: dict, framework="vllm"):
+    path = root / system / op / framework / version / f"{table}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"framework": "VLLM", "version": version, "device": "NVIDIA GB300", "op_name": op}
+    n = len(next(iter(cols.values())))
+    pq.write_table(pa.table({**{k: [v] * n for k, v in meta.items()}, **cols}), path)
+    return path
+
+
+def _noisy(seconds, seed):
+    return seconds * (1.0 + 0.02 * np.random.default_rng(seed).standard_normal(len(seconds)))
+
+
+def _gemm_cols():
+    m = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384], float)
+    nk = [(256, 7168), (1024, 1024), (2048, 7168), (7168, 2048), (4096, 16384), (16384, 4096), (1536, 7168)]
+    rows = [(mm, n, k) for mm in m for n, k in nk]
+    m, n, k = (np.array(x, float) for x in zip(*rows))
+    prof = Profile(name="truth", curves={"gemm.fp8": (TRUE_GEMM,)})
+    sec = opdb_ops._gemm_predict("fp8", m, n, k, HW)(prof, np.arange(len(m)))
+    return {"kernel_source": ["CutlassFP8ScaledMMLinearKernel"] * len(m), "gemm_dtype": ["fp8"] * len(m),
+            "m": m.astype(int), "n": n.astype(int), "k": k.astype(int), "latency": _noisy(sec, 1) * 1e3}
+
+
+def _attn_cols():
+    batch = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], float)
+    ctx = np.array([16, 64, 256, 1024, 4096, 16384], float)
+    b, s = (x.ravel() for x in np.meshgrid(batch, ctx))
+    model, comp = opdb_ops._gqa(64, 4, 128, 2.0)
+    shapes = opdb_ops._core_shapes(model, comp, "decode", b, s, 1, HW)
+    prof = Profile(name="truth", curves={"attn.decode.gqa.bf16": (TRUE_ATTN,)})
+    sec = opdb_ops._core_predict("gqa", "decode", shapes, HW)(prof, np.arange(len(b)))
+    n = len(b)
+    return {"kernel_source": ["vllm_flashinfer_trtllmdecode"] * n, "batch_size": b.astype(int),
+            "step": s.astype(int), "num_heads": [64] * n, "num_key_value_heads": [4] * n, "head_dim": [128] * n,
+            "kv_cache_dtype": ["bfloat16"] * n, "window_size": [0] * n, "latency": _noisy(sec, 2) * 1e3}
+
+
+def _allreduce_cols():
+    size = 128.0 * 2.0 ** np.arange(23)
+    from rackplan.sim.cost.collective import allreduce_seconds
+
+    sec = allreduce_seconds(HW, Profile(name="truth", curves={"allreduce.tp4": (TRUE_AR,)}), size * 2.0, 4)
+    n = len(size)
+    return {"num_gpus": [4] * n, "message_size": size.astype(int), "backend": ["vllm_graph"] * n,
+            "latency": _noisy(sec, 3) * 1e3}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A database with one system ('synth'): GEMMs, decode attention and all-reduce across versions."""
+    r = tmp_path_factory.mktemp("opdb")
+    _write(r, "synth", "gemm", "0.24.0", "gemm_perf", _gemm_cols())
+    _write(r, "synth", "attention", "0.24.0", "generation_attention_perf", _attn_cols())
+    _write(r, "synth", "comm", "0.19.0", "custom_allreduce_perf", _allreduce_cols())
+    old = _allreduce_cols()
+    old["latency"] = old["latency"] * 3.0  # an older version that must not be chosen
+    _write(r, "synth", "comm", "0.14.0", "custom_allreduce_perf", old)
+    (r / "synth" / "comm" / "vllm" / "0.27.0").mkdir(parents=True)
+    (r / "synth" / "comm" / "vllm" / "0.27.0" / "reuse.yaml").write_text(
+        "reuse:\n- {table: custom_allreduce_perf, from_version: 0.19.0}\n")
+    return r
+
+
+@pytest.fixture(scope="module")
+def imported(root):
+    return import_profile("synth", "vllm", None, HW, load_profile("datasheet"), "synth-vllm", root)
+
+
+def test_locate_takes_the_newest_version_per_table_and_follows_reuse(root):
+    tables = opdb.locate(root, "synth")
+    assert tables["gemm_perf"].version == "0.24.0"
+    ar = tables["custom_allreduce_perf"]
+    assert (ar.version, ar.reused_from) == ("0.27.0", "0.19.0")
+    assert opdb.locate(root, "synth", version="0.14.0")["custom_allreduce_perf"].version == "0.14.0"
+    assert opdb.version_key("0.1.dev19262") < opdb.version_key("0.14.0") < opdb.version_key("0.24.0")
+
+
+def test_fitted_curves_recover_the_truth_on_held_out_rows(imported):
+    prof, fits = imported
+    by_key = {f.key: f for f in fits}
+    for key in ("gemm.fp8", "attn.decode.gqa.bf16", "allreduce.tp4"):
+        assert by_key[key].mape_held < 5.0, (key, by_key[key].mape_held)
+        assert by_key[key].rows_held > 0 and by_key[key].rows_fit > by_key[key].rows_held
+    for m in (4.0, 256.0, 8192.0):  # efficiency at decode- and prefill-sized GEMMs, within the scatter
+        got = efficiency.gemm(prof, "fp8", m, 7168.0, 2048.0)
+        want = efficiency.evaluate((TRUE_GEMM,), m, 7168.0, 2048.0, 2.0 * m * 7168 * 2048)
+        assert got == pytest.approx(want, rel=0.08)
+    assert prof.hardware == "gb300-nvl72" and prof.fit_error["gemm.fp8"] == pytest.approx(by_key["gemm.fp8"].mape_held,
+                                                                                          abs=0.01)
+
+
+def test_profile_records_provenance_and_fallbacks(imported):
+    prof, _ = imported
+    src = prof.provenance["source"]
+    assert (src["system"], src["framework"]) == ("synth", "vllm")
+    assert prof.provenance["classes"]["gemm.fp8"]["rows_held_out"] > 0
+    assert "table.moe_perf" in prof.fallbacks  # no MoE table: where moe.experts comes from is written down
+    assert "a2a" in prof.fallbacks and "host" in prof.fallbacks
+
+
+def test_calibrate_cli_writes_a_loadable_compact_profile(root, tmp_path, capsys):
+    out = tmp_path / "synth.yaml"
+    rc = main(["calibrate", "--op-database", "synth", "--op-database-root", str(root), "--hardware", "gb300-nvl72",
+               "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "gemm.fp8" in text and "held-out" in text
+    prof = load_profile(out)
+    assert prof.name == "synth" and "gemm.fp8" in prof.curves and len(out.read_text().splitlines()) < 200
+
+
+def _corrupt(path):
+    path.write_bytes(b"PAR1 this is not a parquet file")
+
+
+def _truncated(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _wrong_columns(path):
+    cols = _gemm_cols()
+    cols.pop("gemm_dtype")
+    pq.write_table(pa.table(cols), path)
+
+
+@pytest.mark.parametrize("damage, words", [(_corrupt, "parquet"), (_truncated, "parquet"),
+                                           (_wrong_columns, "gemm_dtype")])
+def test_bad_table_is_one_line_exit_2_no_profile(tmp_path, capsys, damage, words):
+    path = _write(tmp_path, "bad", "gemm", "0.24.0", "gemm_perf", _gemm_cols())
+    damage(path)
+    out = tmp_path / "p.yaml"
+    rc = main(["calibrate", "--op-database", "bad", "--op-database-root", str(tmp_path), "--hardware",
+               "gb300-nvl72", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not out.exists()
+    assert len(err.splitlines()) == 1 and words in err and str(path) in err
+
+
+@pytest.mark.parametrize("extra, words", [(["--op-database", "nosuch"], "system"),
+                                          (["--op-database", "synth", "--framework", "sglang"], "framework"),
+                                          (["--op-database", "synth", "--version", "9.9.9"], "version")])
+def test_unknown_system_framework_version_exit_2(root, tmp_path, capsys, extra, words):
+    out = tmp_path / "p.yaml"
+    rc = main(["calibrate", *extra, "--op-database-root", str(root), "--hardware", "gb300-nvl72", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not out.exists() and len(err.splitlines()) == 1 and words in err
+
+
+def test_locate_errors_name_what_exists(root):
+    with pytest.raises(SpecError, match="synth"):
+        opdb.locate(root, "nosuch")
+    with pytest.raises(SpecError, match="0.24.0"):
+        opdb.locate(root, "synth", version="1.0")
+
+
+def test_validate_op_database_side_by_side(root, capsys):
+    prof_path = root.parent / "synth-prof.yaml"
+    assert main(["calibrate", "--op-database", "synth", "--op-database-root", str(root), "--hardware", "gb300-nvl72",
+                 "--out", str(prof_path)]) == 0
+    capsys.readouterr()
+    rc = main(["validate", "--op-database", "synth", "--op-database-root", str(root), "--hardware", "gb300-nvl72",
+               "--profile", "datasheet", "--profile", str(prof_path)])
+    text = capsys.readouterr().out
+    assert rc == 0 and "datasheet" in text and "synth-prof" in text and "gemm.fp8" in text
+
+
+def test_reprice_matches_attention_component(imported):
+    """The importer's vectorised re-pricing of attention rows is attention.py's own decode price."""
+    from rackplan.sim.cost import attention as attn
+
+    prof, _ = imported
+    model, comp = opdb_ops._gqa(64, 4, 128, 2.0)
+    b, s = np.array([1.0, 32.0, 256.0]), np.array([64.0, 4096.0, 16384.0])
+    shapes = opdb_ops._core_shapes(model, comp, "decode", b, s, 1, HW)
+    fast = opdb_ops._core_predict("gqa", "decode", shapes, HW)(prof, np.arange(3))
+    slow = [attn.decode_component(model, comp, bi, bi * si, 1.0, 1, 1, HW, prof)[0] for bi, si in zip(b, s)]
+    assert np.allclose(fast, slow, rtol=1e-12)
+
+
+def test_profile_with_curves_round_trips(imported, tmp_path):
+    from rackplan.calibration.opdb_import import compact
+    from rackplan.specs import dump_yaml
+
+    prof, _ = imported
+    dump_yaml(compact(prof), tmp_path / "p.yaml", flow_leaves=True)
+    back = load_profile(tmp_path / "p.yaml")
+    assert back.curves == prof.curves and back.fallbacks == prof.fallbacks
+    assert dataclasses.replace(back, provenance={}) == dataclasses.replace(prof, provenance={})
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SpecError, match=r"rackplan\[opdb\]"):
+        opdb.data_root(None)
+
+
+def test_calibrate_op_database_needs_hardware(tmp_path, capsys):
+    rc = main(["calibrate", "--op-database", "synth", "--out", str(tmp_path / "p.yaml")])
+    assert rc == 2 and "--hardware" in capsys.readouterr().err and not (tmp_path / "p.yaml").exists()
