@@ -76,11 +76,15 @@ def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
     pool = [("prefill pool: prompt tokens/s per prefill GPU", m["prefill_pool_input_tps_per_gpu"]),
             ("decode pool: output tokens/s per decode GPU", m["decode_pool_output_tps_per_gpu"])] \
         if plan.disaggregated else []
+    # requests/s served: completed, and (disaggregated) prompts done and sequences seated by each pool
+    served = [("requests/s served (completed)", m["served_rps"])] + (
+        [("requests/s the prefill pool served", m["prefill_served_rps"]),
+         ("requests/s the decode pool seated", m["decode_served_rps"])] if plan.disaggregated else [])
     return [("whole plan: output tokens/s per GPU", m["output_tps_per_gpu"]),
             ("whole plan: prompt tokens/s per GPU", m["input_tps_per_gpu"]),
             ("whole plan: uncached prompt tokens/s per GPU", m["prefill_tps_per_gpu"])] + pool + [
+            ("requests/s offered", m["offered_rps"])] + served + ([
             ("tokens/s per user (median)", m["tps_per_user"]),
-            ("requests/s offered", m["offered_rps"]), ("requests/s served", m["served_rps"])] + ([
             ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
              m["goodput_rps"]), ("SLO attainment", m["slo_attainment"])] if stable else []) + [
             ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
@@ -98,7 +102,7 @@ def print_table(plan, workload, profile, result, wall_s: float, origin: str = ""
     con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
     con.print(f"measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of {w.last_arrival_s:.1f} s of arrivals "
               f"({w.requests} requests; warm-up and cool-down left out)")
-    if not st.converged:
+    if st.stable and not st.converged:
         con.print("[yellow]the run never settled (its warm-up is not over in its first half): these figures are "
                   "not steady-state yet; run longer (more --requests, or none to let the simulator choose)[/]")
     if st.stable:

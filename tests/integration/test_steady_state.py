@@ -122,10 +122,11 @@ def test_simulate_cli_reports_an_unstable_rate(tmp_path, capsys):
     wl = tmp_path / "w.yaml"
     dump_yaml(workload(10.0, isl=1024), wl)
     rate = str(1.5 * prefill_capacity_rps(1024))
-    assert main(["simulate", "--plan", str(path), "--workload", str(wl), "--rate", rate, "--json"]) == 0
+    args = ["simulate", "--plan", str(path), "--workload", str(wl), "--rate", rate, "--profile", "datasheet"]
+    assert main(args + ["--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["stable"] is False and d["saturated"] == ["prefill"] and d["metrics"]["ttft_p90_s"] is None
     assert d["window"]["start_s"] < d["window"]["end_s"] == pytest.approx(d["window"]["last_arrival_s"])
-    assert main(["simulate", "--plan", str(path), "--workload", str(wl), "--rate", rate]) == 0
+    assert main(args) == 0
     out = capsys.readouterr().out
     assert "UNSTABLE" in out and "prefill" in out and "measured over" in out and "TTFT" not in out
