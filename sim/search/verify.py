@@ -34,15 +34,16 @@ SETTLE_E2E = 4.0  # a first probe's arrivals span this many estimated p90 E2E
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
                    num_requests: int | None = None, seed: int | None = None, first: int | None = None,
-                   precision: float | None = None):
+                   precision: float | None = None, most: int | None = None):
     """A steady-state simulation of `plan` on `workload` (the one call site): a SimResult.
     `num_requests`: exactly that many requests, drained; None: as many as steady state needs
-    (sim/simulator.simulate_steady), from `first` up, to `precision` when given."""
-    from ..simulator import simulate_specs, simulate_steady
+    (sim/simulator.simulate_steady), from `first` up to `most`, to `precision` when given."""
+    from ..simulator import MAX_STEADY, simulate_specs, simulate_steady
 
     if num_requests is not None:
         return simulate_specs(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
-    return simulate_steady(plan, model, hw, workload, profile, seed=seed, first=first, precision=precision)
+    return simulate_steady(plan, model, hw, workload, profile, seed=seed, first=first, precision=precision,
+                           most=most or MAX_STEADY)
 
 
 def at_rate(workload: Workload, rate_rps: float) -> Workload:
@@ -89,22 +90,33 @@ class Probe:
     requests: int  # requests the run simulated
     work: int = 0  # requests + steps of every run this probe made (its CPU cost, deterministically)
     settled: int = 0  # requests of its first steady-state run (before any longer run to decide)
+    judged: bool = True  # False: a pilot too short to vouch for a rate (it can only bound one)
 
     @property
     def passed(self) -> bool:
-        return self.stable and not self.misses
+        return self.judged and self.stable and not self.misses
+
+    @property
+    def over_capacity(self) -> bool:
+        """Saturated: a pool's queue grows, or the prefill pool served fewer prompts per busy second
+        than arrived (a busy pool that keeps up serves at least the offered rate; this sees a pool
+        just past saturation before its queue has grown beyond the noise)."""
+        cap = self.metrics.get("prefill_capacity_rps", 0.0)
+        return not self.stable or 0.0 < cap < self.metrics.get("offered_rps", 0.0)
 
     @property
     def capacity_rps(self) -> float:
         """What the saturated pool serves (req/s; prefill: prompts per busy second of its
         instances): no rate at or above it is stable."""
-        key = {"prefill": "prefill_capacity_rps", "decode": "decode_served_rps"}.get(
-            self.saturated[0] if self.saturated else "", "decode_served_rps")
+        pool = self.saturated[0] if self.saturated else ("prefill" if self.over_capacity else "")
+        key = {"prefill": "prefill_capacity_rps", "decode": "decode_served_rps"}.get(pool, "decode_served_rps")
         return float(self.metrics.get(key, self.rate_rps))
 
     def verdict(self) -> str:
         if not self.stable:
             return f"unstable ({', '.join(self.saturated)} saturates)"
+        if not self.judged:
+            return f"over capacity (the prefill pool serves {self.capacity_rps:.4g} req/s)"
         return "meets SLOs" if not self.misses else "misses " + ", ".join(self.misses)
 
 
@@ -141,11 +153,13 @@ class Check:
 
 
 def probe(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO,
-          num_requests: int | None, seed: int | None, first: int | None = None, longer: int = LONGER) -> Probe:
+          num_requests: int | None, seed: int | None, first: int | None = None, longer: int = LONGER,
+          most: int | None = None) -> Probe:
     """Simulate at `rate_rps` until steady state can be judged, and judge it; while a p90 is within
-    its noise of the SLO, run again twice as long (`longer` times at most)."""
+    its noise of the SLO, run again twice as long (`longer` times at most). `most`: requests of a
+    steady-state run at most (default simulator.MAX_STEADY)."""
     wl = at_rate(workload, rate_rps)
-    res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first)
+    res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first, most=most)
     work, settled = _work(res), int(res.metrics["num_requests"])
     from ..simulator import MAX_STEADY
 
@@ -169,7 +183,7 @@ def _next_rate(lo: Probe | None, hi: float | None, last: Probe, bound_rps: float
     if lo is not None:  # up to the cost model's capacity first (unless the simulator passed it)
         up = lo.rate_rps * STEP_UP
         return min(up, bound_rps) if bound_rps > lo.rate_rps * (1.0 + RATE_TOL) else up
-    if not last.stable:
+    if last.over_capacity:
         return UTIL_MAX * min(last.capacity_rps, last.rate_rps)
     return last.rate_rps * STEP_DOWN
 
@@ -184,18 +198,19 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
     the first steps up. It stops early once the failing bound is at or below `give_up_rps` (a
     caller that only needs to know the deployment cannot beat another), and fails below MIN_SHARE
     of the estimate. A closed-loop workload is one probe at its own load. `first`: requests of the
-    first probe; later ones span as many seconds of arrivals as the last stable probe did;
+    first probe; later ones span as many seconds of arrivals as the last passing probe did;
     `ceiling_rps`: a rate already known to fail. No rate above UTIL_MAX of what a saturated pool
     served passes."""
     lo, hi, probes, rate, given_up, cap = None, ceiling_rps, [], est_rps, False, math.inf
     span_s = (first or 0) / max(est_rps, 1e-12)
     while len(probes) < max_probes:
         first = round(span_s * rate) if span_s else None
-        if first and not probes:  # estimates run hot: a short first run finds a saturating pool cheaply
-            first //= pilot
-        p = probe(plan, model, hw, workload, profile, rate, slo, num_requests, seed, first, longer)
+        if first and not probes and pilot > 1 and num_requests is None:
+            p = _piloted(plan, model, hw, workload, profile, rate, slo, seed, first, pilot, longer)
+        else:
+            p = probe(plan, model, hw, workload, profile, rate, slo, num_requests, seed, first, longer)
         probes.append(p)
-        if p.stable:  # lifetimes barely change with rate: keep the settled run's length in seconds
+        if p.passed:  # lifetimes barely change with rate: keep a passing run's length in seconds
             span_s = p.settled / p.rate_rps
         if workload.arrival.kind == "concurrency":
             lo = p if p.passed else None
@@ -204,9 +219,9 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
             lo = p
         else:
             hi = min(hi or math.inf, rate)
-        if not p.stable:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
+        if p.over_capacity:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
             cap = min(cap, UTIL_MAX * p.capacity_rps * (1.0 + tol))
-            hi = min(hi, cap)
+            hi = min(math.inf if hi is None else hi, cap)
             if lo is not None and lo.rate_rps > cap:
                 lo = None
         if lo is not None and hi is not None and hi <= lo.rate_rps * (1.0 + tol):
@@ -220,6 +235,25 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
     best = lo or probes[-1]
     return Check(best.rate_rps, best.metrics, lo is not None, best.misses, probes, best.stable, best.requests,
                  hi if hi is not None else math.inf, given_up)
+
+
+def _piloted(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO, seed: int | None,
+             first: int, pilot: int, longer: int) -> Probe:
+    """Estimates run hot: one run of first / `pilot` requests finds a saturating pool cheaply. When
+    it finds none (or its window holds too few steps to judge) it is no verdict, and the probe runs
+    at full length from `first` (its work counted)."""
+    from ..simulator import MIN_STEADY, MIN_WINDOW_STEPS
+
+    short = max(MIN_STEADY, first // pilot)
+    if short >= first:
+        return probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer)
+    p0 = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, short, 0, most=short)
+    if p0.over_capacity and p0.metrics.get("window_steps", 0.0) >= MIN_WINDOW_STEPS:
+        p0.judged = False
+        return p0
+    p = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer)
+    p.work += p0.work
+    return p
 
 
 def confirm(plan: Plan, model, hw, workload: Workload, profile, chk: Check, slo: SLO, seed: int | None,
