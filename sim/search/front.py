@@ -5,7 +5,8 @@ Front points go best cost-model capacity bound first; each one's highest rate th
 is found by bisection (verify.max_rate), and a point whose bound (BOUND_SLACK over the cost
 model's pool capacity) cannot beat the best verified tokens/s/GPU so far is not simulated (branch
 and bound; the report says so), nor is a bisection pursued once it cannot. The best verified
-point then runs again twice as long (verify.confirm). Up to COVER of the skipped points, spread
+point then runs again twice as long (verify.confirm); a skipped point whose bound that moved the
+best below is verified after all. Up to COVER of the skipped points, spread
 over the front, are verified more coarsely while their simulated work stays under COVER_WORK, so
 the report shows the trade-off the simulator sees. `plan_of(candidate)` builds the plan to
 simulate; `req` is the planner's Request.
@@ -84,18 +85,26 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
     osl_p90 = p90_output_length(req.workload)
     order = sorted(points, key=lambda c: (-c.capacity_tps_gpu, c.sort_key()))
     advance = req.progress("verify front", len(order)) if req.progress else (lambda: None)
-    best, out = 0.0, {}
+    best, out, done = 0.0, {}, set()
     for c in order:
-        bound = c.capacity_tps_gpu * (1.0 + BOUND_SLACK)
-        if bound <= best:
-            out[id(c)] = Verified(c, None, f"its capacity bound ({bound:,.0f} tok/s/GPU) is below the "
-                                  f"verified {best:,.0f}")
+        if _bound(c) <= best:
+            out[id(c)] = Verified(c, None, "skipped")
         else:
             out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=best * c.gpus / c.osl))
             if out[id(c)].passed:
                 best = max(best, out[id(c)].tps_gpu)
         advance()
-    _confirm_best(req, plan_of, points, out)
+    _confirm_best(req, plan_of, points, out, done)
+    while redo := [c for c in order if out[id(c)].skipped and _bound(c) > _best(points, out)]:
+        for c in redo:  # the confirmation moved the best below their bound: they may win after all
+            give_up = _best(points, out) * c.gpus / c.osl
+            out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=give_up))
+        _confirm_best(req, plan_of, points, out, done)
+    best = _best(points, out)
+    for c in points:
+        if out[id(c)].skipped:
+            out[id(c)] = Verified(c, None, f"its capacity bound ({_bound(c):,.0f} tok/s/GPU) is below the "
+                                  f"verified {best:,.0f}")
     work = 0
     for c in spread([c for c in points if out[id(c)].skipped], COVER):
         if work + COVER_PROBES * _probe_work(c, first_probe(c, c.rate_rps, osl_p90)) > COVER_WORK:
@@ -104,6 +113,15 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
                                            max_probes=COVER_PROBES))
         work += out[id(c)].check.work
     return [out[id(c)] for c in points]
+
+
+def _bound(c: Candidate) -> float:
+    """The most tokens/s/GPU the simulator may find for `c` (BOUND_SLACK over its capacity)."""
+    return c.capacity_tps_gpu * (1.0 + BOUND_SLACK)
+
+
+def _best(points: list[Candidate], out: dict) -> float:
+    return max((out[id(c)].tps_gpu for c in points if out[id(c)].passed), default=0.0)
 
 
 def _probe_work(c: Candidate, first: int) -> float:
@@ -117,10 +135,9 @@ def _probe_work(c: Candidate, first: int) -> float:
     return n * (1.0 + c.osl / (acc * max(1.0, c.batch_per_rank * lay.dp)))
 
 
-def _confirm_best(req, plan_of, points: list[Candidate], out: dict) -> None:
+def _confirm_best(req, plan_of, points: list[Candidate], out: dict, done: set) -> None:
     """The best verified point runs again, longer (verify.confirm); if that moves it below another
-    point, that one is confirmed in turn (each point once). Not with a fixed --sim-requests."""
-    done = set()
+    point, that one is confirmed in turn (each point once: `done`). Not with a fixed --sim-requests."""
     while req.sim_requests is None:
         ok = [c for c in points if out[id(c)].passed and id(c) not in done]
         if not ok:
