@@ -4,8 +4,9 @@ A probe simulates one deployment at one rate long enough to judge steady state
 (sim/simulator.simulate_steady); it passes when every pool keeps up (stable) and the window's p90
 TTFT and TPOT are Z_SE standard errors under the SLOs (a p90 within its noise of the SLO runs
 again twice as long to decide). `max_rate` finds the highest rate that passes by bisection on
-rate, as capacity studies do: it starts at the analytic estimate, and a probe whose pool
-saturates bounds the search at UTIL_MAX of what that pool served. `confirm` runs a verified rate
+rate, as capacity studies do: it starts at the analytic estimate (a short pilot run first), and a
+probe whose pool saturates (its queue grows, or the prefill pool serves fewer prompts per busy
+second than arrive) bounds the search at UTIL_MAX of what that pool served. `confirm` runs a verified rate
 again twice as long, and bisects below it if that fails.
 
 `run_simulation` is the single call site of the simulator, so what-if studies can hand it
