@@ -263,6 +263,8 @@ def check_servable(me) -> None:
         if lay.tp != 1:
             raise SpecError(me.cfg.plan, f"{role}.tp", "1 in a colocated plan (TP runs in benchmark mode and in "
                             "disaggregated serving)", lay.tp)
+        if lay.pp != 1:
+            raise SpecError(me.cfg.plan, f"{role}.pp", "1 (the executor runs one pipeline stage)", lay.pp)
         if lay.speculation is not None:
             raise SpecError(me.cfg.plan, f"{role}.speculation", "none in a colocated plan (speculation runs "
                             "in benchmark mode and in disaggregated serving)", lay.speculation.num_tokens)

@@ -29,6 +29,8 @@ from .pricer import StepPricer
 from .steady import GROWTH_TOL, Window
 from .workload import Requests, make_requests
 
+ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the workload's)
+
 
 def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
     """Check every layout fits in HBM; returns KV capacity (tokens per rank) per pool entry."""
@@ -51,7 +53,7 @@ def _tokens_per_step(layout) -> float:
 class _Deployment:
     """Builds the instances of a plan inside one SimPy environment and routes requests."""
 
-    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog):
+    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog, seed: int = 0):
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
         self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
@@ -67,7 +69,10 @@ class _Deployment:
         self.isl = isl
         self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
-        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
+        # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
+        pools = iter(range(1 << 20))
+        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew),
+                                    np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
             n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
@@ -215,7 +220,7 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
     """Simulate `plan` serving `num_requests` requests of `workload` (default: the workload's count)
     with explicit spec objects (what-if studies pass edited ones); every request runs to the end,
     and the summary is measured over the steady-state window (sim/steady.py)."""
-    return _simulate(plan, model, hw, workload, profile, make_requests(workload, num_requests, seed), False)
+    return _simulate(plan, model, hw, workload, profile, make_requests(workload, num_requests, seed), False, seed)
 
 
 MIN_STEADY = 1000  # requests of a steady-state run at least (closed loop: MIN_CLOSED, 10 per concurrent)
@@ -247,7 +252,7 @@ def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wo
             first or workload.num_requests)
     while True:
         reqs = make_requests(workload, min(n, most), seed)
-        res = _simulate(plan, model, hw, workload, profile, reqs, True)
+        res = _simulate(plan, model, hw, workload, profile, reqs, True, seed)
         if len(reqs) < min(n, most) or n >= most:
             return res
         if res.metrics["window_steps"] < MIN_WINDOW_STEPS:  # a few big steps: rates are step-quantised
@@ -329,13 +334,15 @@ def pools_of(plan: Plan) -> Pools:
                  sum(lay.total_gpus for lay in plan.decode))
 
 
-def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool) -> SimResult:
+def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool,
+              seed: int | None = None) -> SimResult:
     """One run of `reqs`; with `settle`, an open-loop run judged unstable when arrivals end is not
     drained (its latencies mean nothing; its throughput window is complete)."""
     log = RequestLog(len(reqs))
     closed = workload.arrival.kind == "concurrency"
     with _no_cyclic_gc():
-        run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed)
+        run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed,
+                   workload.seed if seed is None else seed)
     win, stab = log.measure(plan.disaggregated, closed)
     res = summarise(log, win, stab, reqs.isl, reqs.osl, run.cached, pools_of(plan), plan.slo,
                     run.utilisation(win), run.steps, plan.disaggregated, closed)
@@ -344,10 +351,11 @@ def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool) 
     return res
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool) -> _Run:
-    """The SimPy run, the deployment closed afterwards."""
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
+    """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
+    draws (sim/pricer.py)."""
     env = simpy.Environment()
-    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log)
+    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
         dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]

@@ -86,7 +86,12 @@ class Profile:
     launch_s: float = 4.0e-6  # host time per kernel launch without CUDA graphs
     kernels_per_layer: int = 24  # kernel launches per transformer layer in a step
     graph_launch_s: float = 50.0e-6  # one CUDA-graph replay launch
-    dbo_efficiency: float = 0.9  # fraction of the overlappable time DBO actually hides
+    # fraction of the overlap the two-micro-batch pipeline allows that DBO realises (sim/cost/dbo.py:
+    # 1 = the ideal schedule, 0 = the micro-batches run back to back)
+    dbo_efficiency: float = 0.9
+    # device idle between two kernels launched eagerly (no CUDA graph) even when the host keeps
+    # ahead: launch latency the graph replay removes (typical figure; calibration fits it)
+    eager_kernel_gap_s: float = 2.0e-6
     op_scale: dict[str, float] = field(default_factory=dict)  # fitted per-op correction factors
     # fitted per-op fixed seconds per layer the op runs in (host dispatch of its kernels on CPU,
     # launch-bound ops): added after op_scale, on ranks where the op has work. Keys of both tables
@@ -109,7 +114,7 @@ class Profile:
             check(0 < v <= 1.0, name, "a fraction in (0, 1]", v)
         for name in ("gemm_m_half", "mem_bytes_half", "op_fixed_s", "kv_transfer_alpha_s", "cpu_step_s",
                      "cpu_iteration_s",
-                     "cpu_per_request_s", "launch_s", "graph_launch_s"):
+                     "cpu_per_request_s", "launch_s", "graph_launch_s", "eager_kernel_gap_s"):
             non_negative(getattr(self, name), name)
         positive(self.kernels_per_layer, "kernels_per_layer")
         check(0 <= self.dbo_efficiency <= 1, "dbo_efficiency", "a fraction in [0, 1]", self.dbo_efficiency)
