@@ -95,7 +95,7 @@ def test_routing_imbalance_drawn_per_step_gives_itl_a_tail():
     plan = small_plan(decode_batch=8, imbalance=None)
     w = wl(conc=16, isl=500, osl=200, n=64)
     a, b = simulate_specs(plan, MODEL, HW, w, PROF, seed=1), simulate_specs(plan, MODEL, HW, w, PROF, seed=1)
-    assert a.metrics == b.metrics
+    np.testing.assert_equal(a.metrics, b.metrics)  # NaN standard errors (short window) compare equal
     m = a.metrics
     assert m["itl_p99_s"] > m["itl_p50_s"]
     fixed = simulate_specs(small_plan(decode_batch=8, imbalance=1.2), MODEL, HW, w, PROF, seed=1).metrics
