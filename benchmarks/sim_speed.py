@@ -59,7 +59,8 @@ def case_b(folder: Path, requests: int) -> list[str]:
     from_dict(Plan, plan), from_dict(Workload, wl)  # the same specs as before, validated here
     (folder / "plan_b.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     (folder / "wl_b.yaml").write_text(yaml.safe_dump(wl, sort_keys=False))
-    return ["--plan", str(folder / "plan_b.yaml"), "--workload", str(folder / "wl_b.yaml")]
+    # --requests: exactly this many (without it `simulate` picks a steady-state run length)
+    return ["--plan", str(folder / "plan_b.yaml"), "--workload", str(folder / "wl_b.yaml"), "--requests", str(requests)]
 
 
 def whole_process(python: str, args, folder: Path) -> list[tuple[str, int, float]]:

@@ -1,6 +1,9 @@
 """What-if studies: change hardware, host (CPU) settings, model or profile fields, simulate every
 combination of the changes (or re-plan each), and compare with the unchanged baseline.
 
+Every row is a steady-state measurement (sim/steady.py): served throughput over the window, and
+latency percentiles only where every pool keeps up (a row whose pool saturates says which).
+
 Keys (`--set KEY=V1,V2,...`):
   hardware.<field>        any HardwareSpec number; nvlink_gbps / scaleout_gbps in GB/s
   host.async_scheduling, host.cuda_graphs, host.api_servers, host.stream_interval
@@ -31,7 +34,8 @@ HOST_LAYOUT = ("async_scheduling", "cuda_graphs", "api_servers", "stream_interva
 HOST_SCALES = {"scheduler_scale": "host.schedule", "prepare_scale": "host.prepare", "launch_scale": "host.launch",
                "dp_sync_scale": "host.dp_sync", "sample_scale": "host.sample", "output_scale": "host.output",
                "api_server_scale": "host.api_server"}
-METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate")
+METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate", "served_rps")
+LATENCY = ("ttft_p90_s", "tpot_p90_s", "tps_per_user")  # not compared where a pool saturates
 
 
 @dataclass(frozen=True)
@@ -155,12 +159,24 @@ def label(combo) -> str:
     return ", ".join(f"{k}={v}" for k, v in combo) or "baseline"
 
 
+def steady_metrics(res) -> dict:
+    """A row's metrics from a SimResult: its steady-state figures, whether it is stable and which
+    pool saturates (an empty string when none)."""
+    return {**res.metrics, "stable": float(res.stable), "saturated": ",".join(res.stability.saturated)}
+
+
+def stable(metrics: dict) -> bool:
+    return bool(metrics.get("stable", 1.0))
+
+
 def deltas(metrics: dict, baseline: dict) -> dict[str, float]:
-    """Relative change of each metric against the baseline (0.1 = +10%)."""
+    """Relative change of each metric against the baseline (0.1 = +10%); latency figures only when
+    both runs are stable (an unstable run's percentiles only grow with its length)."""
     out = {}
+    both = stable(metrics) and stable(baseline)
     for m in METRICS:
         b, v = baseline.get(m), metrics.get(m)
-        if b is not None and v is not None and b != 0:
+        if b is not None and v is not None and b != 0 and (both or m not in LATENCY):
             out[m] = v / b - 1.0
     return out
 

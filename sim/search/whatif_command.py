@@ -1,12 +1,14 @@
 """Simulate a plan under changed hardware, host settings, model or profile, against its baseline.
 
 Example: rackplan whatif --plan plan.yaml --set hardware.nvlink_gbps=900,1800
-  --set host.async_scheduling=false,true --set cpu.overhead_scale=0.5,1 --set model.moe.top_k=4,6,8
-Every combination of the --set values is simulated at the plan's load (its planned request rate
-when it has one, else its workload's), or re-planned with --replan; prints a table of metrics
-and their change against the unchanged plan, and where one decode step's time goes (device,
-exposed host, waiting for the API server: the cost model at --decode-batch sequences per rank),
-and writes whatif.csv, whatif.png and whatif_step.png with --out.
+  --set host.async_scheduling=false,true --set cpu.overhead_scale=0.5,1 --set model.moe.top_k=4,6,8 [--replan]
+Every combination of the --set values is simulated at the plan's load (its verified request rate
+when it has one, else its workload's) until steady state can be judged (from the run length the
+planner's verification used), or re-planned with --replan; prints a table of steady-state metrics
+and their change against the unchanged plan (a row whose pool saturates says which, instead of
+latencies), and where one decode step's time goes (device, exposed host, waiting for the API
+server: the cost model at --decode-batch sequences per rank), and writes whatif.csv, whatif.png and
+whatif_step.png with --out.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
+from ..simulator import PRECISION
 from . import planner, whatif
 from .verify import at_rate, run_simulation
 
@@ -41,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
     p.add_argument("--rate", type=float, default=None, help="request rate (default: the plan's planned rate)")
-    p.add_argument("--num-requests", type=int, default=None, help="requests per simulation")
+    p.add_argument("--num-requests", type=int, default=None,
+                   help="requests per simulation, all run to the end (default: as many as steady state needs)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     p.add_argument("--out", default=None, metavar="DIR", help="write whatif.csv and whatif.png here")
@@ -60,13 +64,21 @@ def baseline_specs(args, plan) -> whatif.Specs:
     return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), prof, wl, plan)
 
 
+def first_requests(plan, base: whatif.Specs) -> int | None:
+    """The run length of the plan's verification, scaled to the baseline's rate (None: none known)."""
+    n, rate = plan.predicted.get("sim_requests"), plan.predicted.get("request_rate")
+    if not n or not rate or base.workload.arrival.kind != "poisson":
+        return None
+    return max(1, round(n * base.workload.arrival.rate / rate))
+
+
 def _simulate(task) -> whatif.Row:
-    plan, combo, base, replan, n, seed, batch = task
+    plan, combo, base, replan, n, seed, first, batch = task
     specs = whatif.changed_specs(base, combo)
     if not replan:
         plan = specs.plan or plan
-        metrics = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed)
-        return whatif.Row(combo, metrics | whatif.step_split(specs, plan, batch))
+        res = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed, first, PRECISION)
+        return whatif.Row(combo, whatif.steady_metrics(res) | whatif.step_split(specs, plan, batch))
     req = planner.Request(specs.model, specs.hw, specs.profile, specs.workload, plan.num_gpus, plan.slo,
                           plan.model, plan.hardware, plan.workload or specs.workload.name, plan.profile,
                           sim_requests=n, seed=seed)
@@ -74,16 +86,17 @@ def _simulate(task) -> whatif.Row:
         res = planner.plan(req, name=plan.name)
     except planner.NoFeasiblePlan as exc:
         return whatif.Row(combo, {"error": str(exc)})
-    w = res.winner
+    w = res.winner  # the re-planned deployment's verified steady state (or its estimate, unsimulated)
     metrics = dict(w.check.metrics) if w.check else {}
-    metrics.update(request_rate=w.rate_rps, output_tps_per_gpu=w.tps_gpu)
+    metrics.update(request_rate=w.rate_rps, output_tps_per_gpu=w.tps_gpu, tps_per_user=w.tps_user)
     return whatif.Row(combo, metrics, res.plan)
 
 
 def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=None, workers=1, batch=None):
     """(baseline row, one row per combination); deterministic for any worker count."""
     combos = whatif.combinations(sets)
-    tasks = [(plan, c, base, replan, num_requests, seed, batch) for c in [()] + combos]
+    first = first_requests(plan, base)
+    tasks = [(plan, c, base, replan, num_requests, seed, first, batch) for c in [()] + combos]
     if workers <= 1 or len(tasks) < 2:
         rows = [_simulate(t) for t in tasks]
     else:
@@ -93,23 +106,31 @@ def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=
 
 
 def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
+    """Steady-state figures per row (served tokens/s per GPU; latencies only where every pool keeps
+    up), their change against the baseline, and one decode step's split (device / exposed host /
+    API server wait)."""
     b = baseline.metrics.get("decode_batch")
     split = f"step ms @b{b:.0f}: GPU/host/API" if b else ""
-    head = (f"{'change':48s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s}  "
-            f"{split:30s} deltas")
+    head = (f"{'change':48s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s} "
+            f"{'served/offered':>15s}  {split:30s} deltas")
     out = [head]
     for r in [baseline] + rows:
         if "error" in r.metrics:
             out.append(f"{r.label:48s} {r.metrics['error']}")
             continue
         m, d = r.metrics, whatif.deltas(r.metrics, baseline.metrics)
-        ds = " ".join(f"{k.split('_')[0]}{v:+.1%}" for k, v in d.items() if k != "request_rate")
+        ds = " ".join(f"{k.split('_')[0]}{v:+.1%}" for k, v in d.items() if k not in ("request_rate", "served_rps"))
         plan_txt = f"  [{r.plan.summary}]" if r.plan is not None else ""
-        ttft, tpot = m.get("ttft_p90_s", float("nan")), m.get("tpot_p90_s", float("nan"))
+        nan = float("nan")
+        if whatif.stable(m):
+            lat = (f"{m.get('ttft_p90_s', nan):8.3f}s {m.get('tpot_p90_s', nan) * 1e3:7.1f}ms "
+                   f"{m.get('output_tps_per_gpu', nan):10.0f} {m.get('tps_per_user', nan):10.1f}")
+        else:
+            what = f"unstable: {m.get('saturated', '')} saturates"
+            lat = f"{what:>19s} {m.get('output_tps_per_gpu', nan):10.0f} {'-':>10s}"
+        served = f"{m.get('served_rps', nan):.4g}/{m.get('offered_rps', m.get('request_rate', nan)):.4g}"
         sp = "/".join(f"{m[k]:.2f}" for k in whatif.SPLIT) if "gpu_ms" in m else ""
-        out.append(f"{r.label:48s} {ttft:8.3f}s {tpot * 1e3:7.1f}ms "
-                   f"{m.get('output_tps_per_gpu', float('nan')):10.0f} {m.get('tps_per_user', float('nan')):10.1f}  "
-                   f"{sp:30s} {'' if r is baseline else ds}{plan_txt}")
+        out.append(f"{r.label:48s} {lat} {served:>15s}  {sp:30s} {'' if r is baseline else ds}{plan_txt}")
     return "\n".join(out)
 
 
@@ -119,10 +140,13 @@ def write_outputs(folder: str, baseline: whatif.Row, rows: list[whatif.Row]) -> 
     with open(out / "whatif.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         split = ["decode_batch", *whatif.SPLIT]
-        w.writerow(["change"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS] + split + ["plan"])
+        w.writerow(["change", "stable", "saturated"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS]
+                   + split + ["plan"])
         for r in [baseline] + rows:
             d = whatif.deltas(r.metrics, baseline.metrics)
-            w.writerow([r.label] + [r.metrics.get(m, "") for m in whatif.METRICS]
+            ok = whatif.stable(r.metrics)
+            w.writerow([r.label, int(ok), r.metrics.get("saturated", "")]
+                       + [r.metrics.get(m, "") if ok or m not in whatif.LATENCY else "" for m in whatif.METRICS]
                        + [d.get(m, "") for m in whatif.METRICS] + [r.metrics.get(k, "") for k in split]
                        + [r.plan.summary if r.plan else ""])
     import matplotlib

@@ -95,7 +95,7 @@ def test_routing_imbalance_drawn_per_step_gives_itl_a_tail():
     plan = small_plan(decode_batch=8, imbalance=None)
     w = wl(conc=16, isl=500, osl=200, n=64)
     a, b = simulate_specs(plan, MODEL, HW, w, PROF, seed=1), simulate_specs(plan, MODEL, HW, w, PROF, seed=1)
-    assert a.metrics == b.metrics
+    np.testing.assert_equal(a.metrics, b.metrics)  # NaN standard errors (short window) compare equal
     m = a.metrics
     assert m["itl_p99_s"] > m["itl_p50_s"]
     fixed = simulate_specs(small_plan(decode_batch=8, imbalance=1.2), MODEL, HW, w, PROF, seed=1).metrics
@@ -120,9 +120,8 @@ def test_littles_law_long_run():
     plan = small_plan()
     w = dataclasses.replace(wl(rate=15.0, n=3000), osl=LengthDist(kind="uniform", low=20, high=400))
     res = simulate_specs(plan, MODEL, HW, w, PROF)
-    m = res.metrics
-    lam = m["num_requests"] / m["duration_s"]
-    assert m["mean_in_system"] == pytest.approx(lam * m["e2e_mean_s"], rel=0.02)
+    m = res.metrics  # over the steady-state window: L = lambda x W
+    assert m["mean_in_system"] == pytest.approx(m["offered_rps"] * m["e2e_mean_s"], rel=0.02)
 
 
 def test_low_load_ttft_is_unloaded_path():
