@@ -178,7 +178,8 @@ def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools
 def _mean_in_system(log: RequestLog, win: Window) -> float:
     """Time-average of requests in the system over the window (each request's stay clipped to it)."""
     finish = np.where(np.isfinite(log.finish), log.finish, np.inf)
-    stay = np.clip(np.minimum(finish, win.end_s) - np.maximum(log.arrival, win.start_s), 0.0, None)
+    enter = np.where(np.isnan(log.arrival), log.first_token, log.arrival)  # seated at t = 0: never arrived
+    stay = np.clip(np.minimum(finish, win.end_s) - np.maximum(enter, win.start_s), 0.0, None)
     return float(np.nansum(stay)) / win.length_s
 
 

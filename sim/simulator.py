@@ -27,6 +27,7 @@ from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
 from .steady import GROWTH_TOL, Window
+from .warm import Warm, seat, warm_sequences
 from .workload import Requests, make_requests
 
 ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the workload's)
@@ -250,9 +251,11 @@ def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wo
     closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
     n = max(max(MIN_CLOSED, 10 * workload.arrival.concurrency) if closed else MIN_STEADY,
             first or workload.num_requests)
+    warm = warm_sequences(plan, model, hw, profile, workload, validate_plan(plan, model, hw),
+                          workload.seed if seed is None else seed)
     while True:
         reqs = make_requests(workload, min(n, most), seed)
-        res = _simulate(plan, model, hw, workload, profile, reqs, True, seed)
+        res = _simulate(plan, model, hw, workload, profile, reqs, True, seed, warm)
         if len(reqs) < min(n, most) or n >= most:
             return res
         if res.metrics["window_steps"] < MIN_WINDOW_STEPS:  # a few big steps: rates are step-quantised
@@ -335,27 +338,41 @@ def pools_of(plan: Plan) -> Pools:
 
 
 def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool,
-              seed: int | None = None) -> SimResult:
+              seed: int | None = None, warm: Warm | None = None) -> SimResult:
     """One run of `reqs`; with `settle`, an open-loop run judged unstable when arrivals end is not
-    drained (its latencies mean nothing; its throughput window is complete)."""
-    log = RequestLog(len(reqs))
+    drained (its latencies mean nothing; its throughput window is complete). `warm`: sequences
+    seated on the decode instances at t = 0 (sim/warm.py), logged after the requests (rids from
+    len(reqs)); they never arrive, so only the running series and the served tokens see them."""
+    n, w = len(reqs), len(warm) if warm is not None else 0
+    log = RequestLog(n + w)
     closed = workload.arrival.kind == "concurrency"
     with _no_cyclic_gc():
         run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed,
-                   workload.seed if seed is None else seed)
+                   workload.seed if seed is None else seed, warm)
     win, stab = log.measure(plan.disaggregated, closed)
-    res = summarise(log, win, stab, reqs.isl, reqs.osl, run.cached, pools_of(plan), plan.slo,
+    isl, osl, cached = reqs.isl, reqs.osl, run.cached
+    if w:
+        isl, osl = np.concatenate([isl, warm.isl]), np.concatenate([osl, warm.left])
+        cached = np.concatenate([cached, np.zeros(w, dtype=np.int64)])
+    res = summarise(log, win, stab, isl, osl, cached, pools_of(plan), plan.slo,
                     run.utilisation(win), run.steps, plan.disaggregated, closed)
+    if w:
+        res = dataclasses.replace(res, ttft_s=res.ttft_s[:n], tpot_s=res.tpot_s[:n], e2e_s=res.e2e_s[:n])
+        res.metrics.update(num_requests=float(n), input_tokens=float(reqs.isl.sum()))
+    res.metrics["warm_sequences"] = float(w)
     res.metrics["window_steps"] = float(run.fewest_steps(win))
     res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
     return res
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0,
+         warm: Warm | None = None) -> _Run:
     """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
-    draws (sim/pricer.py)."""
+    draws (sim/pricer.py); `warm`: sequences seated at t = 0 (sim/warm.py)."""
     env = simpy.Environment()
     dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
+    if warm is not None:
+        seat(dep.decoders, warm, len(reqs), log)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
         dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]

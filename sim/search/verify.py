@@ -240,9 +240,10 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
 
 def _piloted(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO, seed: int | None,
              first: int, pilot: int, longer: int) -> Probe:
-    """Estimates run hot: one run of first / `pilot` requests finds a saturating pool cheaply. When
-    it finds none (or its window holds too few steps to judge) it is no verdict, and the probe runs
-    at full length from `first` (its work counted)."""
+    """Estimates run hot: one run of first / `pilot` requests finds a saturating pool cheaply. A
+    pilot that settled (warm-started runs mostly do: sim/warm.py) and whose p90s are clear of the
+    SLOs by more than their noise is the probe; otherwise it is no verdict, and the probe runs at
+    full length from `first` (its work counted)."""
     from ..simulator import MIN_STEADY, MIN_WINDOW_STEPS
 
     short = max(MIN_STEADY, first // pilot)
@@ -251,6 +252,9 @@ def _piloted(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float
     p0 = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, short, 0, most=short)
     if p0.over_capacity and p0.metrics.get("window_steps", 0.0) >= MIN_WINDOW_STEPS:
         p0.judged = False
+        return p0
+    if p0.stable and p0.metrics.get("converged", 0.0) and not _undecided(p0.metrics, slo) \
+            and p0.metrics.get("window_steps", 0.0) >= MIN_WINDOW_STEPS:
         return p0
     p = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer)
     p.work += p0.work

@@ -1,0 +1,50 @@
+"""Warm start (sim/warm.py): decode instances seated at t = 0 at the steady occupancy reach the
+same steady-state figures as a cold start, with a shorter warm-up. Explicit datasheet profile."""
+import numpy as np
+import pytest
+
+from rackplan.sim.cost.step import CostContext
+from rackplan.sim.pricer import StepPricer
+from rackplan.sim.simulator import _simulate, validate_plan
+from rackplan.sim.warm import steady_occupancy, warm_sequences
+from rackplan.sim.workload import make_requests
+from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
+
+pytestmark = pytest.mark.integration
+PROF = load_profile("datasheet")
+MODEL = load_model("deepseek-v3")
+HW = load_hardware("h200-sxm")
+PLAN = Plan(name="t", model="deepseek-v3", hardware="h200-sxm", num_gpus=16,
+            prefill=(Layout(role="prefill", dp=8, max_tokens_per_step=8192),),
+            decode=(Layout(role="decode", dp=8, max_batch_per_rank=64),))
+WL = Workload(name="w", arrival=Arrival(kind="poisson", rate=20.0), isl=LengthDist(kind="fixed", value=1024),
+              osl=LengthDist(kind="lognormal", mean=400, sigma=0.6, max=4096), num_requests=1000, seed=0)
+
+
+def run(n: int, warm: bool):
+    w = warm_sequences(PLAN, MODEL, HW, PROF, WL, validate_plan(PLAN, MODEL, HW), 0) if warm else None
+    return _simulate(PLAN, MODEL, HW, WL, PROF, make_requests(WL, n), True, None, w), w
+
+
+def test_the_occupancy_closes_littles_law_on_the_step_price():
+    pricer = StepPricer(CostContext(MODEL, HW, PLAN.decode[0], PROF))
+    n = steady_occupancy(pricer, 8, 20.0, 400.0, 1300.0, 512)
+    b = n / 8
+    assert 0 < n < 512
+    assert 20.0 * 400.0 * pricer.decode([b] * 8, [b * 1300.0] * 8, n) == pytest.approx(n, rel=1e-3)
+    assert steady_occupancy(pricer, 8, 1e4, 400.0, 1300.0, 512) == 512  # cannot keep up: every seat
+
+
+def test_a_warm_start_measures_what_a_cold_start_does_after_a_shorter_warm_up():
+    cold, _ = run(16_000, warm=False)
+    warm, seated = run(8_000, warm=True)
+    assert cold.stable and warm.stable and cold.stability.converged and warm.stability.converged
+    # seated at about what the cold run runs at steady state (time-average in its window)
+    running = cold.metrics["mean_in_system"]
+    assert 0.85 * running < len(seated) < running
+    assert warm.window.start_s < cold.window.start_s
+    for key in ("output_tps_per_gpu", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s"):
+        assert warm.metrics[key] == pytest.approx(cold.metrics[key], rel=0.03), key
+    # the seated sequences are load, never requests: 8,000 arrive, and every one is measured as such
+    assert warm.metrics["num_requests"] == 8000 and len(warm.ttft_s) == 8000
+    assert warm.metrics["warm_sequences"] == len(seated) and np.isfinite(warm.ttft_s).all()
