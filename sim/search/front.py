@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from rackplan.specs import Workload
 
 from .combine import Candidate
-from .verify import Check, confirm, first_requests, max_rate
+from .verify import UTIL_MAX, Check, confirm, first_requests, max_rate
 
 BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacity by this much
 # front points verified besides the contenders (spread over the front) while their simulated requests +
@@ -74,10 +74,13 @@ class Verified:
             return "estimate only"
         if self.check.passed:
             return "verified"
-        last = self.check.probes[-1].verdict()
+        last = self.check.probes[-1]
         if self.check.given_up:
-            return f"not refined: {last} at {self.check.rate_rps:.4g} req/s, so it cannot beat the winner"
-        return "fails: " + last
+            return f"not refined: {last.verdict()} at {self.check.rate_rps:.4g} req/s, so it cannot beat the winner"
+        if last.passed:  # the probes ran out with passing rates only above a saturated pool's bound
+            return (f"unresolved: meets SLOs at {last.rate_rps:.4g} req/s, but above {UTIL_MAX:.0%} of what a "
+                    f"saturated pool served, after {self.check.runs} probes")
+        return "fails: " + last.verdict()
 
 
 def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
