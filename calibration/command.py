@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="name of the written profile (default: from --out)")
     p.add_argument("--out", help="profile YAML to write")
     p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
-    p.add_argument("--device", default="cpu", help="device for --microbench (cpu or cuda)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device for --microbench (cpu or cuda)")
     p.add_argument("--out-hardware", help="hardware YAML to write from --microbench")
     p.add_argument("--op-database", metavar="SYSTEM",
                    help="fit a measured profile from aiconfigurator-core's per-op tables of SYSTEM (gb300, h200_sxm)")

@@ -20,27 +20,30 @@ import sys
 import time
 from pathlib import Path
 
+from rackplan.args import non_negative_float, non_negative_int, positive_float, positive_int, probability
+
 
 def add_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan YAML (path or name under configs/plans)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo ranks; cuda: NCCL")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per instance (after --warmup; "
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps per instance (after --warmup; "
                    "not used in serving mode)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    p.add_argument("--step-gap", type=float, default=0.0, metavar="S",
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed steps first")
+    p.add_argument("--step-gap", type=non_negative_float, default=0.0, metavar="S",
                    help="idle seconds before each benchmark step, as a lightly loaded instance waits for "
                    "arrivals between steps (cold caches make such steps slower); default 0")
     p.add_argument("--workload", help="serving mode: run this workload's requests (path or name under "
                    "configs/workloads) through prefill -> KV hand-off -> decode")
-    p.add_argument("--requests", type=int, help="serving mode: at most this many requests (default: the "
+    p.add_argument("--requests", type=positive_int, help="serving mode: at most this many requests (default: the "
                    "workload's num_requests)")
     p.add_argument("--out", required=True, help="output folder for measurements.jsonl (serving mode also "
                    "writes expert_counts.jsonl)")
-    p.add_argument("--ranks", type=int, help="world size (default: the largest that the plan and machine allow)")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and routing")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before the run is killed")
-    p.add_argument("--max-dense-layers", type=int, help="run at most this many dense layers (replays)")
-    p.add_argument("--max-moe-layers", type=int, help="run at most this many MoE layers (replays)")
+    p.add_argument("--ranks", type=positive_int,
+                   help="world size (default: the largest that the plan and machine allow)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of weights, batches and routing")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds before the run is killed")
+    p.add_argument("--max-dense-layers", type=positive_int, help="run at most this many dense layers (replays)")
+    p.add_argument("--max-moe-layers", type=positive_int, help="run at most this many MoE layers (replays)")
     p.add_argument("--skip-prefill", action="store_true", help="benchmark mode: run only the decode instances")
     p.add_argument("--skip-decode", action="store_true", help="benchmark mode: run only the prefill instances")
     p.add_argument("--model", help="run the plan's layouts on this model's shapes instead of the plan's model "
@@ -48,7 +51,7 @@ def add_arguments(p) -> None:
                    "has none)")
     p.add_argument("--expert-counts", help="EPLB placement from this recorded expert_counts.jsonl instead of "
                    "the workload's routing skew")
-    p.add_argument("--acceptance-rate", type=float, help="speculation: probability each draft token is kept "
+    p.add_argument("--acceptance-rate", type=probability, help="speculation: probability each draft token is kept "
                    "(default: the rate giving the plan's acceptance_length; random weights accept nothing)")
     p.add_argument("--no-cuda-graphs", action="store_true", help="skip the CUDA-graph decode timing")
     p.add_argument("--no-fp8", action="store_true", help="GPU: keep every weight in bf16 (default: the spec's "
@@ -73,25 +76,9 @@ def default_world(plan, device: str, serving: bool) -> int:
 
 
 def run(args) -> int:
-    from rackplan.specs import SpecError, load_plan, load_workload
-    plan = load_plan(args.plan)
-    if args.workload:
-        _check_serving(plan, load_workload(args.workload), args)
-    if args.step_gap < 0:
-        raise SpecError("execute", "--step-gap", "seconds >= 0", args.step_gap)
-    for name in ("steps", "ranks", "timeout", "requests"):
-        val = getattr(args, name)
-        if val is not None and val <= 0:
-            raise SpecError("execute", f"--{name}", "a positive number", val)
-    import torch
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
-    if args.acceptance_rate is not None and not 0.0 <= args.acceptance_rate <= 1.0:
-        raise SpecError("execute", "--acceptance-rate", "a probability in [0, 1]", args.acceptance_rate)
-    if args.model:
-        from rackplan.specs import load_model
-        load_model(args.model)  # an unknown model fails here, not in every rank
+    plan = load_plan_checked(args)
     cfg = _config(args, plan)
+    out = Path(args.out)
     t0 = time.perf_counter()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         records = _run_torchrun(cfg)
@@ -105,7 +92,42 @@ def run(args) -> int:
         except RunFailed as exc:
             print(f"rackplan execute: {exc}", file=sys.stderr)
             return 1
-    return _report(records, Path(args.out), time.perf_counter() - t0, args.json)
+    return _report(records, out, time.perf_counter() - t0, args.json)
+
+
+def load_plan_checked(args):
+    """The plan, with every argument and the whole plan checked before any rank starts: the
+    simulator's plan checks (HBM fit, experts over EP ranks), TP widths of the model that runs,
+    --ranks against the plan's instances, the output folder."""
+    from rackplan.args import check_writable
+    from rackplan.sim.simulator import validate_plan
+    from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload
+    check_writable("--out", args.out, folder=True)
+    plan = load_plan(args.plan)
+    validate_plan(plan, load_model(plan.model), load_hardware(plan.hardware))
+    runs = load_model(args.model) if args.model else load_model(plan.model)  # an unknown model fails here
+    from .topology import benchmark_instances
+    from .tp import check_shardable
+    insts = benchmark_instances(plan)
+    for inst in insts:
+        lay = inst.layout
+        check_shardable(runs, lay.tp, lay.gpus // lay.ep_size, f"model {runs.name} ({inst.name})")
+    if args.workload:
+        _check_serving(plan, load_workload(args.workload), args)
+    elif args.ranks is not None:
+        most = max(i.layout.gpus for i in insts)
+        if args.ranks > most:
+            raise SpecError("execute", "--ranks", f"at most {most}, the largest instance of plan {plan.name}",
+                            args.ranks)
+        for inst in insts:
+            if inst.layout.tp > 1 and inst.layout.gpus > args.ranks:
+                raise SpecError("execute", "--ranks", f"at least {inst.layout.gpus} for the TP instance "
+                                f"{inst.name} (a TP instance is not replayed)", args.ranks)
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    return plan
 
 
 def _check_serving(plan, workload, args) -> None:

@@ -40,6 +40,21 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, f
     return caps
 
 
+def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, reqs: Requests) -> None:
+    """A request whose prompt + output KV exceeds every decode (aggregated) rank's KV capacity can
+    never be admitted: refuse it before simulating (SpecError naming the workload's lengths)."""
+    caps = validate_plan(plan, model, hw)
+    pools = [k for k in caps if not k.startswith("prefill")]
+    if not pools or not len(reqs):
+        return
+    room = max(caps[k] for k in pools)
+    need = reqs.isl + reqs.osl
+    worst = int(np.argmax(need))
+    if need[worst] > room:
+        raise SpecError(workload.name, "isl + osl", f"at most {int(room)} tokens, the largest KV capacity of a "
+                        f"decode rank ({', '.join(pools)})", f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}")
+
+
 def _tokens_per_step(layout) -> float:
     return layout.speculation.acceptance_length if layout.speculation else 1.0
 
@@ -198,6 +213,7 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
                    num_requests: int | None = None, seed: int | None = None) -> SimResult:
     """Simulate `plan` serving `workload` with explicit spec objects (what-if studies pass edited ones)."""
     reqs = make_requests(workload, num_requests, seed)
+    check_requests_fit(plan, model, hw, workload, reqs)
     log = RequestLog(len(reqs))
     with _no_cyclic_gc():
         util, steps, cached = _run(plan, model, hw, workload, profile, reqs, log)

@@ -144,7 +144,7 @@ class Profile:
         cands = [p for p in self.a2a if p.kernel == kernel and p.link == link
                  and p.phase in (phase, "both")]
         if not cands:
-            raise KeyError(f"profile {self.name!r} has no a2a entry for {kernel}/{link}")
+            raise SpecError(f"profile {self.name}", "a2a", f"an entry for kernel {kernel} over link {link}")
 
         def rank(p):
             ep_dist = abs(math.log(p.ep) - math.log(ep)) if p.ep else 50.0

@@ -11,6 +11,7 @@ import math
 import sys
 import time
 
+from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.specs import load_plan, load_workload, profile_origin, resolve_profile
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
@@ -23,9 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "default_profile: measured where configs/profiles/ has one, else datasheet)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--requests", type=int, help="number of requests (default: the workload's)")
-    p.add_argument("--rate", type=float, help="override the arrival rate with Poisson at this many req/s")
-    p.add_argument("--seed", type=int, help="random seed (default: the workload's)")
+    p.add_argument("--requests", type=positive_int, help="number of requests (default: the workload's)")
+    p.add_argument("--rate", type=positive_float, help="override the arrival rate with Poisson at this many req/s")
+    p.add_argument("--seed", type=non_negative_int, help="random seed (default: the workload's)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 

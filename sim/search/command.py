@@ -10,38 +10,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from dataclasses import replace
 
+from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int
 from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
 
 from . import planner
 from .space import SearchSpace
 
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
-_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
-
-
-def duration(text: str) -> float:
-    """'2s', '50ms', '0.05' (seconds) -> seconds."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us)?\s*", str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration like 2s or 50ms, got {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2) or ""]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"], help="model name under configs/models or a YAML path")
     p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path")
-    p.add_argument("--gpus", type=int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
+    p.add_argument("--gpus", type=positive_int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path")
     p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T", help="TTFT p90 SLO, e.g. 2s")
     p.add_argument("--tpot-p90", type=duration, default=0.05, metavar="T", help="TPOT p90 SLO, e.g. 50ms")
     p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
                         "latency: max tokens/s/user at --rate")
-    p.add_argument("--rate", type=float, default=None, metavar="RPS",
+    p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
                    help="target request rate for min-gpus / latency (default: the workload's rate)")
     p.add_argument("--profile", default=None,
                    help="cost-model profile (default: the hardware's default_profile, measured where shipped)")
@@ -52,11 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write report.md, pareto.png, pareto.csv and launch/ (vLLM launch files) here")
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="processes")
-    p.add_argument("--sim-requests", type=int, default=None,
+    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1), help="processes")
+    p.add_argument("--sim-requests", type=positive_int, default=None,
                    help="requests per simulator check (default: sized to reach steady state)")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulator check (estimate only)")
-    p.add_argument("--seed", type=int, default=None, help="simulator seed (default: the workload's)")
+    p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -107,6 +98,9 @@ class _Bar:
 
 
 def run(args) -> int:
+    check_writable("--out", args.out)
+    if args.report:
+        check_writable("--report", args.report, folder=True)
     req = build_request(args)
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
         req.progress = bar.stage

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Callable, Iterator, Literal
 
+from rackplan.interrupts import quiet_worker
 from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
 
 from . import combine
@@ -138,7 +139,7 @@ def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str) -> list:
             out.append(fn(t))
             advance()
         return out
-    with get_context("fork").Pool(req.workers, initializer=_init, initargs=init_args) as pool:
+    with get_context("fork").Pool(req.workers, initializer=quiet_worker, initargs=(_init, *init_args)) as pool:
         out = []
         for r in pool.imap(fn, tasks, chunksize=max(1, len(tasks) // (8 * req.workers))):
             out.append(r)

@@ -16,6 +16,8 @@ from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 
+from rackplan.args import non_negative_int, positive_float, positive_int
+from rackplan.interrupts import quiet_worker
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
 from . import planner, whatif
@@ -33,10 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="profile (default: the plan's, else the hardware's default_profile)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--rate", type=float, default=None, help="request rate (default: the plan's planned rate)")
-    p.add_argument("--num-requests", type=int, default=None, help="requests per simulation")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate)")
+    p.add_argument("--num-requests", type=positive_int, default=None, help="requests per simulation")
+    p.add_argument("--seed", type=non_negative_int, default=None)
+    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
     p.add_argument("--out", default=None, metavar="DIR", help="write whatif.csv and whatif.png here")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
@@ -78,7 +80,7 @@ def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=
     if workers <= 1 or len(tasks) < 2:
         rows = [_simulate(t) for t in tasks]
     else:
-        with get_context("fork").Pool(min(workers, len(tasks))) as pool:
+        with get_context("fork").Pool(min(workers, len(tasks)), initializer=quiet_worker) as pool:
             rows = pool.map(_simulate, tasks)
     return rows[0], rows[1:]
 
