@@ -23,7 +23,8 @@ import dataclasses
 import datetime as dt
 import json
 
-from rackplan.specs import SpecError, dump_yaml, load_hardware, load_model, load_plan, load_profile, plan_hash
+from rackplan.outputs import write_spec
+from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, plan_hash
 
 from . import io
 
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.out:
             raise SpecError("calibrate", "--out", "a profile YAML path to write")
         prof, summary = build_profile(args)
-        dump_yaml(prof, args.out, header=f"# Fitted by `rackplan calibrate` on {dt.date.today()}; "
+        write_spec(prof, args.out, "profiles", header=f"# Fitted by `rackplan calibrate` on {dt.date.today()}; "
                                           "provenance and fit error (MAPE %) below.\n")
         result["profile"] = {"out": args.out, **summary}
     _print(result, args.json)
@@ -230,7 +231,7 @@ def _microbench(args) -> dict:
     if args.out_hardware:
         base = load_hardware(args.hardware or "cpu-local")
         hw, header = microbench.hardware_yaml(meas, base, dt.date.today().isoformat())
-        dump_yaml(hw, args.out_hardware, header=header)
+        write_spec(hw, args.out_hardware, "hardware", header=header)
         out["out"] = args.out_hardware
     return out
 

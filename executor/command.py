@@ -22,6 +22,8 @@ from pathlib import Path
 
 from rackplan.args import non_negative_float, non_negative_int, positive_float, positive_int, probability
 
+RUN_FILES = ("measurements.jsonl", "expert_counts.jsonl")  # what a run writes into --out
+
 
 def add_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan YAML (path or name under configs/plans)")
@@ -56,6 +58,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-cuda-graphs", action="store_true", help="skip the CUDA-graph decode timing")
     p.add_argument("--no-fp8", action="store_true", help="GPU: keep every weight in bf16 (default: the spec's "
                    "8-bit or narrower weights run as FP8 through torch._scaled_mm on sm89+)")
+    p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier run")
+    p.add_argument("--timings", action="store_true", help="add the run's wall time to the --json summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
 
 
@@ -92,17 +96,17 @@ def run(args) -> int:
         except RunFailed as exc:
             print(f"rackplan execute: {exc}", file=sys.stderr)
             return 1
-    return _report(records, out, time.perf_counter() - t0, args.json)
+    return _report(records, out, time.perf_counter() - t0, args.json, args.timings, args.force)
 
 
 def load_plan_checked(args):
     """The plan, with every argument and the whole plan checked before any rank starts: the
     simulator's plan checks (HBM fit, experts over EP ranks), TP widths of the model that runs,
     --ranks against the plan's instances, the output folder."""
-    from rackplan.args import check_writable
+    from rackplan.outputs import prepare_folder
     from rackplan.sim.simulator import validate_plan
     from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload
-    check_writable("--out", args.out, folder=True)
+    prepare_folder(args.out, "--out", args.force, owned=RUN_FILES)
     plan = load_plan(args.plan)
     validate_plan(plan, load_model(plan.model), load_hardware(plan.hardware))
     runs = load_model(args.model) if args.model else load_model(plan.model)  # an unknown model fails here
@@ -189,18 +193,25 @@ def _run_torchrun(cfg):
     return records if rank == 0 else None
 
 
-def _report(records: list[dict], out: Path, wall_s: float, as_json: bool) -> int:
+def _report(records: list[dict], out: Path, wall_s: float, as_json: bool, timings: bool = False,
+            force: bool = False) -> int:
+    from rackplan.outputs import Outputs
+
     from .records import summary_table, write_jsonl
     from .schema import read_measurements
     trace = [r for r in records if r.get("kind") == "expert_counts"]
     records = [r for r in records if r.get("kind") != "expert_counts"]
     path = out / "measurements.jsonl"
-    write_jsonl(records, path)
-    if trace:
-        write_jsonl(trace, out / "expert_counts.jsonl")
-    read_measurements(path)  # the schema check calibration will run
+    with Outputs() as staged:  # the run folder appears whole (measurements + expert counts) or not at all
+        folder = staged.folder(out, replace=force)
+        write_jsonl(records, folder / path.name)
+        if trace:
+            write_jsonl(trace, folder / "expert_counts.jsonl")
+        read_measurements(folder / path.name)  # the schema check calibration will run
     if as_json:
-        summary = {"out": str(path), "records": len(records), "wall_s": round(wall_s, 3)}
+        summary = {"out": str(path), "records": len(records)}
+        if timings:
+            summary["wall_s"] = round(wall_s, 3)
         reqs = [r for r in records if r["op"] == "request"]
         if reqs:
             import numpy as np
@@ -212,5 +223,7 @@ def _report(records: list[dict], out: Path, wall_s: float, as_json: bool) -> int
         print(json.dumps(summary))
     else:
         print(summary_table(records))
-        print(f"{len(records)} records -> {path} ({wall_s:.1f} s)")
+        print(f"{len(records)} records -> {path}")
+        if timings:
+            print(f"timings: {wall_s:.1f} s wall", file=sys.stderr)
     return 0

@@ -25,6 +25,21 @@ from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
 from .workload import Requests, make_requests
 
+# Peak RSS growth per simulated request (request table, log, per-request state in the instances):
+# 1.08 kB measured for tiny-cpu, 1,000 vs 40,000 requests (/usr/bin/time, 2026-12-01, benchmarks/RESULTS.md),
+# rounded up for margin.
+BYTES_PER_REQUEST = 1200
+MEMORY_GIB = 4.0  # default memory budget of one simulation
+
+
+def check_request_budget(num_requests: int, memory_gib: float = MEMORY_GIB, flag: str = "--requests") -> None:
+    """Refuse, before anything is drawn, a simulation whose requests would exceed `memory_gib`
+    (SpecError saying how many fit and how to raise the budget)."""
+    most = int(memory_gib * 2**30 / BYTES_PER_REQUEST)
+    if num_requests > most:
+        raise SpecError("simulate", flag, f"at most {most:,} requests in the {memory_gib:g} GiB memory budget (about "
+                        f"{BYTES_PER_REQUEST} B per request; raise it with --memory-gib)", num_requests)
+
 
 def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
     """Check every layout fits in HBM; returns KV capacity (tokens per rank) per pool entry."""

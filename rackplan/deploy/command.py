@@ -20,14 +20,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="profile the DBO thresholds are priced with (default: the plan's, else "
                    "datasheet)")
     p.add_argument("--workload", help="workload bench.sh replays (default: the plan's)")
+    p.add_argument("--force", action="store_true", help="replace --out even if it holds other files")
     p.add_argument("--json", action="store_true", help="print the written files as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import context_for, write_launch
+    from . import check_launch_folder, context_for, write_launch
 
+    check_launch_folder(args.out, args.force)
     plan = load_plan(args.plan)
-    paths = write_launch(context_for(plan, args.profile, args.workload), args.out)
+    paths = write_launch(context_for(plan, args.profile, args.workload), args.out, args.force)
     if args.json:
         print(json.dumps({"plan": plan.name, "files": [str(p) for p in paths]}, indent=2))
         return 0

@@ -27,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=positive_int, help="number of requests (default: the workload's)")
     p.add_argument("--rate", type=positive_float, help="override the arrival rate with Poisson at this many req/s")
     p.add_argument("--seed", type=non_negative_int, help="random seed (default: the workload's)")
+    p.add_argument("--memory-gib", type=positive_float, default=4.0, metavar="GIB",
+                   help="memory budget: a run of more requests than fit in it is refused up front (default: "
+                   "%(default)s GiB, about 3.5 million requests)")
+    p.add_argument("--timings", action="store_true", help="print the simulation's wall time (stderr)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
@@ -47,7 +51,7 @@ def report_json(plan, workload, profile, seed, result) -> str:
     }), sort_keys=True)
 
 
-def print_table(plan, workload, profile, result, wall_s: float, origin: str = "") -> None:
+def print_table(plan, workload, profile, result, origin: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -83,7 +87,7 @@ def print_table(plan, workload, profile, result, wall_s: float, origin: str = ""
     for name, u in result.utilisation.items():
         util.add_row(name, f"{u:.1%}", str(result.steps[name]))
     con.print(util)
-    con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic in {wall_s:.2f} s[/]")
+    con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
 def run(args) -> int:
@@ -97,8 +101,9 @@ def run(args) -> int:
         workload = with_rate(workload, plan.predicted["request_rate"])  # the load the planner checked
     profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
     origin = profile_origin(args.profile, plan.profile, plan.hardware)
-    from ..simulator import simulate
+    from ..simulator import check_request_budget, simulate
 
+    check_request_budget(args.requests or workload.num_requests, args.memory_gib)
     t0 = time.perf_counter()
     result = simulate(plan, workload, profile, num_requests=args.requests, seed=args.seed)
     wall = time.perf_counter() - t0
@@ -106,5 +111,7 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
     else:
-        print_table(plan, workload, profile, result, wall, origin)
+        print_table(plan, workload, profile, result, origin)
+    if args.timings:
+        print(f"timings: simulate {wall:.2f} s wall", file=sys.stderr)
     return 0

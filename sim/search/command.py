@@ -14,11 +14,13 @@ import sys
 from dataclasses import replace
 
 from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int
+from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
 
 from . import planner
 from .space import SearchSpace
 
+REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
 
 
@@ -43,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write report.md, pareto.png, pareto.csv and launch/ (vLLM launch files) here")
+    p.add_argument("--force", action="store_true", help="replace a --report folder that holds an earlier report")
+    p.add_argument("--timings", action="store_true", help="also print the search's wall-clock timings (stderr; "
+                   "in --json as 'timings'): reports hold none, so the same inputs give the same files")
     p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1), help="processes")
     p.add_argument("--sim-requests", type=positive_int, default=None,
                    help="requests per simulator check (default: sized to reach steady state)")
@@ -56,6 +61,9 @@ def build_request(args) -> planner.Request:
     """Specs and knobs of one planning run from parsed arguments."""
     if args.gpus is None or args.gpus < 1:
         raise SpecError("", "gpus", "a positive GPU count", args.gpus)
+    if args.sim_requests:
+        from ..simulator import check_request_budget
+        check_request_budget(args.sim_requests, flag="--sim-requests")
     mode = getattr(args, "mode", "any")
     space = replace(SearchSpace(), disaggregated=mode != "agg", aggregated=mode != "disagg")
     hw = load_hardware(args.hardware)
@@ -100,21 +108,26 @@ class _Bar:
 def run(args) -> int:
     check_writable("--out", args.out)
     if args.report:
-        check_writable("--report", args.report, folder=True)
+        prepare_folder(args.report, "--report", args.force, owned=REPORT_FILES)
     req = build_request(args)
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
         req.progress = bar.stage
         res = planner.plan(req, name=os.path.splitext(os.path.basename(args.out))[0] or "plan")
     req.progress = None
-    dump_yaml(res.plan, args.out, header=f"# {res.plan.description}\n")
-    if args.report:
-        from .report import write_all
+    with Outputs() as out:  # plan.yaml and the report folder appear together, whole, or not at all
+        if args.report:
+            from .report import write_all
 
-        write_all(res, args.report)
+            write_all(res, out.folder(args.report, replace=args.force))
+        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n")
+    if args.timings:
+        print("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()), file=sys.stderr)
     if args.json:
-        print(json.dumps({"plan": args.out, "summary": res.plan.summary, "gpus": res.winner.cand.gpus,
-                          "predicted": res.plan.predicted, "timings": res.timings, "profile": req.profile.name,
-                          "profile_source": req.profile.describe()}, indent=2))
+        doc = {"plan": args.out, "summary": res.plan.summary, "gpus": res.winner.cand.gpus,
+               "predicted": res.plan.predicted, "profile": req.profile.name, "profile_source": req.profile.describe()}
+        if args.timings:
+            doc["timings"] = res.timings
+        print(json.dumps(doc, indent=2))
         return 0
     from .report import console_table
 

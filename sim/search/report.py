@@ -157,7 +157,6 @@ def _why(res: Result) -> list[str]:
 
 def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> str:
     r, w = res.request, res.winner
-    t = res.timings
     sim_note = "simulated at each point's target load" if res.simulated else \
         "**not simulated** (simulator unavailable or disabled): analytic estimate only"
     tr = traffic_of(r.workload)
@@ -167,8 +166,8 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
              f"TPOT p90 <= {_ms(r.slo.tpot_p90_s)} ms; objective **{r.objective}**.", "",
              f"Cost-model profile `{r.profile.name}`: {r.profile.describe()}.", "",
              f"Searched {res.num_layouts} instance shapes -> {res.num_candidates} deployments meeting the SLOs in "
-             f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. Time: pricing "
-             f"{t['price_s']:.2f} s, estimate {t['estimate_s']:.2f} s, simulation {t['simulate_s']:.2f} s.", "",
+             f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. (No wall-clock times here, so "
+             "the same inputs give the same report: `rackplan plan --timings` prints them.)", "",
              "## Chosen", "", f"**{w.cand.summary}** on {w.cand.gpus} GPUs: {w.rate_rps:.3g} req/s, "
              f"{w.tps_gpu:.0f} output tokens/s/GPU, {w.tps_user:.1f} tokens/s/user.", ""]
     lines += _why(res)

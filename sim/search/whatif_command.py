@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.interrupts import quiet_worker
+from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
 from . import planner, whatif
@@ -40,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=non_negative_int, default=None)
     p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
     p.add_argument("--out", default=None, metavar="DIR", help="write whatif.csv and whatif.png here")
+    p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
@@ -102,7 +104,7 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
     return "\n".join(out)
 
 
-def write_outputs(folder: str, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
+def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "whatif.csv", "w", newline="") as fh:
@@ -134,14 +136,19 @@ def write_outputs(folder: str, baseline: whatif.Row, rows: list[whatif.Row]) -> 
 
 
 def run(args) -> int:
+    if args.out:
+        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
     base = baseline_specs(args, plan)
+    from ..simulator import check_request_budget
+    check_request_budget(args.num_requests or base.workload.num_requests, flag="--num-requests")
     for combo in whatif.combinations(sets):  # validate every key and value before simulating anything
         whatif.changed_specs(base, combo)
     baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers))
     if args.out:
-        write_outputs(args.out, baseline, rows)
+        with Outputs() as out:
+            write_outputs(out.folder(args.out, replace=args.force), baseline, rows)
     if args.json:
         print(json.dumps([{"change": r.label, "metrics": r.metrics,
                            "deltas": whatif.deltas(r.metrics, baseline.metrics),

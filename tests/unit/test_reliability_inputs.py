@@ -119,6 +119,10 @@ CASES = [
                                                           "dp: 3\n    max_tokens_per_step: 256")
                            .replace("num_gpus: 4", "num_gpus: 5")}, EXEC[:2] + ["p.yaml"] + EXEC[3:],
      "redundant_experts"),
+    ("simulate 10 million requests", {}, ["simulate", "--plan", "tiny-cpu", "--requests", "10000000"],
+     "--memory-gib"),
+    ("whatif 10 million requests", {}, ["whatif", "--plan", "tiny-cpu", "--num-requests", "10000000"], "--memory-gib"),
+    ("plan 10 million requests", {}, PLAN_FAST + ["--sim-requests", "10000000"], "--memory-gib"),
     # checked too late
     ("execute an HBM misfit", {"p.yaml": PLAN_TEXT.replace("model: tiny-moe", "model: deepseek-v3")},
      EXEC[:2] + ["p.yaml"] + EXEC[3:], "fits in HBM"),
@@ -157,3 +161,13 @@ def test_validate_gate_fails_on_nan():
     assert list(gate({"step decode": nan}, 1000.0)) == ["step decode"]  # a NaN MAPE fails, never passes
     assert gate({"step decode": 5.0}, 10.0) == {}
     assert list(gate({"step decode": 12.0, "x": 1.0, "y": nan}, 10.0)) == ["step decode", "y"]
+
+
+def test_request_budget_scales_with_memory():
+    from rackplan.sim.simulator import BYTES_PER_REQUEST, check_request_budget
+    from rackplan.specs import SpecError
+
+    check_request_budget(1_000_000)  # 1.1 GB: inside the default 4 GiB
+    with pytest.raises(SpecError, match="--memory-gib"):
+        check_request_budget(10_000_000)
+    check_request_budget(10_000_000, memory_gib=10_000_000 * BYTES_PER_REQUEST / 2**30 + 1)
