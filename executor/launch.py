@@ -38,7 +38,7 @@ HEARTBEAT_S = 0.25  # a rank touches its heartbeat file this often
 def stale_after_s(timeout_s: float) -> float:
     """Seconds without a heartbeat after which a rank counts as hung: well inside the collective
     timeout, never so short that a loaded machine's scheduling jitter trips it."""
-    return max(3.0, min(10.0, timeout_s / 3))
+    return max(5.0, min(10.0, timeout_s / 3))
 
 
 class RunFailed(RuntimeError):

@@ -117,6 +117,8 @@ class Profile:
             check(v > 0, f"op_scale.{name}", "a positive factor", v)
         for name, v in self.op_fixed.items():
             non_negative(v, f"op_fixed.{name}")
+        for name, v in self.fit_error.items():
+            non_negative(v, f"fit_error.{name}")
         for name, cs in self.curves.items():
             check(len(cs) > 0, f"curves.{name}", "at least one curve")
 

@@ -111,6 +111,8 @@ CASES = [
      "step"),
     ("measurements cut mid-step (validate)", {"m.jsonl": _records(cut=-3)}, VALID + ["--measurements", "m.jsonl"],
      "step"),
+    ("validate NaN field under --max-mape 1000", {"m.jsonl": _records(_nan_ctx)},
+     VALID + ["--measurements", "m.jsonl", "--max-mape", "1000"], "ctx_sum"),
     ("validate --max-mape nan", {"m.jsonl": _records()}, VALID + ["--measurements", "m.jsonl", "--max-mape", "nan"],
      "--max-mape"),
     ("execute --ranks 12 on a 4-GPU plan", {}, EXEC + ["--ranks", "12"], "--ranks"),
