@@ -23,6 +23,7 @@ import dataclasses
 import datetime as dt
 import json
 
+from rackplan.args import check_writable
 from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, plan_hash
 
@@ -70,6 +71,9 @@ def parse_holdout(items: list[str]) -> dict[str, set[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag, path in (("--out", args.out), ("--out-hardware", args.out_hardware)):
+        if path:
+            check_writable(flag, path)  # before any input is read or fitted
     if args.op_database:
         from .opdb_command import run_op_database
 

@@ -180,6 +180,10 @@ def _stop(procs) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
+            try:
+                os.kill(p.pid, signal.SIGCONT)  # a stopped (SIGSTOP) rank takes its SIGTERM now
+            except ProcessLookupError:
+                pass
     end = time.monotonic() + GRACE_S
     for p in procs:
         p.join(max(0.0, end - time.monotonic()))

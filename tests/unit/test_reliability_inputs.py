@@ -86,6 +86,8 @@ CASES = [
      CALIB + ["--vllm-bench", "b.json"], "num_prompts"),
     ("a2a row ep=eight", {"t.csv": A2A_HEAD + "h800,low_latency,eight,dispatch,128,77,fp8\n"},
      ["calibrate", "--a2a-table", "t.csv", "--hardware", "h800", "--out", "fit.yaml"], "ep"),
+    ("calibrate --out under a file", {"FILE": "x", "t.csv": A2A_HEAD + "h800,low_latency,8,dispatch,128,77,fp8\n"},
+     ["calibrate", "--a2a-table", "t.csv", "--hardware", "h800", "--out", "FILE/fit.yaml"], "--out"),
     ("microbench on a tpu", {}, ["calibrate", "--microbench", "--device", "tpu"], "--device"),
     ("execute --timeout nan", {}, EXEC + ["--timeout", "nan"], "--timeout"),
     ("execute --timeout inf", {}, EXEC + ["--timeout", "inf"], "--timeout"),
