@@ -117,19 +117,46 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def _unique_pairs(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise _Refused(f"unique keys ('{k}' repeated)")
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _Refused(f"unique keys ('{key}' repeated)")
     return out
 
 
+class _NonFinite(Exception):
+    """A NaN / Infinity literal or an overflowing number in JSON (found again by check_tree to name it)."""
+
+
+def _refuse_constant(_name: str):
+    raise _NonFinite
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise _NonFinite
+    return value
+
+
+_FINITE = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_refuse_constant,
+                           parse_float=_finite_float)
+_ANY = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+
+
 def parse_json(text: str, where: str = "", finite: bool = True) -> Any:
-    """JSON text -> data; duplicate keys, nesting beyond MAX_DEPTH and (with `finite`) NaN/Infinity
-    anywhere are SpecErrors naming the field."""
+    """JSON text -> data; duplicate keys, nesting too deep and (with `finite`) NaN/Infinity anywhere
+    are SpecErrors naming the field."""
     try:
-        data = json.loads(text, object_pairs_hook=_unique_pairs)
+        return (_FINITE if finite else _ANY).decode(text)
+    except _NonFinite:
+        try:
+            data = json.loads(text)  # again, permissively, to name the field
+        except (ValueError, RecursionError):
+            raise SpecError(where, "(json)", "well-formed JSON with finite numbers") from None
+        check_tree(data, where, finite)
+        raise SpecError(where, "(json)", "finite numbers") from None
     except _Refused as exc:
         raise SpecError(where, "(json)", str(exc)) from None
     except RecursionError:
@@ -137,8 +164,6 @@ def parse_json(text: str, where: str = "", finite: bool = True) -> Any:
     except json.JSONDecodeError as exc:
         raise SpecError(where, "(json)", f"well-formed JSON (parse error at line {exc.lineno} column "
                         f"{exc.colno})") from None
-    check_tree(data, where, finite)
-    return data
 
 
 def check_tree(data: Any, where: str, finite: bool = True) -> None:
@@ -167,12 +192,27 @@ def read_json(path: str | Path, what: str = "JSON file", finite: bool = True) ->
         raise SpecError(exc.where, exc.field, f"{what}: {exc.expected}") from None
 
 
+def _bad_line(path: Path) -> int:
+    """Number of the first line of `path` that is not UTF-8 (the error path only)."""
+    with path.open("rb") as fh:
+        for i, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return i
+    return 0
+
+
 def text_lines(path: str | Path, what: str = "file") -> Iterator[tuple[int, str]]:
     """(line number, text) of each line, streamed; undecodable bytes are a SpecError naming the line."""
     path = _existing(path, what)
-    with path.open("rb") as fh:
-        for i, raw in enumerate(fh, 1):
-            yield i, _decode(raw, f"{path}:{i}")
+    i = 0
+    with path.open(encoding="utf-8", newline="") as fh:
+        try:
+            for i, line in enumerate(fh, 1):
+                yield i, line
+        except UnicodeDecodeError:  # decoded in blocks: find the line again, byte by line
+            raise SpecError(f"{path}:{_bad_line(path)}", "(encoding)", "UTF-8 text (undecodable byte)") from None
 
 
 def read_jsonl(path: str | Path, what: str = "JSONL file", finite: bool = True) -> Iterator[tuple[str, dict]]:
