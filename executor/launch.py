@@ -29,7 +29,7 @@ from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from rackplan.interrupts import child_defaults, die_with_parent
+from rackplan.interrupts import HELD, child_defaults, die_with_parent, signals_held
 
 GRACE_S = 3.0  # SIGTERM -> SIGKILL
 HEARTBEAT_S = 0.25  # a rank touches its heartbeat file this often
@@ -65,6 +65,8 @@ def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> Non
     code = 0
     child_defaults()  # SIGTERM kills a rank; it is not the parent's clean unwind
     die_with_parent(parent)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # started with them held (launch)
     try:
         _heartbeat(f"{tmp}/rank{rank}.hb")
         import torch
@@ -104,7 +106,8 @@ def launch(cfg, world: int) -> list[dict]:
         for r in range(world):
             p = ctx.Process(target=_worker, args=(cfg, r, world, tmp, f"tcp://127.0.0.1:{server.port}", os.getpid()),
                             name=f"rackplan-rank{r}")
-            p.start()
+            with signals_held():  # the rank sets its own handlers before it takes a signal
+                p.start()
             procs.append(p)
             reaper.stdin.write(f"{p.pid}\n")
             reaper.stdin.flush()

@@ -52,10 +52,31 @@ def child_defaults() -> None:
             signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
-def quiet_worker(init=None, *args) -> None:
-    """Pool initializer: ignore SIGINT (the parent handles Ctrl-C), default SIGTERM, then `init(*args)`."""
+HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+@contextmanager
+def signals_held():
+    """SIGINT / SIGTERM / SIGHUP held back (pending) while inside, e.g. while forking children that
+    must not run the parent's handlers before they set their own."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def quiet_worker(parent_pid: int, init=None, *args) -> None:
+    """Pool initializer (forked with signals held): die with the parent, ignore SIGINT (the parent
+    handles Ctrl-C), default SIGTERM / SIGHUP, let signals in, then `init(*args)`."""
+    die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     child_defaults()
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     if init is not None:
         init(*args)
 
@@ -71,3 +92,43 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
             pass
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def process_map(fn, tasks: list, workers: int, init=None, initargs: tuple = (), chunksize: int = 1):
+    """Results of fn(task) in task order over a fork pool of quiet workers (a generator).
+
+    On any exception in the parent (Ctrl-C, Terminated, an error) the pool is abandoned rather
+    than terminated: Pool.terminate drains the task queue under a lock that a worker killed by a
+    signal to the whole process group may hold, and then waits forever. Abandoning stops worker
+    replacement, SIGKILLs the workers and cancels the pool's exit-time finalizer (CPython's Pool
+    attributes, checked for), so an interrupted command exits at once and leaves no worker."""
+    from multiprocessing import get_context
+
+    pool = None
+    try:
+        with signals_held():  # workers and the pool's threads start with signals held; workers set their own
+            pool = get_context("fork").Pool(workers, initializer=quiet_worker,
+                                            initargs=(os.getpid(), init, *initargs))
+        yield from pool.imap(fn, tasks, chunksize=chunksize)
+    except BaseException:  # also GeneratorExit: the consumer stopped on its own exception
+        if pool is not None:
+            _abandon(pool)
+        raise
+    pool.close()
+    pool.join()
+
+
+def _abandon(pool) -> None:
+    handler = getattr(pool, "_worker_handler", None)
+    if handler is not None:
+        handler._state = "TERMINATE"  # multiprocessing.pool.TERMINATE: no replacement workers
+    for proc in list(getattr(pool, "_pool", None) or []):
+        try:
+            proc.kill()
+        except (OSError, ValueError):
+            pass
+    finalizer = getattr(pool, "_terminate", None)
+    if finalizer is not None and hasattr(finalizer, "cancel"):
+        finalizer.cancel()
+    else:
+        pool.terminate()

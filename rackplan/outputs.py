@@ -12,13 +12,12 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
+from rackplan.interrupts import signals_held
 from rackplan.specs import SpecError
 
-_HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 _count = itertools.count()
 
 
@@ -68,14 +67,10 @@ class Outputs:
         """Rename every staged output into place (an existing folder is replaced), signals held."""
         if os.environ.get("RACKPLAN_TEST_INTERRUPT_WRITE"):  # test hook: Ctrl-C while the set is written
             raise KeyboardInterrupt
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if hasattr(signal, "pthread_sigmask") else None
-        try:
+        with signals_held():
             for tmp, final, replace in self._staged:
                 _replace(tmp, final, replace)
             self._staged = []
-        finally:
-            if old is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def discard(self) -> None:
         """Remove every staged temporary."""

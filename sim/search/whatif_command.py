@@ -13,11 +13,10 @@ import csv
 import json
 import os
 from dataclasses import replace
-from multiprocessing import get_context
 from pathlib import Path
 
 from rackplan.args import non_negative_int, positive_float, positive_int
-from rackplan.interrupts import quiet_worker
+from rackplan.interrupts import process_map
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
@@ -82,8 +81,7 @@ def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=
     if workers <= 1 or len(tasks) < 2:
         rows = [_simulate(t) for t in tasks]
     else:
-        with get_context("fork").Pool(min(workers, len(tasks)), initializer=quiet_worker) as pool:
-            rows = pool.map(_simulate, tasks)
+        rows = list(process_map(_simulate, tasks, min(workers, len(tasks))))
     return rows[0], rows[1:]
 
 
