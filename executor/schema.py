@@ -34,7 +34,7 @@ def validate_record(rec: dict, where: str = "") -> None:
             raise SpecError(where, key, f"{tp.__name__} (missing)")
         val = rec[key]
         ok = isinstance(val, (int, float)) and not isinstance(val, bool) if tp is float else isinstance(val, tp)
-        if tp is int and isinstance(val, bool):
+        if tp is int and (isinstance(val, bool) or (isinstance(val, int) and abs(val) > 2**53)):
             ok = False
         if not ok:
             raise SpecError(where, key, f"a {tp.__name__}", val)

@@ -36,6 +36,7 @@ import numpy as np
 
 from rackplan.specs import SpecError, Workload, reading
 
+MAX_TOKENS = 10**9  # no request has a billion tokens; larger counts are corrupt (and overflow int64 sums)
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash_ids block in the published Mooncake traces (ceil(input/512) ids)
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -73,8 +74,8 @@ def _count(text, where: str, column: str, minimum: int = 0) -> int:
             raise ValueError
     except (TypeError, ValueError):
         raise SpecError(where, column, f"a whole number of tokens >= {minimum}", text) from None
-    if value < minimum:
-        raise SpecError(where, column, f"a whole number of tokens >= {minimum}", text)
+    if not minimum <= value <= MAX_TOKENS:
+        raise SpecError(where, column, f"a whole number of tokens in [{minimum}, {MAX_TOKENS:.0e}]", text)
     return int(value)
 
 

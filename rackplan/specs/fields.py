@@ -12,6 +12,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
+MAX_INT = 2**53  # every integer field fits a float exactly and numpy's int64 with room for sums
+
 
 class SpecError(ValueError):
     """Bad input: a field that is missing, unknown, mistyped or out of range (exit code 2)."""
@@ -85,6 +87,8 @@ def _convert(tp: Any, value: Any, where: str, field: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(where, field, "an integer", value)
+        if abs(value) > MAX_INT:
+            raise SpecError(where, field, "an integer of magnitude at most 2^53", value)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
