@@ -124,9 +124,13 @@ def load_plan_checked(args):
             raise SpecError("execute", "--ranks", f"at most {most}, the largest instance of plan {plan.name}",
                             args.ranks)
         for inst in insts:
-            if inst.layout.tp > 1 and inst.layout.gpus > args.ranks:
+            skipped = args.skip_prefill and inst.role == "prefill" or args.skip_decode and inst.role == "decode"
+            if inst.layout.tp > 1 and inst.layout.gpus > args.ranks and not skipped:
                 raise SpecError("execute", "--ranks", f"at least {inst.layout.gpus} for the TP instance "
                                 f"{inst.name} (a TP instance is not replayed)", args.ranks)
+    if args.expert_counts:
+        from rackplan.sim.routing import read_expert_trace
+        read_expert_trace(args.expert_counts)  # a missing or corrupt trace fails here, not in every rank
     if args.device == "cuda":
         import torch
         if not torch.cuda.is_available():
