@@ -16,7 +16,8 @@ measures (`metric`: quantity, tokens input/output/total, over which GPUs), and h
   without one, routing is uniform).
 - `ratio`: the published figure is a ratio of two runs (e.g. TBO on / off); `numerator` and
   `denominator` are overrides deep-merged into the case (`instance`, `plan`, `workload` or the
-  step fields) before each side is predicted.
+  step fields) before each side is predicted; a side's `whatif` ({key: value}) applies what-if
+  keys of `rackplan whatif --set` (sim/search/whatif.py, e.g. host.prepare_scale) to its specs.
 
 `expressible: false` cases name the feature today's model or spec lacks in `missing`; they keep a
 plan where one can be written, so `accuracy.py --all` can still run them for information.
@@ -147,6 +148,7 @@ class Scenario:
     tokens_per_rank: Optional[int]
     batch_per_rank: Optional[int]
     context_tokens: Optional[int]
+    whatif: tuple[tuple[str, Any], ...] = ()  # `rackplan whatif` keys applied to this side
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -171,7 +173,7 @@ def resolve(case: Case, overrides: dict | None = None) -> Scenario:
     where = f"case {case.id}"
     data = deep_merge({"plan": case.plan, "workload": case.workload, "instance": case.instance,
                        "tokens_per_rank": case.tokens_per_rank, "batch_per_rank": case.batch_per_rank,
-                       "context_tokens": case.context_tokens}, overrides or {})
+                       "context_tokens": case.context_tokens, "whatif": {}}, overrides or {})
     model = load_model_variant(case.model, case.model_overrides, where)
     hw = load_hardware(case.hardware)
     wl = from_dict(Workload, {"name": case.id, **data["workload"]}, where, "workload.") if data["workload"] else None
@@ -181,7 +183,7 @@ def resolve(case: Case, overrides: dict | None = None) -> Scenario:
                          where, "plan.")
     inst = from_dict(Layout, data["instance"], where, "instance.") if data["instance"] else None
     return Scenario(model, hw, wl, plan, inst, data["tokens_per_rank"], data["batch_per_rank"],
-                    data["context_tokens"])
+                    data["context_tokens"], tuple(data["whatif"].items()))
 
 
 def load_file(path: Path) -> list[Case]:

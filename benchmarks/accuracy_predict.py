@@ -7,9 +7,12 @@ other phase unlimited measures it: tokens per step / step seconds, per GPU of th
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from accuracy_cases import Case, Scenario, resolve
 
 from rackplan.sim.cost.step import CostContext, StepCost, decode_step, op_layers, prefill_step
+from rackplan.sim.search import whatif
 from rackplan.sim.simulator import simulate_specs
 from rackplan.specs import Plan, Profile, SpecError
 
@@ -24,6 +27,10 @@ def predict(case: Case, prof: Profile, seed: int, num_requests: int | None = Non
 
 def _side(case: Case, prof: Profile, seed: int, overrides: dict | None, num_requests: int | None) -> float:
     sc = resolve(case, overrides)
+    if sc.whatif:  # `rackplan whatif` keys on this side (e.g. host.prepare_scale)
+        specs = whatif.changed_specs(whatif.Specs(sc.model, sc.hw, prof, sc.workload, sc.plan), sc.whatif)
+        sc = replace(sc, model=specs.model, hw=specs.hw, workload=specs.workload, plan=specs.plan)
+        prof = specs.profile
     if case.method == "simulate":
         return _simulated(case, sc, prof, seed, num_requests or case.num_requests)
     return _stepped(case, sc, prof)

@@ -126,7 +126,7 @@ def main(argv=None) -> int:
             sh(RACKPLAN + ["execute", "--force", "--plan", str(path), "--device", "cpu", "--out", str(run),
                            "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])
             runs.append(run)
-    # engine-loop overhead per tick (cpu_iteration_s) is fitted on a serving run of another workload
+    # engine-loop overhead per tick (host.schedule_step_s) is fitted on a serving run of another workload
     # (tiny-chunked, closed loop) and validated on the plan's own workload below
     loop_run = out / "serve-fit"
     wait_quiet(cfg["quiet_s"])

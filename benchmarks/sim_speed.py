@@ -27,18 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from rackplan.sim.simulator import simulate, with_rate
-from rackplan.specs import (
-    Arrival,
-    Layout,
-    LengthDist,
-    Plan,
-    Workload,
-    dump_yaml,
-    load_plan,
-    load_profile,
-    load_workload,
-)
+from rackplan.specs import Plan, Workload, from_dict, load_plan, load_profile, load_workload
 
 TARGET_RPS = 25_000  # simulated requests per CPU-second, case (a), whole process
 TARGET_HELP_S, TARGET_SIM10_S = 0.3, 0.6
@@ -57,16 +49,18 @@ def child_cpu(cmd: list[str], env: dict | None = None) -> float:
 
 
 def case_b(folder: Path, requests: int) -> list[str]:
-    """Plan and workload files of case (b); returns the simulate arguments."""
-    plan = Plan(name="dep64-decode", model="deepseek-v3", hardware="gb200-nvl72", num_gpus=72,
-                prefill=(Layout(role="prefill", dp=8, max_tokens_per_step=16384),),
-                decode=(Layout(role="decode", dp=64, max_batch_per_rank=256, dbo=True),))
-    wl = Workload(name="1k1k", arrival=Arrival(kind="concurrency", concurrency=64 * 256),
-                  isl=LengthDist(kind="fixed", value=1000), osl=LengthDist(kind="fixed", value=1000),
-                  num_requests=requests)
-    dump_yaml(plan, folder / "plan_b.yaml")
-    dump_yaml(wl, folder / "wl_b.yaml")
-    return ["--plan", str(folder / "plan_b.yaml"), "--workload", str(folder / "wl_b.yaml")]
+    """Plan and workload files of case (b); returns the simulate arguments. Only the fields set are
+    written, so an older checkout (--baseline) reads the same files."""
+    plan = {"name": "dep64-decode", "model": "deepseek-v3", "hardware": "gb200-nvl72", "num_gpus": 72,
+            "prefill": [{"role": "prefill", "dp": 8, "max_tokens_per_step": 16384}],
+            "decode": [{"role": "decode", "dp": 64, "max_batch_per_rank": 256, "dbo": True}]}
+    wl = {"name": "1k1k", "arrival": {"kind": "concurrency", "concurrency": 64 * 256},
+          "isl": {"kind": "fixed", "value": 1000}, "osl": {"kind": "fixed", "value": 1000}, "num_requests": requests}
+    from_dict(Plan, plan), from_dict(Workload, wl)  # the same specs as before, validated here
+    (folder / "plan_b.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+    (folder / "wl_b.yaml").write_text(yaml.safe_dump(wl, sort_keys=False))
+    # --requests: exactly this many (without it `simulate` picks a steady-state run length)
+    return ["--plan", str(folder / "plan_b.yaml"), "--workload", str(folder / "wl_b.yaml"), "--requests", str(requests)]
 
 
 def whole_process(python: str, args, folder: Path) -> list[tuple[str, int, float]]:

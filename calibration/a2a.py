@@ -5,6 +5,13 @@ model (DeepSeek-V3 shapes, the table's payload dtype) on the table's hardware, s
 price exactly what the tables measured. Groups are (kernel, link, phase); a group is fitted with
 one EP-agnostic entry, and per-EP entries are added where that misses the tolerance.
 
+The tables ran their benchmark's routing, not the model's: DeepEP's tests (tests/legacy/) pick
+top-k of random scores over all experts, except the internode normal test, which limits each
+token to min(nodes, 4) nodes of 8 GPUs (groups = nodes). Predictions use that routing
+(`bench_model`). Bandwidth-only rows (DeepEP's normal kernels) become latencies through the way
+those tests count bytes: intranode, every token copy a rank receives (its own included);
+internode, one copy per node a token goes to (its own node included): "logical bandwidth".
+
 `floor=True` also fits a latency floor, t = max(floor_s, alpha_s + bytes / (bw * bw_eff)): small
 batches sit on a flat floor (TRT-LLM 2d: ~18 us up to 32 tokens) that a straight line cannot
 follow. A2AParams has no floor field yet, so written profiles carry the linear fit and the floor
@@ -19,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rackplan.sim.cost.alltoall import a2a_seconds, bytes_per_token, nvlink_share
+from rackplan.sim.cost.alltoall import a2a_seconds, bytes_per_token
+from rackplan.sim.cost.moe import holder_hit_probability
 from rackplan.specs import DTYPE_BYTES, A2AParams, HardwareSpec, Layout, ModelSpec, Profile, SpecError, load_model
 from rackplan.specs.reading import number
 
@@ -27,6 +35,8 @@ from .io import read_table
 from .robust import fit_relative
 
 TOLERANCE = 0.10  # per-point relative error that triggers per-EP entries
+BENCH_GPUS_PER_NODE = 8  # DeepEP's tests run 8 local ranks per node (H800 HGX)
+BENCH_MAX_NODES = 4  # DeepEP internode test: num_topk_groups = min(num_nodes, 4)
 
 
 @dataclass(frozen=True)
@@ -55,8 +65,8 @@ class A2AFit:
 
 
 def read_points(path: str | Path, model: ModelSpec) -> list[A2APoint]:
-    """Points of a table; a bandwidth-only row becomes a latency through the logical-bandwidth
-    convention: tokens x min(ep, top_k) x bytes/token / bandwidth."""
+    """Points of a table; a bandwidth-only row becomes a latency through DeepEP's logical-bandwidth
+    convention: tokens x logical copies per token x bytes/token / bandwidth (`logical_copies`)."""
     pts = []
     for i, r in enumerate(read_table(path), 1):
         where = f"{path}:row {i}"
@@ -80,11 +90,32 @@ def read_points(path: str | Path, model: ModelSpec) -> list[A2APoint]:
                 raise SpecError(where, "latency_us", "a latency or a bandwidth_gbps")
             bw = number(bw, where, "bandwidth_gbps", lo=0, lo_open=True)
             m = _with_dtype(model, r["dtype"])
-            sec = r["tokens"] * min(r["ep"], model.moe.top_k) * bytes_per_token(m, r["dtype"]) / (bw * 1e9)
+            copies = logical_copies(model, int(r["ep"]))
+            sec = r["tokens"] * copies * bytes_per_token(m, r["dtype"]) / (bw * 1e9)
         if not np.isfinite(sec) or sec <= 0:
             raise SpecError(where, "latency_us", "a finite positive latency", sec)
         pts.append(A2APoint(r["kernel"], int(r["ep"]), r["phase"], float(r["tokens"]), sec, r["dtype"]))
     return pts
+
+
+def bench_model(model: ModelSpec, kernel: str, ep: int) -> ModelSpec:
+    """`model` routed as DeepEP's tests route: top-k over all experts, except the internode normal
+    kernels' test, whose groups are the nodes and which keeps min(nodes, 4) of them per token."""
+    nodes = max(1, ep // BENCH_GPUS_PER_NODE)
+    groups, keep = (nodes, min(nodes, BENCH_MAX_NODES)) if kernel == "high_throughput" and nodes > 1 else (1, 1)
+    moe = dataclasses.replace(model.moe, num_groups=groups, topk_groups=keep)
+    return dataclasses.replace(model, moe=moe)
+
+
+def logical_copies(model: ModelSpec, ep: int) -> float:
+    """Token copies per token DeepEP's normal-kernel tests divide by the time: intranode, the copies
+    a rank receives (recv_x, its own included: ep x p_rank); internode, the nodes a token is sent to
+    (num_rdma_token_sent, its own node included: nodes x p_node)."""
+    nodes = max(1, ep // BENCH_GPUS_PER_NODE)
+    m = bench_model(model, "high_throughput", ep)
+    if nodes == 1:
+        return ep * holder_hit_probability(m, 1.0 / ep)
+    return nodes * holder_hit_probability(m, 1.0 / nodes)
 
 
 def _with_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
@@ -99,7 +130,8 @@ def predict(points: list[A2APoint], entries: list[A2AParams], model: ModelSpec, 
     out = np.empty(len(points))
     for i, p in enumerate(points):
         lay = Layout(role="decode" if p.kernel == "low_latency" else "prefill", dp=p.ep)
-        t = a2a_seconds(_with_dtype(model, p.dtype), lay, hw, prof, p.tokens, p.phase, p.kernel)
+        m = bench_model(_with_dtype(model, p.dtype), p.kernel, p.ep)
+        t = a2a_seconds(m, lay, hw, prof, p.tokens, p.phase, p.kernel)
         if floors:
             t = max(t, floors.get(_link_key(p, hw), 0.0))
         out[i] = t
@@ -108,7 +140,7 @@ def predict(points: list[A2APoint], entries: list[A2AParams], model: ModelSpec, 
 
 def _link(p: A2APoint, hw: HardwareSpec) -> str:
     """The link that carries a point's bottleneck: scale-out once the EP group leaves the domain."""
-    return "nvlink" if nvlink_share(Layout(role="decode", dp=p.ep), hw) >= 1.0 else "scaleout"
+    return "nvlink" if p.ep <= hw.domain_size else "scaleout"
 
 
 def _link_key(p: A2APoint, hw: HardwareSpec) -> tuple:
@@ -131,12 +163,10 @@ def fit_a2a(points: list[A2APoint], hw: HardwareSpec, model: ModelSpec | None = 
     order = sorted(groups, key=lambda g: (not _identifiable(groups[g]), g[1] != "nvlink"))
     entries: list[A2AParams] = _prior_entries(groups, prior)
     for g in order:
-        entries = [e for e in entries if (e.kernel, e.link, e.phase) != g]
-        entries += _fit_group(g, groups[g], entries, model, hw)
-    for g in order:  # refit scale-out alpha that borrowed from a provisional NVLink entry
+        entries = _refit(g, groups[g], entries, model, hw)
+    for g in order:  # refit scale-out once the NVLink entries it prices beside are fitted
         if g[1] == "scaleout":
-            entries = [e for e in entries if (e.kernel, e.link, e.phase) != g]
-            entries += _fit_group(g, groups[g], entries, model, hw)
+            entries = _refit(g, groups[g], entries, model, hw)
     fit = A2AFit(entries)
     if floor:
         fit.floor_s, fit.floor_entries = _fit_floors(groups, entries, model, hw)
@@ -150,8 +180,9 @@ def fit_a2a(points: list[A2APoint], hw: HardwareSpec, model: ModelSpec | None = 
 
 
 def _identifiable(pts: list[A2APoint]) -> bool:
-    """Two parameters need points that differ in bytes moved (batch or EP size)."""
-    return len({(p.ep, p.tokens) for p in pts}) >= 2
+    """Alpha and bandwidth separate only over batch sizes at one EP size: across EP sizes the bytes
+    change with the routing and the peers, which the per-EP physics already prices."""
+    return any(len({p.tokens for p in pts if p.ep == ep}) >= 2 for ep in {p.ep for p in pts})
 
 
 def _prior_entries(groups: dict, prior: Profile) -> list[A2AParams]:
@@ -167,12 +198,19 @@ def _prior_entries(groups: dict, prior: Profile) -> list[A2AParams]:
     return list({(e.kernel, e.link, e.phase): e for e in out}.values())
 
 
-def _fit_group(g: tuple, pts: list[A2APoint], entries: list[A2AParams], model, hw) -> list[A2AParams]:
+def _refit(g: tuple, pts: list[A2APoint], entries: list[A2AParams], model, hw) -> list[A2AParams]:
+    """`entries` with group g's entries replaced by a fit (seeded with the group's current alpha)."""
+    own = [e for e in entries if (e.kernel, e.link, e.phase) == g and e.ep is None]
+    others = [e for e in entries if (e.kernel, e.link, e.phase) != g]
+    return others + _fit_group(g, pts, others, model, hw, own[0].alpha_s if own else None)
+
+
+def _fit_group(g: tuple, pts: list[A2APoint], others: list[A2AParams], model, hw,
+               alpha0: float | None = None) -> list[A2AParams]:
     kernel, link, phase = g
     y = np.array([p.seconds for p in pts])
     where = f"a2a {kernel}/{link}/{phase}"
-    others = [e for e in entries if (e.kernel, e.link, e.phase) != g]
-    alpha0 = _borrowed_alpha(g, others)
+    alpha0 = _borrowed_alpha(g, others) if alpha0 is None else alpha0
 
     def make(p, ep=None):
         return A2AParams(kernel=kernel, link=link, phase=phase, alpha_s=float(p[0]), bw_eff=float(p[1]), ep=ep)

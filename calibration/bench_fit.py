@@ -4,7 +4,8 @@ End-to-end measurements identify few things; this fits those and reuses the op-l
 the rest:
   prefill_scale   one factor on every device op of prompt steps (Profile.op_scale "op/prefill")
   decode_scale    one factor on every device op of decode steps (op_scale "op/decode")
-  cpu_step_s      host overhead per step (shows where async scheduling does not hide it)
+  host_scale      one factor on every host part of a step (the profile's `host:` block: shows where
+                  async scheduling does not hide it, sim/cost/host.py)
   kv_transfer_alpha_s   the KV connector's fixed cost per request (TTFT that no batch explains)
 The bench's own requests (send times, prompt and output lengths) are replayed through the simulator
 (the plan as planned) and the parameters move until the replay's TTFT/TPOT statistics match the
@@ -29,10 +30,11 @@ import numpy as np
 
 from rackplan.specs import Arrival, Plan, Profile, SpecError, load_workload, plan_hash
 from rackplan.specs.ops import DEVICE_OPS
+from rackplan.specs.profile import HOST_FIELDS
 
 from . import io
 
-PARAMS = ("prefill_scale", "decode_scale", "cpu_step_s", "kv_transfer_alpha_s")
+PARAMS = ("prefill_scale", "decode_scale", "host_scale", "kv_transfer_alpha_s")
 DETAILED = ("input_lens", "output_lens", "ttfts", "latencies", "start_times")
 STAT_SD = 0.02  # assumed spread of a measured statistic (log units): 2%
 PRIOR_SD = math.log(3.0)  # a parameter rarely sits more than 3x from its base value
@@ -166,13 +168,14 @@ def with_params(base: Profile, x: dict[str, float]) -> Profile:
         s = x.get(f"{phase}_scale", 1.0)
         for op in DEVICE_OPS:
             scale[f"{op}/{phase}"] = base.op_scale.get(f"{op}/{phase}", base.op_scale.get(op, 1.0)) * s
-    return dataclasses.replace(base, op_scale=scale, cpu_step_s=x.get("cpu_step_s", base.cpu_step_s),
+    prof = base.with_host(lambda hp: hp.scaled(tuple(HOST_FIELDS), x.get("host_scale", 1.0)))
+    return dataclasses.replace(prof, op_scale=scale,
                                kv_transfer_alpha_s=x.get("kv_transfer_alpha_s", base.kv_transfer_alpha_s))
 
 
 def _refs(base: Profile) -> dict[str, float]:
     """Base value of each parameter (the prior's centre); a zero base cost starts from 100 us."""
-    return {"prefill_scale": 1.0, "decode_scale": 1.0, "cpu_step_s": base.cpu_step_s or 1e-4,
+    return {"prefill_scale": 1.0, "decode_scale": 1.0, "host_scale": 1.0,
             "kv_transfer_alpha_s": base.kv_transfer_alpha_s or 1e-4}
 
 

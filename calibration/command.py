@@ -36,6 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measurements.jsonl or run folder (repeatable; all from one plan)")
     p.add_argument("--holdout", action="append", default=[], metavar="ROLE:N,N",
                    help="hold these step sizes out of the fit, e.g. decode:4,12 or prefill:128")
+    p.add_argument("--host-sweep", action="store_true",
+                   help="the --measurements are serving runs of one model and hardware over several plans (DP "
+                        "sizes, draft depths): fit only the profile's host block from their per-part host records "
+                        "(sim/cost/host.py); --holdout sizes (sequences on the busiest rank) are held out")
     p.add_argument("--a2a-table", action="append", default=[], help="published all-to-all table (CSV)")
     p.add_argument("--vllm-bench", action="append", default=[],
                    help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable): "
@@ -102,7 +106,10 @@ def build_profile(args):
     name = args.name or (args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0] if args.out else "fitted")
     inputs, extra, summary = [], {}, {}
     prof = base
-    if args.measurements:
+    if args.measurements and args.host_sweep:
+        prof, extra, summary = _from_host_sweep(args, base, name)
+        inputs += [io.measurement_file(m) for m in args.measurements]
+    elif args.measurements:
         prof, extra, summary = _from_measurements(args, base, name)
         inputs += [io.measurement_file(m) for m in args.measurements]
     if args.a2a_table:
@@ -183,7 +190,7 @@ def _from_measurements(args, base, name):
     prof = fit_profile(fx, base, name, getattr(args, "launch_s", None))
     iteration = fit_iteration(records)
     if iteration is not None:
-        prof = dataclasses.replace(prof, cpu_iteration_s=_sig(iteration))
+        prof = dataclasses.replace(prof, host=dataclasses.replace(prof.host, schedule_step_s=_sig(iteration)))
     first = records[0]
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
              "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"],
@@ -194,6 +201,41 @@ def _from_measurements(args, base, name):
                        "least squares on medians of per-run medians; a2a alpha + bytes/bw; host by step time",
              "note": "fit_error: MAPE % on the fit set; `rackplan validate` reports held-out error"}
     return prof, extra, {"fit_error": dict(prof.fit_error), "fit_steps": len(fit), "held_out_steps": len(held)}
+
+
+def _from_host_sweep(args, base, name):
+    """The base profile with its host block fitted from a host-loop sweep (calibration/host_fit.py)."""
+    from .host_fit import MIN_STEPS, HostPredictor, fit_host_parts, host_steps
+
+    records = []
+    for i, m in enumerate(args.measurements):
+        records += [dict(r, _run=i) for r in io.read_measurements(m)]
+    specs = sorted({(r["model"], r["hardware"]) for r in records})
+    if len(specs) != 1:
+        raise SpecError("--measurements", "model", "runs of one model on one hardware for --host-sweep", specs)
+    model, hw = load_model(specs[0][0]), load_hardware(specs[0][1])
+    steps = host_steps(records)
+    if not steps:
+        raise SpecError("--measurements", "host parts", "serving runs that record host.* parts per step")
+    held = set().union(*parse_holdout(args.holdout).values()) if args.holdout else set()
+    pred = HostPredictor(model, hw)
+    dec = fit_host_parts(pred, steps, base.host, "decode", held)  # decode (and aggregated) instances
+    pre = fit_host_parts(pred, steps, base.host_for("prefill"), "prefill", held)  # its own loop
+    errs = {**dec.fit_error, **{f"prefill/{k}": v for k, v in pre.fit_error.items()}}
+    held_errs = {**dec.held_error, **{f"prefill/{k}": v for k, v in pre.held_error.items()}}
+    points = {**dec.points, **{f"prefill/{k}": v for k, v in pre.points.items()}}
+    prof = dataclasses.replace(base, hardware=hw.name, host=dec.host, host_prefill=pre.host if pre.points else None,
+                               fit_error={**base.fit_error, **errs})
+    extra = {"hardware": hw.name, "host_fit": {
+        "method": "per part and role: HostParams of sim/cost/host.py, soft-L1 relative least squares on medians of "
+                  "per-run medians of the steps of one shape (role, DP size, draft depth, sequences on the busiest "
+                  f"rank) with at least {MIN_STEPS} steps; each part's thread CPU time on the busiest rank, "
+                  "host.dp_sync's wall time (the wait for the slowest rank)",
+        "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,
+        "shapes_fit_held": {k: list(v) for k, v in points.items()}, "held_out_sizes": sorted(held),
+        "kept_from_base": "launch_s, kernels_per_layer, graph_launch_s, api_* (the CPU executor has no API server)"}}
+    summary = {"host_fit_error_pct": errs, "host_held_out_error_pct": held_errs, "steps": len(steps)}
+    return prof, extra, summary
 
 
 def _from_tables(paths, hw, prof, name):

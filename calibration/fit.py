@@ -10,8 +10,10 @@ Three stages, each a robust least-squares fit on relative error:
      fitted outside, the per-op pairs inside by iteratively reweighted least squares (variable
      projection): four nonlinear parameters, two linear ones per op;
   2. dispatch / combine: alpha_s and bw_eff per (kernel, phase) on the local link;
-  3. host: cpu_step_s and cpu_per_request_s so that device ops + host time = measured step time
-     (what the simulator consumes); launch_s comes from the microbenchmark when given.
+  3. host: the profile's `host:` block (sim/cost/host.py parts). Without per-part host records,
+     the step residual: prepare_step_s and prepare_per_seq_s so that device ops + the host parts
+     the measured step ran (StepSample.parts) = measured step time; launch_s comes from the
+     microbenchmark when given.
 """
 from __future__ import annotations
 
@@ -47,6 +49,10 @@ class Fitter:
     def price(self, prof: Profile, s: StepSample):
         cx = CostContext(self.model, self.hw, layout_for(self.plan, s.role), prof)
         return step_cost(cx, s.rb)
+
+    def step_seconds(self, prof: Profile, s: StepSample) -> float:
+        """Predicted seconds of the measured step: device + the host parts it ran."""
+        return self.price(prof, s).host.step_with(s.parts)
 
     def op_pairs(self, prof: Profile, names) -> tuple[np.ndarray, np.ndarray]:
         """(predicted, measured) seconds over every (sample, op) measured with a positive time."""
@@ -168,19 +174,23 @@ def _fit_entry(fx, prof, entries, sub, kernel, phase, op):
 
 
 def fit_host(fx: Fitter, prof: Profile, launch_s: float | None = None) -> Profile:
-    """Stage 3: host time so that predicted step = measured step (async scheduling off on CPU)."""
+    """Stage 3 without per-part host records: the in-step host work (the 'host' record: input
+    preparation and sampling together) as prepare_step_s + prepare_per_seq_s, so that predicted
+    step = measured step (sampling's own terms set to 0: the residual carries them)."""
+    hp = dataclasses.replace(prof.host, sample_step_s=0.0, sample_per_seq_s=0.0, sample_per_draft_s=0.0)
     if launch_s is not None:
-        prof = dataclasses.replace(prof, launch_s=launch_s)
+        hp = dataclasses.replace(hp, launch_s=launch_s)
     steps = np.array([s.step_s for s in fx.samples])
     check_points(steps, 2, "measurements", "step seconds")
 
     def make(p):
-        return dataclasses.replace(prof, cpu_step_s=float(p[0]), cpu_per_request_s=float(p[1]))
+        return dataclasses.replace(prof, host=dataclasses.replace(hp, prepare_step_s=float(p[0]),
+                                                                  prepare_per_seq_s=float(p[1])))
 
     def pred(p):
-        return np.array([fx.price(make(p), s).seconds for s in fx.samples])
+        return np.array([fx.step_seconds(make(p), s) for s in fx.samples])
 
-    p, _ = fit_relative(pred, [prof.cpu_step_s, prof.cpu_per_request_s], [0.0, 0.0],
+    p, _ = fit_relative(pred, [hp.prepare_step_s, hp.prepare_per_seq_s], [0.0, 0.0],
                         [float(np.max(steps)), float(np.max(steps))], steps, "measurements", "step seconds",
                         f_scale=SOFT_L1)
     return make([_sig(p[0]), _sig(p[1])])
@@ -193,7 +203,7 @@ def op_errors(fx: Fitter, prof: Profile) -> dict[str, float]:
         pred, meas = fx.op_pairs(prof, [op])
         if len(meas):
             out[op] = mape(pred, meas)
-    out["step"] = mape([fx.price(prof, s).seconds for s in fx.samples], [s.step_s for s in fx.samples])
+    out["step"] = mape([fx.step_seconds(prof, s) for s in fx.samples], [s.step_s for s in fx.samples])
     return out
 
 

@@ -28,7 +28,7 @@ ATTN_FALLBACK = {  # V3.2 (MLA + indexer) runs kind mla; V4 csa: FlashMLA-sparse
 }
 SCALAR_SOURCES = {
     "kv_transfer": "base profile kv_transfer_alpha_s / kv_transfer_bw_eff (no KV-connector table)",
-    "host": "base profile cpu_step_s, cpu_per_request_s, launch_s (the tables time kernels, not the engine loop)",
+    "host": "base profile's host block (the tables time kernels, not the engine loop)",
     "dbo": "base profile dbo_efficiency",
 }
 REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target is left out of the profile

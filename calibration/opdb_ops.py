@@ -14,7 +14,7 @@ import numpy as np
 from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.collective import allreduce_seconds
-from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, stream_seconds
+from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
 from rackplan.sim.cost.moe import distinct_experts_per_rank, expert_work
 from rackplan.sim.cost.roofline import price
 from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, Layout, ModelSpec, Profile, load_model
@@ -140,9 +140,10 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
 
 def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw):
     """Seconds of the table's MoE rows: the moe.experts op as step.py prices it, plus the `route`
-    stream over the BF16 hidden states of every token entering the rank (its own curve)."""
+    stream over the BF16 hidden states of every token entering the rank (its own curve; the table's
+    kernel sees all num_tokens tokens, as step.py's moe.route does without an all-to-all)."""
     flops, nbytes, rows_pe, n, k = shape.T
-    in_bytes = tokens * h * 2.0
+    in_bytes = route_bytes(tokens, h)
     peak = hw.flops_for(dt)
 
     def predict(prof, i):

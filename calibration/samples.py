@@ -20,6 +20,10 @@ import numpy as np
 from rackplan.sim.cost.step import RankBatch
 from rackplan.specs import Layout, Plan, SpecError
 
+# host parts a step record's wall time covers unless its shape says (shape["host_parts"]): input
+# preparation, launches and sampling (the executor's loop times scheduling apart)
+IN_STEP_PARTS = ("host.prepare", "host.launch", "host.sample")
+
 
 @dataclass
 class StepSample:
@@ -36,6 +40,11 @@ class StepSample:
     runs: int = 1  # runs (measurement files) behind the medians
     serve: bool = False  # a serving-mode step (one step, never merged)
     run: int = 0
+
+    parts: tuple[str, ...] = ()  # host parts its wall time covers (records' shape["host_parts"])
+
+    def __post_init__(self):
+        self.parts = tuple(self.parts) or IN_STEP_PARTS
 
 
 def layout_for(plan: Plan, role: str) -> Layout:
@@ -94,7 +103,8 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
     if role == "prefill" and not np.any(dec_b):
         rb = RankBatch(np.zeros(ranks), np.zeros(ranks), pre_new, pre_pre)
     size = int(max(float(np.sum(n)) for n in pre_new)) if role == "prefill" else int(np.max(dec_b))
-    return StepSample(role, size, rb, ops, step_s, host_s, 1, [step], serve=serve, run=run)
+    parts = next((tuple(r["shape"]["host_parts"]) for r in recs if r["shape"].get("host_parts")), ())
+    return StepSample(role, size, rb, ops, step_s, host_s, 1, [step], serve=serve, run=run, parts=parts)
 
 
 def _shape_key(s: StepSample) -> tuple:
@@ -131,7 +141,7 @@ def _median(group: list[StepSample]) -> StepSample:
         work = sorted(group, key=_attn_work)
         rb = work[len(work) // 2].rb
     return StepSample(first.role, first.size, rb, ops, med(lambda s: s.step_s), med(lambda s: s.host_s),
-                      len(group), [n for s in group for n in s.steps], len(runs), first.serve, first.run)
+                      len(group), [n for s in group for n in s.steps], len(runs), first.serve, first.run, first.parts)
 
 
 def split_holdout(samples: list[StepSample], holdout: dict[str, set[int]]) -> tuple[list, list]:

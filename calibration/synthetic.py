@@ -13,7 +13,7 @@ from rackplan.executor.schema import SCHEMA_VERSION
 from rackplan.sim.cost.step import CostContext, RankBatch, step_cost
 from rackplan.specs import Plan, Profile, load_hardware, load_model, plan_hash
 
-from .samples import layout_for
+from .samples import IN_STEP_PARTS, layout_for
 
 
 def _record(plan: Plan, role: str, step: int, rank: int, ranks: int, op: str, seconds: float, shape: dict,
@@ -46,7 +46,9 @@ def synth_records(plan: Plan, prof: Profile, decode_batches=(1, 2, 4, 8, 16), pr
             cost = step_cost(CostContext(model, hw, lay, prof), rb)
             wiggle = lambda: float(np.exp(rng.normal(0.0, noise)))  # noqa: E731
             total = 0.0
-            for name, sec in cost.breakdown().items():
+            ops = cost.breakdown()  # device ops; the host part a benchmark step runs (IN_STEP_PARTS)
+            ops["host.exposed"] = cost.host.step_with(IN_STEP_PARTS) - cost.host.gpu_s
+            for name, sec in ops.items():
                 sec = sec * (op_distort or {}).get(name, 1.0) * wiggle()
                 total += sec
                 op = "host" if name == "host.exposed" else name

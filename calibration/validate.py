@@ -71,10 +71,10 @@ def compare_steps(plan: Plan, samples: list[StepSample], prof: Profile) -> Repor
                 p, m = np.array(pairs).T
                 rep.ops.append({"op": op, "set": name, "n": len(p), "predicted_s": float(np.mean(p)),
                                 "measured_s": float(np.mean(m)), "mape": mape(p, m)})
-        rep.step_mape[name] = mape([costs[id(s)].seconds for s in sub], [s.step_s for s in sub])
+        rep.step_mape[name] = mape([costs[id(s)].host.step_with(s.parts) for s in sub], [s.step_s for s in sub])
     held_ids = {id(s) for s in held}
     for s in sorted(samples, key=lambda s: (s.role, s.size)):
-        pred = costs[id(s)].seconds
+        pred = costs[id(s)].host.step_with(s.parts)
         rep.steps.append({"role": s.role, "size": s.size, "set": "held-out" if id(s) in held_ids else "fit",
                           "repeats": s.repeats, "predicted_s": pred, "measured_s": s.step_s,
                           "err": pred / s.step_s - 1})

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,16 +34,17 @@ import torch.distributed as dist
 
 from rackplan.sim.workload import make_requests
 from rackplan.specs import load_workload
+from rackplan.specs.ops import HOST_PARTS
 
 from .attention import sub_seed
 from .control import Control
 from .kv import KVLinks, check_kv_layouts, dest_ranks, source_rank
 from .model import Batch, layer_ids
-from .records import request_record
+from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
 from .serving import DecodeSeats, PrefillQueue, Timeline
 from .speculate import accept, draw_accepted, verify_batch
-from .timing import NullTimer
+from .timing import HostClock, NullTimer
 from .topology import make_groups, max_ranks, serving_instances
 
 IDLE_POLL_S = 1.0  # longest an idle leader waits before it tells its instance it is still alive
@@ -58,7 +60,15 @@ class Tick:
 
 
 class Loop:
-    """One instance's loop on one rank: the leader plans and broadcasts, every rank steps."""
+    """One instance's loop on one rank: the leader plans and broadcasts, every rank steps.
+
+    Host parts of each step (rackplan/specs/ops.py HOST_PARTS, sim/cost/host.py prices them): the
+    leader times host.schedule (plan, less its control-plane store round trips: Loop.aside),
+    host.dp_sync (the tick's broadcast and the instance barrier before the forward) and host.output
+    (booking the step's tokens: appended, finished, seats freed; the executor's timelines, router
+    load counts and KV sends after it are no engine host work); every rank times
+    host.prepare and host.sample (Instance.record). The leader schedules and books every DP rank of
+    the instance: a central scheduler (the profile's host.scheduler 'central')."""
 
     def __init__(self, eng, rg, inst_obj: Instance):
         self.eng, self.me, self.rg, self.inst = eng, eng.me, rg, inst_obj
@@ -68,12 +78,34 @@ class Loop:
         self.pending = None
         self.ticks = 0
         self.exposed_s = 0.0
+        self.aside_s = [0.0, 0.0]  # wall, CPU of the last plan's work that is no scheduler work (Loop.aside)
+
+    def _plan_timed(self):
+        """(the next tick or None, wall and CPU seconds the scheduler took): the tick's
+        host.schedule, less what plan() ran inside `aside`."""
+        self.aside_s = [0.0, 0.0]
+        t0, c0 = time.perf_counter(), time.thread_time()
+        tick = self.plan()
+        return tick, time.perf_counter() - t0 - self.aside_s[0], time.thread_time() - c0 - self.aside_s[1]
+
+    @contextmanager
+    def aside(self):
+        """Leave the body out of host.schedule: work plan() does that is no engine scheduler work:
+        the serving control plane's store round trips (the router and the API server's request
+        hand-off stand-ins) and the drawn acceptance of a speculative step (the device's
+        verification outcome, drawn here because random weights accept nothing)."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.aside_s[0] += time.perf_counter() - t0
+            self.aside_s[1] += time.thread_time() - c0
 
     def _message(self):
         """Leader: the next ("tick", t) / ("idle", None) / ("stop", None); the others receive it."""
         if self.leader:
             t0 = time.perf_counter()
-            tick = self.pending.result() if self.pending is not None else self.plan()
+            tick, sched_s, sched_cpu = self.pending.result() if self.pending is not None else self._plan_timed()
             self.pending = None
             if tick is None:
                 msg = ("stop", None) if self.finished() else ("idle", None)
@@ -81,34 +113,53 @@ class Loop:
                     self.idle_wait()
             else:
                 msg = ("tick", tick)
+                self.inst.clock.add("host.schedule", sched_s, sched_cpu)
             self.exposed_s = time.perf_counter() - t0
         if self.rg.instance is None:
             return msg
         box = [msg if self.leader else None]
-        dist.broadcast_object_list(box, src=self.rg.inst.first, group=self.rg.instance)
+        with self.inst.clock.part("host.dp_sync"):
+            dist.broadcast_object_list(box, src=self.rg.inst.first, group=self.rg.instance)
         return box[0]
 
     def run(self) -> None:
         self.me.fault("step")  # test hook: at the loop's start (an instance the router skips still fails)
         while True:
             t_loop = time.perf_counter()
+            self.inst.clock = HostClock()
             kind, tick = self._message()
             if kind == "stop":
                 break
             if kind == "idle":
                 continue
+            clock = self.inst.clock
             if self.pool is not None:  # book now, plan the next step during this one's device work
-                self.book(tick)
-                self.pending = self.pool.submit(self.plan)
+                with clock.part("host.output"):
+                    self.book(tick)
+                self.pending = self.pool.submit(self._plan_timed)
             step_s = self.step(tick)
             if self.pool is None and self.leader:
-                self.book(tick)
-            self.after(tick)
+                with clock.part("host.output"):
+                    self.book(tick)
+            self.after(tick)  # the executor's own bookkeeping (timelines, router load, KV sends): no host part
+            self._record_host(clock)
             self.ticks += 1
             if self.leader:  # engine-loop time of this step outside the step's own record
                 self.eng.iteration(self.rg, tick, time.perf_counter() - t_loop - step_s)
         if self.pool is not None:
             self.pool.shutdown()
+
+    def _record_host(self, clock: HostClock) -> None:
+        """The host parts of the step just run, as records of that step (seconds: wall; cpu_s: this
+        thread's CPU time): every rank's host.prepare and host.sample, the leader's host.schedule,
+        host.dp_sync (the tick's broadcast and the barrier: what it waited for the others) and
+        host.output."""
+        names = HOST_PARTS if self.leader else ("host.prepare", "host.sample")
+        sec = {n: clock.wall[n] for n in names if n in clock.wall}
+        inst = self.inst
+        recs = step_records(self.me.base, inst.role, self.lay, inst.steps - 1, sec, inst.last_shape,
+                            self.me.dtype_name, inst.n_dense, inst.n_moe)
+        self.eng.records += [dict(r, cpu_s=clock.cpu[r["op"]]) for r in recs]
 
 
 class PrefillLoop(Loop):
@@ -133,12 +184,15 @@ class PrefillLoop(Loop):
     def plan(self):
         now = self.eng.clock()
         ctl = self.eng.control
-        for rid, arrival in ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts)):
+        with self.aside():
+            claimed = ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts))
+        for rid, arrival in claimed:
             self.queue.add(rid)
             self.eng.times(rid).arrival = arrival
         if bool(self.queue.queue) != self.busy:
             self.busy = bool(self.queue.queue)
-            ctl.set_busy(self.front, self.busy)
+            with self.aside():
+                ctl.set_busy(self.front, self.busy)
         if not self.queue.queue:
             return None
         chunks = self.queue.form()
@@ -148,7 +202,8 @@ class PrefillLoop(Loop):
             if math.isnan(tl.prefill_start):
                 tl.prefill_start, tl.prefill_rank = now, self.rg.inst.first + self._dp_of(chunks, ch) * self.lay.tp
             if ch.last:
-                targets[ch.rid] = self.eng.pick_decode()
+                with self.aside():  # the router's choice, on the control plane's load counts
+                    targets[ch.rid] = self.eng.pick_decode()
         tick = Tick(self.ticks, chunks, targets)
         return tick
 
@@ -160,16 +215,19 @@ class PrefillLoop(Loop):
         self.queue.book(tick.work)
 
     def step(self, tick: Tick) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         me, chunks = self.me, tick.work[self.rg.dp_rank]
         parts = [self.eng.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
         toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
         slots = torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device)
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
+        prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs; the record's shape below is untimed
+        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
                  "tokens_global": sum(c.take for per in tick.work for c in per),
+                 "seqs_global": sum(len(per) for per in tick.work),
+                 "emitted_global": sum(c.last for per in tick.work for c in per), "spec_depth": 0,
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
-        prep_s = time.perf_counter() - t0
         sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
         self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
         for c, tok in zip(chunks, ids, strict=True):
@@ -222,7 +280,8 @@ class DecodeLoop(Loop):
 
     def plan(self):
         name, osl = self.rg.inst.name, self.eng.osl
-        heads = self.eng.control.inbox(name, self.seen)
+        with self.aside():
+            heads = self.eng.control.inbox(name, self.seen)
         self.seen += len(heads)
         for h in heads:
             self.seats.stage(h["dp"], h["rid"], h["length"], osl[h["rid"]])
@@ -234,9 +293,10 @@ class DecodeLoop(Loop):
         sp = self.lay.speculation
         accepted = {}
         if sp is not None:
-            flat = [s.rid for per in seats for s in per]
-            accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
-                                                    self.me.acceptance(self.lay)), strict=True))
+            with self.aside():
+                flat = [s.rid for per in seats for s in per]
+                accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
+                                                        self.me.acceptance(self.lay)), strict=True))
         return Tick(self.ticks, seats, handoffs, accepted)
 
     def book(self, tick: Tick) -> None:
@@ -248,15 +308,19 @@ class DecodeLoop(Loop):
         for s in seats:
             if s.new:
                 self._install(s, tick.extra[s.rid])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         dev = me.device
         slots = torch.tensor([s.slot for s in seats], dtype=torch.long, device=dev)
         last = self.last[slots]
         ctx = [s.ctx for s in seats]
+        prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs (slots, last tokens, contexts)
+        self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
+        seqs_global = sum(len(per) for per in tick.work)  # the record's shape: instrumentation, untimed
         shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
-                 "tokens_global": sum(len(per) for per in tick.work) * q}
-        prep_s = time.perf_counter() - t0
+                 "tokens_global": seqs_global * q, "seqs_global": seqs_global, "spec_depth": q - 1,
+                 "emitted_global": sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work
+                                       for s in per)}
         if self.drafter is None:
             sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
             self.done_at = self.eng.clock()  # this step's tokens exist now
@@ -267,13 +331,14 @@ class DecodeLoop(Loop):
             def device_step(timer):
                 drafts = self.drafter.propose(last, ctx, slots, timer)
                 logits = self.inst.model.forward(verify_batch(last, drafts, ctx, slots), self.inst.cache, timer)
-                return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
+                with timer.section("host", host=True), self.inst.clock.part("host.sample"):  # rejection sampling
+                    return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
             sec, spec = self.inst.forward(None, lambda out: out, device_step)
             self.done_at = self.eng.clock()
             shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
             ids = [toks[:s.left] for s, toks in zip(seats, spec.emitted, strict=True)]  # a request stops at its osl
             shape["tokens_emitted"] = sum(len(t) for t in ids)
-            self.last[slots] = torch.tensor([t[-1] for t in ids], device=dev)
+            self.last[slots] = torch.tensor([t[-1] for t in ids], dtype=torch.long, device=dev)  # [B] (B may be 0)
             self.outputs.append(([s.rid for s in seats], ids))
         self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
         self.eng.trace(self.inst)

@@ -147,7 +147,7 @@ class Model:
     def _attention(self, layer: Layer, li: int, x, batch: Batch, cache, timer):
         if x.shape[0] == 0:  # an idle DP rank still joins the MoE all-to-alls of the step
             return torch.zeros_like(x)
-        return self.par.reduce(self._attention_part(layer, li, x, batch, cache, timer), timer)
+        return self.par.reduce(self._attention_part(layer, li, x, batch, cache, timer), timer, "attn.allreduce")
 
     def _attention_part(self, layer: Layer, li: int, x, batch: Batch, cache, timer):
         """This rank's heads' share of the attention output [T, H] (the whole of it without TP)."""

@@ -11,7 +11,7 @@ collectives):
   6. combine: all_to_all_single back, then unpermute with the routing weights (weighted sum).
 Dual-batch overlap runs two micro-batches so one's all-to-all hides behind the other's experts.
 At EP1 there is no exchange: the permute into expert order and the weighted unpermute run
-locally and are timed as their own op, `moe.permute` (moe_local).
+locally and are timed as their own op, `moe.route` (moe_local).
 
 The static path (moe_forward_static, DeepEP low-latency style, used for decode on GPU) keeps
 every size on the device: each rank sends a fixed-capacity block per expert slot [S, C, H]
@@ -184,16 +184,16 @@ def finish_combine(out: torch.Tensor, routed: Routed, weights: torch.Tensor) -> 
 
 def moe_local(x, ids, weights, experts, ep: EPGroup, timer) -> torch.Tensor:
     """EP1: routed experts of one MoE layer in this process, no all-to-all: x [T, H], ids/weights
-    [T, k] -> [T, H]; the permute into expert order and the unpermute are timed as moe.permute."""
+    [T, k] -> [T, H]; the permute into expert order and the unpermute are timed as moe.route."""
     t, k = ids.shape
-    with timer.section("moe.permute"):
+    with timer.section("moe.route"):
         flat = to_slots(ids, ep).reshape(-1)  # [T*k]
         order = torch.argsort(flat, stable=True)
         counts = torch.bincount(flat, minlength=len(ep.phy2log))  # [S]
         rows = permute(x, torch.div(order, k, rounding_mode="floor"))  # [T*k, H]
     with timer.section("moe.experts"):
         y = experts(rows, counts)
-    with timer.section("moe.permute"):
+    with timer.section("moe.route"):
         pos = torch.empty_like(order)
         pos[order] = torch.arange(len(order), device=x.device)  # row of each pair
         return unpermute(y, pos.view(t, k), weights)

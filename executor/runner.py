@@ -151,6 +151,8 @@ def run_rank(cfg: RunConfig, rank: int, world: int) -> list[dict]:
 def run_instance(me: Rank, inst) -> list[dict]:
     """Benchmark one instance: real ranks when it fits the world, a replay of one rank otherwise."""
     lay = inst.layout
+    if lay.pp != 1:
+        raise SpecError(me.cfg.plan, f"{inst.name}.pp", "1 (the executor runs one pipeline stage)", lay.pp)
     measured = lay.gpus <= me.world
     if not measured and lay.tp > 1:
         raise SpecError(me.cfg.plan, f"{inst.name}.tp", f"an instance of at most {me.world} ranks (a TP "

@@ -37,7 +37,7 @@ from .model import Batch, layer_ids
 from .records import request_record, step_records
 from .serving import Scheduler, Tick
 from .shard import build_shard
-from .timing import NullTimer, StepTimer, wall
+from .timing import HostClock, NullTimer, StepTimer, wall
 from .topology import make_groups, max_ranks, serving_instances
 
 IDLE_POLL_S = 1.0  # longest sleep before rank 0 tells the others it is still waiting
@@ -65,6 +65,8 @@ class Instance:
         self.n_dense = sum(layer.dense for layer in self.model.layers)
         self.n_moe = len(self.model.layers) - self.n_dense
         self.steps = 0
+        self.clock = HostClock()  # host parts of the step in flight (the serving loop resets it)
+        self.last_shape: dict = {}
 
     def forward(self, batch: Batch, sample, device_step=None) -> tuple[dict, object]:
         """Timed forward + sampling (the StepLoop's timing): seconds per op, sampled ids.
@@ -73,11 +75,12 @@ class Instance:
             if not layer.dense:
                 layer.experts.rows = 0
         self.timer.reset()
-        if self.group is not None:
-            dist.barrier(group=self.group)
+        if self.group is not None:  # DP coordination: the ranks line up (the slowest one's host work)
+            with self.clock.part("host.dp_sync"):
+                dist.barrier(group=self.group)
         with wall(self.me.kind) as w:
             logits = device_step(self.timer) if device_step else self.model.forward(batch, self.cache, self.timer)
-            with self.timer.section("host", host=True):
+            with self.timer.section("host", host=True), self.clock.part("host.sample"):
                 out = sample(logits)
         sec = self.timer.collect()
         sec["step"] = w["seconds"]
@@ -100,6 +103,7 @@ class Instance:
                      dp_rank=self.rg.dp_rank, tp_rank=self.rg.tp_rank)
         if self.me.eplb_info(self.layout):
             shape["eplb"] = self.me.eplb_info(self.layout)
+        self.last_shape = shape  # the loop's own host parts of this step are recorded with it
         self.steps += 1
         return step_records(self.me.base, self.role, self.layout, self.steps - 1, sec, shape,
                             self.me.dtype_name, self.n_dense, self.n_moe)
@@ -263,6 +267,8 @@ def check_servable(me) -> None:
         if lay.tp != 1:
             raise SpecError(me.cfg.plan, f"{role}.tp", "1 in a colocated plan (TP runs in benchmark mode and in "
                             "disaggregated serving)", lay.tp)
+        if lay.pp != 1:
+            raise SpecError(me.cfg.plan, f"{role}.pp", "1 (the executor runs one pipeline stage)", lay.pp)
         if lay.speculation is not None:
             raise SpecError(me.cfg.plan, f"{role}.speculation", "none in a colocated plan (speculation runs "
                             "in benchmark mode and in disaggregated serving)", lay.speculation.num_tokens)

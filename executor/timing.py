@@ -79,3 +79,26 @@ def wall(device: str):
         if device == "cuda":
             torch.cuda.synchronize()
         res["seconds"] = time.perf_counter() - t0
+
+
+class HostClock:
+    """Wall and thread CPU seconds of a step's host parts (host.* ops of rackplan/specs/ops.py).
+    Wall time is what the step waits; CPU time is the part's own work, which a neighbour's load on
+    a shared machine does not stretch (store round trips and barrier waits are wall time only)."""
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    def add(self, name: str, wall_s: float, cpu_s: float) -> None:
+        self.wall[name] = self.wall.get(name, 0.0) + wall_s
+        self.cpu[name] = self.cpu.get(name, 0.0) + cpu_s
+
+    @contextmanager
+    def part(self, name: str):
+        """Time the body as host part `name` (wall and this thread's CPU time)."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0, time.thread_time() - c0)

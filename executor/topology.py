@@ -40,7 +40,7 @@ class InstanceSpec:
 
     @property
     def moe_tp(self) -> int:
-        return self.layout.gpus // self.layout.ep_size
+        return self.layout.moe_tp
 
     @property
     def slices(self) -> int:
@@ -49,7 +49,7 @@ class InstanceSpec:
 
 def check_layout(plan_name: str, field: str, lay: Layout) -> None:
     """The MoE split the executor runs: expert-TP shards inside one attention TP group."""
-    moe_tp = lay.gpus // lay.ep_size
+    moe_tp = lay.moe_tp
     if lay.tp % moe_tp:
         raise SpecError(plan_name, f"{field}.ep", f"a multiple of dp ({lay.dp}) whose expert-TP share "
                         f"(dp*tp/ep = {moe_tp}) divides tp ({lay.tp})", lay.ep_size)

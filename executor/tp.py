@@ -8,7 +8,9 @@ heads) and the single csa head, a GQA rank its own kv heads. Dense FFN and share
 split along their intermediate width (column-parallel w13, row-parallel w2, then all-reduce);
 routed experts along theirs over the MoE-TP group (topology.py), with the token slices of an EP
 group gathered back over the TP group; the LM head is vocab-sharded and its logits all-gathered.
-Every collective is timed as `tp.allreduce`.
+Collectives are timed as the cost model's ops (rackplan/specs/ops.py): the attention output's
+all-reduce as `attn.allreduce`, the FFN / expert all-reduces and the slice all-gather as
+`ffn.allreduce`, the logits' all-gather inside `lm_head`.
 """
 from __future__ import annotations
 
@@ -40,9 +42,9 @@ class Parallel:
     def slice_rank(self) -> int:
         return self.tp_rank // self.moe_tp
 
-    def reduce(self, x: torch.Tensor, timer) -> torch.Tensor:
-        """Sum of the TP ranks' partial outputs x [T, H]."""
-        return _all_reduce(x, self.tp_group, timer)
+    def reduce(self, x: torch.Tensor, timer, op: str = "ffn.allreduce") -> torch.Tensor:
+        """Sum of the TP ranks' partial outputs x [T, H], timed as `op`."""
+        return _all_reduce(x, self.tp_group, timer, op)
 
     def moe_reduce(self, x: torch.Tensor, timer) -> torch.Tensor:
         """Sum of the expert-TP shards' partial outputs."""
@@ -60,7 +62,7 @@ class Parallel:
         if width == 0:
             return y
         parts = _all_gather(torch.cat([y, y.new_zeros(width - y.shape[0], y.shape[1])]), self.tp, self.tp_group,
-                            timer)
+                            timer, "ffn.allreduce")
         sizes = [t.shape[0] for t in torch.tensor_split(torch.empty(n_tokens), self.slices)]
         return torch.cat([parts[s * self.moe_tp][:sizes[s]] for s in range(self.slices)])
 
@@ -68,20 +70,20 @@ class Parallel:
         """Vocab-sharded logits [B, V/tp] -> [B, V]."""
         if not self.vocab_sharded or logits.shape[0] == 0:
             return logits
-        return torch.cat(_all_gather(logits.contiguous(), self.tp, self.tp_group, timer), -1)
+        return torch.cat(_all_gather(logits.contiguous(), self.tp, self.tp_group, timer, "lm_head"), -1)
 
 
-def _all_reduce(x, group, timer):
+def _all_reduce(x, group, timer, op: str = "ffn.allreduce"):
     if group is None or x.shape[0] == 0:
         return x
-    with timer.section("tp.allreduce", comm=True, group=group):
+    with timer.section(op, comm=True, group=group):
         dist.all_reduce(x, group=group)
     return x
 
 
-def _all_gather(x, n, group, timer) -> list[torch.Tensor]:
+def _all_gather(x, n, group, timer, op: str) -> list[torch.Tensor]:
     out = [torch.empty_like(x) for _ in range(n)]
-    with timer.section("tp.allreduce", comm=True, group=group):
+    with timer.section(op, comm=True, group=group):
         dist.all_gather(out, x, group=group)
     return out
 

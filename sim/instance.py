@@ -5,6 +5,8 @@ Colocated prefill and decode instances alternate like one engine loop: a prefill
 KV hand-off of the prompts it finished), then a decode step that already seats those prompts."""
 from __future__ import annotations
 
+from array import array
+
 import simpy
 
 from .pricer import StepPricer
@@ -17,6 +19,8 @@ class Instance:
         self.shared = shared  # colocated instances take turns on the same GPUs
         self.busy_s = 0.0
         self.steps = 0
+        self.step_ends = array("d")  # end of each step (s) and busy seconds up to it: utilisation
+        self.busy_upto = array("d")  # over any window after the run
         self._wake = env.event()
         self._loop = self.run()
         env.process(self._loop)
@@ -54,4 +58,6 @@ class Instance:
         """Run one step of `seconds`."""
         self.busy_s += seconds
         self.steps += 1
+        self.step_ends.append(self.env.now + seconds)
+        self.busy_upto.append(self.busy_s)
         return self.env.timeout(seconds)

@@ -1,51 +1,61 @@
-"""Per-request timestamps and the summary a person reads: latency percentiles, tokens/s per GPU
-and per user, utilisation per instance, goodput under the SLOs."""
+"""Per-request timestamps and the summary a person reads, measured at steady state: latency
+percentiles, served tokens/s per GPU (per pool and for the whole plan) and per user, requests/s
+served against offered, goodput under the SLOs, utilisation per instance.
+
+Every figure comes from the measurement window of sim/steady.py (warm-up and cool-down left
+out): percentiles over the requests that arrive in it, throughput over the tokens served in it
+(never the offered load). Whole-run totals (`output_tokens`, `duration_s`) are labelled as such.
+"""
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rackplan.specs import SLO
 
+from .steady import Stability, Window, measure
+
 
 class RequestLog:
-    """Timestamps of every request (NaN until set) and the time-integral of requests in system."""
+    """Timestamps of every request (NaN until set) and what each decode step emitted."""
 
     def __init__(self, n: int):
         self.arrival = np.full(n, np.nan)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.prefill_done = np.full(n, np.nan)
-        self.in_system = 0
-        self._area = 0.0
-        self._last_t = 0.0
-        self.step_durations: list[float] = []  # decode step seconds (one ITL sample per sequence)
-        self.step_seqs: list[int] = []
-        self.step_end: list[float] = []  # decode step end times
-        self.step_tokens: list[float] = []  # output tokens emitted by that step
-
-    def _tick(self, now: float) -> None:
-        self._area += self.in_system * (now - self._last_t)
-        self._last_t = now
+        # per decode step (arrays of machine numbers: 8 bytes a step, not a list's 32)
+        self.step_durations = array("d")  # step seconds (one ITL sample per sequence)
+        self.step_seqs = array("q")  # sequences that continued through it
+        self.step_end = array("d")  # end times
+        self.step_tokens = array("d")  # output tokens emitted
 
     def arrive(self, rid: int, now: float) -> None:
-        self._tick(now)
-        self.in_system += 1
         self.arrival[rid] = now
 
     def done(self, rid: int, now: float) -> None:
-        self._tick(now)
-        self.in_system -= 1
         self.finish[rid] = now
 
-    def mean_in_system(self, t0: float, t1: float) -> float:
-        return self._area / max(t1 - t0, 1e-12)
+    def measure(self, disaggregated: bool, closed_loop: bool) -> tuple[Window, Stability]:
+        """The measurement window and stability verdict of the run so far (sim/steady.py)."""
+        return measure(self.arrival, self.prefill_done, self.first_token, self.finish, disaggregated, closed_loop)
+
+
+@dataclass(frozen=True)
+class Pools:
+    """GPUs of each pool, for per-pool throughput (aggregated plans: one pool, all GPUs)."""
+
+    total: int
+    prefill: int
+    decode: int
 
 
 @dataclass(frozen=True)
 class SimResult:
-    """What one simulation measured: per-request arrays plus the summary metrics."""
+    """What one simulation measured: per-request arrays (every request) plus the steady-state
+    summary over the window."""
 
     metrics: dict[str, float]
     utilisation: dict[str, float]
@@ -53,6 +63,12 @@ class SimResult:
     tpot_s: np.ndarray = field(repr=False)
     e2e_s: np.ndarray = field(repr=False)
     steps: dict[str, int] = field(default_factory=dict)
+    window: Window | None = None
+    stability: Stability = field(default_factory=lambda: Stability(True))
+
+    @property
+    def stable(self) -> bool:
+        return self.stability.stable
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[float]:
@@ -64,56 +80,137 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[fl
     return [float(v[min(np.searchsorted(cw, q / 100.0 * cw[-1], side="left"), len(v) - 1)]) for q in qs]
 
 
-def summarise(log: RequestLog, isl: np.ndarray, osl: np.ndarray, cached: np.ndarray, gpus: int,
-              slo: SLO, utilisation: dict[str, float], steps: dict[str, int],
-              closed_loop: bool = False) -> SimResult:
-    """Percentiles, throughput per GPU and per user, goodput, Little's-law check."""
+BATCHES = 20  # batch means: the window's requests in arrival order, cut into this many batches
+MAX_LAG1 = 0.5  # batch means' lag-1 autocorrelation used at most (from 20 batches, a larger one is mostly noise)
+
+
+def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
+    """p50/p90/p99 and mean of `arr` (window requests in arrival order), and the standard error of
+    the p90 by batch means (consecutive batches' p90s: their spread over sqrt(batches))."""
+    arr = arr[np.isfinite(arr)]
+    pcts = np.percentile(arr, (50, 90, 99)) if len(arr) else [float("nan")] * 3
+    for q, val in zip((50, 90, 99), pcts):
+        m[f"{name}_p{q}_s"] = float(val)
+    m[f"{name}_mean_s"] = float(arr.mean()) if len(arr) else float("nan")
+    m[f"{name}_p90_se_s"] = p90_standard_error(arr)
+
+
+def p90_standard_error(arr: np.ndarray) -> float:
+    """Standard error of the p90 of a series (in arrival order): by batch means over BATCHES
+    consecutive batches (batch_standard_error), and never below what as many independent samples
+    would give (half the distribution-free 68% interval: the order statistics n(0.9 +- sqrt(0.09/n)))."""
+    n = len(arr)
+    if n < 10 * BATCHES:
+        return float("nan")
+    srt = np.sort(arr)
+    half = np.sqrt(0.09 / n)
+    iid = (srt[min(n - 1, int(np.ceil(n * (0.9 + half))))] - srt[int(np.floor(n * (0.9 - half)))]) / 2.0
+    return max(float(iid), batch_standard_error(np.array([np.percentile(b, 90) for b in np.array_split(arr, BATCHES)])))
+
+
+def batch_standard_error(y: np.ndarray) -> float:
+    """Standard error of a mean from batch values: their spread over sqrt(batches), inflated for
+    correlated batches as an AR(1) series would be (x (1 + r) / (1 - r), r their lag-1
+    autocorrelation when positive): queues near saturation stay long or short for longer than a
+    batch."""
+    n = len(y)
+    d = y - y.mean()
+    var = float(np.dot(d, d)) / (n - 1)
+    r = float(np.dot(d[:-1], d[1:]) / max(np.dot(d, d), 1e-300)) if var > 0 else 0.0
+    r = min(max(r, 0.0), MAX_LAG1)
+    return float(np.sqrt(var / n * (1.0 + r) / (1.0 - r)))
+
+
+def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Window, slo: SLO) -> None:
+    """Percentiles, goodput and per-user speed over the window's requests; ITL over its decode steps."""
     ttft = log.first_token - log.arrival
-    e2e = log.finish - log.arrival
     tpot = np.where(osl > 1, (log.finish - log.first_token) / np.maximum(osl - 1, 1), np.nan)
-    t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
-    dur = max(t1 - t0, 1e-12)
-    # ITL: every running sequence sees each decode step's duration once (weighted by sequences)
-    itl_v, itl_w = np.asarray(log.step_durations), np.asarray(log.step_seqs, dtype=float)
-    # Steady-state throughput: the middle 80% of the arrival window (no warm-up, no drain);
-    # closed-loop runs use the whole run.
-    w0, w1 = (float(x) for x in np.nanpercentile(log.arrival, [10, 90]))
-    window = w1 - w0
-    ends = np.asarray(log.step_end)
-    if not closed_loop and window > 0 and len(ends):
-        in_win = (ends > w0) & (ends <= w1)
-        out_tps = float(np.asarray(log.step_tokens)[in_win].sum()) / window
-        arrived = (log.arrival > w0) & (log.arrival <= w1)
-        in_tps = float(isl[arrived].sum()) / window
-        pre_tps = float((isl - cached)[arrived].sum()) / window
-    else:
-        out_tps, in_tps, pre_tps = float(osl.sum()) / dur, float(isl.sum()) / dur, float((isl - cached).sum()) / dur
-    m: dict[str, float] = {}
-    for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-        pcts = np.nanpercentile(arr, (50, 90, 99)) if np.isfinite(arr).any() else [float("nan")] * 3
-        for q, val in zip((50, 90, 99), pcts):
-            m[f"{name}_p{q}_s"] = float(val)
-        m[f"{name}_mean_s"] = float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
+    for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", log.finish - log.arrival)):
+        _percentiles(m, name, arr[inw])
+    steps = _in(np.asarray(log.step_end), win)  # decode steps that ended in the window
+    itl_v, itl_w = np.asarray(log.step_durations)[steps], np.asarray(log.step_seqs, dtype=float)[steps]
     for q, val in zip((50, 90, 99), weighted_percentiles(itl_v, itl_w, (50, 90, 99))):
         m[f"itl_p{q}_s"] = val
     m["itl_mean_s"] = float(np.dot(itl_v, itl_w) / itl_w.sum()) if itl_w.sum() > 0 else float("nan")
     ok = (ttft <= slo.ttft_p90_s) & ((osl <= 1) | (tpot <= slo.tpot_p90_s))
-    speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)
+    speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)[inw]
+    m["goodput_rps"] = float(ok[inw].sum()) / win.length_s
+    m["slo_attainment"] = float(ok[inw].mean()) if inw.any() else float("nan")
+    m["tps_per_user"] = float(np.nanmedian(speed)) if np.isfinite(speed).any() else float("nan")
+
+
+def _in(t: np.ndarray, win: Window) -> np.ndarray:
+    return (t > win.start_s) & (t <= win.end_s)
+
+
+def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools, disaggregated: bool,
+                closed_loop: bool) -> None:
+    """Served tokens and requests per second in the window, per GPU of each pool and of the plan."""
+    ends, toks = np.asarray(log.step_end), np.asarray(log.step_tokens)
+    if not disaggregated:  # an aggregated prefill step emits the first token; decode steps the rest
+        first = log.first_token[np.isfinite(log.first_token)]
+        ends, toks = np.concatenate([ends, first]), np.concatenate([toks, np.ones(len(first))])
+    inw = _in(ends, win)
+    out_tps = float(toks[inw].sum()) / win.length_s
+    # its standard error by batch means over BATCHES equal slices of the window
+    edges = np.linspace(win.start_s, win.end_s, BATCHES + 1)
+    per_slice = np.histogram(ends[inw], bins=edges, weights=toks[inw])[0] / (win.length_s / BATCHES)
+    prompt_done = log.prefill_done if disaggregated else log.first_token  # prompt served
+    served = _in(prompt_done, win)
+    in_tps = float(isl[served].sum()) / win.length_s
+    pre_tps = float((isl - cached)[served].sum()) / win.length_s
+    m.update(
+        output_tps_per_gpu=out_tps / pools.total,
+        # open loop: never below the arrivals' own noise (a window of n Poisson arrivals holds n +- sqrt(n))
+        output_tps_per_gpu_se=max(batch_standard_error(per_slice),
+                                  0.0 if closed_loop else out_tps / np.sqrt(max(win.requests, 1))) / pools.total,
+        input_tps_per_gpu=in_tps / pools.total,
+        prefill_tps_per_gpu=pre_tps / pools.total,
+        prefill_pool_input_tps_per_gpu=in_tps / pools.prefill,
+        decode_pool_output_tps_per_gpu=out_tps / pools.decode,
+        offered_rps=win.requests / win.length_s,
+        served_rps=float(_in(log.finish, win).sum()) / win.length_s,
+        prefill_served_rps=float(served.sum()) / win.length_s,
+        decode_served_rps=float(_in(log.first_token, win).sum()) / win.length_s,
+    )
+
+
+def _mean_in_system(log: RequestLog, win: Window) -> float:
+    """Time-average of requests in the system over the window (each request's stay clipped to it)."""
+    finish = np.where(np.isfinite(log.finish), log.finish, np.inf)
+    stay = np.clip(np.minimum(finish, win.end_s) - np.maximum(log.arrival, win.start_s), 0.0, None)
+    return float(np.nansum(stay)) / win.length_s
+
+
+def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, osl: np.ndarray,
+              cached: np.ndarray, pools: Pools, slo: SLO, utilisation: dict[str, float], steps: dict[str, int],
+              disaggregated: bool, closed_loop: bool = False) -> SimResult:
+    """The steady-state summary of a run over its window: percentiles, throughput, goodput."""
+    inw = win.holds(log.arrival)
+    m: dict[str, float] = {}
+    _latency(m, log, osl, inw, win, slo)
+    _throughput(m, log, isl, cached, win, pools, disaggregated, closed_loop)
+    done = np.isfinite(log.finish)
+    t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(np.where(done, log.finish, log.arrival)))
     m.update(
         num_requests=float(len(isl)),
-        duration_s=dur,
-        num_gpus=float(gpus),
-        request_rate=len(isl) / dur,
-        output_tokens=float(osl.sum()),
+        window_start_s=win.start_s,
+        window_end_s=win.end_s,
+        window_requests=float(win.requests),
+        last_arrival_s=win.last_arrival_s,
+        stable=float(stab.stable),
+        converged=float(stab.converged),
+        duration_s=max(t1 - t0, 1e-12),  # whole run, first arrival to last finish
+        num_gpus=float(pools.total),
+        request_rate=m["offered_rps"],
+        output_tokens=float(osl[done].sum()),  # whole run, finished requests
         input_tokens=float(isl.sum()),
-        output_tps_per_gpu=out_tps / gpus,
-        input_tps_per_gpu=in_tps / gpus,
-        prefill_tps_per_gpu=pre_tps / gpus,
-        tps_per_user=float(np.nanmedian(speed)) if np.isfinite(speed).any() else float("nan"),
-        goodput_rps=float(ok.sum()) / dur,
-        slo_attainment=float(ok.mean()),
-        mean_in_system=float(log.mean_in_system(t0, t1)),
+        mean_in_system=_mean_in_system(log, win),
         # prompt tokens served from prefix caches (the trace's block hashes, else the flat rate)
         prefix_hit_rate=float(cached.sum()) / max(float(isl.sum()), 1.0),
     )
-    return SimResult(m, utilisation, ttft, tpot, e2e, steps)
+    for pool, g in stab.growth.items():
+        m[f"{pool}_queue_growth"] = g
+    return SimResult(m, utilisation, log.first_token - log.arrival,
+                     np.where(osl > 1, (log.finish - log.first_token) / np.maximum(osl - 1, 1), np.nan),
+                     log.finish - log.arrival, steps, win, stab)

@@ -7,6 +7,7 @@ at most one per rank, stay at the head in their order) and go to KV transfer.
 """
 from __future__ import annotations
 
+from array import array
 from collections import deque
 
 import simpy
@@ -52,6 +53,7 @@ class PrefillInstance(Instance):
         self.done_tokens: dict[int, int] = {}
         self.queued_tokens = 0
         self.handoff_s = handoff_s  # colocated: KV hand-off inside the turn, seconds for a list of rids
+        self.prompts_done = array("q")  # prompts each step finished (service rate while busy, after the run)
         super().__init__(env, name, pricer, shared)
 
     @property
@@ -82,6 +84,7 @@ class PrefillInstance(Instance):
             finished = [rid for ch in chunks for rid, take, start in ch if start + take >= self.need_of(rid)[1]]
             if self.handoff_s is not None and finished:
                 dt += self.handoff_s(finished)
+            self.prompts_done.append(len(finished))
             yield self.busy(dt)
             self.end_turn()
             self._leave(chunks, finished)

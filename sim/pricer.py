@@ -10,8 +10,14 @@ priced at a representative batch with the same three numbers: exact for dense at
 the bucket width for windowed / top-k attention. (Prefill steps rarely repeat, so their buckets
 buy little speed; they stay at 2% because TTFT tails near prefill saturation move by several
 percent with any 1% change of step prices, see benchmarks/RESULTS.md.) Every price is a step
-period (StepCost.period_s: the step plus the engine-loop time host.py charges between steps), as
-the planner's estimate uses it.
+period (StepCost.period_s: the step, or the API server's time to stream its tokens when longer:
+sim/cost/host.py), as the planner's estimate uses it.
+
+Given a random generator (the simulator's, seeded), `decode` and `step` also draw each step's
+routing imbalance: a cached step keeps its period at the mean imbalance and its change per
+standard deviation of the per-step imbalance (StepModel.period_spread), and a call returns the
+first plus a standard normal draw (truncated at 3 sigma) times the second. `price` and `uniform`
+stay at the mean, as the planner's estimate prices steps.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import math
 import numpy as np
 
 from .cost.roofline import StepCost
-from .cost.step import CostContext, RankWork, Step
+from .cost.step import CostContext, RankWork, Step, StepModel
 
 LOG_STEP = math.log(1.01)  # 1% buckets for the global batch and mean contexts
 LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention pairs
@@ -38,14 +44,31 @@ def _unq(k: int, step: float) -> float:
 class StepPricer:
     """Prices steps of one instance layout; `decode` and `step` are cached, `price` is exact."""
 
-    def __init__(self, cx: CostContext):
+    def __init__(self, cx: CostContext, rng: np.random.Generator | None = None, model: StepModel | None = None):
         self.cx = cx
-        self.model = cx.step_model
+        self.model = model or cx.step_model  # a StepModel.variant shares another layout's device pricing
         self.ranks = cx.layout.dp
         self._exact: dict[Step, StepCost] = {}
         self._cache: dict = {}
         self.calls = 0
         self.misses = 0
+        self._rng = rng
+        self._z: list[float] = []  # pre-drawn per-step imbalance draws, used from the end
+
+    def _period(self, step: Step):
+        """What the cache keeps for a step: its period, or (with draws) its period and spread."""
+        return self.model.period(step) if self._rng is None else self.model.period_spread(step)
+
+    def _value(self, hit) -> float:
+        """A cached step's period for this call (a fresh imbalance draw where it varies)."""
+        if self._rng is None:
+            return hit
+        p0, slope = hit
+        if not slope:
+            return p0
+        if not self._z:
+            self._z = np.clip(self._rng.standard_normal(4096), -3.0, 3.0).tolist()
+        return p0 + slope * self._z.pop()
 
     def price(self, step: Step) -> StepCost:
         """Exact price of a step, with its op breakdown."""
@@ -68,15 +91,15 @@ class StepPricer:
         key = (b_max, _qlog(ctx[r] / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))
         hit = self._cache.get(key)
         if hit is not None:
-            return hit
+            return self._value(hit)
         self.misses += 1
         rep_ctx, tot = _unq(key[1], LOG_STEP), _unq(key[2], LOG_STEP)
         other = max(tot - b_max, 0.0) / max(self.ranks - 1, 1)
         works = [(RankWork(float(b_max), b_max * rep_ctx), 1)]
         if self.ranks > 1:
             works.append((RankWork(other, other * rep_ctx), self.ranks - 1))
-        sec = self._cache[key] = self.model.period(_merged(works))
-        return sec
+        hit = self._cache[key] = self._period(_merged(works))
+        return self._value(hit)
 
     def step(self, chunks, batch=None, ctx=None) -> float:
         """Period of a prefill or mixed step: per rank, chunks as (rid, new tokens, prefix tokens),
@@ -97,7 +120,7 @@ class StepPricer:
         key = tuple(sorted(key))
         hit = self._cache.get(key)
         if hit is not None:
-            return hit
+            return self._value(hit)
         self.misses += 1
         works = []
         for dec_b, dec_c, qt, nseq, qp in key:
@@ -106,8 +129,8 @@ class StepPricer:
             p = max(pairs / max(tok, 1e-9) - n / 2.0, 0.0)
             chunks = ((nseq, n, p),) if nseq else ()
             works.append((RankWork(float(dec_b), _unq(dec_c, LOG_STEP) * dec_b, chunks), 1))
-        sec = self._cache[key] = self.model.period(_merged(works))
-        return sec
+        hit = self._cache[key] = self._period(_merged(works))
+        return self._value(hit)
 
 
 def _slowest_rank(batch, ctx) -> int:

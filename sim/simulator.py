@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
+from array import array
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -19,10 +22,11 @@ from .cost.memory import check_fits
 from .cost.step import CostContext
 from .cost.transfer import kv_link
 from .decode import DecodeInstance, DecodeRanks
-from .metrics import RequestLog, SimResult, summarise
+from .metrics import Pools, RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
+from .steady import GROWTH_TOL, Window
 from .workload import Requests, make_requests
 
 # Peak RSS growth per simulated request (request table, log, per-request state in the instances):
@@ -32,13 +36,19 @@ BYTES_PER_REQUEST = 1200
 MEMORY_GIB = 4.0  # default memory budget of one simulation
 
 
+def max_requests(memory_gib: float = MEMORY_GIB) -> int:
+    """Requests one simulation may hold within `memory_gib`."""
+    return int(memory_gib * 2**30 / BYTES_PER_REQUEST)
+
+
 def check_request_budget(num_requests: int, memory_gib: float = MEMORY_GIB, flag: str = "--requests") -> None:
     """Refuse, before anything is drawn, a simulation whose requests would exceed `memory_gib`
     (SpecError saying how many fit and how to raise the budget)."""
-    most = int(memory_gib * 2**30 / BYTES_PER_REQUEST)
+    most = max_requests(memory_gib)
     if num_requests > most:
         raise SpecError("simulate", flag, f"at most {most:,} requests in the {memory_gib:g} GiB memory budget (about "
                         f"{BYTES_PER_REQUEST} B per request; raise it with --memory-gib)", num_requests)
+ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the workload's)
 
 
 def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
@@ -77,7 +87,7 @@ def _tokens_per_step(layout) -> float:
 class _Deployment:
     """Builds the instances of a plan inside one SimPy environment and routes requests."""
 
-    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog):
+    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog, seed: int = 0):
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
         self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
@@ -86,13 +96,17 @@ class _Deployment:
         self.rr = 0  # least_loaded: picks so far (ties rotate)
         self.turns: dict[int, int] = {}  # round_robin, prefix_aware: picks so far per pool
         self.on_request_done = None
-        isl, osl = reqs.isl.tolist(), reqs.osl.tolist()  # Python ints: read per request, per step
+        # [N] ints read per request, per step: arrays of machine ints (8 bytes a request, not a list's 36)
+        isl, osl = _ints(reqs.isl), _ints(reqs.osl)
         # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
-        self.cached = cached = reqs.cached.tolist()
+        self.cached = cached = _ints(reqs.cached)
         self.isl = isl
         self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
-        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew))
+        # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
+        pools = iter(range(1 << 20))
+        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew),
+                                    np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
             n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
@@ -189,8 +203,11 @@ class _Deployment:
         if self.on_request_done:
             self.on_request_done(rid)
 
-    def utilisation(self, duration: float) -> dict[str, float]:
-        return {inst.name: inst.busy_s / duration for inst in self.front + self.decoders}
+    def usage(self) -> dict[str, tuple]:
+        """Per instance: its step end times, busy seconds up to each (utilisation over a window) and,
+        for prefill instances, the prompts each step finished."""
+        return {inst.name: (inst.step_ends, inst.busy_upto, getattr(inst, "prompts_done", None))
+                for inst in self.front + self.decoders}
 
     def close(self) -> None:
         """After a run: stop every main loop and drop the instances (they hold the deployment's
@@ -204,11 +221,19 @@ class _Deployment:
         return {inst.name: inst.steps for inst in self.front + self.decoders}
 
 
-def _open_loop(env, dep: _Deployment, arrivals: np.ndarray):
-    for rid, t in enumerate(arrivals.tolist()):
-        if t > env.now:
-            yield env.timeout(t - env.now)
-        dep.submit(rid)
+def _ints(a: np.ndarray) -> array:
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return out
+
+
+def _open_loop(env, dep: _Deployment, arrivals: np.ndarray, chunk: int = 4096):
+    """Submit each request at its arrival time (times read a chunk at a time: no list of N floats)."""
+    for lo in range(0, len(arrivals), chunk):
+        for rid, t in enumerate(arrivals[lo:lo + chunk].tolist(), lo):
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            dep.submit(rid)
 
 
 @contextmanager
@@ -226,21 +251,146 @@ def _no_cyclic_gc():
 
 def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
                    num_requests: int | None = None, seed: int | None = None) -> SimResult:
-    """Simulate `plan` serving `workload` with explicit spec objects (what-if studies pass edited ones)."""
-    reqs = make_requests(workload, num_requests, seed)
+    """Simulate `plan` serving `num_requests` requests of `workload` (default: the workload's count)
+    with explicit spec objects (what-if studies pass edited ones); every request runs to the end,
+    and the summary is measured over the steady-state window (sim/steady.py)."""
+    return _simulate(plan, model, hw, workload, profile, make_requests(workload, num_requests, seed), False, seed)
+
+
+MIN_STEADY = 1000  # requests of a steady-state run at least (closed loop: MIN_CLOSED, 10 per concurrent)
+MIN_CLOSED = 200
+MIN_WINDOW_STEPS = 20  # ... and steps of every pool (its instances together) in its window
+MAX_STEADY = 600_000  # requests of a steady-state run at most (~90 MB of request state)
+SETTLE_E2E = 4.0  # a rerun spans this many p90 E2E of arrivals (warm-up about 2, the window the rest)
+
+
+# figures `precision` applies to, x a scale: a p90 near a saturating pool wanders for long (the seed
+# scenario's TTFT p90 needs ~600k requests for a 1.3% standard error), its throughput does not
+PRECISE = {"output_tps_per_gpu": 1.0, "ttft_p90_s": 4.0, "tpot_p90_s": 4.0}
+PRECISION = 0.01  # `simulate` and `whatif`: standard errors at most 1% of the throughput, 4% of the p90s
+
+
+def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
+                    seed: int | None = None, first: int | None = None, most: int = MAX_STEADY,
+                    precision: float | None = None) -> SimResult:
+    """Simulate long enough to judge steady state: start with `first` requests (default: the
+    workload's count), and while the run never settled (sim/steady.py: warm-up not over in its
+    first half) run again with at least twice the requests, or enough arrivals to span SETTLE_E2E
+    p90 E2E, and while a pool ran fewer than MIN_WINDOW_STEPS steps in the window, with twice
+    the requests. With `precision`, also until the standard error of each PRECISE figure is at
+    most `precision` x its scale of it (sim/metrics.py: batch means, floored by independent
+    samples). An unstable run stops there: its growing queue is the verdict. Every run is seeded
+    alike, so a run of the same `first` and `most` repeats exactly."""
+    closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
+    n = max(max(MIN_CLOSED, 10 * workload.arrival.concurrency) if closed else MIN_STEADY,
+            first or workload.num_requests)
+    while True:
+        reqs = make_requests(workload, min(n, most), seed)
+        res = _simulate(plan, model, hw, workload, profile, reqs, True, seed)
+        if len(reqs) < min(n, most) or n >= most:
+            return res
+        if res.metrics["window_steps"] < MIN_WINDOW_STEPS:  # a few big steps: rates are step-quantised
+            n = min(most, 2 * n)
+        elif not res.stable:
+            return res
+        elif not res.stability.converged:
+            n = min(most, max(2 * n, _settling_requests(res)))
+        elif precision and (worst := _relative_error(res)) > precision:
+            n = min(most, max(2 * n, math.ceil(n * (worst / precision) ** 2)))  # errors fall as 1/sqrt(n)
+        else:
+            return res
+
+
+def _relative_error(res: SimResult) -> float:
+    """The largest standard error of the PRECISE figures as a share of the figure, over its scale."""
+    m, worst = res.metrics, 0.0
+    for key, scale in PRECISE.items():
+        se = m.get(key.replace("_s", "_se_s") if key.endswith("_s") else key + "_se", math.nan)
+        if math.isfinite(se) and m[key] > 0:
+            worst = max(worst, se / m[key] / scale)
+    return worst
+
+
+def _settling_requests(res: SimResult) -> int:
+    """Requests whose arrivals span SETTLE_E2E p90 E2E at the run's offered rate."""
+    m = res.metrics
+    e2e = m["e2e_p90_s"] if np.isfinite(m["e2e_p90_s"]) else m["duration_s"]
+    return int(math.ceil(m["offered_rps"] * SETTLE_E2E * e2e))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a run leaves besides the request log."""
+
+    steps: dict[str, int]
+    usage: dict[str, tuple]  # instance -> (step ends, busy seconds up to each, prompts each step finished)
+    cached: np.ndarray  # [N] prompt tokens served from prefix caches
+
+    def fewest_steps(self, win: Window) -> int:
+        """Steps in the window of the pool (prefill, decode, aggregated: all its instances) that ran
+        the fewest."""
+        pools: dict[str, int] = {}
+        for name, (e, _, _) in self.usage.items():
+            pool = name.split("[")[0]
+            pools[pool] = pools.get(pool, 0) + int(np.count_nonzero((np.asarray(e) > win.start_s)
+                                                                    & (np.asarray(e) <= win.end_s)))
+        return min(pools.values(), default=0)
+
+    def prefill_capacity_rps(self, win: Window) -> float:
+        """Prompts per busy second of each prefill instance over its steps that ended in the window,
+        summed: the pool's service rate, free of the quantisation of counting big steps' prompts."""
+        total = 0.0
+        for ends, busy, done in self.usage.values():
+            if done is None or not len(ends):
+                continue
+            e, b = np.asarray(ends), np.asarray(busy)
+            dur = np.diff(b, prepend=0.0)  # [steps] seconds of each step
+            inw = (e > win.start_s) & (e <= win.end_s)
+            if dur[inw].sum() > 0:
+                total += float(np.asarray(done)[inw].sum()) / float(dur[inw].sum())
+        return total
+
+    def utilisation(self, win: Window) -> dict[str, float]:
+        """Busy share of each instance over the window (busy time interpolated between step ends)."""
+        out = {}
+        for name, (ends, busy, _) in self.usage.items():
+            b0, b1 = np.interp([win.start_s, win.end_s], np.asarray(ends), np.asarray(busy), left=0.0) \
+                if len(ends) else (0.0, 0.0)
+            out[name] = float(b1 - b0) / win.length_s
+        return out
+
+
+def pools_of(plan: Plan) -> Pools:
+    """GPUs of the whole plan and of each pool (aggregated: one pool of every GPU)."""
+    if not plan.disaggregated:
+        return Pools(plan.gpus_used, plan.gpus_used, plan.gpus_used)
+    return Pools(plan.gpus_used, sum(lay.total_gpus for lay in plan.prefill),
+                 sum(lay.total_gpus for lay in plan.decode))
+
+
+def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool,
+              seed: int | None = None) -> SimResult:
+    """One run of `reqs`; with `settle`, an open-loop run judged unstable when arrivals end is not
+    drained (its latencies mean nothing; its throughput window is complete)."""
     check_requests_fit(plan, model, hw, workload, reqs)
     log = RequestLog(len(reqs))
+    closed = workload.arrival.kind == "concurrency"
     with _no_cyclic_gc():
-        util, steps, cached = _run(plan, model, hw, workload, profile, reqs, log)
-    return summarise(log, reqs.isl, reqs.osl, cached, plan.gpus_used, plan.slo, util, steps,
-                     closed_loop=workload.arrival.kind == "concurrency")
+        run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed,
+                   workload.seed if seed is None else seed)
+    win, stab = log.measure(plan.disaggregated, closed)
+    res = summarise(log, win, stab, reqs.isl, reqs.osl, run.cached, pools_of(plan), plan.slo,
+                    run.utilisation(win), run.steps, plan.disaggregated, closed)
+    res.metrics["window_steps"] = float(run.fewest_steps(win))
+    res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
+    return res
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog):
-    """The SimPy run; returns (utilisation, steps) per instance and the cached tokens per request,
-    the deployment closed."""
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
+    """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
+    draws (sim/pricer.py)."""
     env = simpy.Environment()
-    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log)
+    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
         dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]
@@ -248,16 +398,38 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog):
             dep.submit(next(nxt))
     else:
         env.process(_open_loop(env, dep, reqs.arrival_s))
-    env.run()
-    unfinished = int(np.isnan(log.finish).sum())
-    if unfinished:
-        dep.close()
-        raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
-                           "than any rank's KV capacity?)")
-    t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(log.finish))
-    util, steps, cached = dep.utilisation(max(t1 - t0, 1e-12)), dep.steps(), np.asarray(dep.cached)
+    drain = not settle or _settles(env, log, reqs.arrival_s, plan.disaggregated)
+    if drain:
+        env.run()
+        unfinished = int(np.isnan(log.finish).sum())
+        if unfinished:
+            dep.close()
+            raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
+                               "than any rank's KV capacity?)")
+    out = _Run(dep.steps(), dep.usage(), np.frombuffer(dep.cached, dtype=np.int64).copy())
     dep.close()
-    return util, steps, cached
+    return out
+
+
+EARLY_CHECKS = (16, 8, 4, 2)  # settling runs: look at the queues after 1/16 ... 1/2 of the arrivals
+EARLY_GROWTH = 3 * GROWTH_TOL  # ... and stop before the end only on clear growth at two checks in a row
+
+
+def _settles(env, log: RequestLog, arrivals: np.ndarray, disaggregated: bool) -> bool:
+    """Run an open-loop simulation to its last arrival; False (and stop there) as soon as a pool's
+    queue clearly grows at two checks in a row (an unstable run need not go on, nor drain; a
+    queue that grows once may be the start-up filling batches)."""
+    n, growing = len(arrivals), set()
+    for k in EARLY_CHECKS:
+        if n // k >= MIN_STEADY // 2:
+            env.run(until=float(arrivals[n // k - 1]) + 1e-9)
+            st = log.measure(disaggregated, False)[1]
+            now = {p for p, g in st.growth.items() if g > EARLY_GROWTH}
+            if now & growing:
+                return False
+            growing = now
+    env.run(until=float(np.nextafter(arrivals[-1], np.inf)))
+    return log.measure(disaggregated, False)[1].stable
 
 
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,

@@ -5,12 +5,13 @@ Each flag mirrors what the simulator priced for that layout, so the deployment r
   all-to-all kernels of the class the cost model prices (DeepEP high-throughput for prefill steps,
   low-latency for decode steps);
 - EPLB: `--enable-eplb` + `--eplb-config` with the planned redundant experts;
-- DBO: `--enable-dbo` with token thresholds at the batch where the cost model says the split starts
-  to pay (vLLM splits a step only above them);
+- DBO: `--enable-dbo` with the layout's token thresholds, the ones the cost model priced the split
+  with (vLLM splits a step only when every DP rank reaches them);
 - speculation per model family (vLLM's method names: "mtp" for V3 / V3.2 / V4, "dspark" for V4.1,
   whose draft stages ship inside the target checkpoint, so no draft `model` is given);
 - NIXL KV transfer for disaggregated instances, the model's KV-cache dtype, prefix caching as the
-  workload assumes, CUDA-graph mode (graphs only for decode-only steps, as priced), async scheduling;
+  workload assumes, CUDA-graph mode (graphs only for decode-only steps, as priced) or --enforce-eager,
+  async scheduling, and the frontend the planner chose (API-server count, stream interval);
 - per-rank limits: `--max-num-seqs` = planned sequences per rank, `--max-num-batched-tokens` = the
   planned prefill token budget, and for decode at least seqs x (1 + draft tokens), so vLLM never
   caps a decode step the simulator let through.
@@ -21,12 +22,10 @@ V4.1-Flash); llm-d guides/wide-ep-lws (vllm-deepseek-v4 decode/prefill).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from rackplan.specs import HardwareSpec, Layout, ModelSpec, Plan, Profile, SpecError, Workload
 
-DBO_GRID = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)  # tokens per rank
-DBO_MIN = 2  # vLLM 0.33 rejects thresholds below the number of micro-batches (config/parallel.py)
 KV_DTYPES = {"fp8": "fp8", "bf16": "bfloat16", "fp16": "float16", "fp32": "auto", "nvfp4": "nvfp4_ds_mla"}
 
 
@@ -95,19 +94,27 @@ def decode_tokens(lay: Layout) -> int:
 
 
 def batch_flags(lay: Layout) -> list[str]:
-    """Per-rank limits (vLLM's scheduler runs per DP rank)."""
+    """Per-rank limits (vLLM's scheduler runs per DP rank), the memory budget and offloaded weights
+    the cost model priced."""
     budget = lay.max_tokens_per_step
     if lay.role != "prefill":
         budget = max(budget, decode_tokens(lay))
-    return ["--max-num-seqs", str(lay.max_batch_per_rank), "--max-num-batched-tokens", str(budget)]
+    f = ["--max-num-seqs", str(lay.max_batch_per_rank), "--max-num-batched-tokens", str(budget)]
+    if lay.gpu_memory_utilization is not None:
+        f += ["--gpu-memory-utilization", f"{lay.gpu_memory_utilization:g}"]
+    if lay.offload_gb:
+        f += ["--cpu-offload-gb", f"{lay.offload_gb:g}"]
+    return f
 
 
 def parallel_flags(lay: Layout) -> list[str]:
     """TP size and expert parallelism (vLLM's EP group is always the instance's DP x TP GPUs)."""
     f = ["--tensor-parallel-size", str(lay.tp)]
+    if lay.pp > 1:
+        f += ["--pipeline-parallel-size", str(lay.pp)]
     if lay.ep_size == 1:
         return f
-    if lay.ep_size != lay.gpus:
+    if lay.ep_size != lay.stage_gpus:
         raise SpecError("", f"{lay.role}.ep", f"1 or dp*tp ({lay.gpus}): vLLM's expert-parallel group spans "
                         "the whole instance", lay.ep_size)
     kernel = "deepep_high_throughput" if lay.role == "prefill" else "deepep_low_latency"
@@ -147,50 +154,17 @@ def graph_flags(lay: Layout) -> list[str]:
 
 
 def frontend_settings(lay: Layout, local_ranks: int) -> tuple[int, int]:
-    """(API-server processes per endpoint, stream interval in tokens).
-
-    The one place these are read: issue 15's planner will choose both per layout (host.api_servers,
-    host.stream_interval) and they belong here. Until a Layout carries them: vLLM's own defaults,
-    one API server per local DP rank (hybrid-LB default) and a stream interval of 1."""
-    return max(1, local_ranks), 1
+    """(API-server processes per endpoint, stream interval in tokens): what the planner chose for the
+    layout (Layout.api_servers, Layout.stream_interval; sim/cost/host.py prices them); no API-server
+    count means vLLM's own default, one per local DP rank (hybrid-LB default)."""
+    return lay.api_servers or max(1, local_ranks), lay.stream_interval
 
 
 def dbo_flags(lay: Layout, cx: Context) -> list[str]:
     if not (lay.dbo and lay.ep_size > 1):
         return []
-    t = dbo_thresholds(lay, cx)
-    return ["--enable-dbo", "--dbo-decode-token-threshold", str(t["decode"]),
-            "--dbo-prefill-token-threshold", str(t["prefill"])]
-
-
-def dbo_thresholds(lay: Layout, cx: Context) -> dict[str, int]:
-    """Tokens per rank from which DBO's priced step is faster than the unsplit one, for decode-only and
-    prompt steps (the same cost model the planner used). Where DBO never pays up to the layout's
-    largest step, the threshold is one above it: vLLM then never splits a planned step."""
-    key = ("dbo", lay)
-    if key not in cx.memo:
-        cx.memo[key] = {phase: _crossover(lay, cx, phase) for phase in ("decode", "prefill")}
-    return cx.memo[key]
-
-
-def _crossover(lay: Layout, cx: Context, phase: str) -> int:
-    from rackplan.sim.search.estimate import Pricer, traffic_of
-
-    tr = traffic_of(cx.workload)
-    pr = Pricer(cx.model, cx.hw, cx.prof, tr.skew)
-    off = replace(lay, dbo=False)
-    q = 1 + (lay.speculation.num_tokens if lay.speculation else 0)
-    top = decode_tokens(lay) if phase == "decode" else lay.max_tokens_per_step
-
-    def gain(t: int) -> float:
-        if phase == "decode":
-            b = max(1.0, t / q)
-            return pr.decode(off, b, tr.ctx_mean).seconds - pr.decode(lay, b, tr.ctx_mean).seconds
-        return pr.prefill(off, (float(t),), tr.cached).seconds - pr.prefill(lay, (float(t),), tr.cached).seconds
-
-    grid = [t for t in DBO_GRID if t <= top] + [top]
-    pays = [t for i, t in enumerate(grid) if all(gain(u) > 0 for u in grid[i:])]
-    return max(DBO_MIN, pays[0]) if pays else top + 1
+    return ["--enable-dbo", "--dbo-decode-token-threshold", str(lay.dbo_decode_token_threshold),
+            "--dbo-prefill-token-threshold", str(lay.dbo_prefill_token_threshold)]
 
 
 def kv_flags(lay: Layout, cx: Context) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from rackplan.specs import plan_hash
 
 from . import flaglist
-from .engine import Context, dbo_thresholds, decode_tokens
+from .engine import Context
 from .placement import Placement
 from .scripts import host_var
 
@@ -39,9 +39,7 @@ def _instances(pl: Placement, cx: Context) -> list[str]:
         hosts = ", ".join(host_var(s.host) for s in inst.slices)
         dbo = "-"
         if lay.dbo and lay.ep_size > 1:
-            t, top = dbo_thresholds(lay, cx), {"decode": decode_tokens(lay), "prefill": lay.max_tokens_per_step}
-            dbo = " / ".join(f"{t[k]}" + (" (never pays up to the layout's step)" if t[k] > top[k] else "")
-                             for k in ("decode", "prefill"))
+            dbo = f"{lay.dbo_decode_token_threshold} / {lay.dbo_prefill_token_threshold}"
         rows.append(f"| {inst.name} | {lay.tag} {lay.role} | {hosts} | {len(inst.slices[0].gpus)} | "
                     f"{inst.port} | {dbo} |")
     return rows

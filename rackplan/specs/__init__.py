@@ -14,7 +14,7 @@ from .fields import SpecError, from_dict, to_dict
 from .hardware import HardwareSpec
 from .layout import SLO, EPLBConfig, Layout, Plan, Speculation
 from .model import DTYPE_BYTES, AttentionSpec, DraftSpec, Dtypes, KVComponent, ModelSpec, MoESpec
-from .profile import A2AParams, Curve, Profile, check_hardware
+from .profile import A2AParams, Curve, HostParams, Profile, check_hardware
 from .reading import read_yaml
 from .workload import Arrival, LengthDist, Workload
 
@@ -44,7 +44,7 @@ KINDS = {
 __all__ = [
     "A2AParams", "Arrival", "Curve", "check_hardware", "resolve_profile", "profile_origin",
     "AttentionSpec", "CONFIG_DIR", "DTYPE_BYTES", "DraftSpec", "Dtypes",
-    "EPLBConfig", "HardwareSpec", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
+    "EPLBConfig", "HardwareSpec", "HostParams", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
     "Plan", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
     "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml",
     "plan_hash", "from_dict", "to_dict", "resolve_path",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .fields import check, positive
+from .fields import check, non_negative, positive
 
 # Compute dtypes that run on the same tensor-core rate (and fall back to each other's curves)
 DTYPE_FAMILY = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
@@ -24,6 +24,8 @@ class HardwareSpec:
     gpus_per_node: int  # GPUs per host (CPU) node
     host_cpu: str = ""
     source: str = ""
+    num_sms: int = 0  # streaming multiprocessors per GPU (0: unknown; comm kernels then take none from compute)
+    host_link_bw: float = 0.0  # host memory -> GPU B/s per GPU for offloaded weights (0: no offload path)
     # profile that prices this hardware when neither --profile nor the plan names one: a measured
     # profile where one is shipped (configs/profiles/), else the generic datasheet one
     default_profile: str = "datasheet"
@@ -39,6 +41,8 @@ class HardwareSpec:
     def __post_init__(self):
         for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):
             positive(getattr(self, name), name)
+        non_negative(self.num_sms, "num_sms")
+        non_negative(self.host_link_bw, "host_link_bw")
         check(len(self.peak_flops) > 0, "peak_flops", "at least one dtype")
         for k, v in self.peak_flops.items():
             positive(v, f"peak_flops.{k}")

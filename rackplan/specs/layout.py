@@ -39,41 +39,85 @@ class Speculation:
 class Layout:
     """One serving role's instance shape, replicated `replicas` times.
 
-    `dp` attention ranks, each with `tp` GPUs; MoE over `ep` GPUs (`dp * tp` by default: DEPn is
-    dp=n, tp=1, ep=n).
+    `dp` attention ranks, each with `tp` GPUs, in `pp` pipeline stages; MoE over `ep` GPUs of a
+    stage (`dp * tp` by default: DEPn is dp=n, tp=1, ep=n). `expert_parallel: false` shards every
+    expert `tp` ways instead (vLLM without --enable-expert-parallel; dp must be 1).
     """
 
     role: Literal["prefill", "decode", "both"]
     dp: int
     tp: int = 1
     ep: Optional[int] = None
+    pp: int = 1  # pipeline stages, each holding num_layers / pp layers (vLLM --pipeline-parallel-size)
+    expert_parallel: bool = True  # experts split over the EP group (vLLM --enable-expert-parallel)
     replicas: int = 1
     max_tokens_per_step: int = 8192  # token budget per DP rank per step
     max_batch_per_rank: int = 256  # running sequences per DP rank
     dbo: bool = False  # dual-batch overlap
+    # vLLM 0.33 config/parallel.py defaults: a step is split in two micro-batches only when every DP
+    # rank has at least this many tokens (decode-only steps / steps with prompt tokens)
+    dbo_decode_token_threshold: int = 32
+    dbo_prefill_token_threshold: int = 512
     cuda_graphs: bool = True
     async_scheduling: bool = True
+    # API-server processes per endpoint (vLLM --api-server-count; None: vLLM's default, one per DP
+    # rank the endpoint serves) and tokens buffered per streamed chunk (--stream-interval)
+    api_servers: Optional[int] = None
+    stream_interval: int = 1
     speculation: Optional[Speculation] = None
     eplb: EPLBConfig = field(default_factory=EPLBConfig)
     moe_imbalance: Optional[float] = None  # fixed max/mean expert load; None: from the routing model
+    # weights per GPU kept in host memory and streamed to the GPU every forward pass (vLLM
+    # --cpu-offload-gb; routed experts first), GB
+    offload_gb: float = 0.0
+    # fraction of HBM the engine may use for weights, activations and KV cache (vLLM
+    # --gpu-memory-utilization); None: memory.py's reserve model (5% + a full step's activations)
+    gpu_memory_utilization: Optional[float] = None
 
     def __post_init__(self):
-        for name in ("dp", "tp", "replicas", "max_tokens_per_step", "max_batch_per_rank"):
+        for name in ("dp", "tp", "pp", "replicas", "max_tokens_per_step", "max_batch_per_rank", "stream_interval"):
             positive(getattr(self, name), name)
+        if self.api_servers is not None:
+            positive(self.api_servers, "api_servers")
         if self.ep is not None:
-            check(self.ep > 0 and self.gpus % self.ep == 0, "ep",
-                  f"a positive divisor of dp*tp ({self.gpus})", self.ep)
+            check(self.ep > 0 and self.stage_gpus % self.ep == 0, "ep",
+                  f"a positive divisor of dp*tp ({self.stage_gpus})", self.ep)
+        if not self.expert_parallel:
+            check(self.ep in (None, 1), "ep", "1 or unset when expert_parallel is false", self.ep)
+            check(self.dp == 1, "expert_parallel", "true when dp > 1 (vLLM then forms one dp x tp tensor-"
+                  "parallel MoE group over all-gathered tokens, which is not modelled)", self.expert_parallel)
+        for name in ("dbo_decode_token_threshold", "dbo_prefill_token_threshold"):
+            # vLLM 0.33 rejects thresholds below the number of micro-batches
+            check(getattr(self, name) >= 2, name, "an integer >= 2 (the two micro-batches)", getattr(self, name))
+        non_negative(self.offload_gb, "offload_gb")
+        if self.gpu_memory_utilization is not None:
+            check(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "a fraction in (0, 1]",
+                  self.gpu_memory_utilization)
         if self.moe_imbalance is not None:
             check(self.moe_imbalance >= 1.0, "moe_imbalance", "a factor >= 1", self.moe_imbalance)
 
     @property
-    def gpus(self) -> int:
-        """GPUs in one instance."""
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage (the attention DP x TP ranks, and the EP group)."""
         return self.dp * self.tp
 
     @property
+    def gpus(self) -> int:
+        """GPUs in one instance."""
+        return self.stage_gpus * self.pp
+
+    @property
     def ep_size(self) -> int:
-        return self.ep if self.ep is not None else self.gpus
+        if not self.expert_parallel:
+            return 1
+        return self.ep if self.ep is not None else self.stage_gpus
+
+    @property
+    def moe_tp(self) -> int:
+        """Ways each expert is sharded by its intermediate width: the stage's GPUs over the EP group
+        (tp without expert parallelism, 1 at the default ep = dp * tp; executor/topology.py builds
+        its expert-TP groups from this)."""
+        return self.stage_gpus // self.ep_size
 
     @property
     def total_gpus(self) -> int:
@@ -81,12 +125,13 @@ class Layout:
 
     @property
     def tag(self) -> str:
-        """Short name, e.g. 'DEP64', 'TP8', 'TP2xDP4-EP8'."""
+        """Short name, e.g. 'DEP64', 'TP8', 'TP4-EP4', 'TP2xDP4-EP8', 'TP8-PP2'."""
+        pp = f"-PP{self.pp}" if self.pp > 1 else ""
         if self.tp == 1 and self.ep_size == self.dp:
-            return f"DEP{self.dp}"
+            return f"DEP{self.dp}{pp}"
         if self.dp == 1:
-            return f"TP{self.tp}" + (f"-EP{self.ep_size}" if self.ep_size > 1 else "")
-        return f"TP{self.tp}xDP{self.dp}-EP{self.ep_size}"
+            return f"TP{self.tp}" + (f"-EP{self.ep_size}" if self.ep_size > 1 else "") + pp
+        return f"TP{self.tp}xDP{self.dp}-EP{self.ep_size}{pp}"
 
 
 @dataclass(frozen=True)

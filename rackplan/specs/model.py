@@ -28,6 +28,7 @@ DTYPE_BYTES = {
     "nvfp4": 0.5 + 1.0 / 16.0,
 }
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp8", "mxfp4", "fp4", "nvfp4"]
+DTYPE_FAMILY_8 = {"fp8": "fp8", "fp8_block": "fp8", "mxfp8": "fp8"}  # the 8-bit float formats
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,23 @@ class AttentionSpec:
     def projection_params(self, hidden: int) -> int:
         return sum(fan_in * fan_out for _, fan_in, fan_out in self.projections(hidden))
 
+    def rank_projections(self, hidden: int, tp: int) -> tuple[tuple[str, float, float], ...]:
+        """One TP rank's share of each projection, as vLLM shards them: the low-rank down-projections
+        of MLA / CSA and CSA's single KV head are replicated (ReplicatedLinear), output projections
+        are row-parallel (split in_features), GQA's KV heads are split while tp <= num_kv_heads and
+        replicated beyond, everything else is column-parallel (split out_features)."""
+        out = []
+        for name, fan_in, fan_out in self.projections(hidden):
+            if tp == 1 or name in ("q_a", "kv_a") or (self.kind == "csa" and name == "kv"):
+                out.append((name, fan_in, fan_out))
+            elif name in ("o", "o_a", "o_b"):
+                out.append((name, fan_in / tp, fan_out))
+            elif self.kind == "gqa" and name == "kv":
+                out.append((name, fan_in, fan_out / min(tp, self.num_kv_heads)))
+            else:
+                out.append((name, fan_in, fan_out / tp))
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class MoESpec:
@@ -173,8 +191,13 @@ class DraftSpec:
     num_tokens: int  # draft tokens proposed per step
     forward_passes: int  # draft forwards per step (MTP: one per token; block drafter: 1)
     active_params: float  # parameters read per draft forward per token (B-scale floats ok)
-    total_params: float  # resident parameters of the drafter
+    total_params: float  # resident parameters of the drafter (all its stages)
     weight_dtype: Dtype = "fp8"
+    # routed experts of one drafter pass (its MoE layer): count, picked per token, parameters of one
+    # expert; they are split over the EP group like the target's experts. 0: a dense drafter.
+    num_experts: int = 0
+    top_k: int = 0
+    expert_params: float = 0.0
 
     def __post_init__(self):
         positive(self.num_tokens, "num_tokens")
@@ -182,6 +205,34 @@ class DraftSpec:
         positive(self.active_params, "active_params")
         check(self.total_params >= self.active_params, "total_params", ">= active_params",
               self.total_params)
+        non_negative(self.num_experts, "num_experts")
+        if self.num_experts:
+            check(0 < self.top_k <= self.num_experts, "top_k", f"1..num_experts ({self.num_experts})", self.top_k)
+            check(self.expert_params > 0, "expert_params", "a positive parameter count with num_experts")
+            check(self.active_params > self.top_k * self.expert_params, "active_params",
+                  "more than top_k x expert_params (the dense part of a pass)", self.active_params)
+            check(self.stage_params >= self.num_experts * self.expert_params, "total_params",
+                  "at least forward stages x num_experts x expert_params", self.total_params)
+
+    @property
+    def stages(self) -> int:
+        """Distinct weight sets: a block drafter's stages each have their own, MTP passes share one."""
+        return self.forward_passes if self.kind == "draft_model" else 1
+
+    @property
+    def stage_params(self) -> float:
+        """Resident parameters of one stage."""
+        return self.total_params / self.stages
+
+    @property
+    def dense_active_params(self) -> float:
+        """Parameters a pass reads whatever the batch (all but its routed experts)."""
+        return self.active_params - self.top_k * self.expert_params
+
+    @property
+    def dense_stage_params(self) -> float:
+        """Resident parameters of one stage besides its routed experts."""
+        return self.stage_params - self.num_experts * self.expert_params
 
 
 @dataclass(frozen=True)
@@ -195,10 +246,28 @@ class Dtypes:
     combine: Dtype = "bf16"
     compute: Dtype = "fp8"  # dtype dense/attention GEMMs run in (selects the peak FLOP/s)
     expert_compute: Optional[Dtype] = None  # dtype expert GEMMs run in (default: compute)
+    # dtype the attention core's math runs in: bf16 (FlashMLA / FlashAttention dequantise an FP8
+    # cache in-kernel) unless an FP8 kernel is used (FlashInfer / TRT-LLM FP8 MLA), which needs an
+    # FP8 kv_cache
+    attention: Optional[Dtype] = None
+
+    def __post_init__(self):
+        if self.attention is not None and DTYPE_FAMILY_8.get(self.attention) == "fp8":
+            check(DTYPE_FAMILY_8.get(self.kv_cache) == "fp8", "attention",
+                  f"bf16 with a {self.kv_cache} KV cache (FP8 attention reads an FP8 kv_cache)", self.attention)
 
     @property
     def expert_compute_dtype(self) -> str:
         return self.expert_compute or self.compute
+
+    @property
+    def attention_compute_dtype(self) -> str:
+        return self.attention or "bf16"
+
+    @property
+    def activation_bytes(self) -> float:
+        """Bytes per element of the activations between ops (inputs and outputs of GEMMs)."""
+        return DTYPE_BYTES[self.activations]
 
 
 @dataclass(frozen=True)
@@ -216,7 +285,9 @@ class ModelSpec:
     dense_intermediate: int = 0
     prefill_layers: Optional[int] = None  # layers a prefill runs (V4.1: encoder half only)
     extra_weight_bytes: float = 0.0  # e.g. Engram tables; sharded over the EP group
-    extra_bytes_per_token: float = 0.0  # e.g. Engram rows gathered per token
+    extra_bytes_per_token: float = 0.0  # e.g. Engram rows gathered per token, over all its layers
+    engram_layers: int = 0  # layers that gather those rows (V4.1: 2)
+    hc_mult: int = 0  # residual streams of hyper-connections (DeepSeek-V4 mHC: 4); 0 = plain residual
     draft: Optional[DraftSpec] = None
     source: str = ""
 
@@ -231,6 +302,12 @@ class ModelSpec:
             check(0 < self.prefill_layers <= self.num_layers, "prefill_layers",
                   f"1..num_layers ({self.num_layers})", self.prefill_layers)
         non_negative(self.extra_weight_bytes, "extra_weight_bytes")
+        non_negative(self.extra_bytes_per_token, "extra_bytes_per_token")
+        check(0 <= self.engram_layers <= self.num_layers, "engram_layers", f"0..num_layers ({self.num_layers})",
+              self.engram_layers)
+        check(not self.extra_bytes_per_token or self.engram_layers > 0, "engram_layers",
+              "the number of layers that gather extra_bytes_per_token (> 0)", self.engram_layers)
+        non_negative(self.hc_mult, "hc_mult")
 
     @property
     def num_moe_layers(self) -> int:

@@ -20,45 +20,78 @@ if TYPE_CHECKING:
     from .model import ModelSpec
 
 Scope = Literal["layer", "dense_layer", "moe_layer", "step"]
-OpKind = Literal["gemm", "attn", "mem", "comm", "cpu"]
+OpKind = Literal["gemm", "attn", "mem", "comm", "cpu", "idle"]
+# Where an op runs in a layer, for dual-batch overlap (sim/cost/dbo.py): "attn" before the MoE
+# dispatch (attention side), "ffn" between dispatch and combine (experts side), "comm" the
+# all-to-all itself, "tail" once per step after the last layer, "none" outside the layer pipeline.
+Stage = Literal["attn", "ffn", "comm", "tail", "none"]
 
 
 @dataclass(frozen=True)
 class OpDef:
     name: str
     kind: OpKind
-    scope: Scope  # which layers of a step run it ("step": once per step)
+    scope: Scope  # which layers of a step run it ("step": once per step, or on a fixed few layers)
+    stage: Stage
     doc: str
 
 
 OP_DEFS: tuple[OpDef, ...] = (
-    OpDef("attn.proj", "gemm", "layer", "attention projection GEMMs (q/kv/o, low-rank parts)"),
-    OpDef("attn.core", "attn", "layer", "attention over the KV cache (and the sparse indexer)"),
-    OpDef("dense_ffn", "gemm", "dense_layer", "dense SwiGLU FFN of the leading dense layers"),
-    OpDef("router", "gemm", "moe_layer", "router GEMM (scores over the routed experts)"),
-    OpDef("shared_expert", "gemm", "moe_layer", "shared expert(s) of a MoE layer"),
-    OpDef("moe.experts", "gemm", "moe_layer", "routed-expert grouped GEMMs on the busiest EP rank"),
-    OpDef("moe.dispatch", "comm", "moe_layer", "all-to-all dispatch of token copies to expert ranks"),
-    OpDef("moe.combine", "comm", "moe_layer", "all-to-all combine of expert outputs back to tokens"),
-    OpDef("moe.permute", "mem", "moe_layer", "EP1: local permute of token copies into expert order and the "
-          "weighted unpermute (no all-to-all; at EP > 1 this work is part of dispatch and combine)"),
-    OpDef("tp.allreduce", "comm", "layer", "tensor-parallel all-reduce of attention / FFN partial sums (and "
-          "the all-gathers of token slices and vocab-sharded logits)"),
-    OpDef("kv.transfer", "comm", "step", "KV cache of one prompt sent from its prefill rank to its decode "
+    OpDef("norm", "mem", "layer", "attn", "RMSNorms of a layer (fused residual add; MLA's latent norms)"),
+    OpDef("mhc", "mem", "layer", "attn", "hyper-connection mixing of the residual streams (DeepSeek-V4 mHC)"),
+    OpDef("attn.proj", "gemm", "layer", "attn", "attention projection GEMMs (q/kv/o, low-rank parts)"),
+    OpDef("quantize", "mem", "layer", "attn", "activation quantisation of the inputs of FP8/FP4 GEMMs"),
+    OpDef("rope", "mem", "layer", "attn", "rotary position embedding of the queries and keys"),
+    OpDef("attn.core", "attn", "layer", "attn", "attention over the KV cache (and the sparse indexer)"),
+    OpDef("attn.allreduce", "comm", "layer", "attn", "tensor-parallel all-reduce of the attention output"),
+    OpDef("engram", "mem", "step", "attn", "Engram n-gram memory rows gathered per token on its layers (V4.1)"),
+    OpDef("dense_ffn", "gemm", "dense_layer", "ffn", "dense SwiGLU FFN of the leading dense layers"),
+    OpDef("router", "gemm", "moe_layer", "attn", "router GEMM (scores over the routed experts)"),
+    OpDef("moe.route", "mem", "moe_layer", "ffn", "top-k, permute of the token copies into expert order and the "
+          "weighted unpermute (the executor times the permute and unpermute under this name where no "
+          "all-to-all runs, EP1 or MoE-TP; under DeepEP its dispatch and combine do that work)"),
+    OpDef("shared_expert", "gemm", "moe_layer", "ffn", "shared expert(s) of a MoE layer"),
+    OpDef("moe.experts", "gemm", "moe_layer", "ffn", "routed-expert grouped GEMMs on the busiest EP rank"),
+    OpDef("moe.dispatch", "comm", "moe_layer", "comm", "all-to-all dispatch of token copies to expert ranks"),
+    OpDef("moe.combine", "comm", "moe_layer", "comm", "all-to-all combine of expert outputs back to tokens"),
+    OpDef("ffn.allreduce", "comm", "layer", "ffn", "tensor-parallel all-reduce of the FFN / MoE output (and, where "
+          "an EP group splits a TP replica's tokens, the all-gather of its slices)"),
+    OpDef("lm_head", "gemm", "step", "tail", "output projection of each sequence's last token(s) (under TP "
+          "vocab-sharded, with the all-gather of its logits)"),
+    OpDef("sample", "mem", "step", "tail", "sampler over the logits (softmax, top-k/top-p) and per-sequence work"),
+    OpDef("draft", "gemm", "step", "tail", "speculative drafter (MTP module passes or a draft model)"),
+    OpDef("pp.send", "comm", "step", "none", "pipeline-parallel activations sent between stages"),
+    OpDef("kv.transfer", "comm", "step", "none", "KV cache of one prompt sent from its prefill rank to its decode "
           "rank (point-to-point; one record per request)"),
-    OpDef("engram", "mem", "moe_layer", "Engram n-gram memory rows gathered per token (V4.1)"),
-    OpDef("lm_head", "gemm", "step", "output projection of each sequence's last token(s)"),
-    OpDef("draft", "gemm", "step", "speculative drafter (MTP module passes or a draft model)"),
-    OpDef("dbo.overlap", "comm", "step", "time dual-batch overlap adds (negative: time it hides)"),
-    OpDef("host.exposed", "cpu", "step", "host time the device step does not hide"),
+    OpDef("weights.offload", "mem", "step", "none", "offloaded weights streamed from host memory, not hidden"),
+    OpDef("kernel.gaps", "idle", "step", "none", "device idle between eagerly launched kernels"),
+    OpDef("dbo.overlap", "comm", "step", "none", "time dual-batch overlap adds (negative: time it hides)"),
+    OpDef("host.exposed", "cpu", "step", "none", "host time the device step does not hide"),
+    # host parts of one engine step (sim/cost/host.py prices them, executor/serve*.py times them)
+    OpDef("host.schedule", "cpu", "step", "none", "scheduler: which requests run, token budgets, KV blocks"),
+    OpDef("host.prepare", "cpu", "step", "none", "input preparation: token ids, positions, block tables, "
+          "attention metadata"),
+    OpDef("host.launch", "cpu", "step", "none", "kernel launches: one CUDA-graph replay, or every kernel when "
+          "eager"),
+    OpDef("host.dp_sync", "cpu", "step", "none", "DP coordination: the collective that lines the ranks up and the "
+          "wait for the slowest rank's host work"),
+    OpDef("host.sample", "cpu", "step", "none", "sampling and rejection sampling of draft tokens (host side)"),
+    OpDef("host.output", "cpu", "step", "none", "output processing: emitted tokens booked and sent to the API "
+          "server"),
+    OpDef("host.api_server", "cpu", "step", "none", "API server processes: detokenise and stream emitted tokens "
+          "(beside the engine; bounds the decode step)"),
 )
 BY_NAME = {op.name: op for op in OP_DEFS}
+# the engine's host parts of a step, in loop order (the API server runs beside the engine)
+HOST_PARTS = ("host.schedule", "host.prepare", "host.launch", "host.dp_sync", "host.sample", "host.output")
 DEVICE_OPS = tuple(op.name for op in OP_DEFS if op.kind != "cpu" and op.name != "dbo.overlap")
 COMM_OPS = tuple(op.name for op in OP_DEFS if op.kind == "comm" and op.name != "dbo.overlap")
-COMPUTE_OPS = tuple(n for n in DEVICE_OPS if n not in COMM_OPS and n not in ("engram", "draft"))
+COMPUTE_OPS = tuple(n for n in DEVICE_OPS if n not in COMM_OPS and BY_NAME[n].kind != "idle"
+                    and n not in ("engram", "draft", "weights.offload"))
 # names the executor records besides device ops: the whole step's wall time, its host part, the
-# host part the device step did not hide (async scheduling), and per-request latencies
-RECORD_OPS = DEVICE_OPS + ("host", "host.exposed", "step", "request")
+# host part the device step did not hide (async scheduling), per-request latencies, and the host
+# parts one by one (where the loop times them)
+RECORD_OPS = DEVICE_OPS + ("host", "host.exposed", "step", "request") + HOST_PARTS
 
 
 def layers_of(scope: Scope, num_dense: int, num_moe: int) -> int:
@@ -99,13 +132,14 @@ class ModelOp:
 
 
 def layer_gemms(model: "ModelSpec", layout: "Layout", num_dense: int, num_moe: int) -> tuple[ModelOp, ...]:
-    """Weight-GEMM ops of `num_dense` dense and `num_moe` MoE layers on one rank (TP splits n).
+    """Weight-GEMM ops of `num_dense` dense and `num_moe` MoE layers on one rank: attention
+    projections as vLLM shards them over TP (AttentionSpec.rank_projections), FFNs split n.
     The SwiGLU FFNs (dense, shared expert) are one [h, 3 x intermediate] GEMM per layer."""
     h, tp, dt, moe = model.hidden_size, layout.tp, model.dtypes, model.moe
     out = []
     if num_dense + num_moe:
-        proj = tuple(Gemm(part, k, n / tp, dt.attention_weights, dt.compute)
-                     for part, k, n in model.attention.projections(h))
+        proj = tuple(Gemm(part, k, n, dt.attention_weights, dt.compute)
+                     for part, k, n in model.attention.rank_projections(h, tp))
         out.append(ModelOp("attn.proj", num_dense + num_moe, proj))
     if num_dense:
         out.append(ModelOp("dense_ffn", num_dense,
@@ -122,17 +156,32 @@ def layer_gemms(model: "ModelSpec", layout: "Layout", num_dense: int, num_moe: i
 def model_ops(model: "ModelSpec", layout: "Layout", phase: str) -> tuple[ModelOp, ...]:
     """Every op a `phase` ('prefill' or 'decode') step of `layout` runs, in execution order."""
     n_dense, n_moe = model.layers_in(phase)
+    n = n_dense + n_moe
     gemms = {op.name: op for op in layer_gemms(model, layout, n_dense, n_moe)}
     h, moe, dt = model.hidden_size, model.moe, model.dtypes
-    out = [gemms["attn.proj"], ModelOp("attn.core", n_dense + n_moe)]
-    out += [gemms[name] for name in ("dense_ffn", "router", "shared_expert") if name in gemms]
+    out = [ModelOp("norm", n)] + ([ModelOp("mhc", n)] if model.hc_mult > 1 else [])
+    if dt.compute not in ("bf16", "fp16", "fp32"):
+        out.append(ModelOp("quantize", n))
+    out += [gemms["attn.proj"], ModelOp("rope", n), ModelOp("attn.core", n)]
+    if layout.tp > 1:
+        out.append(ModelOp("attn.allreduce", n))
+    if model.engram_layers:
+        out.append(ModelOp("engram", model.engram_layers))
+    out += [gemms[name] for name in ("dense_ffn", "router") if name in gemms]
     if n_moe:
-        experts = Gemm("gate_up_down", h, 3 * moe.expert_intermediate, dt.expert_weights, dt.expert_compute_dtype)
-        out += [ModelOp("moe.dispatch", n_moe), ModelOp("moe.experts", n_moe, (experts,)),
-                ModelOp("moe.combine", n_moe)]
-        if model.extra_bytes_per_token:
-            out.append(ModelOp("engram", n_moe))
-    out.append(ModelOp("lm_head", 1, (Gemm("lm_head", h, model.vocab_size / layout.tp, "bf16", "bf16"),)))
+        experts = Gemm("gate_up_down", h, 3 * moe.expert_intermediate / layout.moe_tp, dt.expert_weights,
+                       dt.expert_compute_dtype)
+        out.append(ModelOp("moe.route", n_moe))
+        out += [gemms["shared_expert"]] if "shared_expert" in gemms else []
+        if layout.ep_size > 1 and not (layout.dp == 1 and layout.tp > 1):  # TP ranks hold every token
+            out.append(ModelOp("moe.dispatch", n_moe))
+        out.append(ModelOp("moe.experts", n_moe, (experts,)))
+        if layout.ep_size > 1 and not (layout.dp == 1 and layout.tp > 1):
+            out.append(ModelOp("moe.combine", n_moe))
+    if layout.tp > 1:
+        out.append(ModelOp("ffn.allreduce", n))
+    out += [ModelOp("lm_head", 1, (Gemm("lm_head", h, model.vocab_size / layout.tp, "bf16", "bf16"),)),
+            ModelOp("sample", 1)]
     if layout.speculation is not None and model.draft is not None:
         d = model.draft
         out.append(ModelOp("draft", layout.speculation.num_tokens if d.kind == "mtp" else d.forward_passes))

@@ -8,6 +8,7 @@ say so in `fallbacks`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -64,6 +65,66 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class HostParams:
+    """Host (CPU) work of one engine step on one DP rank, part by part: the profile's `host:` block.
+
+    sim/cost/host.py prices each part as a function of the step (sequences, tokens, emitted tokens,
+    draft tokens, DP size); the part names are rackplan/specs/ops.py's host.* ops, the executor times
+    them by those names and `rackplan calibrate` fits them. Seconds unless said. The class defaults
+    are the datasheet's (configs/profiles/datasheet.yaml gives their sources)."""
+
+    # where the scheduler and output processing run: per DP rank (vLLM: an engine core per rank, each
+    # scheduling its own sequences) or once for the whole instance (the CPU executor's leader rank
+    # schedules and books every rank's sequences): their per-sequence costs count those sequences
+    scheduler: Literal["per_rank", "central"] = "per_rank"
+    schedule_step_s: float = 100e-6  # scheduler: fixed per step
+    schedule_per_seq_s: float = 10e-6  # scheduler: per running sequence (decode seat or prompt chunk)
+    prepare_step_s: float = 100e-6  # input preparation (positions, block tables, metadata): per step
+    prepare_per_seq_s: float = 10e-6  # ... per sequence
+    prepare_per_token_s: float = 0.0  # ... per token the step runs (prompt tokens, 1 + drafts per seq)
+    launch_s: float = 4e-6  # one kernel launch without CUDA graphs
+    kernels_per_layer: int = 24  # kernel launches per layer of a step
+    graph_launch_s: float = 50e-6  # one CUDA-graph replay
+    dp_sync_s: float = 50e-6  # DP coordination collective, per doubling of the DP ranks
+    dp_jitter: float = 0.0  # coefficient of variation of one rank's host work (the slowest rank sets the step)
+    sample_step_s: float = 50e-6  # sampling (host side: metadata, sampled-id readback): per step
+    sample_per_seq_s: float = 2e-6  # ... per sequence
+    sample_per_draft_s: float = 1e-6  # rejection sampling, per draft token verified
+    # a speculative step's host work that waits for its device result, per step (GPU: accepted counts
+    # read back before the next step's inputs; the CPU executor: its rejection sampler's fixed cost)
+    spec_sync_s: float = 300e-6
+    output_step_s: float = 50e-6  # output processing in the engine: per step
+    output_per_token_s: float = 12e-6  # ... per emitted token
+    api_per_token_s: float = 15e-6  # API server (its own processes): detokenise one emitted token
+    api_per_chunk_s: float = 10e-6  # ... send one streamed chunk (one request's tokens of a stream interval)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            if f.name not in ("kernels_per_layer", "scheduler"):
+                non_negative(getattr(self, f.name), f.name)
+        positive(self.kernels_per_layer, "kernels_per_layer")
+
+    def scaled(self, parts: tuple[str, ...], factor: float) -> "HostParams":
+        """These params with every seconds field of the named parts (host.* op names, HOST_FIELDS)
+        multiplied by `factor`: what-if studies change one part at a time, or all of them."""
+        prefixes = tuple(p for part in parts for p in HOST_FIELDS[part])
+        names = [f.name for f in dataclasses.fields(self) if f.name.endswith("_s") and f.name.startswith(prefixes)]
+        return dataclasses.replace(self, **{n: getattr(self, n) * factor for n in names})
+
+
+# which HostParams fields (by name prefix) price each host part (rackplan/specs/ops.py host.* ops)
+HOST_FIELDS: dict[str, tuple[str, ...]] = {
+    "host.schedule": ("schedule_",),
+    "host.prepare": ("prepare_",),
+    "host.launch": ("launch_", "graph_launch_"),
+    "host.dp_sync": ("dp_sync_",),
+    "host.sample": ("sample_", "spec_sync_"),
+    "host.output": ("output_",),
+    "host.api_server": ("api_",),
+}
+
+
+@dataclass(frozen=True)
 class Profile:
     """Efficiencies (fractions of peak) and fixed costs (seconds) for one hardware + stack."""
 
@@ -78,15 +139,16 @@ class Profile:
     a2a: tuple[A2AParams, ...] = ()
     kv_transfer_alpha_s: float = 1.0e-3  # per-request handshake of the KV connector
     kv_transfer_bw_eff: float = 0.7
-    cpu_step_s: float = 2.0e-3  # scheduler + batch preparation per step
-    cpu_per_request_s: float = 10.0e-6  # per running request per step (metadata, sampling)
-    # engine-loop time outside a step when scheduling is synchronous (schedule broadcast, barriers,
-    # hand-off bookkeeping); the simulator charges it once per step; 0 = none measured
-    cpu_iteration_s: float = 0.0
-    launch_s: float = 4.0e-6  # host time per kernel launch without CUDA graphs
-    kernels_per_layer: int = 24  # kernel launches per transformer layer in a step
-    graph_launch_s: float = 50.0e-6  # one CUDA-graph replay launch
-    dbo_efficiency: float = 0.9  # fraction of the overlappable time DBO actually hides
+    host: HostParams = field(default_factory=HostParams)  # host (CPU) work per step, by part
+    # a prefill instance's host work where its loop differs (the CPU executor's prefill loop claims
+    # requests from a store and sends KV); None: `host`, as vLLM runs one engine loop for both roles
+    host_prefill: Optional[HostParams] = None
+    # fraction of the overlap the two-micro-batch pipeline allows that DBO realises (sim/cost/dbo.py:
+    # 1 = the ideal schedule, 0 = the micro-batches run back to back)
+    dbo_efficiency: float = 0.9
+    # device idle between two kernels launched eagerly (no CUDA graph) even when the host keeps
+    # ahead: launch latency the graph replay removes (typical figure; calibration fits it)
+    eager_kernel_gap_s: float = 2.0e-6
     op_scale: dict[str, float] = field(default_factory=dict)  # fitted per-op correction factors
     # fitted per-op fixed seconds per layer the op runs in (host dispatch of its kernels on CPU,
     # launch-bound ops): added after op_scale, on ranks where the op has work. Keys of both tables
@@ -107,11 +169,8 @@ class Profile:
         for name in ("gemm_eff_max", "attn_eff", "mem_eff", "kv_transfer_bw_eff"):
             v = getattr(self, name)
             check(0 < v <= 1.0, name, "a fraction in (0, 1]", v)
-        for name in ("gemm_m_half", "mem_bytes_half", "op_fixed_s", "kv_transfer_alpha_s", "cpu_step_s",
-                     "cpu_iteration_s",
-                     "cpu_per_request_s", "launch_s", "graph_launch_s"):
+        for name in ("gemm_m_half", "mem_bytes_half", "op_fixed_s", "kv_transfer_alpha_s", "eager_kernel_gap_s"):
             non_negative(getattr(self, name), name)
-        positive(self.kernels_per_layer, "kernels_per_layer")
         check(0 <= self.dbo_efficiency <= 1, "dbo_efficiency", "a fraction in [0, 1]", self.dbo_efficiency)
         for name, v in self.op_scale.items():
             check(v > 0, f"op_scale.{name}", "a positive factor", v)
@@ -121,6 +180,15 @@ class Profile:
             non_negative(v, f"fit_error.{name}")
         for name, cs in self.curves.items():
             check(len(cs) > 0, f"curves.{name}", "at least one curve")
+
+    def host_for(self, role: str) -> HostParams:
+        """The host block that prices steps of an instance of `role` (prefill, decode, both)."""
+        return self.host_prefill if role == "prefill" and self.host_prefill is not None else self.host
+
+    def with_host(self, fn) -> "Profile":
+        """This profile with `fn` (HostParams -> HostParams) applied to every host block."""
+        pre = fn(self.host_prefill) if self.host_prefill is not None else None
+        return dataclasses.replace(self, host=fn(self.host), host_prefill=pre)
 
     def describe(self) -> str:
         """One line: where the numbers come from (measured tables, fitted measurements, datasheet)

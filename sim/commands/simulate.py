@@ -1,5 +1,12 @@
 """Simulate a plan serving a workload: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU and per user.
 
+Every figure is measured at steady state, over a window that leaves out the warm-up and the
+cool-down (sim/steady.py; the window is printed). Without --requests the run is made long enough
+to judge that and to measure throughput to a 1% and p90s to a 4% standard error; a plan written by
+`rackplan plan`, at its verified rate, runs exactly as its verification did, so it reproduces the
+report. A rate a pool cannot keep up with is reported unstable (which pool saturates) instead of
+latency percentiles.
+
 With no arguments: the seed scenario, DeepSeek-V4.1-Flash on one GB300 NVL72 rack
 (configs/plans/v41-flash-gb300-nvl72.yaml) under its agentic-chat workload.
 """
@@ -12,7 +19,7 @@ import sys
 import time
 
 from rackplan.args import non_negative_int, positive_float, positive_int
-from rackplan.specs import load_plan, load_workload, profile_origin, resolve_profile
+from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 
@@ -24,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "default_profile: measured where configs/profiles/ has one, else datasheet)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--requests", type=positive_int, help="number of requests (default: the workload's)")
+    p.add_argument("--requests", type=positive_int, help="number of requests, all run to the end (default: as many as "
+                   "steady state needs, starting from the plan's verification run or the workload's count)")
     p.add_argument("--rate", type=positive_float, help="override the arrival rate with Poisson at this many req/s")
     p.add_argument("--seed", type=non_negative_int, help="random seed (default: the workload's)")
     p.add_argument("--memory-gib", type=positive_float, default=4.0, metavar="GIB",
@@ -32,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "%(default)s GiB, about 3.5 million requests)")
     p.add_argument("--timings", action="store_true", help="print the simulation's wall time (stderr)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+LATENCY = ("ttft", "tpot", "itl", "e2e")
 
 
 def _clean(x):
@@ -42,45 +53,85 @@ def _clean(x):
     return x
 
 
+def _shown_metrics(result) -> dict:
+    """The metrics as reported: an unstable run's latency percentiles are null (they only grow
+    with the run's length)."""
+    if result.stable:
+        return dict(result.metrics)
+    hidden = lambda k: (k.split("_")[0] in LATENCY and k.endswith("_s")) or k in ("goodput_rps", "slo_attainment",
+                                                                                   "tps_per_user")  # noqa: E731
+    return {k: (None if hidden(k) else v) for k, v in result.metrics.items()}
+
+
 def report_json(plan, workload, profile, seed, result) -> str:
     """The machine-readable report (deterministic: sorted keys, no timings)."""
+    w, st = result.window, result.stability
     return json.dumps(_clean({
         "plan": plan.name, "layout": plan.summary, "model": plan.model, "hardware": plan.hardware,
         "workload": workload.name, "profile": profile.name, "profile_source": profile.describe(), "seed": seed,
-        "metrics": result.metrics, "utilisation": result.utilisation, "steps": result.steps,
+        "stable": st.stable, "saturated": list(st.saturated), "converged": st.converged,
+        "queue_growth": st.growth,
+        "window": {"start_s": w.start_s, "end_s": w.end_s, "last_arrival_s": w.last_arrival_s,
+                   "requests": w.requests},
+        "metrics": _shown_metrics(result), "utilisation": result.utilisation, "steps": result.steps,
     }), sort_keys=True)
+
+
+def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
+    pool = [("prefill pool: prompt tokens/s per prefill GPU", m["prefill_pool_input_tps_per_gpu"]),
+            ("decode pool: output tokens/s per decode GPU", m["decode_pool_output_tps_per_gpu"])] \
+        if plan.disaggregated else []
+    # requests/s served: completed, and (disaggregated) prompts done and sequences seated by each pool
+    served = [("requests/s served (completed)", m["served_rps"])] + (
+        [("requests/s the prefill pool served", m["prefill_served_rps"]),
+         ("requests/s the decode pool seated", m["decode_served_rps"])] if plan.disaggregated else [])
+    return [("whole plan: output tokens/s per GPU", m["output_tps_per_gpu"]),
+            ("whole plan: prompt tokens/s per GPU", m["input_tps_per_gpu"]),
+            ("whole plan: uncached prompt tokens/s per GPU", m["prefill_tps_per_gpu"])] + pool + [
+            ("requests/s offered", m["offered_rps"])] + served + ([
+            ("tokens/s per user (median)", m["tps_per_user"]),
+            ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
+             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"])] if stable else []) + [
+            ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
 
 
 def print_table(plan, workload, profile, result, origin: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
-    m = result.metrics
+    m, w, st = result.metrics, result.window, result.stability
     con = Console(width=None if sys.stdout.isatty() else 110)
     con.print(f"[bold]{plan.name}[/]: {plan.model} on {plan.hardware}, {plan.summary} "
               f"({int(m['num_gpus'])} GPUs)")
-    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests")
+    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests at {m['offered_rps']:,.4g} req/s")
     con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
-    lat = Table(title="latency (s)")
-    lat.add_column("metric")
-    for q in ("p50", "p90", "p99"):
-        lat.add_column(q, justify="right")
-    for name in ("ttft", "tpot", "itl", "e2e"):
-        lat.add_row(name.upper(), *(f"{m[f'{name}_{q}_s']:.4f}" for q in ("p50", "p90", "p99")))
-    con.print(lat)
-    thr = Table(title="throughput")
+    con.print(f"measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of {w.last_arrival_s:.1f} s of arrivals "
+              f"({w.requests} requests; warm-up and cool-down left out)")
+    if st.stable and not st.converged:
+        con.print("[yellow]the run never settled (its warm-up is not over in its first half): these figures are "
+                  "not steady-state yet; run longer (more --requests, or none to let the simulator choose)[/]")
+    if st.stable:
+        con.print(f"steady state: {st.describe()}")
+        lat = Table(title="latency (s)")
+        lat.add_column("metric")
+        for q in ("p50", "p90", "p90 std. error", "p99"):
+            lat.add_column(q, justify="right")
+        for name in LATENCY:
+            se = m.get(f"{name}_p90_se_s", math.nan)
+            lat.add_row(name.upper(), *(f"{m[f'{name}_{q}_s']:.4f}" for q in ("p50", "p90")),
+                        f"{se:.4f}" if math.isfinite(se) else "-", f"{m[f'{name}_p99_s']:.4f}")
+        con.print(lat)
+    else:
+        con.print(f"[bold red]{st.describe()}[/]: the {' and '.join(st.saturated)} pool cannot keep up with "
+                  f"{m['offered_rps']:,.4g} req/s, so latency percentiles only grow with the run's length "
+                  "(not shown); the throughput below is what the pools serve at saturation")
+    thr = Table(title="throughput (served in the window)")
     thr.add_column("metric")
     thr.add_column("value", justify="right")
-    rows = [("output tokens/s per GPU", m["output_tps_per_gpu"]), ("input tokens/s per GPU", m["input_tps_per_gpu"]),
-            ("prefill (uncached) tokens/s per GPU", m["prefill_tps_per_gpu"]),
-            ("tokens/s per user (median)", m["tps_per_user"]), ("requests/s", m["request_rate"]),
-            ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
-             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"]),
-            ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
-    for name, val in rows:
+    for name, val in _throughput_rows(plan, m, st.stable):
         thr.add_row(name, f"{val:,.2f}")
     con.print(thr)
-    util = Table(title="utilisation per instance")
+    util = Table(title="utilisation per instance (in the window)")
     util.add_column("instance")
     util.add_column("busy", justify="right")
     util.add_column("steps", justify="right")
@@ -92,20 +143,37 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
 
 def run(args) -> int:
     plan = load_plan(args.plan)
-    from ..simulator import with_rate
+    from ..simulator import (
+        MAX_STEADY,
+        PRECISION,
+        check_request_budget,
+        max_requests,
+        simulate_specs,
+        simulate_steady,
+        with_rate,
+    )
 
     workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
+    planned = not args.workload and args.rate is None and "request_rate" in plan.predicted
     if args.rate is not None:
         workload = with_rate(workload, args.rate)
-    elif not args.workload and "request_rate" in plan.predicted:
-        workload = with_rate(workload, plan.predicted["request_rate"])  # the load the planner checked
+    elif planned:
+        workload = with_rate(workload, plan.predicted["request_rate"])  # the load the planner verified
     profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
     origin = profile_origin(args.profile, plan.profile, plan.hardware)
-    from ..simulator import check_request_budget, simulate
-
-    check_request_budget(args.requests or workload.num_requests, args.memory_gib)
+    model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    if args.requests is not None:
+        check_request_budget(args.requests, args.memory_gib)
+    most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
     t0 = time.perf_counter()
-    result = simulate(plan, workload, profile, num_requests=args.requests, seed=args.seed)
+    if args.requests is not None:
+        result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
+    elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
+        n = int(plan.predicted["sim_requests"])
+        check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
+        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
+    else:
+        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
     if args.json:

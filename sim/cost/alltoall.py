@@ -1,15 +1,29 @@
 """Expert-parallel dispatch and combine (all-to-all), per rank per MoE layer.
 
-Each token goes to the distinct ranks that hold its top-k experts: about (ep-1)(1-(1-1/ep)^k)
-remote ranks. Destinations inside the NVLink domain ride NVLink, the rest the scale-out NIC; both
-links run at once, so a phase takes alpha + max(nvlink bytes / bw, scale-out bytes / bw).
-Low-latency kernels serve decode, high-throughput kernels serve prefill.
+How many copies of a token cross each link depends on the kernel (DeepEP, deepseek-ai/DeepEP):
+- high-throughput (DeepEP normal kernels, prefill): hierarchical. A token crosses the scale-out
+  network once per remote NVLink domain ("node") that holds any of its experts, to the GPU with the
+  same local index there, which forwards it over NVLink to the other GPUs of that node that need
+  it; inside the sender's own node it goes over NVLink to each GPU that holds its experts. Per
+  token: scale-out copies (nodes - 1) p_node, NVLink copies (ep - nodes) p_rank, with p_* the
+  chance that one node / rank holds one of its top-k picks (moe.holder_hit_probability, which
+  knows DeepSeek-V3's node-limited routing: about 2.4 remote nodes per token at EP32 instead of
+  6.9 remote ranks). Combine is the reverse (reduced inside a node before it crosses back).
+- low-latency (DeepEP LL kernels, decode): one message per (token, picked expert), straight to
+  the expert's rank (RDMA, or NVLink inside the domain): k (ep - dom) / ep copies over the
+  scale-out network and k (dom - 1) / ep over NVLink. DeepEP's LL test counts its bandwidth the
+  same way (bytes x selections, tests/legacy/test_low_latency.py).
+Both links run at once, so a phase takes alpha + max(nvlink bytes / bw, scale-out bytes / bw).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rackplan.specs import DTYPE_BYTES, A2AParams, HardwareSpec, Layout, ModelSpec, Profile
+
+from .moe import holder_hit_probability
+
+LL_HEADER_BYTES = 16.0  # per LL dispatch message: source index and layout info (DeepEP test_low_latency.py)
 
 
 def bytes_per_token(model: ModelSpec, dtype: str) -> float:
@@ -20,26 +34,40 @@ def bytes_per_token(model: ModelSpec, dtype: str) -> float:
     return h * DTYPE_BYTES[dtype] + extra
 
 
-def remote_destinations(top_k: int, ep: int) -> float:
-    """Expected number of other ranks one token is sent to (uniform routing)."""
-    if ep <= 1:
-        return 0.0
-    return (ep - 1) * (1.0 - (1.0 - 1.0 / ep) ** top_k)
+def domain_nodes(layout: Layout, hw: HardwareSpec) -> tuple[int, int]:
+    """(GPUs of the EP group per NVLink domain, NVLink domains the EP group spans)."""
+    ep = layout.ep_size
+    dom = min(ep, hw.domain_size)
+    return dom, -(-ep // dom)
 
 
-def nvlink_share(layout: Layout, hw: HardwareSpec) -> float:
-    """Fraction of a rank's remote EP peers inside its NVLink domain."""
+def token_copies(model: ModelSpec, layout: Layout, hw: HardwareSpec, kernel: str) -> tuple[float, float]:
+    """(NVLink copies, scale-out copies) of one token that one rank sends in one phase."""
     ep = layout.ep_size
     if ep <= 1:
-        return 1.0
-    return (min(ep, hw.domain_size) - 1) / (ep - 1)
+        return 0.0, 0.0
+    dom, nodes = domain_nodes(layout, hw)
+    if kernel == "low_latency":
+        k = model.moe.top_k
+        return k * (dom - 1) / ep, k * (ep - dom) / ep
+    p_rank = holder_hit_probability(model, 1.0 / ep)
+    if nodes == 1:
+        return (ep - 1) * p_rank, 0.0
+    p_node = holder_hit_probability(model, 1.0 / nodes)
+    return (ep - nodes) * p_rank, (nodes - 1) * p_node
 
 
-def a2a_bytes(model: ModelSpec, layout: Layout, hw: HardwareSpec, tokens: float, dtype: str):
+def copy_bytes(model: ModelSpec, dtype: str, kernel: str) -> float:
+    """Bytes one copy moves: the payload, plus the LL kernels' message header on dispatch."""
+    return bytes_per_token(model, dtype) + (LL_HEADER_BYTES if kernel == "low_latency" and dtype == "fp8" else 0.0)
+
+
+def a2a_bytes(model: ModelSpec, layout: Layout, hw: HardwareSpec, tokens: float, dtype: str,
+              kernel: str = "high_throughput") -> tuple[float, float]:
     """(NVLink bytes, scale-out bytes) one rank sends for `tokens` tokens in one phase."""
-    total = tokens * remote_destinations(model.moe.top_k, layout.ep_size) * bytes_per_token(model, dtype)
-    share = nvlink_share(layout, hw)
-    return total * share, total * (1.0 - share)
+    nv, so = token_copies(model, layout, hw, kernel)
+    b = tokens * copy_bytes(model, dtype, kernel)
+    return nv * b, so * b
 
 
 @dataclass(frozen=True)
@@ -71,7 +99,7 @@ def a2a_phase(model: ModelSpec, layout: Layout, hw: HardwareSpec, prof: Profile,
     if layout.ep_size <= 1:
         return None
     dtype = model.dtypes.dispatch if phase == "dispatch" else model.dtypes.combine
-    nv_bytes, so_bytes = a2a_bytes(model, layout, hw, 1.0, dtype)
+    nv_bytes, so_bytes = a2a_bytes(model, layout, hw, 1.0, dtype, kernel)
     so = prof.a2a_params(kernel, "scaleout", layout.ep_size, phase) if so_bytes > 0 else None
     return A2APhase(nv_bytes, so_bytes, prof.a2a_params(kernel, "nvlink", layout.ep_size, phase), so,
                     hw.scaleup_bw, hw.scaleout_bw)

@@ -3,7 +3,8 @@
 Decode: each sequence's query reads what its KV components let it attend to: all stored entries
 (MLA: the 576-byte latent; GQA: K and V), a sliding window, or a sparse top-k chosen by an
 indexer that itself scores every stored key. Prefill: compute over (new x attended) pairs.
-Functions take one rank's work as floats and return floats.
+Functions take one rank's work as floats and return floats. The math runs at the peak of the
+model's attention dtype (BF16 unless an FP8 attention kernel is named, ModelSpec.dtypes.attention).
 """
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ def _kv_split(model: ModelSpec, tp: int) -> float:
 
 
 def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, queries_per_seq: float, tp: int,
-                     layers: int, hw, prof) -> tuple[float, float, float]:
+                     layers: int, hw, prof, dtype: str = "bf16") -> tuple[float, float, float]:
     """Seconds, flops, bytes of one component over `layers` layers for a decode step on one rank.
 
-    batch, ctx_sum: the rank's running sequences and the sum of their contexts (taken at the mean).
+    batch, ctx_sum: the rank's running sequences and the sum of their contexts (taken at the mean);
+    dtype: the attention math's dtype (ModelSpec.dtypes.attention_compute_dtype: its peak FLOP/s).
     """
     if batch <= 0:
         return 0.0, 0.0, 0.0
@@ -52,13 +54,13 @@ def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, que
         idx = indexed(comp, avg)
         flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
         nbytes = nbytes + batch * idx * comp.indexer_key_bytes
-    sec = price(flops, nbytes, hw.flops_for("bf16"),
-                efficiency.attention(prof, "decode", model.attention.kind, "bf16", batch, avg, flops=flops), hw,
-                prof)
+    sec = price(flops, nbytes, hw.flops_for(dtype),
+                efficiency.attention(prof, "decode", model.attention.kind, dtype, batch, avg, flops=flops), hw, prof)
     return sec * layers, flops * layers, nbytes * layers
 
 
-def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw, prof) -> tuple[float, float, float]:
+def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw, prof,
+                      dtype: str = "bf16") -> tuple[float, float, float]:
     """Seconds, flops, bytes of one component over `layers` layers for a prefill batch on one rank.
 
     chunks: (count, new tokens, prefix) groups: `count` sequences of `new` tokens after `prefix`
@@ -85,8 +87,8 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
     if comp.has_indexer:
         flops += 2.0 * comp.indexer_heads * comp.indexer_dim * idx_pairs
         nbytes += idx_read * comp.indexer_key_bytes
-    eff = efficiency.attention(prof, "prefill", model.attention.kind, "bf16", seqs, longest, flops=flops)
-    sec = price(flops, nbytes, hw.flops_for("bf16"), eff, hw, prof)
+    eff = efficiency.attention(prof, "prefill", model.attention.kind, dtype, seqs, longest, flops=flops)
+    sec = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
     return sec * layers, flops * layers, nbytes * layers
 
 

@@ -32,17 +32,36 @@ class RankWork:
         object.__setattr__(self, "pre_tokens", sum(c * n for c, n, _ in self.chunks))
         object.__setattr__(self, "pre_seqs", sum(c for c, _, _ in self.chunks))
 
-    def half(self, odd: int) -> "RankWork":
-        """One DBO micro-batch: half the decode sequences, every other prefill chunk (even ones
-        for odd=0, odd ones for odd=1)."""
-        out, start = [], 0
+    def half(self, second: int) -> "RankWork":
+        """One DBO micro-batch (second=0: the first, 1: the second): half the decode sequences and
+        half the prefill tokens, cut in chunk order at half their count the way vLLM cuts a batch's
+        tokens (v1/worker/ubatch_utils.py): a chunk across the cut is split, its second part
+        coming after the first as prefix."""
+        cut, taken, first, rest = self.pre_tokens / 2.0, 0.0, [], []
         for c, n, p in self.chunks:
-            even = (start + c + 1) // 2 - (start + 1) // 2  # even chunk indices in [start, start + c)
-            take = c - even if odd else even
-            if take:
-                out.append((take, n, p))
-            start += c
-        return RankWork(self.dec_seqs / 2.0, self.dec_ctx / 2.0, tuple(out))
+            if taken >= cut or n <= 0:
+                rest.append((c, n, p))
+                continue
+            whole = min(c, float(int((cut - taken) / n)))
+            if whole:
+                first.append((whole, n, p))
+                taken += whole * n
+            left = c - whole
+            part = min(cut - taken, n) if left else 0.0
+            if part > 0:
+                first.append((1.0, part, p))
+                if n - part > 0:
+                    rest.append((1.0, n - part, p + part))
+                left -= 1
+                taken += part
+            if left > 0:
+                rest.append((left, n, p))
+        return RankWork(self.dec_seqs / 2.0, self.dec_ctx / 2.0, tuple(rest if second else first))
+
+    def scaled(self, share: float) -> "RankWork":
+        """`share` of this work (a pipeline-parallel micro-batch: 1 / pp of the sequences)."""
+        return RankWork(self.dec_seqs * share, self.dec_ctx * share,
+                        tuple((c * share, n, p) for c, n, p in self.chunks))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,28 +1,180 @@
-"""CPU scheduling overhead and kernel launches, and how much of it the GPU step hides.
+"""Host (CPU) work of one serving step, part by part, and how much of it the device step hides.
 
-Host time per step = scheduler fixed cost + per-request cost x batch + launches (one graph replay
-with CUDA graphs, else every kernel). Async scheduling prepares step n+1 while the GPU runs step
-n, so the step takes max(gpu, host); without it the two add up, and the engine loop spends
-`cpu_iteration_s` between two steps (schedule broadcast, barriers, hand-off bookkeeping). This
-is the only place host time is priced: the simulator, the planner's estimate and the calibration
-replays take it from the step's StepCost.
+The engine's host work on each DP rank (rackplan/specs/ops.py HOST_PARTS, parameters in the
+profile's `host:` block, rackplan.specs.HostParams):
+  host.schedule  scheduler: fixed + per running sequence (of the rank; a central scheduler,
+                 HostParams.scheduler, does every rank's fixed part + the instance's sequences)
+  host.prepare   input preparation: fixed + per sequence + per token the step runs
+  host.launch    one CUDA-graph replay, or every kernel of every layer when eager
+  host.dp_sync   DP coordination: the collective that lines the ranks up (per doubling of DP) and
+                 the wait for the slowest rank (work x jitter x expected max of DP normal draws);
+                 an idle rank runs a dummy step (the fixed parts only), so it never sets the max
+  host.sample    sampling + rejection sampling per draft token (+ the accepted-count readback of a
+                 speculative step)
+  host.output    output processing: fixed + per emitted token (rank or instance, as the scheduler)
+The API server (host.api_server) runs in its own processes beside the engine: it detokenises
+every emitted token and sends one chunk per request per stream interval, shared by the API-server
+processes of an endpoint (one endpoint per host the instance spans). It never delays the engine,
+but a step cannot deliver tokens faster than it streams them: the decode step period is
+max(engine step, API-server seconds per step).
+
+Two-stage pipeline. Synchronous scheduling runs host and device work one after the other; eager
+launches interleave with the kernels they start, so the step is host - launches + max(gpu,
+launches). Async scheduling prepares step n + 1 while the device runs step n: the step takes
+serial + max(gpu, host - serial), where `serial` is what must wait for step n's device results
+(the DP collective, which runs on the device stream, and a speculative step's readback). Exposed
+host time = step - gpu: what does not fit under the device step, plus the serial part.
+This is the only place host time is priced: the simulator, the planner's estimate and the
+calibration replays take it from the step's StepCost.
 """
 from __future__ import annotations
 
-from rackplan.specs import Layout, Profile
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from rackplan.specs import HostParams, Layout
+from rackplan.specs.ops import HOST_PARTS
 
 
-def host_seconds(layout: Layout, prof: Profile, batch: float, num_layers: int, graphs: bool) -> float:
-    """Host-side seconds to schedule and launch one step of `batch` requests on one rank."""
-    launches = prof.graph_launch_s if graphs else prof.launch_s * prof.kernels_per_layer * num_layers
-    return prof.cpu_step_s + prof.cpu_per_request_s * batch + launches
+@dataclass(frozen=True)
+class RankHost:
+    """What one rank's host work in a step depends on."""
+
+    seqs: float  # sequences it runs: decode seats + prompt chunks
+    tokens: float  # tokens through the model: 1 + drafts per decode sequence, prompt tokens
+    emitted: float  # tokens it emits: acceptance length per decode sequence, one per prompt chunk
+    drafts: float  # draft tokens it verifies
 
 
-def step_seconds(gpu_s: float, host_s: float, layout: Layout) -> float:
-    """Step seconds given device and host seconds."""
-    return max(gpu_s, host_s) if layout.async_scheduling else gpu_s + host_s
+@dataclass(frozen=True)
+class HostTime:
+    """Host seconds of one step on its slowest rank, by part (HOST_PARTS order), and the pipeline."""
+
+    parts: tuple[float, ...]
+    serial: tuple[float, ...]  # the share of each part the device step cannot hide, even with async scheduling
+    exposed_s: float  # step seconds beyond the device's
+    api_s: float  # API-server seconds per step on the busiest endpoint (beside the engine)
+    gpu_s: float = 0.0  # the device step it overlaps with
+    overlap: bool = False  # async scheduling on hardware that overlaps host and device work
+
+    def part(self, name: str) -> float:
+        return self.parts[HOST_PARTS.index(name)]
+
+    def step_with(self, names: tuple[str, ...]) -> float:
+        """Step seconds counting only the host parts `names` (a measured step that ran only some of
+        them, e.g. a benchmark step without a scheduler), through the same pipeline."""
+        host = sum(p for n, p in zip(HOST_PARTS, self.parts) if n in names)
+        serial = sum(p for n, p in zip(HOST_PARTS, self.serial) if n in names)
+        launch = self.part("host.launch") if "host.launch" in names else 0.0
+        return pipeline_seconds(self.gpu_s, host, launch, serial, self.overlap)
+
+    @property
+    def serial_s(self) -> float:
+        return sum(self.serial)
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(HOST_PARTS, self.parts)) | {"host.api_server": self.api_s}
+
+    @property
+    def total_s(self) -> float:
+        """All engine host work of the step (hidden or not)."""
+        return sum(self.parts)
 
 
-def loop_seconds(layout: Layout, prof: Profile) -> float:
-    """Engine-loop seconds between two steps: hidden by async scheduling, else paid every step."""
-    return 0.0 if layout.async_scheduling else prof.cpu_iteration_s
+def rank_parts(hp: HostParams, w: RankHost) -> tuple[float, float, float, float]:
+    """(schedule, prepare, sample, output) seconds of one rank's step."""
+    schedule = hp.schedule_step_s + hp.schedule_per_seq_s * w.seqs
+    prepare = hp.prepare_step_s + hp.prepare_per_seq_s * w.seqs + hp.prepare_per_token_s * w.tokens
+    sample = hp.sample_step_s + hp.sample_per_seq_s * w.seqs + hp.sample_per_draft_s * w.drafts
+    output = hp.output_step_s + hp.output_per_token_s * w.emitted
+    return schedule, prepare, sample, output
+
+
+def central_parts(hp: HostParams, whole: RankHost, dp: int) -> tuple[float, float]:
+    """(schedule, output) seconds of a central scheduler that schedules and books every one of
+    the instance's `dp` ranks: each rank's fixed part, per sequence / emitted token of the instance."""
+    schedule = hp.schedule_step_s * dp + hp.schedule_per_seq_s * whole.seqs
+    output = hp.output_step_s * dp + hp.output_per_token_s * whole.emitted
+    return schedule, output
+
+
+def launch_seconds(hp: HostParams, num_layers: int, graphs: bool) -> float:
+    """Launch time of a step: one graph replay, or every kernel of every layer."""
+    return hp.graph_launch_s if graphs else hp.launch_s * hp.kernels_per_layer * num_layers
+
+
+def dp_collective_seconds(hp: HostParams, dp: int) -> float:
+    """The per-step DP coordination collective: latency per doubling of the ranks (0 for one rank)."""
+    return hp.dp_sync_s * math.ceil(math.log2(dp)) if dp > 1 else 0.0
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n standard normal draws] (Blom's approximation; 0 for n = 1)."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def pipeline_seconds(gpu_s: float, host_s: float, launch_s: float, serial_s: float, overlap: bool) -> float:
+    """Step seconds of device work `gpu_s` and host work `host_s` (launches and the serial part
+    included). overlap (async scheduling on hardware that can run host beside device work): a
+    two-stage pipeline, serial + max(gpu, host - serial); else host - launches + max(gpu, launches)."""
+    if overlap:
+        return serial_s + max(gpu_s, host_s - serial_s)
+    return host_s - launch_s + max(gpu_s, launch_s)
+
+
+def endpoint_ranks(layout: Layout, gpus_per_node: int) -> int:
+    """DP ranks one API endpoint serves: the instance's ranks on one host (vLLM runs an endpoint per
+    host in hybrid load balancing), at least one."""
+    return max(1, min(layout.dp, gpus_per_node // layout.tp))
+
+
+def api_seconds(hp: HostParams, layout: Layout, gpus_per_node: int, dec_seqs: float, pre_seqs: float,
+                acceptance: float) -> float:
+    """API-server seconds per step of one endpoint whose ranks run `dec_seqs` decode and `pre_seqs`
+    prompt sequences each (means over the ranks): detokenise every emitted token, send a chunk per
+    request per stream interval (a request's first token goes out at once)."""
+    ranks = endpoint_ranks(layout, gpus_per_node)
+    servers = layout.api_servers or ranks  # vLLM's default: one process per DP rank it serves
+    tokens = ranks * (dec_seqs * acceptance + pre_seqs)
+    chunks = ranks * (dec_seqs * min(1.0, acceptance / layout.stream_interval) + pre_seqs)
+    return (tokens * hp.api_per_token_s + chunks * hp.api_per_chunk_s) / servers
+
+
+class HostModel:
+    """Host pricing of one layout: the per-layout constants, built once (StepModel holds one)."""
+
+    def __init__(self, hp: HostParams, layout: Layout, num_layers: int, gpus_per_node: int, overlap_ok: bool = True):
+        self.hp, self.layout, self.gpus_per_node = hp, layout, gpus_per_node
+        sp = layout.speculation
+        self.depth = sp.num_tokens if sp else 0
+        self.acceptance = sp.acceptance_length if sp else 1.0
+        self.collective_s = dp_collective_seconds(hp, layout.dp)
+        self.straggle = hp.dp_jitter * expected_max_normal(layout.dp)  # x the rank's host work
+        self.spec_sync_s = hp.spec_sync_s if sp else 0.0
+        self.launch = {g: launch_seconds(hp, num_layers, g) for g in (False, True)}
+        self.overlap = layout.async_scheduling and overlap_ok
+
+    def rank(self, dec_seqs: float, pre_seqs: float, pre_tokens: float) -> RankHost:
+        """One rank's step as the host parts see it."""
+        return RankHost(dec_seqs + pre_seqs, dec_seqs * (1 + self.depth) + pre_tokens,
+                        dec_seqs * self.acceptance + pre_seqs, dec_seqs * self.depth)
+
+    def time(self, ranks: list[RankHost], gpu_s: float, graphs: bool, api_s: float,
+             instance: RankHost | None = None) -> HostTime:
+        """HostTime of a step whose distinct rank works are `ranks` (and whose whole instance runs
+        `instance`: a central scheduler's work) and device seconds `gpu_s`."""
+        hp = self.hp
+        work = rank_parts(hp, ranks[0]) if len(ranks) == 1 else max((rank_parts(hp, w) for w in ranks), key=sum)
+        schedule, prepare, sample, output = work  # the slowest rank's host work
+        if hp.scheduler == "central" and instance is not None:  # every rank's fixed work + the instance's sequences
+            schedule, output = central_parts(hp, instance, self.layout.dp)
+        dp_sync = self.collective_s + self.straggle * (schedule + prepare + sample + output)
+        sample += self.spec_sync_s
+        launch = self.launch[graphs]
+        parts = (schedule, prepare, launch, dp_sync, sample, output)
+        serial = (0.0, 0.0, 0.0, self.collective_s, self.spec_sync_s, 0.0)
+        step = pipeline_seconds(gpu_s, sum(parts), launch, sum(serial), self.overlap)
+        return HostTime(parts, serial, step - gpu_s, api_s, gpu_s, self.overlap)

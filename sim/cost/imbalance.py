@@ -5,7 +5,10 @@ counts are a multinomial draw of the batch's T * top_k choices from a power-law 
 (sim/routing.py) and the placement is contiguous (policy "none") or EPLB's (sim/eplb) computed
 from that popularity. Each configuration (ep, redundant, policy, skew, top_k, E, ...) has a curve
 over a log-spaced grid of global tokens: a grid point is sampled (seeded, vectorised) the first
-time a step needs it, and a lookup is a linear interpolation in log2(T).
+time a step needs it, and a lookup is a linear interpolation in log2(T). Each point also keeps the
+standard deviation of one layer's factor over the sampled steps and layers (`spread`): a step of n
+MoE layers averages n of them, so the simulator draws its factor per step around the mean with
+spread / sqrt(n) (sim/pricer.py), which is what gives TPOT its tail.
 
 Sampled points are cached on disk, one JSON file per configuration, keyed by the configuration and
 a version of the sampling code (a hash of its source files and numpy's version), so a change to
@@ -29,7 +32,7 @@ import numpy as np
 
 from rackplan.specs import SpecError
 
-from ..eplb.model import expected_factor, placement_for
+from ..eplb.model import factor_moments, placement_for
 from ..routing import layer_popularity, sample_counts
 
 GRID_LOG2 = tuple(float(x) for x in np.arange(0.0, 21.5, 0.5))  # tokens_global from 1 to 2M, half-octave steps
@@ -51,13 +54,16 @@ def random_routing_factor(tokens_global: float, top_k: int, ep: int) -> float:
 
 
 class Constant:
-    """A factor that does not depend on the batch (fixed by the layout, or no EP)."""
+    """A factor that does not depend on the batch (fixed by the layout, or no EP): no spread."""
 
     def __init__(self, value: float):
         self.value = value
 
     def __call__(self, tokens_global: float) -> float:
         return self.value
+
+    def spread(self, tokens_global: float) -> float:
+        return 0.0
 
 
 class Curve:
@@ -68,20 +74,31 @@ class Curve:
         self.points = _points(cfg)  # grid index -> factor, shared by every curve of this cfg
 
     def __call__(self, tokens_global: float) -> float:
-        if tokens_global <= 0:
-            return 1.0
+        """Expected max/mean at `tokens_global` tokens."""
+        return self._at(tokens_global, 0) if tokens_global > 0 else 1.0
+
+    def spread(self, tokens_global: float) -> float:
+        """Standard deviation of one MoE layer's max/mean over steps at `tokens_global` tokens."""
+        return self._at(tokens_global, 1) if tokens_global > 0 else 0.0
+
+    def _at(self, tokens_global: float, j: int) -> float:
         xs = GRID_LOG2
         x = math.log2(tokens_global) if tokens_global > 1.0 else 0.0
         i = bisect_right(xs, x)
         if i >= len(xs):
-            return self.point(len(xs) - 1)
+            return self.moments(len(xs) - 1)[j]
         if i == 0:
-            return self.point(0)
+            return self.moments(0)[j]
         t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-        lo, hi = self.point(i - 1), self.point(i)
+        lo, hi = self.moments(i - 1)[j], self.moments(i)[j]
         return lo + t * (hi - lo)
 
     def point(self, i: int) -> float:
+        """The expected factor at grid point i."""
+        return self.moments(i)[0]
+
+    def moments(self, i: int) -> tuple[float, float]:
+        """(expected factor, one layer's standard deviation) at grid point i, sampled on first use."""
         hit = self.points.get(i)
         if hit is None:
             hit = self.points[i] = _sample_point(self.cfg, i)
@@ -154,10 +171,11 @@ def _draws(skew: float, top_k: int, num_experts: int, i: int) -> np.ndarray:
     return sample_counts(pop, tokens, top_k, SAMPLES_PER_LAYER, rng).astype(np.float32)
 
 
-def _sample_point(cfg: tuple, i: int) -> float:
+def _sample_point(cfg: tuple, i: int) -> tuple[float, float]:
     ep, _, _, skew, top_k, num_experts = cfg[:6]
     counts = _draws(skew, top_k, num_experts, i)
-    return float(max(expected_factor(counts, ep, _placement(cfg), SEED)[0], 1.0))
+    mean, std = factor_moments(counts, ep, _placement(cfg), SEED)
+    return float(max(mean[0], 1.0)), float(std[0])
 
 
 # -- the disk cache ---------------------------------------------------------------------------------
@@ -192,10 +210,10 @@ def _cache_file(cfg: tuple) -> Path | None:
     return folder / "imbalance" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
-_POINTS: dict[tuple, dict[int, float]] = {}
+_POINTS: dict[tuple, dict[int, tuple[float, float]]] = {}
 
 
-def _points(cfg: tuple) -> dict[int, float]:
+def _points(cfg: tuple) -> dict[int, tuple[float, float]]:
     """The in-process points of a configuration, first read from its cache file (if any)."""
     hit = _POINTS.get(cfg)
     if hit is None:
@@ -203,19 +221,19 @@ def _points(cfg: tuple) -> dict[int, float]:
     return hit
 
 
-def _read(path: Path | None, cfg: tuple) -> dict[int, float]:
+def _read(path: Path | None, cfg: tuple) -> dict[int, tuple[float, float]]:
     if path is None or not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text())
         if data.get("cfg") != list(cfg) or data.get("version") != sampling_version():
             return {}
-        return {int(k): float(v) for k, v in data["points"].items()}
+        return {int(k): (float(v[0]), float(v[1])) for k, v in data["points"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}  # unreadable or corrupt: sample again (and overwrite it)
 
 
-def _store(cfg: tuple, points: dict[int, float]) -> None:
+def _store(cfg: tuple, points: dict[int, tuple[float, float]]) -> None:
     """Merge `points` into the configuration's cache file (atomic replace; best effort)."""
     path = _cache_file(cfg)
     if path is None:
@@ -224,7 +242,7 @@ def _store(cfg: tuple, points: dict[int, float]) -> None:
         merged = {**_read(path, cfg), **points}
         path.parent.mkdir(parents=True, exist_ok=True)
         body = json.dumps({"cfg": list(cfg), "version": sampling_version(),
-                           "points": {str(k): merged[k] for k in sorted(merged)}})
+                           "points": {str(k): list(merged[k]) for k in sorted(merged)}})
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".imbalance-", suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             fh.write(body)

@@ -1,6 +1,12 @@
 """Memory per rank: weights of the layers a role runs, a working reserve, and the KV cache left.
 
-A layout that does not fit is bad input: `check_fits` raises a SpecError naming the layout.
+A rank holds 1 / pp of the layers (pipeline stages, each with one of the embedding and the LM head),
+its TP share of dense weights, its EP share of the routed experts (or every expert sharded tp ways
+without expert parallelism), and the drafter split the same way. Weights offloaded to host memory
+(Layout.offload_gb, vLLM --cpu-offload-gb) do not occupy HBM; step.py prices streaming them back.
+The engine may use all of HBM but a reserve (5% and a full step's activations), or
+`gpu_memory_utilization` of it as vLLM does. A layout that does not fit is bad input: `check_fits`
+raises a SpecError naming the layout.
 """
 from __future__ import annotations
 
@@ -13,44 +19,77 @@ ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 32.0  # activations + workspace per token pe
 
 
 def weight_bytes_per_rank(model: ModelSpec, layout: Layout) -> dict[str, float]:
-    """Bytes of weights one rank holds, by part. Prefill instances hold only the layers they run."""
+    """Bytes of weights one rank holds, by part (offloaded ones included). Prefill instances hold
+    only the layers they run."""
     phase = "prefill" if layout.role == "prefill" else "decode"
     n_dense, n_moe = model.layers_in(phase)
+    pp = layout.pp
+    n_dense, n_moe = n_dense / pp, n_moe / pp
     n_layers = n_dense + n_moe
     h, tp, dt = model.hidden_size, layout.tp, model.dtypes
     moe = model.moe
     parts = {
-        "attention": model.attention.projection_params(h) * n_layers * DTYPE_BYTES[dt.attention_weights] / tp,
+        "attention": sum(k * n for _, k, n in model.attention.rank_projections(h, tp)) * n_layers
+        * DTYPE_BYTES[dt.attention_weights],
         "dense_ffn": 3 * h * model.dense_intermediate * n_dense * DTYPE_BYTES[dt.dense_weights] / tp,
         "shared_experts": moe.num_shared_experts * moe.expert_params(h) * n_moe
         * DTYPE_BYTES[dt.dense_weights] / tp,
-        "routed_experts": physical_experts_per_rank(model, layout) * expert_bytes(model) * n_moe,
+        "routed_experts": physical_experts_per_rank(model, layout) * expert_bytes(model) * n_moe / layout.moe_tp,
         "router": h * moe.num_experts * n_moe * 4.0,  # fp32 gate
-        "embed_head": 2 * h * model.vocab_size * 2.0 / tp,  # bf16
+        "embed_head": (2 if pp == 1 else 1) * h * model.vocab_size * 2.0 / tp,  # bf16; a stage holds one of them
         "extra": model.extra_weight_bytes / layout.ep_size,
     }
     if model.draft is not None and layout.speculation is not None:
-        parts["draft"] = model.draft.total_params * DTYPE_BYTES[model.draft.weight_dtype] / tp
+        parts["draft"] = draft_bytes_per_rank(model, layout)
     return parts
 
 
+def draft_bytes_per_rank(model: ModelSpec, layout: Layout) -> float:
+    """The drafter's weights on one rank: dense parts TP-split, routed experts split like the target's."""
+    d = model.draft
+    wb = DTYPE_BYTES[d.weight_dtype]
+    if not d.num_experts:
+        return d.total_params * wb / layout.tp
+    experts = d.num_experts * d.expert_params / (layout.ep_size * layout.moe_tp)
+    return d.stages * (d.dense_stage_params / layout.tp + experts) * wb
+
+
+def offloaded_bytes(model: ModelSpec, layout: Layout) -> float:
+    """Weight bytes per rank kept in host memory and streamed in every forward pass."""
+    if not layout.offload_gb:
+        return 0.0
+    return min(layout.offload_gb * 1e9, sum(weight_bytes_per_rank(model, layout).values()))
+
+
 def reserve_bytes(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> float:
-    """Working memory kept free of weights and KV: a fixed share + activations of a full step."""
+    """Working memory kept free of weights and KV: the share of HBM the engine may not use
+    (5% without gpu_memory_utilization) + activations of a full step."""
     tokens = layout.max_tokens_per_step
-    return RESERVE_FRACTION * hw.hbm_bytes + tokens * model.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
+    unused = RESERVE_FRACTION if layout.gpu_memory_utilization is None else 1.0 - layout.gpu_memory_utilization
+    return unused * hw.hbm_bytes + tokens * model.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
+
+
+def resident_bytes(model: ModelSpec, layout: Layout) -> float:
+    """Weight bytes per rank in HBM (offloaded ones excluded)."""
+    return sum(weight_bytes_per_rank(model, layout).values()) - offloaded_bytes(model, layout)
 
 
 def kv_capacity_tokens(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> float:
-    """Context tokens of KV cache one rank can hold (0 or less means the layout does not fit)."""
-    free = hw.hbm_bytes - sum(weight_bytes_per_rank(model, layout).values()) - reserve_bytes(model, hw, layout)
-    return free / model.kv_bytes_per_token
+    """Context tokens of KV cache one rank can hold (0 or less means the layout does not fit); a
+    pipeline stage stores the KV of its 1 / pp of the layers."""
+    free = hw.hbm_bytes - resident_bytes(model, layout) - reserve_bytes(model, hw, layout)
+    return free / (model.kv_bytes_per_token / layout.pp)
 
 
 def check_fits(model: ModelSpec, hw: HardwareSpec, layout: Layout, field: str, min_tokens: float = 1.0) -> float:
-    """KV capacity in tokens per rank; SpecError if the weights (plus reserve) leave no room."""
+    """KV capacity in tokens per rank; SpecError if the weights (plus reserve) leave no room, or
+    weights are offloaded on hardware without a host link."""
+    if layout.offload_gb and hw.host_link_bw <= 0:
+        raise SpecError("", f"{field}.offload_gb", f"0: {hw.name} names no host_link_bw to stream weights over",
+                        layout.offload_gb)
     cap = kv_capacity_tokens(model, hw, layout)
     if cap < min_tokens:
-        need = sum(weight_bytes_per_rank(model, layout).values()) + reserve_bytes(model, hw, layout)
+        need = resident_bytes(model, layout) + reserve_bytes(model, hw, layout)
         raise SpecError("", field, f"a layout that fits in HBM: {layout.tag} of {model.name} needs "
                         f"{need / 1e9:.1f} GB per GPU before KV cache, {hw.name} has {hw.hbm_bytes / 1e9:.1f} GB")
     return cap

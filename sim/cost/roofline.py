@@ -7,6 +7,7 @@ moves).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from rackplan.specs import HardwareSpec, Profile
 from rackplan.specs.ops import OpKind
 
 from . import efficiency
+
+if TYPE_CHECKING:
+    from .host import HostTime
 
 
 @dataclass(frozen=True)
@@ -32,18 +36,23 @@ class Op:
 class StepCost:
     """Seconds of one step on the slowest rank, with the ops that make it up.
 
-    `seconds` is the step as the engine times it (device + exposed host time; the ops sum to it);
-    `period_s` adds the engine-loop time between two steps (sim/cost/host.py): what a serving
-    loop that runs steps back to back spends per step, and what the simulator and the planner's
-    estimate advance by."""
+    `seconds` is the engine's step, back to back with the next (device + exposed host time; the
+    ops sum to it); `host` its host parts (sim/cost/host.py). `period_s` is what the simulator and
+    the planner's estimate advance by: the step, or the API server's time to stream the step's
+    tokens when that is longer (it runs beside the engine and bounds what a step delivers)."""
 
     seconds: float
     ops: tuple[Op, ...]
-    loop_s: float = 0.0
+    host: Optional["HostTime"] = None
 
     @property
     def period_s(self) -> float:
-        return self.seconds + self.loop_s
+        return max(self.seconds, self.host.api_s) if self.host is not None else self.seconds
+
+    @property
+    def api_wait_s(self) -> float:
+        """Seconds the step waits for the API server beyond the engine step (0 when it keeps up)."""
+        return self.period_s - self.seconds
 
     def breakdown(self) -> dict[str, float]:
         """Seconds per op name."""

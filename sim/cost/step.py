@@ -2,32 +2,43 @@
 
 DP attention runs on each rank's own sequences; the MoE is one EP group over all ranks, so the
 step waits for the slowest rank's attention and for the busiest expert rank (imbalance factor).
-Dual-batch overlap splits the batch in two and hides one half's all-to-all behind the other's
-compute; speculation verifies 1 + d tokens per sequence and adds the drafter's cost.
+Under TP (dp = 1) every rank holds the step's tokens: attention and FFN outputs are all-reduced
+and the experts (EP over the TP ranks, or each sharded tp ways) need no all-to-all. Dual-batch
+overlap is sim/cost/dbo.py; speculation verifies 1 + d tokens per sequence and adds the drafter
+(sim/cost/draft.py); pipeline stages run 1 / pp of the sequences each through 1 / pp of the layers.
 
 A step (sim/cost/batch.py) is a few distinct per-rank works, each run by some of the DP ranks.
 The ops of a layer group (rackplan/specs/ops.py) are priced once per distinct work in plain
-floats; the routed experts and the all-to-all see the global token count. `StepModel` holds what
-a layout's prices depend on besides the batch, built once per `CostContext`. A `RankBatch`
-(per-sequence chunks, as measured steps have them) reduces to a `Step`: one set of formulas.
+floats (sim/cost/layer.py); the routed experts and the all-to-all see the global token count.
+`StepModel` holds what a layout's prices depend on besides the batch, built once per
+`CostContext`. A `RankBatch` (per-sequence chunks, as measured steps have them) reduces to a
+`Step`: one set of formulas.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
-from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile, ops
+from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, ops
 
-from . import attention as attn
+from . import dbo as dbo_
 from . import efficiency
 from .alltoall import A2APhase, a2a_phase
 from .batch import RankBatch, RankWork, Step
-from .host import host_seconds, loop_seconds, step_seconds
+from .draft import drafter
+from .elementwise import route_bytes, stream_seconds
+from .host import HostModel, HostTime, api_seconds
 from .imbalance import imbalance_curve
-from .moe import distinct_experts_per_rank, expert_bytes
+from .layer import RANK_MEMO, LayerPricer, memo_get
+from .memory import offloaded_bytes
+from .moe import distinct_experts_busiest, expert_work, holder_hit_probability
 from .roofline import Op, StepCost, price
+
+__all__ = ["CostContext", "RankBatch", "RankWork", "Step", "StepCost", "StepModel", "step_cost", "op_layers",
+           "decode_step", "prefill_step", "RANK_MEMO"]
 
 
 @dataclass(frozen=True)
@@ -46,47 +57,24 @@ class CostContext:
         return StepModel(self)
 
 
-RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
+HOST_ONLY = {"api_servers": None, "stream_interval": 1, "async_scheduling": True, "cuda_graphs": True}
+
+
+def host_only(layout: Layout) -> Layout:
+    """The layout with its host settings at their defaults: layouts equal here price the same device step."""
+    return replace(layout, **HOST_ONLY)
 
 
 @dataclass(frozen=True)
-class _Group:
-    """Layers of a step that see the same tokens on a rank: their GEMM ops and attention."""
+class Device:
+    """A step's device work without overlap or host time: the slowest rank's ops, the EP group's
+    per MoE layer group, the step-level extras, and their seconds summed."""
 
-    n_dense: int
-    n_moe: int
-    gemms: tuple["_GemmOp", ...]
-    attention: tuple  # (KV component, layers)
-    prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
-
-
-class _GemmOp:
-    """The weight GEMMs of one op ([m, k] x [k, n] each, bf16 activations in and out) over its
-    layers, priced at m tokens per rank; remembered per m (full prefill ranks repeat it)."""
-
-    __slots__ = ("name", "layers", "rows", "hw", "prof", "memo")
-
-    def __init__(self, op: ops.ModelOp, hw: HardwareSpec, prof: Profile):
-        self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
-        self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * 2.0, hw.flops_for(g.compute_dtype),
-                           g.compute_dtype, g.n, g.k) for g in op.gemms)
-        self.memo: dict[float, tuple[float, float, float]] = {}
-
-    def at(self, m: float) -> tuple[float, float, float]:
-        """Seconds, flops, bytes over the op's layers at m tokens."""
-        hit = self.memo.get(m)
-        if hit is None:
-            prof, hw = self.prof, self.hw
-            sec = fl = by = 0.0
-            for per_tok, wbytes, act, peak, dtype, n, k in self.rows:
-                f, b = per_tok * m, wbytes + m * act
-                sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
-                fl += f
-                by += b
-            if len(self.memo) >= RANK_MEMO:
-                self.memo.clear()
-            hit = self.memo[m] = (sec * self.layers, fl * self.layers, by * self.layers)
-        return hit
+    rank_ops: dict
+    moe: list
+    extra: list  # (name, seconds, flops, bytes) priced for the whole step (drafter)
+    seconds: float
+    kernel: str  # all-to-all kernel kind of the step
 
 
 class StepModel:
@@ -94,235 +82,266 @@ class StepModel:
 
     def __init__(self, cx: CostContext):
         self.cx = cx = replace(cx)  # a copy that does not cache this model: no reference cycle
-        m, lay, hw = cx.model, cx.layout, cx.hw
+        m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
         self.q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
-        full = m.layers_in("decode")
-        self.groups_decode = (self._group(*full, False),)
-        self.groups_prefill = (self._group(*full, True),)
-        if m.prefill_layers is not None:  # V4.1: prompt tokens run only the encoder half
-            enc = m.layers_in("prefill")
-            self.groups_prefill = (self._group(*enc, True), self._group(full[0] - enc[0], full[1] - enc[1], False))
+        self.layers = LayerPricer(cx, self.q)
+        self.replicated = lay.dp == 1 and lay.tp > 1  # TP: every rank holds the step's tokens
         step_ops = {op.name: op for op in ops.model_ops(m, lay, "decode")}
-        self.lm_head = _GemmOp(step_ops["lm_head"], hw, cx.prof)
-        self.draft_passes = step_ops["draft"].layers if "draft" in step_ops else 0
+        self.drafter = drafter(m, lay, step_ops["draft"].layers) if "draft" in step_ops else None
         self.imbalance = imbalance_curve(m.moe.top_k, m.moe.num_experts, lay.ep_size, cx.skew,
                                          lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
                                          hw.gpus_per_node, m.moe.num_groups)
-        self.expert_bytes = expert_bytes(m)
         self._a2a: dict[tuple[str, str], A2APhase | None] = {}
-        self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
-        self._ranks: dict = {}
+        # high-throughput dispatch: copies a rank receives per token-expert pair (one per rank hit)
+        self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
         self._moes: dict = {}
         self._half_memo: dict = {}
-        self.loop_s = loop_seconds(lay, cx.prof)
+        self.host = HostModel(prof.host_for(lay.role), lay, m.num_layers, hw.gpus_per_node, hw.host_overlap)
+        off = offloaded_bytes(m, lay)
+        self.offload_s = off / (hw.host_link_bw * efficiency.memory(prof, off)) if off else 0.0
+        self.gap_s = prof.eager_kernel_gap_s * prof.host.kernels_per_layer  # per layer of an eager step
 
-    def _group(self, n_dense: int, n_moe: int, prefill_tokens: bool) -> _Group:
-        cx = self.cx
-        m = cx.model
-        n_layers = n_dense + n_moe
-        gemms = tuple(_GemmOp(op, cx.hw, cx.prof) for op in ops.layer_gemms(m, cx.layout, n_dense, n_moe))
-        scale = n_layers / m.num_layers
-        layers = tuple((c, max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
-        return _Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens)
+    def variant(self, layout: Layout) -> "StepModel":
+        """This model for `layout`, a layout that differs only in host settings (frontend, async
+        scheduling, CUDA graphs: HOST_ONLY): the device pricing and its memos are shared."""
+        assert host_only(layout) == host_only(self.cx.layout), "variant differs in more than host settings"
+        new = copy.copy(self)
+        new.cx = replace(self.cx, layout=layout)
+        hw = self.cx.hw
+        new.host = HostModel(self.cx.prof.host_for(layout.role), layout, self.cx.model.num_layers, hw.gpus_per_node,
+                             hw.host_overlap)
+        return new
 
     def a2a(self, kernel: str, phase: str) -> A2APhase | None:
         key = (kernel, phase)
         if key not in self._a2a:
             cx = self.cx
-            self._a2a[key] = a2a_phase(cx.model, cx.layout, cx.hw, cx.prof, phase, kernel)
+            self._a2a[key] = None if self.replicated else a2a_phase(cx.model, cx.layout, cx.hw, cx.prof, phase,
+                                                                     kernel)
         return self._a2a[key]
 
-    # -- per rank --------------------------------------------------------------------------------
-    def _rank(self, w: RankWork, groups, phase: str) -> tuple[float, dict[str, list]]:
-        """(total seconds, name -> [seconds, flops, bytes]) of one rank's ops (corrections applied);
-        a pure function of the work, remembered (a simulation sees the same rank work often)."""
-        key = (w, phase)
-        hit = self._ranks.get(key)
-        if hit is None:
-            if len(self._ranks) >= RANK_MEMO:
-                self._ranks.clear()
-            hit = self._ranks[key] = self._price_rank(w, groups, phase)
-        return hit
-
-    def _price_rank(self, w: RankWork, groups, phase: str) -> tuple[float, dict[str, list]]:
-        cx = self.cx
-        m, hw, prof, tp = cx.model, cx.hw, cx.prof, cx.layout.tp
-        dec_tokens = w.dec_seqs * self.q
-        pre_tokens = w.pre_tokens
-        out: dict[str, list] = {}
-
-        def add(name, sec, fl, by):
-            rec = out.get(name)
-            if rec is None:
-                out[name] = [sec, fl, by]
-            else:
-                rec[0] += sec
-                rec[1] += fl
-                rec[2] += by
-
-        for g in groups:
-            tokens = dec_tokens + pre_tokens if g.prefill_tokens else dec_tokens
-            if tokens > 0:
-                for op in g.gemms:
-                    add(op.name, *op.at(tokens))
-            for comp, layers in g.attention:
-                if w.dec_seqs > 0:
-                    add("attn.core", *attn.decode_component(m, comp, w.dec_seqs, w.dec_ctx, self.q, tp, layers,
-                                                            hw, prof))
-                if g.prefill_tokens and w.chunks:
-                    add("attn.core", *attn.prefill_component(m, comp, w.chunks, tp, layers, hw, prof))
-            if g.n_moe and m.extra_bytes_per_token and tokens > 0:
-                by = tokens * m.extra_bytes_per_token / g.n_moe
-                add("engram", price(0.0, by, 1.0, 1.0, hw, prof) * g.n_moe, 0.0, by * g.n_moe)
-        head_m = dec_tokens + w.pre_seqs
-        if head_m > 0:
-            add("lm_head", *self.lm_head.at(head_m))
-        if self.draft_passes and w.dec_seqs > 0:
-            add("draft", *self._draft(w.dec_seqs))
-        total = 0.0
-        for name, rec in out.items():
-            rec[0] = self._corrected(name, rec[0], phase, self._fixed[name])
-            total += rec[0]
-        return total, out
-
-    def _draft(self, dec_seqs: float) -> tuple[float, float, float]:
-        """The drafter over its passes: MTP one module pass per draft token, a block drafter its stages."""
-        cx = self.cx
-        d, prof = cx.model.draft, cx.prof
-        rows = dec_seqs * (d.num_tokens if d.kind == "draft_model" else 1)
-        fl = 2.0 * d.active_params * rows
-        by = min(d.total_params, d.active_params * max(rows, 1.0)) * DTYPE_BYTES[d.weight_dtype]
-        sec = price(fl, by, cx.hw.flops_for(cx.model.dtypes.compute), efficiency.gemm(prof, d.weight_dtype, rows),
-                    cx.hw, prof)
-        p = self.draft_passes
-        return sec * p, fl * p, by * p
-
-    def _corrected(self, name: str, sec: float, phase: str, layers: int) -> float:
-        """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work.
-        A key "op/phase" (phase: prefill for any step with prompt tokens, else decode) wins over "op"."""
-        prof = self.cx.prof
-        if not (prof.op_scale or prof.op_fixed):
-            return sec
-        f = prof.op_scale.get(f"{name}/{phase}", prof.op_scale.get(name, 1.0))
-        fixed = prof.op_fixed.get(f"{name}/{phase}", prof.op_fixed.get(name, 0.0))
-        return sec * f + (fixed * layers if sec > 0 else 0.0)
-
     # -- the EP group --------------------------------------------------------------------------------
-    def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
-        """(experts, dispatch, combine seconds, experts flops, bytes) over `n_moe` layers: routed
-        experts on the busiest EP rank + the all-to-all; remembered like rank works."""
-        key = (t_global, t_max, n_moe, kernel, phase)
-        hit = self._moes.get(key)
-        if hit is None:
-            if len(self._moes) >= RANK_MEMO:
-                self._moes.clear()
-            hit = self._moes[key] = self._price_moe(t_global, t_max, n_moe, kernel, phase)
-        return hit
+    def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
+        """(experts, route, dispatch, combine seconds, experts flops, bytes, route bytes) over `n_moe`
+        layers: routed experts on the busiest EP rank, its routing, the all-to-all; remembered."""
+        key = (t_global, t_max, n_moe, kernel, phase, z)
+        return memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe, kernel, phase, z))
 
-    def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str) -> tuple:
+    def imbalance_at(self, t_global: float, n_moe: int, z: float = 0.0) -> float:
+        """The busiest EP rank's max/mean load over a step of `n_moe` MoE layers: its expectation,
+        `z` standard deviations of the per-step average away (z = 0: the mean, as the planner prices)."""
+        f = self.imbalance(t_global)
+        if z:
+            f += z * self.imbalance.spread(t_global) / max(n_moe, 1) ** 0.5
+        return f if f > 1.0 else 1.0
+
+    def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
         cx = self.cx
         m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-        ep = lay.ep_size
-        f = self.imbalance(t_global)
+        ep, moe_tp = lay.ep_size, lay.moe_tp
+        f = self.imbalance_at(t_global, n_moe, z)
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
-        distinct = max(distinct_experts_per_rank(m, lay, t_global), 1.0)
-        h, inter = m.hidden_size, m.moe.expert_intermediate
-        flops = 2.0 * busiest * 3 * h * inter
-        nbytes = distinct * self.expert_bytes + busiest * (2 * h + 3 * inter) * 2.0
+        distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
+        flops, nbytes, rows, n, k = expert_work(m, busiest, distinct, moe_tp)
         dtype = m.dtypes.expert_compute_dtype
-        eff = efficiency.experts(prof, dtype, busiest / distinct, 2 * inter, h, flops=flops)
+        eff = efficiency.experts(prof, dtype, rows, n, k, flops=flops)
         t_exp = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
-        send = max(t_max, t_global / ep * f)
+        h = m.hidden_size
+        r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
+        t_route = stream_seconds(hw, prof, f"moe.route.{dtype}", r_bytes, t_max, h)
+        send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
         t_comb = comb.seconds(send) if comb else 0.0
-        t_perm = moved = 0.0
-        if ep == 1:  # no all-to-all: token copies are gathered into expert order and summed back locally
-            # permute reads each token and writes top_k copies, unpermute reads them and writes the sum
-            moved = t_global * h * DTYPE_BYTES[m.dtypes.activations] * (3 * m.moe.top_k + 1)
-            t_perm = self._corrected("moe.permute", price(0.0, moved, 1.0, 1.0, hw, prof) * n_moe, phase, n_moe)
-        return (self._corrected("moe.experts", t_exp * n_moe, phase, n_moe),
-                self._corrected("moe.dispatch", t_disp * n_moe, phase, n_moe),
-                self._corrected("moe.combine", t_comb * n_moe, phase, n_moe), flops * n_moe, nbytes * n_moe,
-                t_perm, moved * n_moe)
+        fix = self.layers.corrected
+        return (fix("moe.experts", t_exp * n_moe, phase, n_moe), fix("moe.route", t_route * n_moe, phase, n_moe),
+                fix("moe.dispatch", t_disp * n_moe, phase, n_moe), fix("moe.combine", t_comb * n_moe, phase, n_moe),
+                flops * n_moe, nbytes * n_moe, r_bytes * n_moe)
+
+    def _tokens_in(self, t_rank: float, pairs: float, kernel: str) -> float:
+        """Token copies the routing of the busiest rank's MoE layer handles: its own tokens when DeepEP's
+        low-latency dispatch writes them in expert order (and the combine reduces them), the copies
+        the high-throughput dispatch delivers (one per token and rank: pairs x ep p_rank / k), or,
+        without an all-to-all (TP, one GPU), every token of the step."""
+        if self.replicated or self.cx.layout.ep_size == 1:
+            return t_rank
+        if kernel == "low_latency":
+            return t_rank
+        return pairs * self.copies_per_pick
+
+    def _draft(self, step: Step) -> list:
+        """The drafter of a step with decode sequences, priced on its busiest rank."""
+        d = self.drafter
+        if d is None:
+            return []
+        rows = [w.dec_seqs * d.rows_per_seq for w in step.works]
+        if max(rows) <= 0:
+            return []
+        cx = self.cx
+        disp, comb = self.a2a("low_latency", "dispatch"), self.a2a("low_latency", "combine")
+
+        def a2a_s(tokens):
+            return (disp.seconds(tokens) if disp else 0.0) + (comb.seconds(tokens) if comb else 0.0)
+
+        total = sum(r * n for r, n in zip(rows, step.ranks))
+        sec, fl, by = d.seconds(cx.hw, cx.prof, cx.hw.flops_for(cx.model.dtypes.compute), max(rows), total, a2a_s)
+        phase = "prefill" if step.has_prefill else "decode"
+        return [("draft", self.layers.corrected("draft", sec, phase, d.passes), fl, by)]
 
     # -- the step --------------------------------------------------------------------------------------
-    def device(self, step: Step) -> tuple[float, float, dict[str, list], list[tuple]]:
-        """(compute seconds, communication seconds, the slowest rank's ops, the EP group's ops per
-        MoE layer group) of one step without overlap or host time."""
+    def device(self, step: Step, z: float = 0.0) -> Device:
+        """The step's device work on its slowest rank and busiest expert rank, without overlap or
+        host time; `z`: the step's routing imbalance in standard deviations (imbalance_at)."""
+        lp = self.layers
         has_pre = step.has_prefill
-        groups = self.groups_prefill if has_pre else self.groups_decode
+        groups = lp.groups_prefill if has_pre else lp.groups_decode
         phase = "prefill" if has_pre else "decode"
         slowest, rank_ops = -1.0, {}
         for w in step.works:
-            total, out = self._rank(w, groups, phase)
+            total, out = lp.rank(w, groups, phase)
             if total > slowest:
                 slowest, rank_ops = total, out
-        experts_s = comm = 0.0
         moe = []
+        kernel = "high_throughput" if has_pre else "low_latency"
         for g in groups:
             if not g.n_moe:
                 continue
             toks = [w.dec_seqs * self.q + (w.pre_tokens if g.prefill_tokens else 0.0) for w in step.works]
             t_global = sum(t * r for t, r in zip(toks, step.ranks))  # DP ranks hold distinct tokens
             if t_global > 0:
-                kernel = "high_throughput" if g.prefill_tokens else "low_latency"
-                res = self._moe(t_global, max(toks), g.n_moe, kernel, phase)
-                moe.append((g.n_moe,) + res)
-                experts_s += res[0] + res[5]  # experts, and at EP1 the local permute
-                comm += res[1]
-                comm += res[2]
-        return slowest + experts_s, comm, rank_ops, moe
+                moe.append((g.n_moe,) + self._moe(t_global, max(toks), g.n_moe, kernel, phase, z))
+        extra = self._draft(step)
+        total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
+        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), kernel)
 
-    def price(self, step: Step) -> StepCost:
+    def _stages(self, dev: Device) -> dbo_.Stages:
+        """A step's device seconds by where they run in a layer (for DBO), from the ops' stages in
+        the vocabulary."""
+        rank_ops, moe, extra = dev.rank_ops, dev.moe, dev.extra
+        by = {"attn": 0.0, "ffn": 0.0, "tail": 0.0, "comm": 0.0, "none": 0.0}
+        for name, rec in rank_ops.items():
+            by[ops.BY_NAME[name].stage] += rec[0]
+        for name, sec, _, _ in extra:
+            by[ops.BY_NAME[name].stage] += sec
+        disp = comb = 0.0
+        for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
+            by["ffn"] += t_exp + t_route
+            disp += t_disp
+            comb += t_comb
+        n_dense, n_moe = self.cx.model.layers_in("decode")
+        dense_ffn = rank_ops.get("dense_ffn", (0.0,))[0]
+        dense_attn = by["attn"] * n_dense / max(n_dense + n_moe, 1)
+        return dbo_.Stages(dense=dense_attn + dense_ffn, attn=by["attn"] - dense_attn, ffn=by["ffn"] - dense_ffn,
+                           dispatch=disp, combine=comb, tail=by["tail"] + by["none"])
+
+    def price(self, step: Step, z: float = 0.0) -> StepCost:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
-        total, gpu, dbo, (compute, comm, rank_ops, moe) = self._evaluate(step)
-        ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in rank_ops.items()]
-        for n_moe, t_exp, t_disp, t_comb, flops, nbytes, t_perm, moved in moe:
-            ops_.append(Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe))
-            if moved:  # EP1: the local permute instead of an all-to-all
-                ops_.append(Op("moe.permute", "mem", t_perm, 0.0, moved, n_moe))
-            else:
+        ev = self._evaluate(step, z)
+        dev = ev.device
+        ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in dev.rank_ops.items()]
+        a2a = self.a2a(dev.kernel, "dispatch") is not None
+        for n_moe, t_exp, t_route, t_disp, t_comb, flops, nbytes, r_bytes in dev.moe:
+            ops_ += [Op("moe.route", "mem", t_route, 0.0, r_bytes, n_moe),
+                     Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe)]
+            if a2a:
                 ops_ += [Op("moe.dispatch", "comm", t_disp, count=n_moe),
                          Op("moe.combine", "comm", t_comb, count=n_moe)]
-        if dbo:
-            ops_.append(Op("dbo.overlap", "comm", gpu - (compute + comm)))
-        ops_.append(Op("host.exposed", "cpu", total - gpu))
-        return StepCost(total, tuple(ops_), self.loop_s)
+        ops_ += [Op(name, ops.BY_NAME[name].kind, sec, fl, by) for name, sec, fl, by in dev.extra]
+        for name, sec in ev.adjust:
+            ops_.append(Op(name, ops.BY_NAME[name].kind, sec))
+        ops_.append(Op("host.exposed", "cpu", ev.seconds - ev.gpu))
+        return StepCost(ev.seconds, tuple(ops_), ev.host)
 
-    def period(self, step: Step) -> float:
-        """StepCost.period_s of `price(step)`, without building its op breakdown."""
-        return self._evaluate(step)[0] + self.loop_s
+    def period(self, step: Step, z: float = 0.0) -> float:
+        """StepCost.period_s of `price(step, z)`, without building its op breakdown."""
+        ev = self._evaluate(step, z)
+        return ev.seconds if ev.seconds >= ev.host.api_s else ev.host.api_s
+
+    def period_spread(self, step: Step) -> tuple[float, float]:
+        """(period at the mean routing imbalance, its change per standard deviation of the per-step
+        imbalance): the simulator draws a step's imbalance as the first plus z times the second.
+        Steps whose imbalance barely varies (large prompt batches, no EP) get 0 without a second price."""
+        p0 = self.period(step)
+        if not self._varies(step):
+            return p0, 0.0
+        return p0, self.period(step, 1.0) - p0
+
+    def _varies(self, step: Step) -> bool:
+        """Whether a step's per-step imbalance spread is worth pricing: above 1e-3 of the factor (below,
+        a draw moves the step by under 0.1% of its experts' time; prompt steps of 1,000+ tokens)."""
+        if self.cx.layout.ep_size <= 1:
+            return False
+        t = sum((w.dec_seqs * self.q + w.pre_tokens) * r for w, r in zip(step.works, step.ranks))
+        n_moe = sum(g.n_moe for g in self.layers.groups_decode)
+        return t > 0 and self.imbalance.spread(t) / max(n_moe, 1) ** 0.5 > 1e-3
 
     def _halves(self, step: Step) -> tuple[Step, Step]:
-        """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered
-        (prefill works repeat)."""
-        pairs = []
-        for w in step.works:
-            hit = self._half_memo.get(w)
-            if hit is None:
-                if len(self._half_memo) >= RANK_MEMO:
-                    self._half_memo.clear()
-                hit = self._half_memo[w] = (w.half(0), w.half(1))
-            pairs.append(hit)
+        """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered."""
+        pairs = [memo_get(self._half_memo, w, lambda w=w: (w.half(0), w.half(1))) for w in step.works]
         return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
 
-    def _evaluate(self, step: Step) -> tuple:
-        """(step seconds, device seconds, DBO applied, device(step)): overlap and host time."""
+    def _evaluate(self, step: Step, z: float = 0.0) -> "_Evaluated":
+        """The step's seconds: device work (split in two micro-batches where DBO applies), the
+        exposed streaming of offloaded weights, eager kernel gaps, pipeline sends, host time."""
         cx = self.cx
         lay, prof = cx.layout, cx.prof
-        dev = self.device(step)
-        compute, comm = dev[0], dev[1]
-        gpu = compute + comm
-        dbo = lay.dbo and lay.ep_size > 1 and comm > 0
-        if dbo:
-            a, z = self._halves(step)
-            c1, m1, _, _ = self.device(a)
-            c2, m2, _, _ = self.device(z) if z != a else (c1, m1, None, None)  # even splits: one price
-            gpu = max(c1 + c2, m1 + m2) + (1.0 - prof.dbo_efficiency) * min(c1 + c2, m1 + m2)
-        batch = max(w.dec_seqs + w.pre_seqs for w in step.works)
-        host = host_seconds(lay, prof, batch, cx.model.num_layers, lay.cuda_graphs and not step.has_prefill)
-        return step_seconds(gpu, host, lay), gpu, dbo, dev
+        pp = lay.pp
+        dev = self.device(_scaled(step, pp), z)
+        gpu, adjust = dev.seconds, []
+        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0 for _, _, _, t_disp, t_comb, *_ in dev.moe)
+        if split:
+            a, b = self._halves(step)
+            sa = self._stages(self.device(_scaled(a, pp), z))
+            sb = self._stages(self.device(_scaled(b, pp), z)) if b != a else sa
+            n_moe = sum(g.n_moe for g in self.layers.groups_decode)
+            share = dbo_.comm_sm_share(dev.kernel, cx.hw)
+            pipelined = dbo_.overlapped(sa, sb, n_moe, share, prof.dbo_efficiency)
+            adjust.append(("dbo.overlap", pipelined - gpu))
+            gpu = pipelined
+        graphs = lay.cuda_graphs and not step.has_prefill
+        if not graphs:
+            gaps = self.gap_s * cx.model.num_layers * (2 if split else 1)
+            adjust.append(("kernel.gaps", gaps))
+            gpu += gaps
+        if self.offload_s > gpu:  # prefetched weights stream behind the compute; only the excess shows
+            adjust.append(("weights.offload", self.offload_s - gpu))
+            gpu = self.offload_s
+        if pp > 1:
+            send = (pp - 1) * self.layers.pp_send(max(w.dec_seqs * self.q + w.pre_tokens for w in step.works) / pp)
+            adjust.append(("pp.send", send))
+            gpu += send
+        host = self._host(step, gpu, graphs)
+        return _Evaluated(gpu + host.exposed_s, gpu, adjust, dev, host)
+
+    def _host(self, step: Step, gpu: float, graphs: bool) -> HostTime:
+        """Host parts of the step (CUDA graphs for decode-only steps, as vLLM's FULL_DECODE_ONLY)."""
+        cx, hm = self.cx, self.host
+        dec = sum(w.dec_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
+        pre = sum(w.pre_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
+        api = api_seconds(hm.hp, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
+        ranks = [hm.rank(w.dec_seqs, w.pre_seqs, w.pre_tokens) for w in step.works]
+        whole = None
+        if hm.hp.scheduler == "central":  # one scheduler for every rank's sequences
+            n = cx.layout.dp
+            tokens = sum(w.pre_tokens * r for w, r in zip(step.works, step.ranks))
+            whole = hm.rank(dec * n, pre * n, tokens)
+        return hm.time(ranks, gpu, graphs, api, whole)
+
+
+@dataclass(frozen=True)
+class _Evaluated:
+    seconds: float  # the step as the engine times it
+    gpu: float  # device seconds after overlap
+    adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
+    device: Device
+    host: HostTime  # the step's host parts and the pipeline (sim/cost/host.py)
+
+
+def _scaled(step: Step, pp: int) -> Step:
+    """One pipeline micro-batch of the step (1 / pp of every rank's sequences); the step itself at pp 1."""
+    if pp == 1:
+        return step
+    return Step(tuple(w.scaled(1.0 / pp) for w in step.works), step.ranks)
 
 
 def step_cost(cx: CostContext, rb: RankBatch | Step) -> StepCost:

@@ -49,17 +49,31 @@ def rank_loads(counts: np.ndarray, ep: int, placement: Placement | None = None,
     return slots.reshape(slots.shape[:-1] + (ep, -1)).sum(-1)
 
 
+def layer_factors(counts: np.ndarray, ep: int, placement: Placement | None = None,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+    """Max/mean rank load of every sampled step and layer: counts [M, L, E] -> [M, L]."""
+    loads = rank_loads(counts, ep, placement, rng)
+    mean = loads.sum(-1) / ep
+    return np.divide(loads.max(-1), mean, out=np.ones_like(mean), where=mean > 0)
+
+
 def replay_factor(counts: np.ndarray, ep: int, placement: Placement | None = None,
                   rng: np.random.Generator | None = None) -> np.ndarray:
     """Max/mean rank load per step, averaged over layers: counts [M, L, E] -> [M]."""
-    loads = rank_loads(counts, ep, placement, rng)
-    mean = loads.sum(-1) / ep
-    ratio = np.divide(loads.max(-1), mean, out=np.ones_like(mean), where=mean > 0)
-    return ratio.mean(-1)
+    return layer_factors(counts, ep, placement, rng).mean(-1)
 
 
 def expected_factor(counts: np.ndarray, ep: int, placement: Placement | None = None,
                     seed: int = 0) -> np.ndarray:
     """E[max]/mean for sampled counts [Nt, N, L, E] (Nt batch sizes, N draws each) -> [Nt]."""
+    return factor_moments(counts, ep, placement, seed)[0]
+
+
+def factor_moments(counts: np.ndarray, ep: int, placement: Placement | None = None,
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(E[max]/mean, the standard deviation of one layer's max/mean over steps and layers) for
+    sampled counts [Nt, N, L, E] -> ([Nt], [Nt]). A step of n MoE layers averages n layers, so
+    its factor varies by about the second / sqrt(n) around the first."""
     rng = np.random.default_rng(seed)
-    return np.array([replay_factor(c, ep, placement, rng).mean() for c in counts])
+    per_layer = [layer_factors(c, ep, placement, rng) for c in counts]
+    return np.array([f.mean() for f in per_layer]), np.array([f.std() for f in per_layer])

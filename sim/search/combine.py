@@ -29,15 +29,18 @@ class Candidate:
     """One deployment and its estimated steady state at `rate_rps`. Its layouts are built the first
     time they are read: a search streams hundreds of thousands of candidates and keeps a few."""
 
-    __slots__ = ("gpus", "rate_rps", "ttft_p90_s", "tpot_s", "batch_per_rank", "osl", "_pools", "_kind",
-                 "_layouts", "_summary")
+    __slots__ = ("gpus", "rate_rps", "ttft_p90_s", "tpot_s", "batch_per_rank", "osl", "capacity_rps", "_pools",
+                 "_kind", "_layouts", "_summary")
 
     def __init__(self, kind: str, pools: tuple[Pool, ...], gpus: int, rate_rps: float, ttft_p90_s: float,
-                 tpot_s: float, batch_per_rank: float, osl: float):
+                 tpot_s: float, batch_per_rank: float, osl: float, capacity_rps: float):
         self._kind, self._pools = kind, pools  # kind: "disaggregated" (prefill pool, decode pool) or "aggregated"
         self.gpus, self.rate_rps, self.ttft_p90_s, self.tpot_s = gpus, rate_rps, ttft_p90_s, tpot_s
         self.batch_per_rank = batch_per_rank  # operating decode batch
         self.osl = osl
+        # what the pools serve at full steps and the largest batch (req/s, the cost model's capacity):
+        # the verification's upper bound
+        self.capacity_rps = capacity_rps
         self._layouts: tuple | None = None
         self._summary: str | None = None
 
@@ -69,6 +72,11 @@ class Candidate:
         return 1.0 / self.tpot_s
 
     @property
+    def capacity_tps_gpu(self) -> float:
+        """Output tokens/s per GPU at the cost model's pool capacity."""
+        return self.capacity_rps * self.osl / self.gpus
+
+    @property
     def summary(self) -> str:
         if self._summary is None:
             def pool(lays):
@@ -95,6 +103,14 @@ def _tag(lay: Layout) -> str:
         parts.append(f"eplb{lay.eplb.redundant_experts}")
     if lay.dbo:
         parts.append("dbo")
+    if lay.api_servers is not None:
+        parts.append(f"api{lay.api_servers}")
+    if lay.stream_interval != 1:
+        parts.append(f"si{lay.stream_interval}")
+    if not lay.cuda_graphs:
+        parts.append("eager")
+    if not lay.async_scheduling:
+        parts.append("sync")
     return "/".join(parts)
 
 
@@ -194,7 +210,8 @@ def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, 
     pools = ((pu.layout, {"replicas": n_p}),
              (dec.layout, {"replicas": n_d, "max_batch_per_rank": dec.batches[top],
                            "max_tokens_per_step": max(dec.layout.max_tokens_per_step, _decode_tokens(dec, top))}))
-    return Candidate("disaggregated", pools, gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl)
+    return Candidate("disaggregated", pools, gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl,
+                     min(n_p * pu.capacity_rps, n_d * d_rate))
 
 
 def _decode_tokens(dec: DecodeUnit, top: int) -> int:
@@ -226,4 +243,5 @@ def aggregated(agg: DecodeUnit, st: Setting) -> Iterator[Candidate]:
         if tpot > SLO_MARGIN * st.slo.tpot_p90_s:
             continue
         pools = ((agg.layout, {"replicas": n, "max_batch_per_rank": agg.batches[top]}),)
-        yield Candidate("aggregated", pools, n * agg.gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl)
+        yield Candidate("aggregated", pools, n * agg.gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl,
+                        n * inst_rate)

@@ -22,8 +22,6 @@ from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"], help="model name under configs/models or a YAML path")
     p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path")
@@ -50,8 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "in --json as 'timings'): reports hold none, so the same inputs give the same files")
     p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1), help="processes")
     p.add_argument("--sim-requests", type=positive_int, default=None,
-                   help="requests per simulator check (default: sized to reach steady state)")
-    p.add_argument("--no-simulate", action="store_true", help="skip the simulator check (estimate only)")
+                   help="requests per simulator run, all run to the end (default: as many as steady state needs)")
+    p.add_argument("--no-simulate", action="store_true",
+                   help="skip the simulator's verification (the plan then carries the analytic estimate only)")
     p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -122,9 +121,15 @@ def run(args) -> int:
         dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n")
     if args.timings:
         print("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()), file=sys.stderr)
+    w = res.winner
     if args.json:
-        doc = {"plan": args.out, "summary": res.plan.summary, "gpus": res.winner.cand.gpus,
-               "predicted": res.plan.predicted, "profile": req.profile.name, "profile_source": req.profile.describe()}
+        doc = {"plan": args.out, "summary": res.plan.summary, "gpus": w.cand.gpus,
+               "verified": w.check is not None and w.passed, "request_rate": w.rate_rps,
+               "output_tps_per_gpu": w.tps_gpu, "tps_per_user": w.tps_user,
+               "estimate": {"request_rate": w.cand.rate_rps, "output_tps_per_gpu": w.cand.tps_gpu,
+                            "tps_per_user": w.cand.tps_user},
+               "predicted": res.plan.predicted, "profile": req.profile.name,
+               "profile_source": req.profile.describe()}
         if args.timings:
             doc["timings"] = res.timings
         print(json.dumps(doc, indent=2))
@@ -133,7 +138,11 @@ def run(args) -> int:
 
     print(f"profile {req.profile.name}: {req.profile.describe()}")
     print(console_table(res))
-    note = "" if res.simulated else " (analytic estimate only: simulator not available)"
+    if w.check is not None:
+        note = (f": {w.tps_gpu:,.0f} output tokens/s/GPU, {w.tps_user:.1f} tokens/s/user at {w.rate_rps:.4g} req/s, "
+                f"verified in the simulator at steady state (analytic estimate {w.cand.tps_gpu:,.0f}, {w.gap:+.0%})")
+    else:
+        note = f" (analytic estimate only, not simulated: {w.cand.tps_gpu:,.0f} output tokens/s/GPU)"
     print(f"\nplan: {res.plan.summary} -> {args.out}{note}")
     if args.report:
         print(f"report: {args.report}/report.md")

@@ -20,7 +20,7 @@ from functools import cached_property
 from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
 
 from ..cost.memory import kv_capacity_tokens
-from ..cost.step import CostContext, RankWork, StepCost
+from ..cost.step import CostContext, RankWork, StepCost, host_only
 from ..cost.transfer import KVLink, kv_link
 from ..pricer import StepPricer
 
@@ -76,12 +76,19 @@ class Pricer:
         return CostContext(self.model, self.hw, layout, self.prof, self.skew)
 
     def pricer(self, layout: Layout) -> StepPricer:
-        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Role and
-        replicas do not change a step's price, so decode and aggregated variants of a shape share it."""
-        key = replace(layout, role="decode", replicas=1)
+        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Replicas do
+        not change a step's price, nor does the role unless the profile gives prefill instances their
+        own host block, so decode and aggregated variants of a shape share it."""
+        own = layout.role == "prefill" and self.prof.host_prefill is not None
+        key = replace(layout, role="prefill" if own else "decode", replicas=1)
         hit = self._pricers.get(key)
         if hit is None:
-            hit = self._pricers[key] = StepPricer(self.cx(key))
+            engine = host_only(key)  # host-setting variants of a shape share its device pricing
+            if engine != key:
+                model = self.pricer(engine).model.variant(key)
+                hit = self._pricers[key] = StepPricer(self.cx(key), model=model)
+            else:
+                hit = self._pricers[key] = StepPricer(self.cx(key))
         return hit
 
     def transfer_s(self, context_tokens: float, same_domain: bool) -> float:
@@ -235,8 +242,17 @@ def price_decode(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...])
     batches = tuple(b for b in grid if b <= limit)
     if not batches:
         return None
-    steps = tuple(pr.decode(layout, float(b), tr.ctx_mean).period_s for b in batches)
-    return DecodeUnit(layout, _acceptance(layout), batches, steps, osl=tr.osl)
+    costs = [pr.decode(layout, float(b), tr.ctx_mean) for b in batches]
+    if _idle_frontend(layout, costs):
+        return None
+    return DecodeUnit(layout, _acceptance(layout), batches, tuple(c.period_s for c in costs), osl=tr.osl)
+
+
+def _idle_frontend(layout: Layout, costs: list[StepCost]) -> bool:
+    """A frontend other than vLLM's default (more API-server processes, a longer stream interval)
+    that changes no step of the grid (the API server never bounds it) is not a deployment of its own."""
+    default = layout.api_servers is None and layout.stream_interval == 1
+    return not default and not any(c.api_wait_s > 0 for c in costs)
 
 
 def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...]) -> DecodeUnit | None:
@@ -244,21 +260,23 @@ def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, .
     acc = _acceptance(layout)
     q = 1.0 + (layout.speculation.num_tokens if layout.speculation else 0)
     limit = min(kv_batch_limit(pr, layout, tr), layout.max_batch_per_rank)
-    rows = []
+    rows, costs = [], []
     for b in (b for b in grid if b <= limit):
         room = layout.max_tokens_per_step - b * q  # chunk budget left after decode tokens
         need = b * acc * tr.new / tr.osl  # prefill tokens per step that match completions
         if room < 1 or need > RHO_MAX * room:
             break
-        full = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2).period_s
-        rho = need / room
+        full_cost, dec_cost = pr.mixed(layout, float(b), tr.ctx_mean, room, tr.cached + tr.new / 2), \
+            pr.decode(layout, float(b), tr.ctx_mean)
+        costs += [full_cost, dec_cost]
+        full, rho = full_cost.period_s, need / room
         # chunked prefill gives a prompt the whole room: a share rho of steps carry a full chunk
-        avg = rho * full + (1.0 - rho) * pr.decode(layout, float(b), tr.ctx_mean).period_s
+        avg = rho * full + (1.0 - rho) * dec_cost.period_s
         steps_per_prompt = math.ceil(tr.new / room)
         cap = layout.dp * room / (tr.new * full)
         ttft = steps_per_prompt * full + queue_wait_p90(rho, cap)
         rows.append((b, full, avg, ttft, rho))
-    if not rows:
+    if not rows or _idle_frontend(layout, costs):
         return None
     b, full, avg, ttft, rho = (tuple(col) for col in zip(*rows, strict=False))
     return DecodeUnit(layout, acc, b, full, avg, ttft, rho, osl=tr.osl)

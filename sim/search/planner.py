@@ -1,8 +1,14 @@
 """The planning pipeline: enumerate -> memory filter -> analytic estimate -> Pareto front ->
-simulator check of every front point at its target load -> choice by objective.
+steady-state verification in the simulator -> choice by objective among what passed.
 
-Pricing and simulation run over a process pool (`workers`); every list is sorted by a
-deterministic key before use, so the plan does not depend on the number of workers.
+Verification: the throughput objective bisects each front point's rate in the simulator, with
+branch and bound over the front (sim/search/front.py); fixed-load objectives (min-gpus,
+latency) probe every point once at the target load. The figures reported are the simulator's;
+the estimate is shown beside them.
+
+Pricing and fixed-load probes run over a process pool (`workers`); the bisections run in a
+fixed order; every list is sorted by a deterministic key before use, so the plan does not depend
+on the number of workers.
 """
 from __future__ import annotations
 
@@ -13,12 +19,13 @@ from typing import Callable, Iterator, Literal
 from rackplan.interrupts import process_map
 from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
 
-from . import combine
+from . import combine, front
 from . import space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
+from .front import Verified
 from .pareto import Decimated, StreamingFront, thin
-from .verify import Check, auto_requests, check
+from .verify import check_at
 
 Objective = Literal["throughput", "min-gpus", "latency"]
 OBJECTIVES = ("throughput", "min-gpus", "latency")
@@ -58,30 +65,6 @@ class Request:
 
 
 @dataclass
-class Verified:
-    cand: Candidate
-    check: Check | None  # None when the simulator is unavailable or disabled
-
-    @property
-    def passed(self) -> bool:
-        return self.check is None or self.check.passed
-
-    @property
-    def rate_rps(self) -> float:
-        return self.check.rate_rps if self.check else self.cand.rate_rps
-
-    @property
-    def tps_gpu(self) -> float:
-        return self.rate_rps * self.cand.osl / self.cand.gpus
-
-    @property
-    def tps_user(self) -> float:
-        if self.check and self.check.metrics.get("tps_per_user"):
-            return float(self.check.metrics["tps_per_user"])
-        return self.cand.tps_user
-
-
-@dataclass
 class Search:
     """What the estimate stage keeps of the streamed candidates: the objective's Pareto front, a
     deterministic sample of the others (for the report) and how many there were."""
@@ -103,6 +86,7 @@ class Result:
     plan: Plan
     timings: dict[str, float]
     simulated: bool
+    space_notes: list[str] = field(default_factory=list)  # shapes the search space skipped, and why
 
 
 # -- process-pool workers: specs are set once per process --------------------------------------
@@ -123,9 +107,9 @@ def _price(task: tuple[str, Layout]):
     return price_aggregated(pr, lay, tr, grid)
 
 
-def _simulate(task):
-    plan, model, hw, workload, prof, rate, slo, n, seed, backoffs = task
-    return check(plan, model, hw, workload, prof, rate, slo, n, seed, backoffs)
+def _probe(task):
+    plan, model, hw, workload, prof, rate, slo, n, seed, first = task
+    return check_at(plan, model, hw, workload, prof, rate, slo, n, seed, first)
 
 
 def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str) -> list:
@@ -212,14 +196,6 @@ def pareto(req: Request, search: Search) -> list[Candidate]:
     return thin(search.front, x, y, FRONT_THIN)
 
 
-def _spread(items: list, k: int) -> list:
-    """At most k items spread evenly over the list (ends included)."""
-    if len(items) <= k:
-        return items
-    idx = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
-    return [items[i] for i in idx]
-
-
 def to_plan(req: Request, cand: Candidate, name: str, predicted: dict) -> Plan:
     return Plan(name=name, model=req.model_ref, hardware=req.hw_ref, num_gpus=req.num_gpus,
                 prefill=cand.prefill, decode=cand.decode, aggregated=cand.aggregated,
@@ -229,25 +205,23 @@ def to_plan(req: Request, cand: Candidate, name: str, predicted: dict) -> Plan:
 
 
 def verify(req: Request, points: list[Candidate]) -> list[Verified]:
-    """Simulate every front point at its target load (its estimated rate, or the fixed target)."""
+    """Steady-state verification of the front points (module docstring); in front order."""
     if not req.simulate:
         return [Verified(c, None) for c in points]
-    backoffs = 1 if req.objective == "throughput" else 0
-    tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, c.rate_rps,
-              req.slo, req.sim_requests or _auto_requests(c), req.seed, backoffs) for c in points]
-    checks = _pmap(_simulate, tasks, req, _init_args(req), "simulate front")
-    return [Verified(c, k) for c, k in zip(points, checks, strict=False)]
-
-
-def _auto_requests(c: Candidate) -> int:
-    step_s = c.tpot_s * (c.decode or c.aggregated)[0].speculation.acceptance_length \
-        if (c.decode or c.aggregated)[0].speculation else c.tpot_s
-    instances = sum(lay.replicas for lay in c.decode + c.aggregated)
-    return auto_requests(c.rate_rps, c.ttft_p90_s + c.osl * c.tpot_s, step_s, instances)
+    osl_p90 = front.p90_output_length(req.workload)
+    rate = target_rate(req)
+    if rate is not None or req.workload.arrival.kind == "concurrency":
+        tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, rate or c.rate_rps,
+                  req.slo, req.sim_requests, req.seed, front.first_probe(c, rate or c.rate_rps, osl_p90))
+                 for c in points]
+        checks = _pmap(_probe, tasks, req, _init_args(req), "simulate front")
+        return [Verified(c, k) for c, k in zip(points, checks, strict=True)]
+    return front.verify_front(req, points, lambda c: to_plan(req, c, "check", {}))
 
 
 def choose(req: Request, verified: list[Verified]) -> Verified:
-    """Pick by objective among the deployments whose simulated tails meet the SLOs."""
+    """Pick by objective among the deployments whose simulated tails meet the SLOs (never one that
+    failed verification or was not simulated)."""
     ok = [v for v in verified if v.passed]
     if not ok:
         raise NoFeasiblePlan(_closest_message(req, verified))
@@ -263,8 +237,12 @@ def _closest_message(req: Request, verified: list[Verified]) -> str:
         return (f"no layout meets the SLOs (TTFT p90 <= {req.slo.ttft_p90_s:g} s, TPOT p90 <= "
                 f"{req.slo.tpot_p90_s * 1e3:g} ms) on {req.num_gpus} x {req.hw.name} even in the analytic "
                 f"estimate; {closest_estimate(req)}")
-    best = min(verified, key=lambda v: v.check.worst_miss(req.slo)[1])
+    best = min((v for v in verified if v.check is not None), key=lambda v: v.check.worst_miss(req.slo)[1])
     key, _ = best.check.worst_miss(req.slo)
+    if key == "stable":
+        pools = " and ".join(best.check.probes[-1].saturated)
+        return (f"no layout meets the SLOs; closest: {best.cand.summary} is unstable down to {best.rate_rps:.3g} "
+                f"req/s (its {pools} pool saturates)")
     value = best.check.metrics[key]
     limit = req.slo.ttft_p90_s if key == "ttft_p90_s" else req.slo.tpot_p90_s
     what = "TTFT p90" if key == "ttft_p90_s" else "TPOT p90"
@@ -317,7 +295,7 @@ def plan(req: Request, name: str = "plan") -> Result:
     priced = price_all(req)
     t1 = time.perf_counter()
     search = estimate(req, priced)
-    points = _spread(pareto(req, search), req.max_checks)
+    points = front.spread(pareto(req, search), req.max_checks)
     t2 = time.perf_counter()
     if not points:
         raise NoFeasiblePlan(_closest_message(req, []))
@@ -328,17 +306,23 @@ def plan(req: Request, name: str = "plan") -> Result:
     result_plan = to_plan(req, win.cand, name, predicted)
     timings = {"price_s": t1 - t0, "estimate_s": t2 - t1, "simulate_s": t3 - t2, "total_s": t3 - t0}
     return Result(req, len(priced), search.sample, search.count, points, verified, win, result_plan, timings,
-                  any(v.check is not None for v in verified))
+                  any(v.check is not None for v in verified), sp.left_out(req.model, req.hw, req.num_gpus, req.space))
 
 
 def predicted_metrics(v: Verified) -> dict[str, float]:
-    """What plan.yaml records: the verified rate and tails, and the analytic estimate beside them."""
+    """What plan.yaml records: the verified rate and the simulator's steady-state figures at it (what
+    `rackplan simulate --plan` reproduces: same rate, same run length), and the analytic estimate
+    beside them."""
     c = v.cand
     out = {"request_rate": v.rate_rps, "output_tps_per_gpu": v.tps_gpu, "tps_per_user": v.tps_user,
-           "est_request_rate": c.rate_rps, "est_ttft_p90_s": c.ttft_p90_s, "est_tpot_s": c.tpot_s,
-           "est_batch_per_rank": c.batch_per_rank}
+           "est_request_rate": c.rate_rps, "est_output_tps_per_gpu": c.tps_gpu, "est_tps_per_user": c.tps_user,
+           "est_ttft_p90_s": c.ttft_p90_s, "est_tpot_s": c.tpot_s, "est_batch_per_rank": c.batch_per_rank,
+           "est_capacity_rps": c.capacity_rps}
     if v.check is not None:
-        for key in ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "goodput_rps"):
-            if key in v.check.metrics:
-                out["sim_" + key] = v.check.metrics[key]
+        m = v.check.metrics
+        out["sim_requests"] = float(v.check.requests)
+        for key in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "output_tps_per_gpu", "goodput_rps",
+                    "served_rps", "window_start_s", "window_end_s", "stable"):
+            if key in m:
+                out["sim_" + key] = m[key]
     return out

@@ -9,7 +9,8 @@ from rackplan.specs import SpecError
 
 from ..cost.step import StepCost
 from .estimate import Pricer, price_prefill, traffic_of
-from .planner import Result, Verified
+from .front import Verified
+from .planner import Result
 
 
 def write_all(res: Result, folder: str | Path) -> list[Path]:
@@ -37,14 +38,23 @@ def _launch_files(res: Result) -> tuple[dict[str, str], str]:
         return {}, f"vLLM cannot run this plan as laid out ({exc})"
 
 
-CSV_FIELDS = ("summary", "gpus", "est_request_rate", "est_tps_gpu", "est_tps_user", "est_ttft_p90_s",
-              "est_tpot_s", "batch_per_rank", "on_front", "simulated", "passed", "sim_request_rate",
-              "sim_ttft_p90_s", "sim_tpot_p90_s", "winner")
+CSV_FIELDS = ("summary", "gpus", "status", "request_rate", "tps_gpu", "tps_user", "sim_ttft_p90_s", "sim_tpot_p90_s",
+              "sim_requests", "est_request_rate", "est_tps_gpu", "est_tps_user", "gap", "est_ttft_p90_s", "est_tpot_s",
+              "est_capacity_rps", "batch_per_rank", "on_front", "winner")
+
+
+def _status(v: Verified | None) -> str:
+    if v is None:
+        return "estimate (not on the front)"
+    if v.skipped:
+        return "not simulated"
+    return "estimate only" if v.check is None else ("verified" if v.passed else v.verdict().split(":")[0])
 
 
 def write_csv(res: Result, path: Path) -> None:
-    """The estimated front and a deterministic sample of the other deployments (planner.SAMPLE),
-    with the simulator's verdict for front points."""
+    """The front and a deterministic sample of the other deployments (planner.SAMPLE). request_rate,
+    tps_gpu and tps_user are the simulator's steady-state figures where verified (blank elsewhere);
+    est_* are the analytic estimate, gap the verified tokens/s/GPU against it."""
     checks = {id(v.cand): v for v in res.verified}
     front = {id(c) for c in res.front}
     with open(path, "w", newline="") as fh:
@@ -52,44 +62,57 @@ def write_csv(res: Result, path: Path) -> None:
         w.writeheader()
         for c in res.candidates:
             v = checks.get(id(c))
-            k = v.check if v else None
+            ok = v is not None and v.check is not None and v.passed
+            k = v.check if v is not None else None
+            sim = {"request_rate": f"{v.rate_rps:.4g}", "tps_gpu": f"{v.tps_gpu:.4g}", "tps_user": f"{v.tps_user:.4g}",
+                   "gap": f"{v.gap:+.3f}"} if ok else {}
+            if k is not None:
+                sim.update(sim_ttft_p90_s=f"{k.metrics.get('ttft_p90_s', float('nan')):.4g}",
+                           sim_tpot_p90_s=f"{k.metrics.get('tpot_p90_s', float('nan')):.4g}", sim_requests=k.requests)
             w.writerow({
-                "summary": c.summary, "gpus": c.gpus, "est_request_rate": f"{c.rate_rps:.4g}",
-                "est_tps_gpu": f"{c.tps_gpu:.4g}", "est_tps_user": f"{c.tps_user:.4g}",
-                "est_ttft_p90_s": f"{c.ttft_p90_s:.4g}", "est_tpot_s": f"{c.tpot_s:.4g}",
+                "summary": c.summary, "gpus": c.gpus, "status": _status(v), **sim,
+                "est_request_rate": f"{c.rate_rps:.4g}", "est_tps_gpu": f"{c.tps_gpu:.4g}",
+                "est_tps_user": f"{c.tps_user:.4g}", "est_ttft_p90_s": f"{c.ttft_p90_s:.4g}",
+                "est_tpot_s": f"{c.tpot_s:.4g}", "est_capacity_rps": f"{c.capacity_rps:.4g}",
                 "batch_per_rank": f"{c.batch_per_rank:.3g}", "on_front": int(id(c) in front),
-                "simulated": int(k is not None), "passed": "" if v is None else int(v.passed),
-                "sim_request_rate": f"{k.rate_rps:.4g}" if k else "",
-                "sim_ttft_p90_s": f"{k.metrics.get('ttft_p90_s', float('nan')):.4g}" if k else "",
-                "sim_tpot_p90_s": f"{k.metrics.get('tpot_p90_s', float('nan')):.4g}" if k else "",
                 "winner": int(c is res.winner.cand),
             })
 
 
 def write_png(res: Result, path: Path) -> None:
-    """Scatter of all deployments, the estimated front, simulator verdicts and the winner."""
+    """Where the simulator put the front points (verified: green, failed: red), each joined to its
+    analytic estimate, which is drawn lighter with the estimated front and a sample of the others."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    ax.scatter([c.tps_user for c in res.candidates], [c.tps_gpu for c in res.candidates], s=6, c="0.75",
+    ax.scatter([c.tps_user for c in res.candidates], [c.tps_gpu for c in res.candidates], s=5, c="0.88",
                label="estimated deployments (sample)")
     fr = sorted(res.front, key=lambda c: c.tps_user)
-    ax.plot([c.tps_user for c in fr], [c.tps_gpu for c in fr], "-", c="C0", lw=1, label="Pareto front (estimate)")
-    for passed, style, label in ((True, "o", "simulated: meets SLOs"), (False, "x", "simulated: misses SLOs")):
-        pts = [v for v in res.verified if v.passed == passed]
-        if pts:
-            ax.scatter([v.tps_user for v in pts], [v.tps_gpu for v in pts], marker=style,
-                       c="C2" if passed else "C3", label=label, zorder=3)
+    ax.plot([c.tps_user for c in fr], [c.tps_gpu for c in fr], "-", c="C0", alpha=0.3, lw=1,
+            label="Pareto front (estimate)")
+    sims = [v for v in res.verified if v.check is not None]
+    ok = [v for v in sims if v.passed]
+    for v in ok:
+        ax.plot([v.cand.tps_user, v.tps_user], [v.cand.tps_gpu, v.tps_gpu], "-", c="0.6", lw=0.6, zorder=2)
+    ax.scatter([v.cand.tps_user for v in ok], [v.cand.tps_gpu for v in ok], s=18, facecolors="none",
+               edgecolors="C0", alpha=0.45, label="estimate of a verified point", zorder=2)
+    if ok:
+        ax.scatter([v.tps_user for v in ok], [v.tps_gpu for v in ok], c="C2", label="simulator: verified", zorder=3)
+    bad = [v for v in sims if not v.passed]  # no verified figure: marked at the estimate
+    if bad:
+        ax.scatter([v.cand.tps_user for v in bad], [v.cand.tps_gpu for v in bad], marker="x", c="C3", alpha=0.7,
+                   label="estimate the simulator refutes", zorder=3)
     w = res.winner
-    ax.scatter([w.tps_user], [w.tps_gpu], marker="*", s=220, c="gold", edgecolors="k", zorder=4, label="chosen")
+    ax.scatter([w.tps_user], [w.tps_gpu], marker="*", s=220, c="gold", edgecolors="k", zorder=4,
+               label="chosen (verified)" if w.check is not None else "chosen (estimate only)")
     ax.axvline(1.0 / res.request.slo.tpot_p90_s, ls="--", c="0.5", lw=0.8)
     ax.set_xlabel("output tokens/s per user")
     ax.set_ylabel("output tokens/s per GPU")
     r = res.request
-    ax.set_title(f"{r.model.name} on {r.num_gpus} x {r.hw.name}", fontsize=10)
+    ax.set_title(f"{r.model.name} on {r.num_gpus} x {r.hw.name}: simulator at steady state vs estimate", fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path)
@@ -102,12 +125,15 @@ def _ms(s: float) -> str:
 
 def _row(i: int, v: Verified) -> str:
     c, k = v.cand, v.check
-    sim = (f"{_ms(k.metrics.get('ttft_p90_s', float('nan')))} | {_ms(k.metrics.get('tpot_p90_s', float('nan')))}"
-           if k else "- | -")
-    verdict = "-" if k is None else ("meets" if v.passed else "misses " + ", ".join(k.misses))
+    ok = v.passed  # verified, or (simulator disabled) the estimate, marked as such
+    nan = float("nan")
+    sim = f"{_ms(k.metrics.get('ttft_p90_s', nan))} | {_ms(k.metrics.get('tpot_p90_s', nan))}" \
+        if ok and k is not None else "- | -"
     name = c.summary.replace("|", "&#124;")  # a bare | would split the markdown cell
-    return (f"| {i} | {name} | {c.gpus} | {v.rate_rps:.3g} | {v.tps_gpu:.0f} | {v.tps_user:.1f} | "
-            f"{_ms(c.ttft_p90_s)} | {_ms(c.tpot_s)} | {sim} | {verdict} |")
+    figures = f"{v.rate_rps:.4g} | {v.tps_gpu:.0f} | {v.tps_user:.1f}" if ok else "- | - | -"
+    gap = f"{v.gap:+.0%}" if ok and k is not None else "-"
+    return (f"| {i} | {name} | {c.gpus} | {figures} | {sim} | {c.tps_gpu:.0f} | {c.tps_user:.1f} | {gap} | "
+            f"{v.verdict()} |")
 
 
 def breakdown_table(title: str, cost: StepCost) -> list[str]:
@@ -144,20 +170,71 @@ def _why(res: Result) -> list[str]:
     w = res.winner
     others = [v for v in res.verified if v.passed and v is not w]
     if not others:
-        return ["It is the only front point whose simulated tails meet both SLOs.", ""]
+        return ["It is the only front point the simulator verified.", ""]
     key = {"min-gpus": lambda v: -v.cand.gpus, "latency": lambda v: v.tps_user}.get(
         res.request.objective, lambda v: v.tps_gpu)
     ru = max(others, key=key)
     return [f"Runner-up: {ru.cand.summary}: {ru.tps_gpu:.0f} tokens/s/GPU, {ru.tps_user:.1f} tokens/s/user on "
             f"{ru.cand.gpus} GPUs. The winner gives {w.tps_gpu / max(ru.tps_gpu, 1e-9):.2f}x the tokens/s/GPU "
             f"and {w.tps_user / max(ru.tps_user, 1e-9):.2f}x the tokens/s/user; its decode pool runs "
-            f"{w.cand.batch_per_rank:.0f} sequences per rank at {_ms(w.cand.tpot_s)} ms per token (estimate) "
+            f"{w.cand.batch_per_rank:.0f} sequences per rank at {_ms(w.cand.tpot_s)} ms per token in the estimate "
             f"against the {_ms(res.request.slo.tpot_p90_s)} ms TPOT SLO.", ""]
 
 
+def _chosen(res: Result) -> list[str]:
+    """The headline: the simulator's steady-state figures, the estimate beside them."""
+    w, slo = res.winner, res.request.slo
+    c = w.cand
+    if w.check is None:
+        return ["## Chosen (analytic estimate, not simulated)", "",
+                f"**{c.summary}** on {c.gpus} GPUs: {c.rate_rps:.4g} req/s, {c.tps_gpu:.0f} output tokens/s/GPU, "
+                f"{c.tps_user:.1f} tokens/s/user, **estimated only**.", ""]
+    m = w.check.metrics
+    return ["## Chosen (verified in the simulator at steady state)", "",
+            f"**{c.summary}** on {c.gpus} GPUs: **{w.tps_gpu:,.0f} output tokens/s/GPU** and "
+            f"**{w.tps_user:.1f} tokens/s/user** at {w.rate_rps:.4g} req/s, the highest rate at which the simulator "
+            f"holds the SLOs (TTFT p90 {_ms(m['ttft_p90_s'])} ms <= {_ms(slo.ttft_p90_s)} ms, TPOT p90 "
+            f"{_ms(m['tpot_p90_s'])} ms <= {_ms(slo.tpot_p90_s)} ms; every pool keeps up). Measured over "
+            f"[{m['window_start_s']:.1f} s, {m['window_end_s']:.1f} s) of a {w.check.requests:,}-request run "
+            f"({m['window_requests']:,.0f} requests in the window; warm-up and cool-down left out).", "",
+            f"Analytic estimate of the same deployment: {c.tps_gpu:,.0f} tokens/s/GPU, {c.tps_user:.1f} tokens/s/user "
+            f"at {c.rate_rps:.4g} req/s (cost-model pool capacity {c.capacity_rps:.4g} req/s): the verified figure "
+            f"is {w.gap:+.0%} from it.", ""]
+
+
+def _probes(res: Result) -> list[str]:
+    """Every simulation of the chosen deployment (the bisection on rate)."""
+    if res.winner.check is None:
+        return []
+    out = ["### How it was verified", "", "| run | req/s | requests | verdict | TTFT p90 ms | TPOT p90 ms | "
+           "tok/s/GPU |", "|---:|---:|---:|---|---:|---:|---:|"]
+    for i, p in enumerate(res.winner.check.probes, 1):
+        m = p.metrics
+        lat = f"{_ms(m['ttft_p90_s'])} | {_ms(m['tpot_p90_s'])}" if p.stable else "- | -"
+        out.append(f"| {i} | {p.rate_rps:.4g} | {p.requests:,} | {p.verdict()} | {lat} | "
+                   f"{m['output_tps_per_gpu']:,.0f} |")
+    return out + [""]
+
+
+def _front_section(res: Result) -> list[str]:
+    shown = [v for v in _ranked(res) if not v.skipped]
+    skipped = [v for v in res.verified if v.skipped]
+    lines = ["## Front points (simulator at steady state, estimate beside it)", "",
+             "| # | deployment | GPUs | req/s | tok/s/GPU | tok/s/user | TTFT p90 ms | TPOT p90 ms | est tok/s/GPU | "
+             "est tok/s/user | gap | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [_row(i + 1, v) for i, v in enumerate(shown)] + [""]
+    if skipped:
+        lines += [f"{len(skipped)} other front points were not simulated: the cost model's capacity of their pools "
+                  f"bounds them below the chosen deployment's verified tokens/s/GPU (branch and bound; their estimates "
+                  f"are in `pareto.csv`).", ""]
+    return lines
+
+
 def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> str:
-    r, w = res.request, res.winner
-    sim_note = "simulated at each point's target load" if res.simulated else \
+    r = res.request
+    n_sim = sum(v.check is not None for v in res.verified)
+    sim_note = (f"{n_sim} of them simulated at steady state (each one's highest rate that holds the SLOs, by "
+                "bisection on rate)") if res.simulated else \
         "**not simulated** (simulator unavailable or disabled): analytic estimate only"
     tr = traffic_of(r.workload)
     lines = [f"# rackplan plan: {r.model.name} on {r.num_gpus} x {r.hw.name}", "",
@@ -167,24 +244,26 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
              f"Cost-model profile `{r.profile.name}`: {r.profile.describe()}.", "",
              f"Searched {res.num_layouts} instance shapes -> {res.num_candidates} deployments meeting the SLOs in "
              f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. (No wall-clock times here, so "
-             "the same inputs give the same report: `rackplan plan --timings` prints them.)", "",
-             "## Chosen", "", f"**{w.cand.summary}** on {w.cand.gpus} GPUs: {w.rate_rps:.3g} req/s, "
-             f"{w.tps_gpu:.0f} output tokens/s/GPU, {w.tps_user:.1f} tokens/s/user.", ""]
-    lines += _why(res)
-    lines += ["## Front points (simulator verdicts)", "",
-              "| # | deployment | GPUs | req/s | tok/s/GPU | tok/s/user | est TTFT p90 ms | est TPOT ms | "
-              "sim TTFT p90 ms | sim TPOT p90 ms | verdict |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    ranked = sorted(res.verified, key=lambda v: (not v.passed, -v.tps_gpu))
-    lines += [_row(i + 1, v) for i, v in enumerate(ranked)] + [""]
+             "the same inputs give the same report: `rackplan plan --timings` prints them.)", ""]
+    lines += _chosen(res) + _probes(res) + _why(res) + _front_section(res)
+    lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)
     return "\n".join(lines + _files_section(res, launch_files, why_not))
 
 
+def _space_notes(res: Result) -> list[str]:
+    """Shapes the search space left out, and why (e.g. EP sizes that do not split the experts)."""
+    notes = res.space_notes
+    if not notes:
+        return []
+    return ["## Left out of the search", ""] + [f"- {n}" for n in notes] + [""]
+
+
 def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[str]:
     """The report folder's files and how to run the launch files."""
-    head = "`pareto.csv` (the front and a sample of the other estimated deployments), `pareto.png` (the front)"
+    head = ("`pareto.csv` (the front with the simulator's figures beside the estimate, and a sample of the other "
+            "estimated deployments), `pareto.png` (where the simulator put the front points; estimates lighter)")
     if not launch_files:
         return ["## Files", "", f"{head}. No `launch/`: {why_not or 'not built'}.", ""]
     names = ", ".join(f"`{n}`" for n in launch_files)
@@ -206,13 +285,26 @@ def _profile_section(prof) -> list[str]:
 
 
 def console_table(res: Result, top: int = 8) -> str:
-    """A short text table for the terminal."""
-    ranked = sorted(res.verified, key=lambda v: (not v.passed, -v.tps_gpu))[:top]
-    out = [f"{'deployment':62s} {'GPUs':>4s} {'req/s':>7s} {'tok/s/GPU':>9s} {'tok/s/user':>10s}  verdict"]
+    """A short text table for the terminal: the simulator's figures, the estimate beside them."""
+    ranked = _ranked(res)[:top]
+    out = [f"{'deployment':58s} {'GPUs':>4s} {'req/s':>7s} {'tok/s/GPU':>9s} {'tok/s/user':>10s} "
+           f"{'estimate':>9s} {'gap':>6s}  verdict"]
     for v in ranked:
-        verdict = "-" if v.check is None else ("meets SLOs" if v.passed else "misses " + ",".join(v.check.misses))
         mark = "*" if v is res.winner else " "
-        out.append(f"{mark}{v.cand.summary:61s} {v.cand.gpus:4d} {v.rate_rps:7.3g} {v.tps_gpu:9.0f} "
-                   f"{v.tps_user:10.1f}  {verdict}")
+        sim = v.simulated and v.passed
+        out.append(f"{mark}{v.cand.summary:57s} {v.cand.gpus:4d} {_num(v.rate_rps, sim, '7.4g')} "
+                   f"{_num(v.tps_gpu, sim, '9.0f')} {_num(v.tps_user, sim, '10.1f')} {v.cand.tps_gpu:9.0f} "
+                   f"{(f'{v.gap:+.0%}' if sim else '-'):>6s}  {v.verdict()}")
     return "\n".join(out)
 
+
+def _num(x: float, shown: bool, fmt: str) -> str:
+    width = int(fmt.split(".")[0])
+    return format(x, fmt) if shown else "-".rjust(width)
+
+
+def _ranked(res: Result) -> list[Verified]:
+    """Verified points first (best tokens/s/GPU first), then failed ones, then skipped ones."""
+    rank = {True: 0}
+    return sorted(res.verified, key=lambda v: (rank.get(v.passed and v.simulated, 1 if v.simulated else 2),
+                                               -v.tps_gpu, v.cand.summary))

@@ -3,8 +3,19 @@
 Prefill: TP 1-8 (one attention group, experts over the same GPUs) and DEPn (n = 1..32) with a
 per-rank token budget. Decode: DEPn up to the whole NVLink domain and beyond it over the
 scale-out network, and TP 1-8. Aggregated: the same shapes with a chunked-prefill budget.
-Features per shape: MTP / draft depth, EPLB redundant experts, DBO. Batch sizes are swept by the
-estimator, not enumerated here, because one step-cost table serves every batch of a shape.
+Features per shape: MTP / draft depth, EPLB redundant experts, DBO, and for decode and aggregated
+shapes the frontend (API-server processes and stream interval, sim/cost/host.py's API server: more
+processes or a longer interval only pay where the API server bounds the step, and lose ties to
+vLLM's defaults). CUDA graphs and async scheduling are on wherever the hardware overlaps host and
+device work (host_features): sim/cost/host.py never prices a step without them faster, so those
+variants are dominated and not enumerated. Batch sizes are swept by the estimator, not enumerated
+here, because one step-cost table serves every batch of a shape.
+
+Every proposed layout is one the plan's validation accepts at any GPU count: an EP size that does
+not split the routed experts evenly gets the fewest redundant EPLB slots that do (vLLM's EPLB
+requires experts + redundant to divide over the EP ranks; V4.1-Flash on DEP72: 384 + 48 = 432), or
+is skipped when those slots would outnumber the experts or not fit in memory. `left_out` says
+which shapes were skipped and why, for the report.
 """
 from __future__ import annotations
 
@@ -12,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from rackplan.specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation
 
+from ..cost.host import endpoint_ranks
 from ..cost.memory import kv_capacity_tokens
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -32,6 +44,9 @@ class SearchSpace:
     acceptance_rate: float = 0.8  # probability each draft token is accepted (MTP on chat ~0.8-0.9)
     eplb: bool = True  # also try one redundant expert slot per EP rank
     dbo: tuple[bool, ...] = (False, True)
+    # decode / aggregated frontends: (API-server processes per DP rank an endpoint serves, stream
+    # interval in tokens); (1, 1) is vLLM's default (--api-server-count = local DP ranks, interval 1)
+    frontends: tuple[tuple[int, int], ...] = ((1, 1), (4, 1), (1, 10))
     disaggregated: bool = True
     aggregated: bool = True
 
@@ -56,15 +71,41 @@ def spec_options(model: ModelSpec, space: SearchSpace) -> tuple[Speculation | No
                  for d in sorted(set(depths)))
 
 
+MAX_REDUNDANT_SHARE = 1.0  # redundant slots at most as many as the routed experts (each expert twice)
+
+
+def required_redundant(model: ModelSpec, ep: int) -> int:
+    """Fewest redundant expert slots that make experts + redundant divide over `ep` ranks."""
+    return (-model.moe.num_experts) % ep
+
+
 def _eplb_options(model: ModelSpec, ep: int, space: SearchSpace) -> tuple[EPLBConfig, ...]:
-    """No EPLB (when the experts split evenly over the EP ranks), and the fewest redundant slots
-    (at least one) that make experts + redundant split evenly, as vLLM's EPLB requires
-    (DeepSeek-V3 EP72: 256 + 32 = 288). An EP size neither fits has no option (no layout)."""
-    opts = [EPLBConfig()] if model.moe.num_experts % ep == 0 else []
+    """EPLB settings to try on `ep` ranks: none when the experts split evenly (and, with space.eplb
+    from EP8 on, one redundant slot per rank as well); otherwise only the fewest redundant slots
+    that split evenly (DeepSeek-V3 EP72: 256 + 32), unless they outnumber the experts (none)."""
+    need = required_redundant(model, ep)
+    if need:
+        if need > MAX_REDUNDANT_SHARE * model.moe.num_experts:
+            return ()
+        return (EPLBConfig(redundant_experts=need, policy="hierarchical"),)
+    opts = [EPLBConfig()]
     if space.eplb and ep >= 8:
-        redundant = (-model.moe.num_experts) % ep or ep
-        opts.append(EPLBConfig(redundant_experts=redundant, policy="hierarchical"))
+        opts.append(EPLBConfig(redundant_experts=ep, policy="hierarchical"))
     return tuple(opts)
+
+
+def _skip_reason(model: ModelSpec, hw: HardwareSpec, base: Layout, space: SearchSpace) -> tuple[str, str]:
+    """(kind, text) of why a shape has no layout, or ("", "") when it has some. kind "balance": its
+    EP size cannot be balanced; "memory": its weights (with the redundant experts it needs) leave
+    no room for KV cache."""
+    opts = _eplb_options(model, base.ep_size, space)
+    if not opts:
+        return "balance", (f"{base.role} {base.tag}: {model.moe.num_experts} experts would need "
+                           f"{required_redundant(model, base.ep_size)} redundant slots to split over EP{base.ep_size} "
+                           f"(more than {MAX_REDUNDANT_SHARE:.0%} of the experts)")
+    if not any(fits(model, hw, replace(base, eplb=e)) for e in opts):
+        return "memory", f"{base.role} {base.tag}"
+    return "", ""
 
 
 def _shapes(tps, deps, max_gpus: int) -> list[tuple[int, int]]:
@@ -93,46 +134,89 @@ def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> bool:
     return kv_capacity_tokens(model, hw, layout) >= 1.0
 
 
-def _variants(model: ModelSpec, base: Layout, space: SearchSpace, with_spec: bool) -> list[Layout]:
-    """Feature combinations of one shape: speculation x EPLB x DBO."""
+def frontend_options(base: Layout, hw: HardwareSpec, space: SearchSpace) -> list[Layout]:
+    """The shape with each frontend of the space: API-server processes per endpoint (None for
+    vLLM's default, one per DP rank it serves) and the stream interval."""
+    ranks = endpoint_ranks(base, hw.gpus_per_node)
+    return [replace(base, api_servers=None if per_rank == 1 else per_rank * ranks, stream_interval=si)
+            for per_rank, si in space.frontends]
+
+
+def _variants(model: ModelSpec, base: Layout, space: SearchSpace, with_spec: bool,
+              hw: HardwareSpec | None = None) -> list[Layout]:
+    """Feature combinations of one shape: speculation x EPLB x DBO (x frontend, given `hw`)."""
     specs = spec_options(model, space) if with_spec else (None,)
     dbos = space.dbo if base.ep_size > 1 else (False,)
-    return [replace(base, speculation=s, eplb=e, dbo=d)
+    fronts = frontend_options(base, hw, space) if hw is not None else [base]
+    return [replace(f, speculation=s, eplb=e, dbo=d) for f in fronts
             for s in specs for e in _eplb_options(model, base.ep_size, space) for d in dbos]
 
 
+def _prefill_bases(hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
+    return [Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64, **host_features(hw))
+            for dp, tp in _shapes(space.prefill_tp, space.prefill_dep, num_gpus - 1)
+            for budget in space.prefill_budgets]
+
+
+def _decode_bases(hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
+    return [Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches),
+                   **host_features(hw))
+            for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus - 1, hw, space), num_gpus - 1)]
+
+
+def _aggregated_bases(hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
+    return [Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches),
+                   **host_features(hw))
+            for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus, hw, space), num_gpus)
+            for budget in space.agg_budgets]
+
+
 def prefill_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
-    """Prefill instance shapes that fit in memory (EPLB off: prefill batches are large and even)."""
+    """Prefill instance shapes that fit in memory (EPLB only where the EP size needs it to split the
+    experts evenly: prefill batches are large and even)."""
     out = []
-    for dp, tp in _shapes(space.prefill_tp, space.prefill_dep, num_gpus - 1):
-        for budget in space.prefill_budgets:
-            base = Layout("prefill", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=64,
-                          **host_features(hw))
-            if model.moe.num_experts % base.ep_size == 0 and fits(model, hw, base):
-                out += [replace(base, dbo=d) for d in (space.dbo if base.ep_size > 1 else (False,))]
+    for base in _prefill_bases(hw, num_gpus, space):
+        for eplb in _eplb_options(model, base.ep_size, space)[:1]:
+            lay = replace(base, eplb=eplb)
+            if fits(model, hw, lay):
+                out += [replace(lay, dbo=d) for d in (space.dbo if base.ep_size > 1 else (False,))]
     return out
 
 
 def decode_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
     """Decode instance shapes (batch left at the largest; the estimator sweeps it)."""
     out = []
-    for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus - 1, hw, space), num_gpus - 1):
-        base = Layout("decode", dp=dp, tp=tp, max_tokens_per_step=512, max_batch_per_rank=max(space.batches),
-                      **host_features(hw))
-        if fits(model, hw, replace(base, eplb=EPLBConfig())):
-            out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
+    for base in _decode_bases(hw, num_gpus, space):
+        out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v)]
     return out
 
 
 def aggregated_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
     """Aggregated (prefill + decode on the same instance) shapes with a chunked-prefill budget."""
     out = []
-    for dp, tp in _shapes(space.decode_tp, decode_deps(num_gpus, hw, space), num_gpus):
-        for budget in space.agg_budgets:
-            base = Layout("both", dp=dp, tp=tp, max_tokens_per_step=budget, max_batch_per_rank=max(space.batches),
-                          **host_features(hw))
-            if fits(model, hw, base):
-                out += [v for v in _variants(model, base, space, True) if fits(model, hw, v)]
+    for base in _aggregated_bases(hw, num_gpus, space):
+        out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v)]
+    return out
+
+
+def left_out(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[str]:
+    """For the report: the shapes considered and skipped, with the reason, and the EP sizes that
+    only run with redundant EPLB slots."""
+    bases = []
+    if space.disaggregated and num_gpus >= 2:
+        bases += _prefill_bases(hw, num_gpus, space) + _decode_bases(hw, num_gpus, space)
+    if space.aggregated:
+        bases += _aggregated_bases(hw, num_gpus, space)
+    reasons = [_skip_reason(model, hw, b, space) for b in bases]
+    small = list(dict.fromkeys(t for k, t in reasons if k == "memory"))
+    out = list(dict.fromkeys(t for k, t in reasons if k == "balance"))
+    if small:
+        out.append(f"too small for the weights with room for KV cache on {hw.name}: {', '.join(small)}")
+    need = sorted({b.ep_size for b in bases if required_redundant(model, b.ep_size) and _eplb_options(
+        model, b.ep_size, space)})
+    out += [f"EP{ep} splits {model.moe.num_experts} experts unevenly: only with "
+            f"{required_redundant(model, ep)} redundant EPLB slots ({model.moe.num_experts} + "
+            f"{required_redundant(model, ep)} over {ep} ranks)" for ep in need]
     return out
 
 

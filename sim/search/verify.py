@@ -1,36 +1,50 @@
-"""Simulator check of planned deployments at their target load: do the p90 tails meet the SLOs?
+"""Simulator verification of planned deployments at steady state.
+
+A probe simulates one deployment at one rate long enough to judge steady state
+(sim/simulator.simulate_steady); it passes when every pool keeps up (stable) and the window's p90
+TTFT and TPOT are Z_SE standard errors under the SLOs (a p90 within its noise of the SLO runs
+again twice as long to decide). `max_rate` finds the highest rate that passes by bisection on
+rate, as capacity studies do: it starts at the analytic estimate (a short pilot run first), and a
+probe whose pool saturates (its queue grows, or the prefill pool serves fewer prompts per busy
+second than arrive) bounds the search at UTIL_MAX of what that pool served. `confirm` runs a verified rate
+again twice as long, and bisects below it if that fails.
 
 `run_simulation` is the single call site of the simulator, so what-if studies can hand it
 modified model / hardware / profile objects (`rackplan.sim.simulator.simulate_specs`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from rackplan.specs import SLO, Arrival, HardwareSpec, ModelSpec, Plan, Profile, Workload
 
-BACKOFF = 0.85  # rate factor for a retry when the tails miss the SLOs at the estimated rate
-MIN_REQUESTS, MAX_REQUESTS = 64, 4000
-SETTLE_E2E = 3.0  # simulate >= 3 request lifetimes so the decode pool reaches its steady batch
-MIN_SIM_S = 20.0  # seconds of arrivals at least
-MAX_STEPS = 40_000  # cap on simulated decode steps (instances x steps) for fast interactive points
-
-
-def auto_requests(rate_rps: float, e2e_s: float, step_s: float, decode_instances: int) -> int:
-    """Requests for one check: enough arrivals to cover a few request lifetimes at `rate_rps`,
-    but no more decode steps than MAX_STEPS (low-load points have very short steps)."""
-    horizon = max(SETTLE_E2E * e2e_s, MIN_SIM_S)
-    horizon = min(horizon, MAX_STEPS * step_s / max(decode_instances, 1))
-    return int(min(MAX_REQUESTS, max(MIN_REQUESTS, round(rate_rps * horizon))))
+RATE_TOL = 0.03  # a bisection ends when the passing and failing rates (or the bound) are within 3%
+# no pool is planned above this share of what it serves saturated: within 3% of saturation a queue's
+# p90 wanders for longer than any run a planner can afford, so only a much longer run could vouch for it
+UTIL_MAX = 0.97
+STEP_DOWN, STEP_UP = 0.8, 1.15  # rate factors while only failing / only passing probes are known
+MIN_SHARE = 0.2  # below this share of the estimated rate a deployment fails verification
+MAX_PROBES = 8
+PILOT = 4  # the first probe (at the estimate) starts with this fraction of the hinted run length
+CONFIRM = 2  # the chosen deployment's verified rate is run again this many times as long
+Z_SE = 2.0  # a p90 passes when it is this many standard errors (batch means) under its SLO
+LONGER = 1  # a probe whose p90 is within its noise of the SLO runs again this many times, 2x longer each
+SETTLE_E2E = 4.0  # a first probe's arrivals span this many estimated p90 E2E
 
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                   num_requests: int | None = None, seed: int | None = None) -> dict:
-    """Simulated metrics of `plan` on `workload` with these spec objects (the one call site)."""
-    from ..simulator import simulate_specs
+                   num_requests: int | None = None, seed: int | None = None, first: int | None = None,
+                   precision: float | None = None, most: int | None = None):
+    """A steady-state simulation of `plan` on `workload` (the one call site): a SimResult.
+    `num_requests`: exactly that many requests, drained; None: as many as steady state needs
+    (sim/simulator.simulate_steady), from `first` up to `most`, to `precision` when given."""
+    from ..simulator import MAX_STEADY, simulate_specs, simulate_steady
 
-    res = simulate_specs(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
-    return dict(res.metrics)
+    if num_requests is not None:
+        return simulate_specs(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
+    return simulate_steady(plan, model, hw, workload, profile, seed=seed, first=first, precision=precision,
+                           most=most or MAX_STEADY)
 
 
 def at_rate(workload: Workload, rate_rps: float) -> Workload:
@@ -40,43 +54,235 @@ def at_rate(workload: Workload, rate_rps: float) -> Workload:
     return replace(workload, arrival=Arrival(kind="poisson", rate=float(rate_rps)))
 
 
+def _bounds(metrics: dict, key: str) -> tuple[float, float]:
+    """(low, high) confidence bounds of a p90: Z_SE standard errors (batch means) either side."""
+    value = metrics.get(key, math.inf)
+    se = metrics.get(key.replace("_s", "_se_s"), math.nan)
+    half = Z_SE * se if math.isfinite(se) else 0.0
+    return value - half, value + half
+
+
 def slo_misses(metrics: dict, slo: SLO) -> dict[str, float]:
-    """Seconds by which each p90 exceeds its SLO (only the ones that miss)."""
+    """Seconds by which each p90's upper confidence bound exceeds its SLO (only the ones that miss):
+    a probe passes only when the simulator's p90 is below the SLO by more than its noise."""
     out = {}
     for key, limit in (("ttft_p90_s", slo.ttft_p90_s), ("tpot_p90_s", slo.tpot_p90_s)):
-        value = metrics.get(key, float("inf"))
-        if value > limit:
-            out[key] = value - limit
+        high = _bounds(metrics, key)[1]
+        if not high <= limit:
+            out[key] = high - limit
     return out
+
+
+def _undecided(metrics: dict, slo: SLO) -> bool:
+    """Some p90's confidence interval straddles its SLO (a longer run would decide)."""
+    return any(lo <= limit < hi for (lo, hi), limit in ((_bounds(metrics, "ttft_p90_s"), slo.ttft_p90_s),
+                                                        (_bounds(metrics, "tpot_p90_s"), slo.tpot_p90_s)))
+
+
+@dataclass
+class Probe:
+    """One steady-state simulation at one rate."""
+
+    rate_rps: float
+    metrics: dict
+    stable: bool
+    saturated: tuple[str, ...]
+    misses: dict[str, float]
+    requests: int  # requests the run simulated
+    work: int = 0  # requests + steps of every run this probe made (its CPU cost, deterministically)
+    settled: int = 0  # requests of its first steady-state run (before any longer run to decide)
+    judged: bool = True  # False: a pilot too short to vouch for a rate (it can only bound one)
+
+    @property
+    def passed(self) -> bool:
+        return self.judged and self.stable and not self.misses
+
+    @property
+    def over_capacity(self) -> bool:
+        """Saturated: a pool's queue grows, or the prefill pool served fewer prompts per busy second
+        than arrived (a busy pool that keeps up serves at least the offered rate; this sees a pool
+        just past saturation before its queue has grown beyond the noise)."""
+        cap = self.metrics.get("prefill_capacity_rps", 0.0)
+        return not self.stable or 0.0 < cap < self.metrics.get("offered_rps", 0.0)
+
+    @property
+    def capacity_rps(self) -> float:
+        """What the saturated pool serves (req/s; prefill: prompts per busy second of its
+        instances): no rate at or above it is stable."""
+        pool = self.saturated[0] if self.saturated else ("prefill" if self.over_capacity else "")
+        key = {"prefill": "prefill_capacity_rps", "decode": "decode_served_rps"}.get(pool, "decode_served_rps")
+        return float(self.metrics.get(key, self.rate_rps))
+
+    def verdict(self) -> str:
+        if not self.stable:
+            return f"unstable ({', '.join(self.saturated)} saturates)"
+        if not self.judged:
+            return f"over capacity (the prefill pool serves {self.capacity_rps:.4g} req/s)"
+        return "meets SLOs" if not self.misses else "misses " + ", ".join(self.misses)
 
 
 @dataclass
 class Check:
-    """Outcome of simulating one deployment."""
+    """Outcome of verifying one deployment: the highest passing probe (or the last one)."""
 
-    rate_rps: float  # rate of the last run
+    rate_rps: float
     metrics: dict
     passed: bool
     misses: dict[str, float] = field(default_factory=dict)
-    runs: int = 1
+    probes: list[Probe] = field(default_factory=list)
+    stable: bool = True
+    requests: int = 0  # requests the reported probe simulated (plan.yaml: sim_requests)
+    ceiling_rps: float = math.inf  # lowest failing rate found (the verified rate lies below it)
+    given_up: bool = False  # stopped once the ceiling could not beat another deployment
+
+    @property
+    def runs(self) -> int:
+        return len(self.probes)
+
+    @property
+    def work(self) -> int:
+        """Requests + steps simulated (the verification's deterministic cost)."""
+        return sum(p.work for p in self.probes)
 
     def worst_miss(self, slo: SLO) -> tuple[str, float]:
         """(metric, relative excess) of the worst miss, for 'closest layout' messages."""
         if not self.misses:
-            return "", 0.0
+            return ("stable", math.inf) if not self.stable else ("", 0.0)
         limits = {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s}
         key = max(self.misses, key=lambda k: self.misses[k] / limits[k])
         return key, self.misses[key] / limits[key]
 
 
-def check(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO,
-          num_requests: int | None, seed: int | None, backoffs: int = 1) -> Check:
-    """Simulate at `rate_rps`; on a miss retry at lower rates (`backoffs` times)."""
-    rate, runs = rate_rps, 0
-    while True:
-        metrics = run_simulation(plan, model, hw, at_rate(workload, rate), profile, num_requests, seed)
-        runs += 1
-        misses = slo_misses(metrics, slo)
-        if not misses or runs > backoffs or workload.arrival.kind == "concurrency":
-            return Check(rate, metrics, not misses, misses, runs)
-        rate *= BACKOFF
+def probe(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO,
+          num_requests: int | None, seed: int | None, first: int | None = None, longer: int = LONGER,
+          most: int | None = None) -> Probe:
+    """Simulate at `rate_rps` until steady state can be judged, and judge it; while a p90 is within
+    its noise of the SLO, run again twice as long (`longer` times at most). `most`: requests of a
+    steady-state run at most (default simulator.MAX_STEADY)."""
+    wl = at_rate(workload, rate_rps)
+    res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first, most=most)
+    work, settled = _work(res), int(res.metrics["num_requests"])
+    from ..simulator import MAX_STEADY
+
+    for _ in range(longer if num_requests is None else 0):
+        if not (res.stable and _undecided(res.metrics, slo)) or res.metrics["num_requests"] >= MAX_STEADY:
+            break
+        res = run_simulation(plan, model, hw, wl, profile, None, seed, 2 * int(res.metrics["num_requests"]))
+        work += _work(res)
+    m = dict(res.metrics)
+    return Probe(rate_rps, m, res.stable, res.stability.saturated, slo_misses(m, slo), int(m["num_requests"]),
+                 work, settled)
+
+
+def _work(res) -> int:
+    return int(res.metrics["num_requests"]) + sum(res.steps.values())
+
+
+def _next_rate(lo: Probe | None, hi: float | None, last: Probe, bound_rps: float) -> float:
+    if lo is not None and hi is not None:
+        return math.sqrt(lo.rate_rps * hi)
+    if lo is not None:  # up to the cost model's capacity first (unless the simulator passed it)
+        up = lo.rate_rps * STEP_UP
+        return min(up, bound_rps) if bound_rps > lo.rate_rps * (1.0 + RATE_TOL) else up
+    if last.over_capacity:
+        return UTIL_MAX * min(last.capacity_rps, last.rate_rps)
+    return last.rate_rps * STEP_DOWN
+
+
+def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float, slo: SLO,
+             num_requests: int | None = None, seed: int | None = None, first: int | None = None,
+             bound_rps: float = math.inf, give_up_rps: float = 0.0, tol: float = RATE_TOL,
+             longer: int = LONGER, max_probes: int = MAX_PROBES, pilot: int = PILOT,
+             ceiling_rps: float | None = None) -> Check:
+    """The highest rate at which the simulator holds the SLOs, by bisection from `est_rps` until the
+    passing and failing rates are within `tol`; `bound_rps` (the cost model's pool capacity) caps
+    the first steps up. It stops early once the failing bound is at or below `give_up_rps` (a
+    caller that only needs to know the deployment cannot beat another), and fails below MIN_SHARE
+    of the estimate. A closed-loop workload is one probe at its own load. `first`: requests of the
+    first probe; later ones span as many seconds of arrivals as the last passing probe did;
+    `ceiling_rps`: a rate already known to fail. No rate above UTIL_MAX of what a saturated pool
+    served passes."""
+    lo, hi, probes, rate, given_up, cap = None, ceiling_rps, [], est_rps, False, math.inf
+    span_s = (first or 0) / max(est_rps, 1e-12)
+    while len(probes) < max_probes:
+        first = round(span_s * rate) if span_s else None
+        if first and not probes and pilot > 1 and num_requests is None:
+            p = _piloted(plan, model, hw, workload, profile, rate, slo, seed, first, pilot, longer)
+        else:
+            p = probe(plan, model, hw, workload, profile, rate, slo, num_requests, seed, first, longer)
+        probes.append(p)
+        if p.passed:  # lifetimes barely change with rate: keep a passing run's length in seconds
+            span_s = p.settled / p.rate_rps
+        if workload.arrival.kind == "concurrency":
+            lo = p if p.passed else None
+            break
+        if p.passed:
+            lo = p
+        else:
+            hi = min(hi or math.inf, rate)
+        if p.over_capacity:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
+            cap = min(cap, UTIL_MAX * p.capacity_rps * (1.0 + tol))
+            hi = min(math.inf if hi is None else hi, cap)
+            if lo is not None and lo.rate_rps > cap:
+                lo = None
+        if lo is not None and hi is not None and hi <= lo.rate_rps * (1.0 + tol):
+            break
+        if hi is not None and hi <= give_up_rps:
+            given_up = True
+            break
+        rate = _next_rate(lo, hi, p, bound_rps)
+        if lo is None and rate < MIN_SHARE * est_rps:
+            break
+    best = lo or probes[-1]
+    return Check(best.rate_rps, best.metrics, lo is not None, best.misses, probes, best.stable, best.requests,
+                 hi if hi is not None else math.inf, given_up)
+
+
+def _piloted(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO, seed: int | None,
+             first: int, pilot: int, longer: int) -> Probe:
+    """Estimates run hot: one run of first / `pilot` requests finds a saturating pool cheaply. When
+    it finds none (or its window holds too few steps to judge) it is no verdict, and the probe runs
+    at full length from `first` (its work counted)."""
+    from ..simulator import MIN_STEADY, MIN_WINDOW_STEPS
+
+    short = max(MIN_STEADY, first // pilot)
+    if short >= first:
+        return probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer)
+    p0 = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, short, 0, most=short)
+    if p0.over_capacity and p0.metrics.get("window_steps", 0.0) >= MIN_WINDOW_STEPS:
+        p0.judged = False
+        return p0
+    p = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer)
+    p.work += p0.work
+    return p
+
+
+def confirm(plan: Plan, model, hw, workload: Workload, profile, chk: Check, slo: SLO, seed: int | None,
+            factor: int = CONFIRM) -> Check:
+    """Run a verified rate again `factor` times as long: a queue near saturation can pass a short
+    run by luck. The longer run's figures become the reported ones; when it fails, the bisection
+    goes on below that rate with runs as long. A run already as long as a steady-state run gets
+    (simulator.MAX_STEADY) stands."""
+    from ..simulator import MAX_STEADY
+
+    if chk.requests >= MAX_STEADY:
+        return chk
+    p = probe(plan, model, hw, workload, profile, chk.rate_rps, slo, None, seed, factor * chk.requests, 0)
+    if p.passed:
+        return Check(p.rate_rps, p.metrics, True, {}, chk.probes + [p], True, p.requests, chk.ceiling_rps)
+    below = max_rate(plan, model, hw, workload, profile, UTIL_MAX * p.rate_rps, slo, None, seed, p.requests,
+                     pilot=1, ceiling_rps=p.rate_rps)
+    below.probes[:0] = chk.probes + [p]
+    return below
+
+
+def check_at(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO,
+             num_requests: int | None = None, seed: int | None = None, first: int | None = None) -> Check:
+    """One probe at a fixed rate (min-gpus / latency objectives serve a given load)."""
+    p = probe(plan, model, hw, workload, profile, rate_rps, slo, num_requests, seed, first)
+    return Check(p.rate_rps, p.metrics, p.passed, p.misses, [p], p.stable, p.requests)
+
+
+def first_requests(rate_rps: float, e2e_p90_s: float) -> int:
+    """Requests of a first probe: arrivals over SETTLE_E2E estimated p90 E2E."""
+    return int(math.ceil(rate_rps * SETTLE_E2E * e2e_p90_s))

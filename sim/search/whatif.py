@@ -1,11 +1,19 @@
-"""What-if studies: change hardware, CPU overhead, model or profile fields, simulate every
+"""What-if studies: change hardware, host (CPU) settings, model or profile fields, simulate every
 combination of the changes (or re-plan each), and compare with the unchanged baseline.
+
+Every row is a steady-state measurement (sim/steady.py): served throughput over the window, and
+latency percentiles only where every pool keeps up (a row whose pool saturates says which).
 
 Keys (`--set KEY=V1,V2,...`):
   hardware.<field>        any HardwareSpec number; nvlink_gbps / scaleout_gbps in GB/s
-  cpu.overhead_scale      multiplies the profile's cpu_step_s, cpu_per_request_s and launch_s
+  host.async_scheduling, host.cuda_graphs, host.api_servers, host.stream_interval
+                          the engine's CPU-overhead settings, on every instance of the plan
+  host.<part>_scale       multiplies one host part's costs (sim/cost/host.py): scheduler_scale,
+                          prepare_scale, launch_scale, dp_sync_scale, sample_scale, output_scale,
+                          api_server_scale
+  cpu.overhead_scale      multiplies every host part (alias of all the host.*_scale at once)
   model.<dotted.field>    e.g. model.moe.top_k, model.hidden_size
-  profile.<field>         any Profile number, e.g. profile.mem_eff
+  profile.<field>         any Profile number, e.g. profile.mem_eff, profile.host.dp_jitter
   workload.<dotted.field> e.g. workload.prefix_hit_rate
 Specs are frozen: each change is a dataclasses.replace, so every __post_init__ check applies.
 """
@@ -25,8 +33,12 @@ ALIASES = {  # friendly key -> (field, factor to the field's unit)
     "hardware.scaleout_gbps": ("hardware.scaleout_bw", 1e9),
     "hardware.hbm_tbps": ("hardware.hbm_bw", 1e12),
 }
-CPU_FIELDS = ("cpu_step_s", "cpu_per_request_s", "launch_s")
-METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate")
+HOST_LAYOUT = ("async_scheduling", "cuda_graphs", "api_servers", "stream_interval")  # Layout fields
+HOST_SCALES = {"scheduler_scale": "host.schedule", "prepare_scale": "host.prepare", "launch_scale": "host.launch",
+               "dp_sync_scale": "host.dp_sync", "sample_scale": "host.sample", "output_scale": "host.output",
+               "api_server_scale": "host.api_server"}
+METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate", "served_rps")
+LATENCY = ("ttft_p90_s", "tpot_p90_s", "tps_per_user")  # not compared where a pool saturates
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,7 @@ class Specs:
     hw: HardwareSpec
     profile: Profile
     workload: Workload
+    plan: Plan | None = None  # the plan as changed by host.* layout keys (None: unchanged)
 
 
 def parse_value(text: str):
@@ -86,13 +99,13 @@ def apply(specs: Specs, key: str, value) -> Specs:
     if root == "cpu":
         if rest != "overhead_scale":
             raise SpecError("--set", key, "cpu.overhead_scale")
-        scale = number(value, "--set", key, lo=0)
-        prof = dataclasses.replace(specs.profile, **{f: getattr(specs.profile, f) * scale for f in CPU_FIELDS})
-        return dataclasses.replace(specs, profile=prof)
+        return _scale_host(specs, tuple(HOST_SCALES.values()), value, key)
+    if root == "host":
+        return _apply_host(specs, rest, value, key)
     attr = {"hardware": "hw", "model": "model", "profile": "profile", "workload": "workload"}.get(root)
     if attr is None or not rest:
-        raise SpecError("--set", key, "a key under hardware., cpu., model., profile. or workload. "
-                        "(e.g. hardware.nvlink_gbps, cpu.overhead_scale, model.moe.top_k)")
+        raise SpecError("--set", key, "a key under hardware., host., cpu., model., profile. or workload. "
+                        "(e.g. hardware.nvlink_gbps, host.async_scheduling, model.moe.top_k)")
     try:
         changed = _replace_path(getattr(specs, attr), rest.split("."), value, key)
     except SpecError as exc:
@@ -100,6 +113,34 @@ def apply(specs: Specs, key: str, value) -> Specs:
             raise
         raise SpecError("--set", key, exc.expected, value) from None
     return dataclasses.replace(specs, **{attr: changed})
+
+
+def _scale_host(specs: Specs, parts: tuple[str, ...], value, key: str) -> Specs:
+    """Host parts' costs multiplied by `value` (>= 0)."""
+    scale = number(value, "--set", key, lo=0)  # a finite factor >= 0 (NaN and inf refused)
+    prof = specs.profile.with_host(lambda hp: hp.scaled(parts, scale))
+    return dataclasses.replace(specs, profile=prof)
+
+
+def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
+    """host.<part>_scale on the profile, or a host setting on every layout of the plan."""
+    if name in HOST_SCALES:
+        return _scale_host(specs, (HOST_SCALES[name],), value, key)
+    if name not in HOST_LAYOUT:
+        raise SpecError("--set", key, "one of host." + ", host.".join(HOST_LAYOUT + tuple(HOST_SCALES)))
+    want = bool if name in ("async_scheduling", "cuda_graphs") else int
+    if isinstance(value, bool) != (want is bool) or not isinstance(value, want):
+        raise SpecError("--set", key, "true or false" if want is bool else "a positive integer", value)
+    plan = specs.plan
+    if plan is None:
+        raise SpecError("--set", key, "a plan to change (host settings apply to its instances)")
+    pools = {}
+    for pool in ("prefill", "decode", "aggregated"):
+        try:
+            pools[pool] = tuple(_replace_path(lay, [name], value, key) for lay in getattr(plan, pool))
+        except SpecError as exc:
+            raise SpecError("--set", key, exc.expected, value) from None
+    return dataclasses.replace(specs, plan=dataclasses.replace(plan, **pools))
 
 
 def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object], ...]]:
@@ -119,12 +160,24 @@ def label(combo) -> str:
     return ", ".join(f"{k}={v}" for k, v in combo) or "baseline"
 
 
+def steady_metrics(res) -> dict:
+    """A row's metrics from a SimResult: its steady-state figures, whether it is stable and which
+    pool saturates (an empty string when none)."""
+    return {**res.metrics, "stable": float(res.stable), "saturated": ",".join(res.stability.saturated)}
+
+
+def stable(metrics: dict) -> bool:
+    return bool(metrics.get("stable", 1.0))
+
+
 def deltas(metrics: dict, baseline: dict) -> dict[str, float]:
-    """Relative change of each metric against the baseline (0.1 = +10%)."""
+    """Relative change of each metric against the baseline (0.1 = +10%); latency figures only when
+    both runs are stable (an unstable run's percentiles only grow with its length)."""
     out = {}
+    both = stable(metrics) and stable(baseline)
     for m in METRICS:
         b, v = baseline.get(m), metrics.get(m)
-        if b is not None and v is not None and b != 0:
+        if b is not None and v is not None and b != 0 and (both or m not in LATENCY):
             out[m] = v / b - 1.0
     return out
 
@@ -138,3 +191,27 @@ class Row:
     @property
     def label(self) -> str:
         return label(self.combo)
+
+
+SPLIT = ("gpu_ms", "host_exposed_ms", "api_wait_ms")  # where a decode step's time goes
+
+
+def step_split(specs: Specs, plan: Plan, batch: int | None = None) -> dict[str, float]:
+    """Where one decode step's time goes, in ms: device, exposed host (sim/cost/host.py), waiting for
+    the API server (plus all host work, hidden or not, and the API server's own seconds per step);
+    the plan's first decode (else aggregated) instance at `batch` sequences per rank
+    (default: its cap) and the workload's mean context. Empty for trace-length workloads."""
+    from ..cost.step import CostContext, decode_step
+    from .estimate import traffic_of
+
+    lay = (plan.decode or plan.aggregated)[0]
+    try:
+        tr = traffic_of(specs.workload)
+    except SpecError:
+        return {}
+    b = batch or lay.max_batch_per_rank
+    cost = decode_step(CostContext(specs.model, specs.hw, lay, specs.profile, tr.skew), b, b * tr.ctx_mean)
+    gpu = cost.seconds - cost.host.exposed_s
+    return {"decode_batch": float(b), "gpu_ms": gpu * 1e3, "host_exposed_ms": cost.host.exposed_s * 1e3,
+            "api_wait_ms": cost.api_wait_s * 1e3, "step_ms": cost.period_s * 1e3,
+            "host_work_ms": cost.host.total_s * 1e3, "api_server_ms": cost.host.api_s * 1e3}

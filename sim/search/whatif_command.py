@@ -1,10 +1,14 @@
-"""Simulate a plan under changed hardware, CPU overhead, model or profile, against its baseline.
+"""Simulate a plan under changed hardware, host settings, model or profile, against its baseline.
 
 Example: rackplan whatif --plan plan.yaml --set hardware.nvlink_gbps=900,1800
-  --set cpu.overhead_scale=0.5,1 --set model.moe.top_k=4,6,8 [--replan]
-Every combination of the --set values is simulated at the plan's load (its planned request rate
-when it has one, else its workload's), or re-planned with --replan; prints a table of metrics
-and their change against the unchanged plan, and writes whatif.csv and whatif.png with --out.
+  --set host.async_scheduling=false,true --set cpu.overhead_scale=0.5,1 --set model.moe.top_k=4,6,8 [--replan]
+Every combination of the --set values is simulated at the plan's load (its verified request rate
+when it has one, else its workload's) until steady state can be judged (from the run length the
+planner's verification used), or re-planned with --replan; prints a table of steady-state metrics
+and their change against the unchanged plan (a row whose pool saturates says which, instead of
+latencies), and where one decode step's time goes (device, exposed host, waiting for the API
+server: the cost model at --decode-batch sequences per rank), and writes whatif.csv, whatif.png and
+whatif_step.png with --out.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from rackplan.interrupts import process_map
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
+from ..simulator import PRECISION
 from . import planner, whatif
 from .verify import at_rate, run_simulation
 
@@ -27,8 +32,13 @@ from .verify import at_rate, run_simulation
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default="v41-flash-gb300-nvl72", help="plan name or plan.yaml path")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800, cpu.overhead_scale=0.5,1, "
+                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800, "
+                        "host.async_scheduling=false,true, host.scheduler_scale=0.5, host.api_servers=1,4, "
+                        "host.stream_interval=1,10,50, "
+                        "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
                         "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8")
+    p.add_argument("--decode-batch", type=positive_int, default=None, metavar="B",
+                   help="sequences per rank of the decode step whose time split is shown (default: the cap)")
     p.add_argument("--replan", action="store_true", help="re-plan for every combination instead of re-simulating")
     p.add_argument("--workload", default=None, help="workload (default: the plan's)")
     p.add_argument("--profile", default=None,
@@ -36,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
     p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate)")
-    p.add_argument("--num-requests", type=positive_int, default=None, help="requests per simulation")
+    p.add_argument("--num-requests", type=positive_int, default=None,
+                   help="requests per simulation, all run to the end (default: as many as steady state needs)")
     p.add_argument("--seed", type=non_negative_int, default=None)
     p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
     p.add_argument("--out", default=None, metavar="DIR", help="write whatif.csv and whatif.png here")
@@ -53,14 +64,24 @@ def baseline_specs(args, plan) -> whatif.Specs:
     if rate and wl.arrival.kind == "poisson":
         wl = at_rate(wl, rate)
     prof = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
-    return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), prof, wl)
+    return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), prof, wl, plan)
+
+
+def first_requests(plan, base: whatif.Specs) -> int | None:
+    """The run length of the plan's verification, scaled to the baseline's rate (None: none known)."""
+    n, rate = plan.predicted.get("sim_requests"), plan.predicted.get("request_rate")
+    if not n or not rate or base.workload.arrival.kind != "poisson":
+        return None
+    return max(1, round(n * base.workload.arrival.rate / rate))
 
 
 def _simulate(task) -> whatif.Row:
-    plan, combo, base, replan, n, seed = task
+    plan, combo, base, replan, n, seed, first, batch = task
     specs = whatif.changed_specs(base, combo)
     if not replan:
-        return whatif.Row(combo, run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed))
+        plan = specs.plan or plan
+        res = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed, first, PRECISION)
+        return whatif.Row(combo, whatif.steady_metrics(res) | whatif.step_split(specs, plan, batch))
     req = planner.Request(specs.model, specs.hw, specs.profile, specs.workload, plan.num_gpus, plan.slo,
                           plan.model, plan.hardware, plan.workload or specs.workload.name, plan.profile,
                           sim_requests=n, seed=seed)
@@ -68,16 +89,17 @@ def _simulate(task) -> whatif.Row:
         res = planner.plan(req, name=plan.name)
     except planner.NoFeasiblePlan as exc:
         return whatif.Row(combo, {"error": str(exc)})
-    w = res.winner
+    w = res.winner  # the re-planned deployment's verified steady state (or its estimate, unsimulated)
     metrics = dict(w.check.metrics) if w.check else {}
-    metrics.update(request_rate=w.rate_rps, output_tps_per_gpu=w.tps_gpu)
+    metrics.update(request_rate=w.rate_rps, output_tps_per_gpu=w.tps_gpu, tps_per_user=w.tps_user)
     return whatif.Row(combo, metrics, res.plan)
 
 
-def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=None, workers=1):
+def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=None, workers=1, batch=None):
     """(baseline row, one row per combination); deterministic for any worker count."""
     combos = whatif.combinations(sets)
-    tasks = [(plan, c, base, replan, num_requests, seed) for c in [()] + combos]
+    first = first_requests(plan, base)
+    tasks = [(plan, c, base, replan, num_requests, seed, first, batch) for c in [()] + combos]
     if workers <= 1 or len(tasks) < 2:
         rows = [_simulate(t) for t in tasks]
     else:
@@ -86,19 +108,31 @@ def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=
 
 
 def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
-    head = f"{'change':48s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s}  deltas"
+    """Steady-state figures per row (served tokens/s per GPU; latencies only where every pool keeps
+    up), their change against the baseline, and one decode step's split (device / exposed host /
+    API server wait)."""
+    b = baseline.metrics.get("decode_batch")
+    split = f"step ms @b{b:.0f}: GPU/host/API" if b else ""
+    head = (f"{'change':48s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s} "
+            f"{'served/offered':>15s}  {split:30s} deltas")
     out = [head]
     for r in [baseline] + rows:
         if "error" in r.metrics:
             out.append(f"{r.label:48s} {r.metrics['error']}")
             continue
         m, d = r.metrics, whatif.deltas(r.metrics, baseline.metrics)
-        ds = " ".join(f"{k.split('_')[0]}{v:+.1%}" for k, v in d.items() if k != "request_rate")
+        ds = " ".join(f"{k.split('_')[0]}{v:+.1%}" for k, v in d.items() if k not in ("request_rate", "served_rps"))
         plan_txt = f"  [{r.plan.summary}]" if r.plan is not None else ""
-        ttft, tpot = m.get("ttft_p90_s", float("nan")), m.get("tpot_p90_s", float("nan"))
-        out.append(f"{r.label:48s} {ttft:8.3f}s {tpot * 1e3:7.1f}ms "
-                   f"{m.get('output_tps_per_gpu', float('nan')):10.0f} {m.get('tps_per_user', float('nan')):10.1f}  "
-                   f"{'' if r is baseline else ds}{plan_txt}")
+        nan = float("nan")
+        if whatif.stable(m):
+            lat = (f"{m.get('ttft_p90_s', nan):8.3f}s {m.get('tpot_p90_s', nan) * 1e3:7.1f}ms "
+                   f"{m.get('output_tps_per_gpu', nan):10.0f} {m.get('tps_per_user', nan):10.1f}")
+        else:
+            what = f"unstable: {m.get('saturated', '')} saturates"
+            lat = f"{what:>19s} {m.get('output_tps_per_gpu', nan):10.0f} {'-':>10s}"
+        served = f"{m.get('served_rps', nan):.4g}/{m.get('offered_rps', m.get('request_rate', nan)):.4g}"
+        sp = "/".join(f"{m[k]:.2f}" for k in whatif.SPLIT) if "gpu_ms" in m else ""
+        out.append(f"{r.label:48s} {lat} {served:>15s}  {sp:30s} {'' if r is baseline else ds}{plan_txt}")
     return "\n".join(out)
 
 
@@ -107,11 +141,16 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "whatif.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["change"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS] + ["plan"])
+        split = ["decode_batch", *whatif.SPLIT]
+        w.writerow(["change", "stable", "saturated"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS]
+                   + split + ["plan"])
         for r in [baseline] + rows:
             d = whatif.deltas(r.metrics, baseline.metrics)
-            w.writerow([r.label] + [r.metrics.get(m, "") for m in whatif.METRICS]
-                       + [d.get(m, "") for m in whatif.METRICS] + [r.plan.summary if r.plan else ""])
+            ok = whatif.stable(r.metrics)
+            w.writerow([r.label, int(ok), r.metrics.get("saturated", "")]
+                       + [r.metrics.get(m, "") if ok or m not in whatif.LATENCY else "" for m in whatif.METRICS]
+                       + [d.get(m, "") for m in whatif.METRICS] + [r.metrics.get(k, "") for k in split]
+                       + [r.plan.summary if r.plan else ""])
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,19 +170,42 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
     fig.tight_layout()
     fig.savefig(out / "whatif.png")
     plt.close(fig)
+    if "gpu_ms" in baseline.metrics:
+        _plot_split(plt, out / "whatif_step.png", [baseline] + rows)
+
+
+def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
+    """Stacked bars: one decode step's device, exposed host and API-server wait per setting."""
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(rows) + 3), 4.5), dpi=110)
+    bottom = [0.0] * len(rows)
+    for key, label in zip(whatif.SPLIT, ("GPU", "exposed host", "API-server wait")):
+        vals = [r.metrics.get(key, 0.0) for r in rows]
+        ax.bar(range(len(rows)), vals, 0.6, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6)
+    ax.set_ylabel(f"decode step at {rows[0].metrics['decode_batch']:.0f} seqs/rank (ms)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def run(args) -> int:
     if args.out:
-        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png"))
+        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png", "whatif_step.png"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
     base = baseline_specs(args, plan)
-    from ..simulator import check_request_budget
-    check_request_budget(args.num_requests or base.workload.num_requests, flag="--num-requests")
+    if args.num_requests:
+        from ..simulator import check_request_budget
+        check_request_budget(args.num_requests, flag="--num-requests")
     for combo in whatif.combinations(sets):  # validate every key and value before simulating anything
         whatif.changed_specs(base, combo)
-    baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers))
+        if args.replan and any(k.split(".", 1)[-1] in whatif.HOST_LAYOUT for k, _ in combo):
+            raise SpecError("--set", combo[0][0], "no host.* layout setting with --replan (the planner chooses them)")
+    baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers),
+                           args.decode_batch)
     if args.out:
         with Outputs() as out:
             write_outputs(out.folder(args.out, replace=args.force), baseline, rows)

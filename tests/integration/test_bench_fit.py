@@ -3,6 +3,7 @@ read, before/after in validate, and bad bench files refused with one line and no
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +52,11 @@ def test_perturbed_phase_scales_are_recovered_within_5pct(fitted):
         assert prof.op_scale[f"{op}/prefill"] == pytest.approx(TRUE["prefill_scale"], rel=0.05)
         assert prof.op_scale[f"{op}/decode"] == pytest.approx(TRUE["decode_scale"], rel=0.05)
     assert fit["prefill_scale"]["identified"] and fit["decode_scale"]["identified"]
-    base = _base()  # host time is hidden by async scheduling here: not identified, kept
-    assert not fit["cpu_step_s"]["identified"] and prof.cpu_step_s == base.cpu_step_s
+    # async scheduling hides host time here except the serial part of each decode step (the DP16
+    # collective and the speculative readback, ~0.5 ms of ~30 ms): host_scale is weakly identified
+    # at best, and stays within two posterior sd of the truth (1)
+    host = fit["host_scale"]
+    assert host["sd_log"] > 0.2 and abs(math.log(host["value"])) < 2 * host["sd_log"]
     after = prof.provenance["vllm_bench_fit"]["error_after_pct"]
     before = prof.provenance["vllm_bench_fit"]["error_before_pct"]
     assert max(map(abs, after.values())) < 2.0 < min(map(abs, before.values()))

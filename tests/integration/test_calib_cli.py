@@ -10,7 +10,8 @@ from rackplan.specs import load_plan, load_profile
 
 pytestmark = pytest.mark.integration
 PLAN = load_plan("tiny-cpu")
-TRUE = dataclasses.replace(load_profile("datasheet"), gemm_eff_max=0.3, op_fixed_s=2e-5, cpu_step_s=1e-3)
+TRUE = dataclasses.replace(load_profile("datasheet"), gemm_eff_max=0.3, op_fixed_s=2e-5,
+                           host=dataclasses.replace(load_profile("datasheet").host, prepare_step_s=1e-3))
 
 
 @pytest.fixture(scope="module")

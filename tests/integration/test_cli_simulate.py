@@ -9,12 +9,17 @@ pytestmark = pytest.mark.integration
 
 
 def test_default_simulate_prints_table(capsys):
-    assert main([]) == 0
+    assert main([]) == 0  # the seed scenario under its hardware's default profile: a table, stable or not
     out = capsys.readouterr().out
-    for word in ("TTFT", "TPOT", "ITL", "E2E", "output tokens/s per GPU", "decode[0].0", "prefill[0].3"):
+    for word in ("measured over", "output tokens/s per GPU", "requests/s offered", "decode[0].0", "prefill[0].3"):
         assert word in out
     # the seed plan names no profile: GB300's measured default, and the header says so
     assert "profile gb300-nvl72-vllm (default for gb300-nvl72, measured: aiconfigurator-core" in out
+    # under the datasheet profile its prefill pool serves ~260 req/s: at 200 it is stable, and latency shows
+    assert main(["simulate", "--profile", "datasheet", "--rate", "200"]) == 0
+    out = capsys.readouterr().out
+    for word in ("steady state: stable", "TTFT", "TPOT", "ITL", "E2E", "p90 std. error"):
+        assert word in out
 
 
 def test_json_is_byte_identical_for_a_seed(capsys):

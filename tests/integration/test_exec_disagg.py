@@ -56,7 +56,7 @@ def test_records_name_instances_and_time_the_transfer(replicas):
     steps = [r for r in replicas if r["role"] in ("prefill", "decode")]
     assert {r["shape"]["instance"] for r in steps} == {"prefill[0].0", "prefill[0].1", "decode[0].0"}
     assert all(r["shape"]["serving"] and not r["shape"]["time_shared"] for r in steps)
-    assert "moe.dispatch" not in {r["op"] for r in steps} and "moe.permute" in {r["op"] for r in steps}  # EP1
+    assert "moe.dispatch" not in {r["op"] for r in steps} and "moe.route" in {r["op"] for r in steps}  # EP1
     kv = [r for r in replicas if r["op"] == "kv.transfer"]
     assert len(kv) == 12 and all(r["seconds"] > 0 and r["shape"]["bytes"] == 4 * r["shape"]["tokens"] * 320
                                  for r in kv)

@@ -30,7 +30,7 @@ def _check_single_user(recs):
     assert {r["role"] for r in steps} == {"prefill", "decode"} and {r["rank"] for r in steps} == {0, 1, 2, 3}
     assert all(r["shape"]["instance"] == "aggregated[0]" and r["ep"] == 4 for r in steps)
     assert {r["shape"]["tp_rank"] for r in steps} == {0, 1, 2, 3}
-    assert {"tp.allreduce", "moe.dispatch", "draft"} <= {r["op"] for r in recs}
+    assert {"attn.allreduce", "ffn.allreduce", "moe.dispatch", "draft"} <= {r["op"] for r in recs}
     assert recs[0]["model"] == "tiny-moe" and recs[0]["plan_model"] == "deepseek-v4.1-flash"
     for r in (r for r in steps if r["role"] == "decode"):
         s = r["shape"]

@@ -81,4 +81,5 @@ def _allreduce_timed(rank, world):
 
 def test_tp_collectives_are_timed_as_their_own_op(tmp_path):
     for sec in run_ranks(_allreduce_timed, 2, tmp_path):
-        assert sec["tp.allreduce"] > 0 and {"attn.proj", "moe.dispatch", "moe.experts"} <= sec.keys()
+        assert sec["attn.allreduce"] > 0 and sec["ffn.allreduce"] > 0
+        assert {"attn.proj", "moe.dispatch", "moe.experts"} <= sec.keys()

@@ -17,10 +17,13 @@ MODEL = load_model("deepseek-v3")
 HW = load_hardware("h200-sxm")
 
 
-def small_plan(decode_batch=64, prefill_dp=8, decode_dp=8):
+def small_plan(decode_batch=64, prefill_dp=8, decode_dp=8, imbalance=1.2):
+    """A 16-GPU plan; a fixed expert imbalance (no per-step routing draws) keeps every timestamp
+    exactly the priced path; imbalance=None samples it per step (sim/pricer.py)."""
     return Plan(name="t", model="deepseek-v3", hardware="h200-sxm", num_gpus=16,
-                prefill=(Layout(role="prefill", dp=prefill_dp, max_tokens_per_step=8192),),
-                decode=(Layout(role="decode", dp=decode_dp, max_batch_per_rank=decode_batch),))
+                prefill=(Layout(role="prefill", dp=prefill_dp, max_tokens_per_step=8192, moe_imbalance=imbalance),),
+                decode=(Layout(role="decode", dp=decode_dp, max_batch_per_rank=decode_batch,
+                               moe_imbalance=imbalance),))
 
 
 def wl(rate=None, conc=None, isl=1000, osl=50, n=50, seed=0):
@@ -86,6 +89,21 @@ def test_shared_decode_steps_when_overlapping():
     assert res.e2e_s[1] == pytest.approx(p + kv + sum(steps), rel=1e-12)
 
 
+def test_routing_imbalance_drawn_per_step_gives_itl_a_tail():
+    """Sampled imbalance: each decode step draws its routing imbalance (seeded), so inter-token
+    latencies spread around the mean step; the same seed gives the same run, another seed another."""
+    plan = small_plan(decode_batch=8, imbalance=None)
+    w = wl(conc=16, isl=500, osl=200, n=64)
+    a, b = simulate_specs(plan, MODEL, HW, w, PROF, seed=1), simulate_specs(plan, MODEL, HW, w, PROF, seed=1)
+    np.testing.assert_equal(a.metrics, b.metrics)  # NaN standard errors (short window) compare equal
+    m = a.metrics
+    assert m["itl_p99_s"] > m["itl_p50_s"]
+    fixed = simulate_specs(small_plan(decode_batch=8, imbalance=1.2), MODEL, HW, w, PROF, seed=1).metrics
+    assert fixed["itl_p99_s"] != m["itl_p99_s"]  # the draws, not only batch composition, move the steps
+    c = simulate_specs(plan, MODEL, HW, w, PROF, seed=2).metrics
+    assert c["itl_p99_s"] != m["itl_p99_s"]
+
+
 def test_conservation():
     plan = small_plan()
     w = dataclasses.replace(wl(rate=20.0, n=300), isl=LengthDist(kind="uniform", low=100, high=3000),
@@ -102,9 +120,8 @@ def test_littles_law_long_run():
     plan = small_plan()
     w = dataclasses.replace(wl(rate=15.0, n=3000), osl=LengthDist(kind="uniform", low=20, high=400))
     res = simulate_specs(plan, MODEL, HW, w, PROF)
-    m = res.metrics
-    lam = m["num_requests"] / m["duration_s"]
-    assert m["mean_in_system"] == pytest.approx(lam * m["e2e_mean_s"], rel=0.02)
+    m = res.metrics  # over the steady-state window: L = lambda x W
+    assert m["mean_in_system"] == pytest.approx(m["offered_rps"] * m["e2e_mean_s"], rel=0.02)
 
 
 def test_low_load_ttft_is_unloaded_path():

@@ -32,7 +32,8 @@ def test_no_change_returns_the_baseline_exactly(base):
                                         ("cpu.overhead_scale", [2.0, 1.0, 0.25])])
 def test_faster_system_is_never_slower(base, key, values):
     plan, specs = base
-    _, rows = study(plan, specs, [(key, values)], num_requests=32, seed=0)
+    # 128 requests: the window's p50s move by less than the per-step imbalance draws' noise at 32-64
+    _, rows = study(plan, specs, [(key, values)], num_requests=128, seed=0)
     for slower, faster in zip(rows, rows[1:], strict=False):
         for m in ("e2e_p50_s", "ttft_p50_s"):
             assert faster.metrics[m] <= slower.metrics[m] * 1.001

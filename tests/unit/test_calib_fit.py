@@ -17,7 +17,8 @@ PLAN = load_plan("tiny-cpu")
 BASE = load_profile("datasheet")
 # what small ops look like on a CPU: a fixed cost per op per layer on top of roofline work
 TRUE = dataclasses.replace(BASE, gemm_eff_max=0.3, gemm_m_half=8.0, op_fixed_s=0.0, attn_eff=0.2,
-                           cpu_step_s=1e-3, cpu_per_request_s=5e-5,
+                           host=dataclasses.replace(BASE.host, prepare_step_s=1e-3, prepare_per_seq_s=5e-5,
+                                                    sample_step_s=0.0, sample_per_seq_s=0.0, sample_per_draft_s=0.0),
                            op_fixed={"attn.proj": 1e-4, "attn.core/decode": 8e-5, "attn.core/prefill": 4e-5,
                                      "router": 6e-5, "moe.experts": 9e-5, "lm_head": 3e-5},
                            op_scale={"moe.experts": 2.0, "attn.core/prefill": 3.0})
@@ -44,7 +45,7 @@ def test_repeats_collapse_to_medians(fitted):
 def test_fit_set_matches_generating_profile(fitted):
     prof, _, _ = fitted
     assert prof.op_fixed_s == 0.0 and set(prof.op_fixed) >= {"attn.proj/decode", "attn.core/prefill"}
-    assert prof.cpu_step_s == pytest.approx(1e-3, rel=0.2)
+    assert prof.host.prepare_step_s == pytest.approx(1e-3, rel=0.2)
     assert max(prof.fit_error.values()) < 3.0  # 2% lognormal noise
 
 

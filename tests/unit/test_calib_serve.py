@@ -11,7 +11,9 @@ from rackplan.specs import load_hardware, load_model, load_plan, load_profile
 
 pytestmark = pytest.mark.unit
 PLAN = load_plan("tiny-cpu")
-PROF = dataclasses.replace(load_profile("datasheet"), cpu_iteration_s=1e-3)  # tiny-cpu schedules synchronously
+# tiny-cpu schedules synchronously: every host part adds to the step
+PROF = dataclasses.replace(load_profile("datasheet"),
+                           host=dataclasses.replace(load_profile("datasheet").host, schedule_step_s=1e-3))
 
 
 def _req(rid, isl, osl, arrival, ttft=0.05, tpot=0.01):
@@ -32,9 +34,9 @@ def test_one_request_is_prefill_transfer_then_decode_steps():
         return step_cost(CostContext(model, hw, dec, PROF), RankBatch(np.array([1.0, 0.0]),
                                                                       np.array([ctx + 1.0, 0.0]))).period_s
 
-    # each step's period carries the engine loop once (cost/host.py), nothing is added on top
-    assert t_dec(40) == pytest.approx(step_cost(CostContext(model, hw, dec, PROF), RankBatch(
-        np.array([1.0, 0.0]), np.array([41.0, 0.0]))).seconds + 1e-3)
+    # each step's period carries the engine loop (the scheduler part) once (cost/host.py), nothing on top
+    c = step_cost(CostContext(model, hw, dec, PROF), RankBatch(np.array([1.0, 0.0]), np.array([41.0, 0.0])))
+    assert c.host.part("host.schedule") >= 1e-3 and t_dec(40) == pytest.approx(c.seconds)
     assert got["ttft"][0] == pytest.approx(t_pre + t_xfer + t_dec(40))
     assert got["tpot"][0] == pytest.approx((t_dec(41) + t_dec(42)) / 2)
 

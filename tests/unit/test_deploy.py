@@ -194,6 +194,22 @@ def test_per_rank_limits_are_the_priced_ones(built):
             assert budget >= seqs * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
 
 
+def test_host_settings_the_planner_chose_reach_every_serve_command():
+    """A decode layout's frontend and engine-loop settings (sim/cost/host.py prices them) become its
+    flags on every host it spans, in the scripts and the llm-d manifests alike."""
+    lay = Layout("decode", dp=64, max_batch_per_rank=128, dbo=True, eplb=EPLBConfig(64, "hierarchical"),
+                 api_servers=8, stream_interval=10, cuda_graphs=False, async_scheduling=False)
+    files = build(context_for(_plan(decode=(lay,))))
+    cmds = [c for name, text in files.items() if name.startswith("host-") for c in commands(text)]
+    cmds += [c for _, script in pod_scripts(files) for c in commands(script)]
+    decode = [args for tool, args in cmds if tool == "vllm serve" and value(args, "--max-num-seqs") == "128"]
+    assert decode and all(value(a, "--api-server-count") == "8" and value(a, "--stream-interval") == "10"
+                          and "--enforce-eager" in a and "--no-async-scheduling" in a for a in decode)
+    prefill = [args for tool, args in cmds if tool == "vllm serve" and value(args, "--max-num-seqs") == "64"]
+    assert all(value(a, "--api-server-count") == "2" and value(a, "--stream-interval") == "1"  # defaults
+               and "--async-scheduling" in a for a in prefill)
+
+
 def test_speculation_method_per_model_family():
     files = build(context_for(VARIANTS["v41-dspark-eplb-eager-sync"]))
     serves = [a for n, t in files.items() if n.endswith(".sh") for tool, a in commands(t) if tool == "vllm serve"]
@@ -207,25 +223,13 @@ def test_speculation_method_per_model_family():
     assert json.loads(value(args, "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 1}
 
 
-def test_dbo_thresholds_are_the_cost_model_crossover():
-    from rackplan.sim.search.estimate import Pricer, traffic_of
-
+def test_dbo_flags_are_the_priced_thresholds():
     plan = load_plan(H200)
-    lay = dataclasses.replace(plan.decode[0], dbo=True, max_batch_per_rank=128)
+    lay = dataclasses.replace(plan.decode[0], dbo=True, dbo_decode_token_threshold=64, dbo_prefill_token_threshold=1024)
     cx = context_for(dataclasses.replace(plan, decode=(lay,)))
-    t = engine.dbo_thresholds(lay, cx)["decode"]
-    tr = traffic_of(cx.workload)
-    pr = Pricer(cx.model, cx.hw, cx.prof, tr.skew)
-
-    def gain(tokens):  # seconds DBO saves at this many tokens per rank (MTP 1: 2 tokens per sequence)
-        off = dataclasses.replace(lay, dbo=False)
-        return pr.decode(off, tokens / 2, tr.ctx_mean).seconds - pr.decode(lay, tokens / 2, tr.ctx_mean).seconds
-
-    grid = [g for g in engine.DBO_GRID if g <= engine.decode_tokens(lay)]
-    assert t in grid and gain(t) > 0 and all(gain(g) > 0 for g in grid if g >= t)
-    assert gain(grid[grid.index(t) - 1]) <= 0
-    seed = context_for(load_plan(SEED))  # DEP64 decode at 128 sequences: DBO never pays, so vLLM never splits
-    assert engine.dbo_thresholds(seed.plan.decode[0], seed)["decode"] == 129
+    flags = engine.dbo_flags(lay, cx)
+    assert flags == ["--enable-dbo", "--dbo-decode-token-threshold", "64", "--dbo-prefill-token-threshold", "1024"]
+    assert engine.dbo_flags(dataclasses.replace(lay, dbo=False), cx) == []
 
 
 @pytest.mark.parametrize("change, field", [
@@ -275,3 +279,11 @@ def test_bench_replays_the_requests_the_simulator_draws(built):
     (_, args), = commands(files["bench.sh"])
     assert value(args, "--num-prompts") == str(len(reqs)) and "--save-detailed" in args
     assert float(value(args, "--request-rate")) == pytest.approx(bench.planned_workload(cx).arrival.rate, rel=1e-5)
+
+
+def test_flags_mirror_tp_moe_pipeline_memory_and_offload():
+    lay = Layout("both", dp=1, tp=4, expert_parallel=False, pp=2, gpu_memory_utilization=0.85, offload_gb=40.0)
+    par, batch = engine.parallel_flags(lay), engine.batch_flags(lay)
+    assert par == ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]  # experts TP-sharded: no EP
+    assert batch[-4:] == ["--gpu-memory-utilization", "0.85", "--cpu-offload-gb", "40"]
+    assert "--enable-expert-parallel" in engine.parallel_flags(Layout("both", dp=1, tp=4))

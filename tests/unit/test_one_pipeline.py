@@ -51,11 +51,13 @@ def test_estimate_and_simulator_agree_on_the_same_step(name):
 
 
 def test_engine_loop_is_in_both_once():
-    """tiny-cpu schedules synchronously: the estimate's step period carries cpu_iteration_s once,
-    as the simulator's does (before, only the simulator added it: the two differed by 6-7%)."""
+    """tiny-cpu schedules synchronously: every host part, the scheduler's engine loop included, is in
+    the step once, in the estimate's period as in the simulator's (before, only the simulator added
+    the loop: the two differed by 6-7%)."""
     plan, est, tr, sim_pricer = _setup("tiny-cpu")
     lay = plan.decode[0]
     cost = est.decode(lay, 4, tr.ctx_mean)
-    assert not lay.async_scheduling and est.prof.cpu_iteration_s > 0
-    assert cost.period_s == pytest.approx(cost.seconds + est.prof.cpu_iteration_s, rel=1e-12)
+    h = cost.host
+    assert not lay.async_scheduling and est.prof.host.schedule_step_s > 0
+    assert cost.period_s == pytest.approx(h.gpu_s + h.total_s - h.part("host.launch"), rel=1e-12)
     assert sim_pricer(lay).uniform(RankWork(4.0, 4.0 * tr.ctx_mean)).period_s == cost.period_s

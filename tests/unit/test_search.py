@@ -145,3 +145,31 @@ def test_faster_hardware_never_slows_a_step(key, values):
                           pr.prefill(dataclasses.replace(lay, role="prefill"), (4000.0,), 0.0).seconds))
         for slower, faster in zip(times, times[1:], strict=False):
             assert faster[0] <= slower[0] + 1e-12 and faster[1] <= slower[1] + 1e-12
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4.1-flash", "deepseek-v3"])
+@pytest.mark.parametrize("hw_name,gpus", [("gb300-nvl72", n) for n in (72, 144, 288, 576)]
+                         + [("h200-sxm", n) for n in (16, 32, 64)])
+def test_search_space_only_proposes_layouts_validation_accepts(model, hw_name, gpus):
+    """At any GPU count every proposed layout splits experts + redundant slots evenly over its EP
+    ranks (what validate_plan demands) and fits; an EP size that does not split the experts gets
+    the fewest EPLB slots that do (V4.1-Flash DEP72: 384 + 48; V3: 256 + 32), and the report says so."""
+    m, hw, s = load_model(model), load_hardware(hw_name), space.SearchSpace()
+    lays = space.prefill_layouts(m, hw, gpus, s) + space.decode_layouts(m, hw, gpus, s) + \
+        space.aggregated_layouts(m, hw, gpus, s)
+    assert lays
+    for lay in lays:
+        assert (m.moe.num_experts + lay.eplb.redundant_experts) % lay.ep_size == 0, lay.tag
+        assert space.fits(m, hw, lay)
+    uneven = [lay for lay in lays if m.moe.num_experts % lay.ep_size]
+    assert all(lay.eplb.redundant_experts == space.required_redundant(m, lay.ep_size) for lay in uneven)
+    if hw.domain_size == 72:
+        assert {lay.eplb.redundant_experts for lay in uneven if lay.ep_size == 72} == {(-m.moe.num_experts) % 72}
+        assert any("EP72" in note and "redundant EPLB slots" in note for note in space.left_out(m, hw, gpus, s))
+
+
+def test_an_ep_size_that_needs_more_slots_than_experts_is_skipped_with_its_reason():
+    m, hw, s = load_model("qwen3-235b-a22b"), load_hardware("gb300-nvl72"), space.SearchSpace()
+    assert space.required_redundant(m, 512) == 384 > m.moe.num_experts
+    assert not [lay for lay in space.decode_layouts(m, hw, 576, s) if lay.ep_size == 512]
+    assert any("EP512" in note and "redundant slots" in note for note in space.left_out(m, hw, 576, s))

@@ -1,0 +1,204 @@
+"""Fit the host model (the profile's `host:` block, sim/cost/host.py) from the executor's per-part
+host records, part by part, and measure it on held-out step sizes.
+
+The serving loops record, per step, host.schedule / host.dp_sync / host.output on the instance's
+leader rank and host.prepare / host.sample on every rank (executor/disagg.py, executor/serve.py),
+each with its wall time and (cpu_s) the thread's CPU time. A part's own work is its CPU time, which
+a neighbour's load on a shared machine does not stretch; host.dp_sync is a wait and stays wall
+time.
+One `HostStep` per (run, instance, step) holds each part's seconds (for the per-rank parts the
+busiest rank's: _busiest) and what the step ran on every rank. Steps of one shape (role, DP size, draft
+depth, sequences on the busiest rank) collapse to medians: per run, then over runs (the machine is
+shared: a neighbour's burst slows whole stretches of a run). Each part is then fitted on the shapes
+of the fit set by calibration/robust.py's soft-L1 relative least squares, predicting through
+sim/cost/host.py's own HostModel (the cost model's formulas, nothing re-derived here):
+  host.schedule  schedule_step_s, schedule_per_seq_s (sequences of the instance: the executor's
+                 leader schedules every DP rank, HostParams.scheduler 'central')
+  host.prepare   prepare_step_s, prepare_per_seq_s, prepare_per_token_s
+  host.sample    sample_step_s, sample_per_seq_s, sample_per_draft_s, spec_sync_s (a speculative
+                 step's host work that waits for its device result: on CPU the rejection
+                 sampler's fixed cost after the verify forward; 0 without speculation)
+  host.output    output_step_s, output_per_token_s (emitted tokens of the instance)
+  host.dp_sync   dp_sync_s, dp_jitter (steps of instances with DP > 1)
+Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
+base profile's values.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rackplan.sim.cost.host import HostModel, RankHost
+from rackplan.specs import HardwareSpec, HostParams, Layout, ModelSpec, Speculation
+
+from .robust import fit_relative, mape
+
+PART_PARAMS = {  # the HostParams fields each part is fitted by (upper bound: 1 s each)
+    "host.schedule": ("schedule_step_s", "schedule_per_seq_s"),
+    "host.prepare": ("prepare_step_s", "prepare_per_seq_s", "prepare_per_token_s"),
+    "host.sample": ("sample_step_s", "sample_per_seq_s", "sample_per_draft_s", "spec_sync_s"),
+    "host.output": ("output_step_s", "output_per_token_s"),
+    "host.dp_sync": ("dp_sync_s", "dp_jitter"),
+}
+MIN_SHAPES = 3  # step shapes a part needs before it is fitted (else it keeps the base value)
+MIN_STEPS = 5  # steps behind a shape's medians before it counts (fill and drain pass sizes once)
+WAIT_PARTS = ("host.dp_sync",)  # waits by nature: wall time; every other part its own CPU time (cpu_s)
+
+
+@dataclass
+class HostStep:
+    """One step (or the median of one step shape) as the host model sees it."""
+
+    role: str
+    dp: int
+    depth: int  # draft tokens per sequence
+    ranks: list[RankHost]  # what each DP rank ran
+    whole: RankHost  # what the instance ran (the central scheduler's work)
+    parts: dict[str, float]  # measured seconds per host part
+    run: int = 0
+    steps: int = 1  # steps behind the medians
+
+    @property
+    def size(self) -> int:
+        """Sequences on the busiest rank (what a sweep of batch sizes varies)."""
+        return int(max(w.seqs for w in self.ranks))
+
+    @property
+    def key(self) -> tuple:
+        return (self.role, self.dp, self.depth, self.size, self.whole.tokens > self.whole.seqs * (1 + self.depth))
+
+
+def host_steps(records: list[dict]) -> list[HostStep]:
+    """One HostStep per (run, instance, step) that recorded host parts."""
+    by_step: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["op"].startswith("host.") and r["role"] in ("prefill", "decode") and r["source"] == "measured":
+            key = (r.get("_run", 0), r["shape"].get("instance", r["role"]), r["role"], r["step"])
+            by_step.setdefault(key, []).append(r)
+    out = []
+    for (run, _, role, _), recs in sorted(by_step.items()):
+        step = _one(run, role, recs)
+        if step is not None:
+            out.append(step)
+    return out
+
+
+def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
+    per_part: dict[str, list[tuple[int, float]]] = {}
+    per_rank: dict[int, dict] = {}
+    for r in recs:
+        sec = r["seconds"] if r["op"] in WAIT_PARTS else r.get("cpu_s", r["seconds"])
+        per_part.setdefault(r["op"], []).append((int(r["shape"].get("batch", 0)), sec))
+        per_rank[r["shape"].get("dp_rank", r["rank"])] = r["shape"]
+    parts = {op: _busiest(vals) for op, vals in per_part.items()}
+    shp = next(iter(per_rank.values()))
+    if "seqs_global" not in shp:
+        return None  # records of a loop that does not time its host parts
+    dp, depth = int(recs[0]["instance_dp"]), int(shp.get("spec_depth", 0))
+    ranks = [_rank(s, role, depth) for s in per_rank.values()]
+    ranks += [RankHost(0.0, 0.0, 0.0, 0.0)] * (dp - len(ranks))  # idle ranks: dummy steps
+    tokens = float(shp.get("tokens_global", 0))
+    whole = RankHost(float(shp["seqs_global"]), tokens, float(shp.get("emitted_global", 0)),
+                     float(shp["seqs_global"]) * depth if role == "decode" else 0.0)
+    return HostStep(role, dp, depth, ranks, whole, parts, run)
+
+
+def _busiest(vals: list[tuple[int, float]]) -> float:
+    """A part's seconds on the rank that ran the most sequences (the mean over ranks that ran as
+    many): the work the host model prices for the slowest rank. Not the per-step maximum: how much
+    later than its peers one rank finishes is the wait host.dp_sync measures and prices (dp_jitter)."""
+    top = max(b for b, _ in vals)
+    return float(np.mean([v for b, v in vals if b == top]))
+
+
+def _rank(shape: dict, role: str, depth: int) -> RankHost:
+    seqs, tokens = float(shape.get("batch", 0)), float(shape.get("tokens", 0))
+    emitted = float(shape.get("tokens_emitted", seqs)) if role == "decode" else float(len(shape.get("prefill_new", [])))
+    return RankHost(seqs, tokens, emitted, seqs * depth if role == "decode" else 0.0)
+
+
+def medians(steps: list[HostStep]) -> list[HostStep]:
+    """Steps of one shape collapsed: per part the median over each run's median."""
+    groups: dict[tuple, list[HostStep]] = {}
+    for s in steps:
+        groups.setdefault(s.key, []).append(s)
+    out = []
+    for group in groups.values():
+        runs: dict[int, list[HostStep]] = {}
+        for s in group:
+            runs.setdefault(s.run, []).append(s)
+        names = {n for s in group for n in s.parts}
+        parts = {n: float(np.median([np.median([s.parts[n] for s in ss if n in s.parts]) for ss in runs.values()
+                                     if any(n in s.parts for s in ss)])) for n in names}
+        mid = sorted(group, key=lambda s: s.whole.seqs)[len(group) // 2]
+        out.append(dataclasses.replace(mid, parts=parts, steps=len(group)))
+    return sorted(out, key=lambda s: s.key)
+
+
+@dataclass
+class HostFit:
+    """The fitted host block and its error per part (MAPE %, fit set and held-out sizes)."""
+
+    host: HostParams
+    fit_error: dict[str, float] = field(default_factory=dict)
+    held_error: dict[str, float] = field(default_factory=dict)
+    points: dict[str, tuple[int, int]] = field(default_factory=dict)  # part -> (fit shapes, held-out shapes)
+
+
+class HostPredictor:
+    """The host parts sim/cost/host.py prices for a HostStep (HostModel of an instance of the step's
+    role and DP size: what the host parts depend on besides the step)."""
+
+    def __init__(self, model: ModelSpec, hw: HardwareSpec):
+        self.model, self.hw = model, hw
+
+    def parts(self, hp: HostParams, s: HostStep) -> dict[str, float]:
+        spec = Speculation(num_tokens=s.depth, acceptance_length=1.0) if s.depth else None  # parts: drafts given
+        lay = Layout(s.role, dp=s.dp, cuda_graphs=False, async_scheduling=False, speculation=spec)
+        hm = HostModel(hp, lay, self.model.num_layers, self.hw.gpus_per_node, self.hw.host_overlap)
+        return hm.time(s.ranks, 0.0, False, 0.0, s.whole).as_dict()
+
+
+def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
+                   held_sizes: set[int] = frozenset()) -> HostFit:
+    """Each part's parameters on the `role` step shapes whose size is not in `held_sizes` (shapes of
+    at least MIN_STEPS steps), errors on both sets."""
+    hp = dataclasses.replace(base, scheduler="central")
+    shapes = [s for s in medians([s for s in steps if s.role == role]) if s.steps >= MIN_STEPS]
+    fit_set = [s for s in shapes if s.size not in held_sizes]
+    held = [s for s in shapes if s.size in held_sizes]
+    out = HostFit(hp)
+    for part, names in PART_PARAMS.items():
+        fs = [s for s in fit_set if s.parts.get(part, 0.0) > 0]
+        if len(fs) < max(MIN_SHAPES, len(names)):
+            continue
+        hp = _fit_part(pred, hp, part, names, fs)
+        hs = [s for s in held if s.parts.get(part, 0.0) > 0]
+        out.fit_error[part] = _err(pred, hp, part, fs)
+        if hs:
+            out.held_error[part] = _err(pred, hp, part, hs)
+        out.points[part] = (len(fs), len(hs))
+    out.host = hp
+    return out
+
+
+def _fit_part(pred: HostPredictor, hp: HostParams, part: str, names: tuple[str, ...], fs: list[HostStep]):
+    meas = np.array([s.parts[part] for s in fs])
+
+    def make(p):
+        return dataclasses.replace(hp, **{n: float(v) for n, v in zip(names, p)})
+
+    def predict(p):
+        h = make(p)
+        return np.array([pred.parts(h, s)[part] for s in fs])
+
+    x0 = [max(getattr(hp, n), 1e-7) for n in names]
+    p, _ = fit_relative(predict, x0, [0.0] * len(names), [1.0] * len(names), meas, "measurements",
+                        f"{part} seconds")
+    return make([float(f"{v:.4g}") for v in p])
+
+
+def _err(pred: HostPredictor, hp: HostParams, part: str, steps: list[HostStep]) -> float:
+    return round(mape([pred.parts(hp, s)[part] for s in steps], [s.parts[part] for s in steps]), 2)

@@ -1,0 +1,105 @@
+"""Dual-batch overlap (vLLM --enable-dbo, SGLang two-batch overlap): a step run as two
+micro-batches whose all-to-alls overlap the other micro-batch's compute.
+
+What really happens, and what this prices:
+- vLLM splits a step only when every DP rank has at least the layout's token threshold
+  (--dbo-decode-token-threshold, --dbo-prefill-token-threshold; ubatch_utils.check_ubatch_thresholds,
+  agreed over the DP group); below it the step runs whole.
+- Each micro-batch runs every op on half the tokens: it reads all the weights again and pays the
+  all-to-all latency again, so at small batches the halves cost nearly what the whole step does
+  (the step model prices each half as a step of its own).
+- The two micro-batches alternate on the compute stream (attention a, attention b, experts a,
+  experts b per layer) while dispatches and combines run one at a time on the network; each
+  micro-batch waits for its own previous op. `pipeline` runs that schedule layer by layer, so its
+  stalls (a micro-batch's own chain attention -> dispatch -> experts -> combine is as long as a
+  whole unsplit layer when the halves cost what the whole does) are priced, not assumed away.
+- Communication kernels hold SMs while they overlap compute: DeepEP's high-throughput kernels run
+  on VLLM_DBO_COMM_SMS = 20 SMs (vllm/envs.py, the default; compute gets the rest, ubatch_utils.
+  SMControlContextManager); the low-latency kernels wait for data through a receive hook and hold
+  none (DeepEP README). Overlapped compute is slowed by that share for as long as the comm runs.
+- The profile's dbo_efficiency is the fraction of the ideal schedule's saving realised (switch
+  and synchronisation costs the schedule does not see); calibration fits it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rackplan.specs import HardwareSpec, Layout
+
+from .batch import Step
+
+COMM_SMS = 20  # VLLM_DBO_COMM_SMS default on CUDA (vllm/envs.py): SMs reserved for DeepEP high-throughput kernels
+
+
+@dataclass(frozen=True)
+class Stages:
+    """One micro-batch's device seconds on its slowest rank, by where they sit in a layer:
+    `dense` the dense layers (no all-to-all), `attn` the MoE layers' attention side (before the
+    dispatch), `ffn` their expert side, `dispatch` and `combine` the all-to-alls, `tail` once per
+    step after the last layer (LM head, sampler, drafter)."""
+
+    dense: float
+    attn: float
+    ffn: float
+    dispatch: float
+    combine: float
+    tail: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.attn + self.ffn + self.dispatch + self.combine + self.tail
+
+
+def splits(layout: Layout, step: Step, queries_per_seq: float) -> bool:
+    """Whether vLLM splits this step: DBO on, an all-to-all to overlap, and every DP rank at or
+    above the threshold for its kind of step (decode-only, or with prompt tokens)."""
+    if not layout.dbo or layout.ep_size <= 1:
+        return False
+    limit = layout.dbo_prefill_token_threshold if step.has_prefill else layout.dbo_decode_token_threshold
+    return min(w.dec_seqs * queries_per_seq + w.pre_tokens for w in step.works) >= limit
+
+
+def comm_sm_share(kernel: str, hw: HardwareSpec) -> float:
+    """Share of the SMs an overlapping all-to-all takes from compute."""
+    if kernel != "high_throughput" or hw.num_sms <= 0:
+        return 0.0
+    return min(COMM_SMS, hw.num_sms) / hw.num_sms
+
+
+def pipeline(a: Stages, z: Stages, moe_layers: int, sm_share: float) -> float:
+    """Device seconds of the two micro-batches run as DBO schedules them (ideal schedule).
+
+    Dense layers have nothing to overlap: both micro-batches run them back to back. Over the MoE
+    layers each micro-batch's per-layer attention, dispatch, experts and combine are its totals
+    over those layers / moe_layers; compute overlapped by the other micro-batch's all-to-all is
+    stretched by `sm_share` of that all-to-all."""
+    n = max(moe_layers, 1)
+    att = (a.attn + sm_share * z.combine) / n, (z.attn + sm_share * a.combine) / n
+    ffn = (a.ffn + sm_share * z.dispatch) / n, (z.ffn + sm_share * a.dispatch) / n
+    disp, comb = (a.dispatch / n, z.dispatch / n), (a.combine / n, z.combine / n)
+    t0 = a.dense + z.dense
+    c = m = ka = kz = t0  # compute stream free, network free, each micro-batch's last combine done
+    prev, inc = t0, -1.0
+    for layer in range(moe_layers):
+        ea = c = max(c, ka) + att[0]
+        ez = c = max(c, kz) + att[1]
+        da = m = max(m, ea) + disp[0]
+        dz = m = max(m, ez) + disp[1]
+        fa = c = max(c, da) + ffn[0]
+        fz = c = max(c, dz) + ffn[1]
+        ka = m = max(m, fa) + comb[0]
+        kz = m = max(m, fz) + comb[1]
+        end = max(c, kz)
+        step_inc = end - prev
+        if abs(step_inc - inc) <= 1e-12 * end:  # periodic from here on: extrapolate
+            return end + (moe_layers - 1 - layer) * step_inc + a.tail + z.tail
+        prev, inc = end, step_inc
+    return max(c, kz) + a.tail + z.tail
+
+
+def overlapped(a: Stages, z: Stages, moe_layers: int, sm_share: float, efficiency: float) -> float:
+    """Device seconds of a DBO step: the micro-batches back to back, less `efficiency` of what the
+    ideal schedule saves on that."""
+    serial = a.total + z.total
+    ideal = min(pipeline(a, z, moe_layers, sm_share), serial)
+    return serial - efficiency * (serial - ideal)

@@ -1,0 +1,243 @@
+"""One DP rank's share of a step: the ops of its layers on its own tokens, in plain floats.
+
+Per layer: weight GEMMs (attention projections, dense FFN / shared expert, router), RMSNorms,
+RoPE, quantisation of FP8/FP4 GEMM inputs, DeepSeek-V4's hyper-connection mixing, the attention
+core over the KV cache and, under TP, the all-reduces of the attention and FFN outputs; once per
+step the Engram gathers (V4.1), the LM head and the sampler. The routed experts, the all-to-all
+and the drafter see the whole EP group and are priced in step.py. A rank work's price is a pure
+function of the work, remembered (a simulation sees the same rank work often).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rackplan.specs import HardwareSpec, Profile, ops
+
+from . import attention as attn
+from . import efficiency
+from .collective import allreduce_seconds
+from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds
+from .roofline import price
+
+RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
+QUANTIZED = ("fp8", "fp8_block", "mxfp8", "fp4", "mxfp4", "nvfp4")  # GEMM compute dtypes fed quantised activations
+
+
+def memo_get(memo: dict, key, make):
+    """memo[key], made by make() on a miss; the memo is cleared when it reaches RANK_MEMO entries."""
+    hit = memo.get(key)
+    if hit is None:
+        if len(memo) >= RANK_MEMO:
+            memo.clear()
+        hit = memo[key] = make()
+    return hit
+
+
+@dataclass(frozen=True)
+class Group:
+    """Layers of a step that see the same tokens on a rank: their GEMM ops, attention and the
+    widths of the activations their FP8/FP4 GEMMs quantise."""
+
+    n_dense: int
+    n_moe: int
+    gemms: tuple["GemmOp", ...]
+    attention: tuple  # (KV component, layers)
+    prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
+    quant_widths: tuple  # (columns of each quantised GEMM input, layers) per op (quant_widths)
+    first: bool  # starts at layer 0 (the Engram layers and the embedding are here)
+
+    @property
+    def n_layers(self) -> int:
+        return self.n_dense + self.n_moe
+
+
+class GemmOp:
+    """The weight GEMMs of one op ([m, k] x [k, n] each, activations in and out) over its layers,
+    priced at m tokens per rank; remembered per m (full prefill ranks repeat it)."""
+
+    __slots__ = ("name", "layers", "rows", "hw", "prof", "memo")
+
+    def __init__(self, op: ops.ModelOp, hw: HardwareSpec, prof: Profile, act: float):
+        self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
+        self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * act, hw.flops_for(g.compute_dtype),
+                           g.compute_dtype, g.n, g.k) for g in op.gemms)
+        self.memo: dict[float, tuple[float, float, float]] = {}
+
+    def at(self, m: float) -> tuple[float, float, float]:
+        """Seconds, flops, bytes over the op's layers at m tokens."""
+        return memo_get(self.memo, m, lambda: self._price(m))
+
+    def _price(self, m: float) -> tuple[float, float, float]:
+        prof, hw = self.prof, self.hw
+        sec = fl = by = 0.0
+        for per_tok, wbytes, act, peak, dtype, n, k in self.rows:
+            f, b = per_tok * m, wbytes + m * act
+            sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
+            fl += f
+            by += b
+        return sec * self.layers, fl * self.layers, by * self.layers
+
+
+def quant_widths(gemms: tuple[ops.ModelOp, ...], hidden: int) -> tuple[tuple[tuple[float, ...], int], ...]:
+    """(columns of each activation one layer quantises for its FP8/FP4 GEMMs, layers) per op: the
+    layer input once for every projection that reads the hidden state, each other projection's
+    input, and an FFN's input and down-projection input (vLLM quantises the SwiGLU output)."""
+    out = []
+    for op in gemms:
+        if op.name == "router":
+            continue
+        widths, seen_hidden = [], False
+        for g in op.gemms:
+            if g.compute_dtype not in QUANTIZED:
+                continue
+            if op.name in ("dense_ffn", "shared_expert"):
+                widths += [g.k, g.n / 3.0]  # input, and the intermediate (n = 3 x intermediate)
+            elif g.k != hidden or not seen_hidden:
+                widths.append(g.k)
+                seen_hidden = seen_hidden or g.k == hidden
+        if widths:
+            out.append((tuple(widths), op.layers))
+    return tuple(out)
+
+
+class LayerPricer:
+    """The per-rank ops of one layout's layer groups (decode steps, prefill steps)."""
+
+    def __init__(self, cx, q: float):
+        m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
+        self.cx, self.q = cx, q
+        full = m.layers_in("decode")
+        self.groups_decode = (self._group(*full, True, False),)
+        self.groups_prefill = (self._group(*full, True, True),)
+        if m.prefill_layers is not None:  # V4.1: prompt tokens run only the encoder half
+            enc = m.layers_in("prefill")
+            self.groups_prefill = (self._group(*enc, True, True),
+                                   self._group(full[0] - enc[0], full[1] - enc[1], False, False))
+        step_ops = {op.name: op for op in ops.model_ops(m, lay, "decode")}
+        self.act = m.dtypes.activation_bytes
+        self.lm_head = GemmOp(step_ops["lm_head"], hw, prof, self.act)
+        self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
+        self._ranks: dict = {}
+        self.quant_dtype = m.dtypes.compute
+
+    def _group(self, n_dense: int, n_moe: int, first: bool, prefill_tokens: bool) -> Group:
+        cx = self.cx
+        m = cx.model
+        n_layers = n_dense + n_moe
+        listed = ops.layer_gemms(m, cx.layout, n_dense, n_moe)
+        gemms = tuple(GemmOp(op, cx.hw, cx.prof, m.dtypes.activation_bytes) for op in listed)
+        scale = n_layers / m.num_layers
+        layers = tuple((c, max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
+        widths = quant_widths(listed, m.hidden_size) if m.dtypes.activations not in QUANTIZED else ()
+        return Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens, widths, first)
+
+    def corrected(self, name: str, sec: float, phase: str, layers: int) -> float:
+        """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work.
+        A key "op/phase" (phase: prefill for any step with prompt tokens, else decode) wins over "op"."""
+        prof = self.cx.prof
+        if not (prof.op_scale or prof.op_fixed):
+            return sec
+        f = prof.op_scale.get(f"{name}/{phase}", prof.op_scale.get(name, 1.0))
+        fixed = prof.op_fixed.get(f"{name}/{phase}", prof.op_fixed.get(name, 0.0))
+        return sec * f + (fixed * layers if sec > 0 else 0.0)
+
+    def rank(self, w, groups, phase: str) -> tuple[float, dict[str, list]]:
+        """(total seconds, name -> [seconds, flops, bytes]) of one rank's ops (corrections applied)."""
+        return memo_get(self._ranks, (w, phase), lambda: self._price_rank(w, groups, phase))
+
+    def _price_rank(self, w, groups, phase: str) -> tuple[float, dict[str, list]]:
+        out: dict[str, list] = {}
+        dec_tokens = w.dec_seqs * self.q
+        for g in groups:
+            tokens = dec_tokens + w.pre_tokens if g.prefill_tokens else dec_tokens
+            if tokens > 0 and g.n_layers:
+                self._layer_ops(out, g, tokens)
+            self._attention(out, g, w)
+            if g.first and tokens > 0:
+                self._engram(out, tokens)
+        rows = dec_tokens + w.pre_seqs  # positions whose logits are computed: every decode token, each chunk's last
+        if rows > 0:
+            _add(out, "lm_head", *self.lm_head.at(rows))
+            nbytes = sample_bytes(self.cx.model, rows)
+            _add(out, "sample", self._stream("sample", nbytes, rows, self.cx.model.vocab_size, 2), 0.0, nbytes)
+        total = 0.0
+        for name, rec in out.items():
+            rec[0] = self.corrected(name, rec[0], phase, self._fixed[name])
+            total += rec[0]
+        return total, out
+
+    def _stream(self, op_class: str, nbytes: float, rows: float, cols: float, kernels: int = 1) -> float:
+        """Seconds of `kernels` bandwidth-bound kernels moving `nbytes` together."""
+        prof = self.cx.prof
+        return stream_seconds(self.cx.hw, prof, op_class, nbytes, rows, cols) + (kernels - 1) * prof.op_fixed_s
+
+    def _layer_ops(self, out: dict, g: Group, tokens: float) -> None:
+        """Every per-layer op of group g at `tokens` tokens on the rank, over its layers."""
+        cx = self.cx
+        m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
+        n, h = g.n_layers, m.hidden_size
+        for op in g.gemms:
+            _add(out, op.name, *op.at(tokens))
+        nb = norm_bytes(m, tokens)
+        latent = (m.attention.q_lora_rank is not None) + (m.attention.kv_lora_rank is not None)
+        _add(out, "norm", self._stream("norm", nb, tokens, h, 2 + latent) * n, 0.0, nb * n)
+        nb = rope_bytes(m, tokens, lay.tp)
+        _add(out, "rope", self._stream("rope", nb, tokens, h) * n, 0.0, nb * n)
+        dt = self.quant_dtype
+        for widths, layers in g.quant_widths:
+            sec = sum(self._stream(f"quantize.{dt}", quantize_bytes(tokens, k, dt, self.act), tokens, k)
+                      for k in widths)
+            nb = sum(quantize_bytes(tokens, k, dt, self.act) for k in widths)
+            _add(out, "quantize", sec * layers, 0.0, nb * layers)
+        if m.hc_mult > 1:  # mHC before attention and before the FFN: pre (mix in) + post (mix out)
+            pre, post = (mhc_bytes(tokens, h, m.hc_mult, part, self.act) for part in ("pre", "post"))
+            sec = 2.0 * (self._stream("mhc.pre", pre, tokens, h) + self._stream("mhc.post", post, tokens, h))
+            _add(out, "mhc", sec * n, 0.0, 2.0 * (pre + post) * n)
+        if lay.tp > 1:
+            ar = allreduce_seconds(hw, prof, tokens * h * self.act, lay.tp)
+            _add(out, "attn.allreduce", ar * n, 0.0, 0.0)
+            _add(out, "ffn.allreduce", ar * n, 0.0, 0.0)
+
+    def _attention(self, out: dict, g: Group, w) -> None:
+        cx = self.cx
+        m, hw, prof, tp = cx.model, cx.hw, cx.prof, cx.layout.tp
+        dtype = m.dtypes.attention_compute_dtype
+        for comp, layers in g.attention:
+            if w.dec_seqs > 0:
+                _add(out, "attn.core", *attn.decode_component(m, comp, w.dec_seqs, w.dec_ctx, self.q, tp, layers,
+                                                              hw, prof, dtype))
+            if g.prefill_tokens and w.chunks:
+                _add(out, "attn.core", *attn.prefill_component(m, comp, w.chunks, tp, layers, hw, prof, dtype))
+
+    def _engram(self, out: dict, tokens: float) -> None:
+        """Engram rows (V4.1): per token, one row per Engram layer from tables split over the EP
+        group, so (ep - 1) / ep of them come over NVLink, at once with the local HBM gather."""
+        cx = self.cx
+        m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
+        if not m.engram_layers:
+            return
+        per_layer = tokens * m.extra_bytes_per_token / m.engram_layers
+        ep = lay.ep_size
+        remote = per_layer * (ep - 1) / ep
+        sec = self._stream("engram", per_layer - remote, tokens, m.extra_bytes_per_token / m.engram_layers)
+        if remote > 0:
+            nv = prof.a2a_params("low_latency", "nvlink", ep, "dispatch")
+            sec = max(sec, nv.alpha_s + remote / (hw.scaleup_bw * nv.bw_eff))
+        _add(out, "engram", sec * m.engram_layers, 0.0, per_layer * m.engram_layers)
+
+    def pp_send(self, tokens: float) -> float:
+        """Seconds to hand one micro-batch's activations to the next pipeline stage (NVLink)."""
+        cx = self.cx
+        nbytes = tokens * cx.model.hidden_size * self.act
+        return nbytes / (cx.hw.scaleup_bw * efficiency.memory(cx.prof, nbytes)) + cx.prof.op_fixed_s
+
+
+def _add(out: dict, name: str, sec: float, fl: float, by: float) -> None:
+    rec = out.get(name)
+    if rec is None:
+        out[name] = [sec, fl, by]
+    else:
+        rec[0] += sec
+        rec[1] += fl
+        rec[2] += by
+

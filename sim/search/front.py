@@ -1,0 +1,181 @@
+"""Steady-state verification of a Pareto front (throughput objective): which front points the
+simulator checks, how hard, and in what order.
+
+Front points go best cost-model capacity bound first; each one's highest rate that holds the SLOs
+is found by bisection (verify.max_rate), and a point whose bound (BOUND_SLACK over the cost
+model's pool capacity) cannot beat the best verified tokens/s/GPU so far is not simulated (branch
+and bound; the report says so), nor is a bisection pursued once it cannot. The best verified
+point then runs again twice as long (verify.confirm); a skipped point whose bound that moved the
+best below is verified after all. Up to COVER of the skipped points, spread
+over the front, are verified more coarsely while their simulated work stays under COVER_WORK, so
+the report shows the trade-off the simulator sees. `plan_of(candidate)` builds the plan to
+simulate; `req` is the planner's Request.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rackplan.specs import Workload
+
+from .combine import Candidate
+from .verify import Check, confirm, first_requests, max_rate
+
+BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacity by this much
+# front points verified besides the contenders (spread over the front) while their simulated requests +
+# steps stay under COVER_WORK, each to COVER_TOL in at most COVER_PROBES probes
+COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
+
+
+@dataclass
+class Verified:
+    """A front point and what the simulator made of it. `check` is None when the simulator is
+    disabled (the estimate stands, marked as such) or when branch and bound skipped the point
+    (`skipped` says why; never chosen)."""
+
+    cand: Candidate
+    check: Check | None
+    skipped: str = ""
+
+    @property
+    def simulated(self) -> bool:
+        return self.check is not None
+
+    @property
+    def passed(self) -> bool:
+        return self.check.passed if self.check is not None else not self.skipped
+
+    @property
+    def rate_rps(self) -> float:
+        return self.check.rate_rps if self.check else self.cand.rate_rps
+
+    @property
+    def tps_gpu(self) -> float:
+        """Output tokens/s per GPU: measured in the simulator's window, else the estimate."""
+        if self.check is not None:
+            return float(self.check.metrics["output_tps_per_gpu"])
+        return self.cand.tps_gpu
+
+    @property
+    def tps_user(self) -> float:
+        if self.check is not None and math.isfinite(self.check.metrics.get("tps_per_user", math.nan)):
+            return float(self.check.metrics["tps_per_user"])
+        return self.cand.tps_user
+
+    @property
+    def gap(self) -> float:
+        """Verified tokens/s/GPU against the estimate (-0.3: 30% below)."""
+        return self.tps_gpu / max(self.cand.tps_gpu, 1e-12) - 1.0
+
+    def verdict(self) -> str:
+        if self.skipped:
+            return "not simulated: " + self.skipped
+        if self.check is None:
+            return "estimate only"
+        if self.check.passed:
+            return "verified"
+        last = self.check.probes[-1].verdict()
+        if self.check.given_up:
+            return f"not refined: {last} at {self.check.rate_rps:.4g} req/s, so it cannot beat the winner"
+        return "fails: " + last
+
+
+def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
+    """Verify the front points (module docstring); in front order."""
+    osl_p90 = p90_output_length(req.workload)
+    order = sorted(points, key=lambda c: (-c.capacity_tps_gpu, c.sort_key()))
+    advance = req.progress("verify front", len(order)) if req.progress else (lambda: None)
+    best, out, done = 0.0, {}, set()
+    for c in order:
+        if _bound(c) <= best:
+            out[id(c)] = Verified(c, None, "skipped")
+        else:
+            out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=best * c.gpus / c.osl))
+            if out[id(c)].passed:
+                best = max(best, out[id(c)].tps_gpu)
+        advance()
+    _confirm_best(req, plan_of, points, out, done)
+    while redo := [c for c in order if out[id(c)].skipped and _bound(c) > _best(points, out)]:
+        for c in redo:  # the confirmation moved the best below their bound: they may win after all
+            give_up = _best(points, out) * c.gpus / c.osl
+            out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=give_up))
+        _confirm_best(req, plan_of, points, out, done)
+    best = _best(points, out)
+    for c in points:
+        if out[id(c)].skipped:
+            out[id(c)] = Verified(c, None, f"its capacity bound ({_bound(c):,.0f} tok/s/GPU) is below the "
+                                  f"verified {best:,.0f}")
+    work = 0
+    for c in spread([c for c in points if out[id(c)].skipped], COVER):
+        if work + COVER_PROBES * _probe_work(c, first_probe(c, c.rate_rps, osl_p90)) > COVER_WORK:
+            continue  # too many steps for a point that cannot win (e.g. batch 1 on many instances)
+        out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, tol=COVER_TOL, longer=0,
+                                           max_probes=COVER_PROBES))
+        work += out[id(c)].check.work
+    return [out[id(c)] for c in points]
+
+
+def _bound(c: Candidate) -> float:
+    """The most tokens/s/GPU the simulator may find for `c` (BOUND_SLACK over its capacity)."""
+    return c.capacity_tps_gpu * (1.0 + BOUND_SLACK)
+
+
+def _best(points: list[Candidate], out: dict) -> float:
+    return max((out[id(c)].tps_gpu for c in points if out[id(c)].passed), default=0.0)
+
+
+def _probe_work(c: Candidate, first: int) -> float:
+    """A probe's requests + decode steps, before running it: each step advances the operating
+    batch of every DP rank (at least one sequence) by the acceptance length."""
+    from ..simulator import MIN_STEADY
+
+    lay = (c.decode or c.aggregated)[0]
+    acc = lay.speculation.acceptance_length if lay.speculation else 1.0
+    n = max(MIN_STEADY, first)
+    return n * (1.0 + c.osl / (acc * max(1.0, c.batch_per_rank * lay.dp)))
+
+
+def _confirm_best(req, plan_of, points: list[Candidate], out: dict, done: set) -> None:
+    """The best verified point runs again, longer (verify.confirm); if that moves it below another
+    point, that one is confirmed in turn (each point once: `done`). Not with a fixed --sim-requests."""
+    while req.sim_requests is None:
+        ok = [c for c in points if out[id(c)].passed and id(c) not in done]
+        if not ok:
+            return
+        c = max(ok, key=lambda c: (round(out[id(c)].tps_gpu, 6), c.sort_key()))
+        if out[id(c)].tps_gpu < max((out[id(d)].tps_gpu for d in points if id(d) in done and out[id(d)].passed),
+                                    default=0.0):
+            return
+        done.add(id(c))
+        out[id(c)] = Verified(c, confirm(plan_of(c), req.model, req.hw, req.workload, req.profile,
+                                         out[id(c)].check, req.slo, req.seed))
+
+
+def _max_rate(req, plan_of, c: Candidate, osl_p90: float, give_up_rps: float = 0.0, **kw) -> Check:
+    return max_rate(plan_of(c), req.model, req.hw, req.workload, req.profile,
+                    min(c.rate_rps, c.capacity_rps), req.slo, req.sim_requests, req.seed,
+                    first_probe(c, c.rate_rps, osl_p90), bound_rps=c.capacity_rps, give_up_rps=give_up_rps, **kw)
+
+
+def p90_output_length(workload: Workload) -> float:
+    """p90 output length of the workload's requests (for run lengths)."""
+    import numpy as np
+
+    from ..workload import make_requests
+
+    return float(np.percentile(make_requests(workload, min(workload.num_requests, 4000)).osl, 90))
+
+
+def first_probe(c: Candidate, rate: float, osl_p90: float) -> int:
+    """Requests of a first probe: a few estimated p90 E2E of arrivals."""
+    return first_requests(rate, c.ttft_p90_s + osl_p90 * c.tpot_s)
+
+
+def spread(items: list, k: int) -> list:
+    """At most k items spread evenly over the list (ends included)."""
+    if len(items) <= k:
+        return items
+    idx = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
+    return [items[i] for i in idx]
+
+

@@ -1,0 +1,78 @@
+"""The host fit (calibration/host_fit.py) recovers the host block that generated per-part records,
+through the cost model's own HostModel; records become steps the way the executor writes them."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from rackplan.calibration.host_fit import HostPredictor, fit_host_parts, host_steps, medians
+from rackplan.specs import HostParams, load_hardware, load_model
+
+pytestmark = pytest.mark.unit
+MODEL, HW = load_model("tiny-moe-mtp"), load_hardware("cpu-local")
+TRUE = HostParams(scheduler="central", schedule_step_s=120e-6, schedule_per_seq_s=9e-6, prepare_step_s=20e-6,
+                  prepare_per_seq_s=2e-6, prepare_per_token_s=0.5e-6, dp_sync_s=400e-6, dp_jitter=0.2,
+                  sample_step_s=5e-6, sample_per_seq_s=1e-6, sample_per_draft_s=3e-6, spec_sync_s=8e-6,
+                  output_step_s=15e-6, output_per_token_s=4e-6)
+
+
+def _records(sizes=(1, 2, 3, 4, 6, 8, 12, 16), dps=(1, 2), depths=(0, 1, 2), steps=6, noise=0.02, seed=0):
+    """Decode steps as the serving loop records them: the leader's parts once, the per-rank parts
+    per rank, priced by TRUE (each rank with `size` sequences) with lognormal noise."""
+    rng, out, pred = np.random.default_rng(seed), [], HostPredictor(MODEL, HW)
+    for dp in dps:
+        for depth in depths:
+            acc = 1.0 + 0.7 * depth
+            for b in sizes:
+                for k in range(steps):
+                    step = len(out)
+                    shape = {"batch": b, "tokens": b * (1 + depth), "tokens_emitted": b * acc, "spec_depth": depth,
+                             "seqs_global": b * dp, "tokens_global": b * dp * (1 + depth),
+                             "emitted_global": b * dp * acc, "instance": f"decode-dp{dp}"}
+                    recs = [dict(shape, dp_rank=r) for r in range(dp)]
+                    parts = None
+                    for r, shp in enumerate(recs):
+                        base = {"op": "", "role": "decode", "step": step, "rank": r, "instance_dp": dp,
+                                "source": "measured", "shape": shp, "_run": k % 2}
+                        if parts is None:
+                            parts = _parts(pred, base, recs)
+                        names = parts if r == 0 else ("host.prepare", "host.sample")
+                        out += [dict(base, op=n, seconds=parts[n] * float(np.exp(rng.normal(0, noise))))
+                                for n in names if n in parts]
+    return out
+
+
+def _parts(pred, base, recs):
+    (s,) = host_steps([dict(base, op="host.prepare", seconds=1.0, shape=shp, rank=i) for i, shp in enumerate(recs)])
+    parts = pred.parts(TRUE, s)
+    return {k: v for k, v in parts.items() if k != "host.api_server" and v > 0 and
+            not (k == "host.dp_sync" and s.dp == 1) and k != "host.launch"}
+
+
+def test_records_become_steps_with_every_rank_and_the_instance():
+    recs = _records(sizes=(4,), dps=(2,), depths=(1,), steps=1)
+    (s,) = host_steps(recs)
+    assert s.dp == 2 and s.depth == 1 and s.size == 4 and len(s.ranks) == 2
+    assert s.whole.seqs == 8 and s.whole.drafts == 8 and s.ranks[0].tokens == 8
+    assert set(s.parts) == {"host.schedule", "host.prepare", "host.sample", "host.output", "host.dp_sync"}
+
+
+def test_fit_recovers_the_generating_parts_and_holds_out_sizes():
+    steps = host_steps(_records())
+    assert all(s.steps == 6 for s in medians(steps))
+    fit = fit_host_parts(HostPredictor(MODEL, HW), steps, HostParams(), "decode", {3, 6, 12})
+    hp = fit.host
+    assert hp.scheduler == "central"
+    for name in ("schedule_step_s", "schedule_per_seq_s", "output_per_token_s", "dp_sync_s", "sample_per_draft_s",
+                 "spec_sync_s"):
+        assert getattr(hp, name) == pytest.approx(getattr(TRUE, name), rel=0.1), name
+    assert set(fit.held_error) == {"host.schedule", "host.prepare", "host.sample", "host.output", "host.dp_sync"}
+    assert max(fit.held_error.values()) < 3.0 and max(fit.fit_error.values()) < 3.0  # 2% noise
+    assert fit.points["host.schedule"] == (5 * 6, 3 * 6)  # 5 fit sizes x (dp, depth), 3 held out
+
+
+def test_a_part_without_enough_shapes_keeps_the_base():
+    steps = host_steps(_records(sizes=(1, 2), dps=(1,), depths=(0,)))
+    base = dataclasses.replace(HostParams(), output_step_s=7e-3)
+    fit = fit_host_parts(HostPredictor(MODEL, HW), steps, base, "decode")
+    assert fit.host.output_step_s == 7e-3 and "host.output" not in fit.fit_error

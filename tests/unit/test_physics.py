@@ -1,0 +1,293 @@
+"""Hand-derived checks of the cost-model physics (issue 14): dual-batch overlap, TP all-reduce and
+MoE tensor parallelism, FP8 attention and activation dtypes, the elementwise ops (RMSNorm, RoPE,
+quantisation, mHC), eager kernel gaps, V4.1's Engram and DSpark drafter, weight offload, memory
+fraction and pipeline stages. The arithmetic is in the comments; DeepEP's all-to-all copies are
+in test_golden_costs.py."""
+import dataclasses
+
+import pytest
+
+from rackplan.sim.cost import dbo
+from rackplan.sim.cost.memory import kv_capacity_tokens, offloaded_bytes, weight_bytes_per_rank
+from rackplan.sim.cost.step import CostContext, RankWork, Step, decode_step, prefill_step
+from rackplan.specs import DTYPE_BYTES, Layout, SpecError, Speculation, load_hardware, load_model, load_profile
+
+pytestmark = pytest.mark.unit
+PROF = load_profile("datasheet")
+V3, V41, V4 = load_model("deepseek-v3"), load_model("deepseek-v4.1-flash"), load_model("deepseek-v4-flash")
+H100, H200, GB300 = load_hardware("h100-sxm"), load_hardware("h200-sxm"), load_hardware("gb300-nvl72")
+
+
+def ops_of(cost) -> dict:
+    return {op.name: op for op in cost.ops}
+
+
+def mem(nbytes: float, bw: float) -> float:
+    """Datasheet streaming: bytes / (bw x 0.8 x bytes / (bytes + 1 MB)) + the 2 us kernel tail."""
+    return (nbytes + 1e6) / (bw * 0.8) + 2e-6
+
+
+# -- dual-batch overlap ---------------------------------------------------------------------------
+def stages(n, attn, ffn, disp, comb) -> dbo.Stages:
+    return dbo.Stages(0.0, attn * n, ffn * n, disp * n, comb * n, 0.0)
+
+
+def test_dbo_pipeline_compute_bound_hides_the_all_to_all():
+    # Per layer and micro-batch: attention 2, experts 2, dispatch 1, combine 1 (halves of a large
+    # batch). Layer 1 on the compute stream: A_a 0-2, A_b 2-4, E_a 4-6 (dispatch a 2-3), E_b 6-8
+    # (dispatch b 4-5); combines a 6-7, b 8-9: ends at 9. Layer 2 starts A_a at 8 (after E_b, combine
+    # a done at 7) and ends at 17: the period is 8 = 2 x (A + E), the network is hidden.
+    a = stages(58, 2.0, 2.0, 1.0, 1.0)
+    assert dbo.pipeline(a, a, 58, 0.0) == pytest.approx(9 + 8 * 57)
+    # the two halves back to back take 2 x 58 x 6 = 696; DBO realises 0.9 of the 231 saved
+    assert dbo.overlapped(a, a, 58, 0.0, 0.9) == pytest.approx(696 - 0.9 * (696 - 465))
+
+
+def test_dbo_pipeline_latency_bound_halves_are_slower_than_the_whole():
+    # Small batch: each half costs what the whole batch does (weights read again, all-to-all latency
+    # paid again): A 2, E 1, D 2, K 2 per layer, 7 for the unsplit layer. Layer 1 ends at 10 (A_a 0-2,
+    # A_b 2-4, D_a 2-4, D_b 4-6, E_a 4-5, E_b 6-7, K_a 6-8, K_b 8-10); from then on the network is
+    # the bottleneck: period 2 x (D + K) = 8 > 7, so DBO is slower than not splitting.
+    a = stages(10, 2.0, 1.0, 2.0, 2.0)
+    assert dbo.pipeline(a, a, 10, 0.0) == pytest.approx(10 + 8 * 9)
+    assert dbo.pipeline(a, a, 10, 0.0) > 7 * 10
+
+
+def test_dbo_comm_kernels_take_sms_from_overlapped_compute():
+    # DeepEP high-throughput kernels hold VLLM_DBO_COMM_SMS = 20 of H100's 132 SMs; low-latency none
+    assert dbo.comm_sm_share("high_throughput", H100) == pytest.approx(20 / 132)
+    assert dbo.comm_sm_share("low_latency", H100) == 0.0
+    # compute-bound pipeline above with share s: each micro-batch's attention is stretched by
+    # s x the other's combine, its experts by s x the other's dispatch: period 2 x (2 + 2 + 2s)
+    s = 20 / 132
+    a = stages(58, 2.0, 2.0, 1.0, 1.0)
+    assert dbo.pipeline(a, a, 58, s) == pytest.approx(9 + 4 * s + (8 + 4 * s) * 57)
+
+
+@pytest.mark.parametrize("batch,split", [(31, False), (32, True)])
+def test_dbo_splits_only_at_vllms_decode_threshold(batch, split):
+    # vLLM 0.33: --dbo-decode-token-threshold 32 (tokens per rank, every DP rank); MTP 1 doubles them
+    lay = Layout("decode", dp=8, dbo=True)
+    assert dbo.splits(lay, Step.uniform(8, RankWork(batch, batch * 1000.0)), 1.0) is split
+    assert dbo.splits(lay, Step.uniform(8, RankWork(16, 16000.0)), 2.0)  # 16 sequences x 2 tokens
+    uneven = Step((RankWork(256, 256000.0), RankWork(8, 8000.0)), (7, 1))  # one rank below: no split
+    assert not dbo.splits(lay, uneven, 1.0)
+
+
+def test_dbo_at_32_and_256_tokens_per_device_h100_ep72():
+    # SGLang 96 x H100 decode EP72: TBO -27% at 32 tokens per device and +25.5% at 256. The physics
+    # must give the sign: at 32 the halves cost nearly the whole, at 256 the all-to-all is hidden.
+    def ratio(b):
+        on, off = (decode_step(CostContext(V3, H100, Layout("decode", dp=72, dbo=d, max_batch_per_rank=256),
+                                           PROF), b, b * 2000.0).seconds for d in (True, False))
+        return off / on
+    assert ratio(32) < 0.95
+    assert ratio(256) > 1.1
+
+
+# -- tensor parallelism -----------------------------------------------------------------------------
+def test_tp4_allreduce_bytes_and_seconds_per_layer():
+    # V4.1 TP4 (dp 1), one sequence with 5 draft tokens: 6 tokens x 5120 x BF16 = 61,440 B per
+    # all-reduce; a ring moves 2 x 3/4 of it = 92,160 B per GPU; datasheet all-reduce efficiency
+    # 0.7 x 61,440 / (61,440 + 1 MB) of the 900 GB/s NVLink; twice per layer (attention, FFN).
+    lay = Layout("both", dp=1, tp=4, speculation=Speculation(5, 3.5))
+    cost = ops_of(decode_step(CostContext(V41, GB300, lay, PROF), 1, 9000.0))
+    tensor = 6 * 5120 * 2
+    eff = 0.7 * tensor / (tensor + 1e6)
+    per_layer = 2 * 3 / 4 * tensor / (900e9 * eff) + 2e-6
+    for name in ("attn.allreduce", "ffn.allreduce"):
+        assert cost[name].seconds == pytest.approx(per_layer * 40)
+    assert "moe.dispatch" not in cost  # every TP rank holds the tokens: experts need no all-to-all
+
+
+def test_moe_tensor_parallel_shards_every_expert():
+    # V3 TP8 without expert parallelism (vLLM -tp 8, no --enable-expert-parallel): a rank holds all
+    # 256 experts at 1/8 of their width. One token picks 8 experts: a rank reads 8 x 1/8 of an expert
+    # per layer (EP8 would read the 1 of its 32 the token hits, on average: 32 x (1 - (31/32)^... ) ).
+    ep_bytes = 3 * 7168 * 2048 * DTYPE_BYTES["fp8_block"]
+    tp = Layout("decode", dp=1, tp=8, expert_parallel=False)
+    assert tp.ep_size == 1 and tp.moe_tp == 8 and tp.tag == "TP8"
+    held = weight_bytes_per_rank(V3, tp)["routed_experts"]
+    assert held == pytest.approx(256 * ep_bytes * 58 / 8)
+    cost = ops_of(decode_step(CostContext(V3, H200, tp, PROF), 1, 2000.0))
+    hit = 256 * (1 - (1 - 8 / 256) ** 1)  # = 8 experts hit by one token
+    act = 8 * (2 * 7168 + 3 * 2048 / 8) * 2  # 8 token-expert pairs in and out, BF16
+    assert cost["moe.experts"].bytes == pytest.approx((hit * ep_bytes / 8 + act) * 58)
+    assert "moe.dispatch" not in cost and cost["ffn.allreduce"].seconds > 0
+    with pytest.raises(SpecError, match="expert_parallel"):
+        Layout("decode", dp=2, tp=4, expert_parallel=False)
+
+
+def test_ep_below_the_stage_shards_experts_the_rest_of_the_way():
+    # TP4 with ep = 2 (executor/topology.py's expert TP): 4 GPUs / EP 2 = each expert split 2 ways by
+    # its width; a rank holds 256 / 2 experts at half width = 64 expert-equivalents per MoE layer.
+    ep_bytes = 3 * 7168 * 2048 * DTYPE_BYTES["fp8_block"]
+    lay = Layout("decode", dp=1, tp=4, ep=2)
+    assert lay.ep_size == 2 and lay.moe_tp == 2
+    assert Layout("decode", dp=1, tp=4).moe_tp == 1 and Layout("decode", dp=8).moe_tp == 1
+    assert weight_bytes_per_rank(V3, lay)["routed_experts"] == pytest.approx(128 * ep_bytes * 58 / 2)
+
+
+# -- dtypes -------------------------------------------------------------------------------------------
+def test_fp8_attention_runs_at_the_fp8_peak():
+    # V3 prefill of one 4,096-token prompt on H200 is compute bound: FP8 attention math (FlashInfer /
+    # TRT-LLM FP8 MLA, FP8 KV cache) halves attn.core against the BF16 peak (1,979 vs 989 TFLOP/s).
+    fp8 = dataclasses.replace(V3, dtypes=dataclasses.replace(V3.dtypes, attention="fp8"))
+    lay = Layout("prefill", dp=1, tp=8)
+    bf = ops_of(prefill_step(CostContext(V3, H200, lay, PROF), [4096]))["attn.core"]
+    f8 = ops_of(prefill_step(CostContext(fp8, H200, lay, PROF), [4096]))["attn.core"]
+    assert f8.flops == bf.flops
+    assert (f8.seconds - 61 * 2e-6) == pytest.approx((bf.seconds - 61 * 2e-6) * 989 / 1979)
+    with pytest.raises(SpecError, match="attention"):  # FP8 attention reads an FP8 cache
+        dataclasses.replace(V3.dtypes, kv_cache="bf16", attention="fp8")
+
+
+def test_activation_dtype_sets_gemm_activation_traffic():
+    # attn.proj bytes at m tokens: weights + m (k + n) x activation bytes per GEMM, over 61 layers;
+    # FP32 activations add m (k + n) x 2 B per GEMM against BF16.
+    f32 = dataclasses.replace(V3, dtypes=dataclasses.replace(V3.dtypes, activations="fp32"))
+    lay, m = Layout("decode", dp=8), 64.0
+    proj = [(k, n) for _, k, n in V3.attention.projections(7168)]
+    b16 = ops_of(decode_step(CostContext(V3, H200, lay, PROF), m, m * 2000))["attn.proj"].bytes
+    b32 = ops_of(decode_step(CostContext(f32, H200, lay, PROF), m, m * 2000))["attn.proj"].bytes
+    assert b32 - b16 == pytest.approx(61 * sum(m * (k + n) * 2.0 for k, n in proj))
+
+
+# -- elementwise ops and kernel gaps ------------------------------------------------------------------------
+def test_norm_rope_quantize_bytes_v3_decode():
+    # 64 tokens per rank, BF16 activations, per layer:
+    # RMSNorm: 2 fused add+norms over 7168 (read x and residual, write both) + q_a (1536) and kv_a
+    #   (512) latent norms (read + write): 64 x 2 x (8 x 7168 + 2 x 2048) B
+    # RoPE: read + write the 64 rope dims of 128 query heads and one shared key: 2 x 64 x 2 x 64 x 129 B
+    # Quantise (FP8, one fp32 scale per row): layer input 7168, q_b 1536, kv_b 512, o 16384 on every
+    #   layer; the dense FFN's 7168 + 18432 on 3, the shared expert's 7168 + 2048 on 58.
+    lay, t = Layout("decode", dp=8), 64.0
+    cost = ops_of(decode_step(CostContext(V3, H200, lay, PROF), t, t * 2000))
+    assert cost["norm"].bytes == pytest.approx(61 * t * 2 * (8 * 7168 + 2 * 2048))
+    assert cost["rope"].bytes == pytest.approx(61 * 2 * t * 2 * 64 * 129)
+
+    def q(k):
+        return t * k * (2 + 1) + t * 4
+    want = 61 * sum(q(k) for k in (7168, 1536, 512, 16384)) + 3 * (q(7168) + q(18432)) + 58 * (q(7168) + q(2048))
+    assert cost["quantize"].bytes == pytest.approx(want)
+
+
+def test_mhc_bytes_v4_flash():
+    # V4's 4 residual streams: before attention and before the FFN, pre reads 4 streams and writes
+    # one (5 x T x 4096 x 2 B), post reads the output and 4 streams and writes 4 (9 x ...):
+    # 2 x 14 x 4096 x 2 = 229,376 B per token per layer, 43 layers.
+    cost = ops_of(prefill_step(CostContext(V4, GB300, Layout("prefill", dp=4), PROF), [4096]))
+    assert cost["mhc"].bytes == pytest.approx(4096 * 229_376 * 43)
+
+
+def test_eager_steps_pay_a_device_gap_per_kernel():
+    # prompt steps run without CUDA graphs (FULL_DECODE_ONLY): 2 us x 24 kernels x 61 layers idle
+    lay = Layout("prefill", dp=8)
+    cost = ops_of(prefill_step(CostContext(V3, H200, lay, PROF), [4096]))
+    assert cost["kernel.gaps"].seconds == pytest.approx(2e-6 * 24 * 61)
+    graphs = ops_of(decode_step(CostContext(V3, H200, Layout("decode", dp=8), PROF), 8, 8000.0))
+    assert "kernel.gaps" not in graphs
+
+
+# -- V4.1: Engram and the DSpark drafter ------------------------------------------------------------------
+def test_engram_rows_on_its_two_layers():
+    # V4.1 DEP64 decode, 128 tokens per rank: one 256-B row per token at each of the 2 Engram layers
+    # (not the 40 MoE layers); the tables are split over 64 ranks, so 63/64 of the rows come over
+    # NVLink (datasheet low-latency NVLink: 18 us + bytes / (900 GB/s x 0.55)), at once with the
+    # local HBM gather of the rest.
+    lay = Layout("decode", dp=64, max_batch_per_rank=128)
+    op = ops_of(decode_step(CostContext(V41, GB300, lay, PROF), 128, 128 * 9000.0))["engram"]
+    row = 128 * 256.0
+    remote = row * 63 / 64
+    per_layer = max(mem(row - remote, 8e12), 18e-6 + remote / (900e9 * 0.55))
+    assert op.bytes == pytest.approx(2 * row)
+    assert op.seconds == pytest.approx(2 * per_layer)
+
+
+def test_dspark_drafter_reads_its_rank_share_of_3_active_experts():
+    # V4.1 DEP64, 128 sequences per rank proposing 5-token blocks: 640 draft rows per rank, 40,960 in
+    # the EP group. Each of the 3 stages has 128 experts of 35.39M parameters split over 64 ranks: 2
+    # per rank, both hit (1 - (1 - 3/128)^40960 = 1). A stage reads its dense part (0.27B active -
+    # 3 x 35.39M = 0.164B) and those 2 experts, MXFP8 (1 + 1/32 B per parameter): 3 x 0.242 GB, not
+    # 14B of weights per pass.
+    lay = Layout("decode", dp=64, max_batch_per_rank=128, speculation=Speculation(5, 3.5))
+    op = ops_of(decode_step(CostContext(V41, GB300, lay, PROF), 128, 128 * 9000.0))["draft"]
+    wb = 1 + 1 / 32
+    weights = 3 * ((0.27e9 - 3 * 35.39e6) + 2 * 35.39e6) * wb
+    pairs = 40960 * 3 / 64  # token-expert pairs on a rank per stage
+    activations = 3 * (2 * 640 * 5120 * 2 + 3 * pairs * 5120 * 2)
+    assert op.bytes == pytest.approx(weights + activations)
+    assert op.bytes < 1e9  # the old pricing read 3 x 14.4 GB
+
+
+# -- memory: offload, memory fraction, pipeline stages ---------------------------------------------------
+def test_offloaded_weights_leave_hbm_and_stream_back():
+    # V4.1 DEP2 prefill on GB300 offloading 60 GB per GPU: 60 GB less in HBM; every forward streams
+    # it from host memory at 256 GB/s per GPU (Grace LPDDR5X shared by 2 GPUs), prefetched behind the
+    # compute, so a step takes max(compute, 60e9 / (256e9 x 0.8 x 60e9 / (60e9 + 1 MB))).
+    base = Layout("prefill", dp=2, max_tokens_per_step=16384)
+    off = dataclasses.replace(base, offload_gb=60.0)
+    assert offloaded_bytes(V41, off) == 60e9
+    cap_gain = kv_capacity_tokens(V41, GB300, off) - kv_capacity_tokens(V41, GB300, base)
+    assert cap_gain == pytest.approx(60e9 / V41.kv_bytes_per_token)
+    stream = (60e9 + 1e6) / (256e9 * 0.8)
+    cost = prefill_step(CostContext(V41, GB300, off, PROF), [2048])
+    # a short prompt: the stream is the step, + DEP2's DP collective that waits for it (sim/cost/host.py)
+    assert cost.seconds == pytest.approx(stream + cost.host.serial_s) and cost.host.serial_s == pytest.approx(50e-6)
+    assert ops_of(cost)["weights.offload"].seconds > 0
+    with pytest.raises(SpecError, match="offload_gb"):
+        from rackplan.sim.cost.memory import check_fits
+        check_fits(V3, load_hardware("cpu-local"), dataclasses.replace(Layout("decode", dp=1), offload_gb=1.0), "x")
+
+
+def test_gpu_memory_utilization_sets_the_kv_budget():
+    # vLLM --gpu-memory-utilization 0.9: KV = 0.9 x 141 GB - weights - a full step's activations
+    # (8192 tokens x 7168 x 32 B), in 35,136-B tokens
+    lay = Layout("decode", dp=8, gpu_memory_utilization=0.9)
+    weights = sum(weight_bytes_per_rank(V3, lay).values())
+    want = (0.9 * 141e9 - weights - 8192 * 7168 * 32.0) / 35_136
+    assert kv_capacity_tokens(V3, H200, lay) == pytest.approx(want)
+
+
+def test_pipeline_stages_hold_half_the_layers_and_pass_activations():
+    # TP8 x PP2 on 16 H200: a GPU holds 61/2 layers' weights and KV, and one of embedding / head; a
+    # step runs each stage's micro-batch of half the sequences and hands activations on once
+    # (32 tokens x 7168 x 2 B over NVLink).
+    pp = Layout("decode", dp=1, tp=8, pp=2)
+    one = Layout("decode", dp=1, tp=8)
+    assert pp.gpus == 16 and pp.tag == "TP8-EP8-PP2"
+    w1, w2 = weight_bytes_per_rank(V3, one), weight_bytes_per_rank(V3, pp)
+    assert w2["attention"] == pytest.approx(w1["attention"] / 2)
+    assert w2["embed_head"] == pytest.approx(w1["embed_head"] / 2)
+    cost = ops_of(decode_step(CostContext(V3, H200, pp, PROF), 64, 64 * 2000.0))
+    send = 32 * 7168 * 2
+    assert cost["pp.send"].seconds == pytest.approx((send + 1e6) / (450e9 * 0.8) + 2e-6)
+    half = ops_of(decode_step(CostContext(V3, H200, one, PROF), 32, 32 * 2000.0))
+    assert cost["attn.core"].seconds == pytest.approx(half["attn.core"].seconds)
+
+
+# -- per-step routing imbalance (issue 14, item 4) ---------------------------------------------------------
+def test_step_imbalance_is_drawn_around_the_mean_with_its_spread():
+    # V3 DEP8 decode, skew 0.6 without EPLB: a step's max/mean expert load averages 58 layers, so it
+    # varies by the per-layer spread / sqrt(58); the simulator's pricer draws it per step (seeded):
+    # over many draws of one state the mean is the planner's price and the spread the priced slope.
+    import numpy as np
+
+    from rackplan.sim.pricer import StepPricer
+
+    cx = CostContext(V3, H200, Layout("decode", dp=8, max_batch_per_rank=256), PROF, 0.6)
+    sm = cx.step_model
+    t = 8 * 256
+    f0 = sm.imbalance(t)
+    assert sm.imbalance_at(t, 58, 1.0) == pytest.approx(f0 + sm.imbalance.spread(t) / 58 ** 0.5)
+    step = Step.uniform(8, RankWork(256, 256 * 700.0))
+    p0, slope = sm.period_spread(step)
+    assert p0 == sm.period(step) and slope == pytest.approx(sm.period(step, 1.0) - p0) and slope > 0
+    pr = StepPricer(cx, np.random.default_rng(0))
+    ones = np.ones(8)
+    draws = np.array([pr.decode(ones * 256, ones * 256 * 700.0) for _ in range(4000)])
+    exact = StepPricer(cx).decode(ones * 256, ones * 256 * 700.0)  # no generator: the mean, every call
+    assert draws.mean() == pytest.approx(exact, rel=2e-4)
+    assert draws.std() == pytest.approx(slope, rel=0.06)  # a standard normal (truncated at 3 sigma)
+    again = StepPricer(cx, np.random.default_rng(0))
+    assert [again.decode(ones * 256, ones * 256 * 700.0) for _ in range(5)] == list(draws[:5])
