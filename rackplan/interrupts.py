@@ -21,8 +21,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP received: unwinds like Ctrl-C; `exit_code` is 128 + the signal."""
 
     def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.exit_code = 128 + signum
+        super().__init__(int(signum))  # args = (signum,): rebuilt as type(exc)(*exc.args), as SimPy does
+        self.exit_code = 128 + int(signum)
+
+    def __str__(self) -> str:
+        return signal.Signals(self.args[0]).name
 
 
 def _raise(signum, _frame):

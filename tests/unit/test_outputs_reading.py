@@ -99,3 +99,11 @@ def test_a_profile_is_loaded_back_before_it_lands(tmp_path):
     with pytest.raises(SpecError, match="does not load back"):
         write_spec(bad, tmp_path / "bad.yaml", "profiles")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.yaml"]
+
+
+def test_terminated_survives_being_rebuilt_from_its_args():
+    from rackplan.interrupts import Terminated
+
+    exc = Terminated(15)
+    again = type(exc)(*exc.args)  # SimPy re-raises an exception from inside a process this way
+    assert isinstance(again, KeyboardInterrupt) and again.exit_code == 143 and str(again) == "SIGTERM"
