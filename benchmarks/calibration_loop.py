@@ -123,14 +123,14 @@ def main(argv=None) -> int:
             skip = ["--skip-prefill"] if label.startswith("decode") else \
                 ["--skip-decode", "--step-gap", str(gap)] if gap else []
             wait_quiet(cfg["quiet_s"])
-            sh(RACKPLAN + ["execute", "--plan", str(path), "--device", "cpu", "--out", str(run),
+            sh(RACKPLAN + ["execute", "--force", "--plan", str(path), "--device", "cpu", "--out", str(run),
                            "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])
             runs.append(run)
     # engine-loop overhead per tick (host.schedule_step_s) is fitted on a serving run of another workload
     # (tiny-chunked, closed loop) and validated on the plan's own workload below
     loop_run = out / "serve-fit"
     wait_quiet(cfg["quiet_s"])
-    sh(RACKPLAN + ["execute", "--plan", args.plan, "--device", "cpu", "--out", str(loop_run),
+    sh(RACKPLAN + ["execute", "--force", "--plan", args.plan, "--device", "cpu", "--out", str(loop_run),
                    "--workload", "tiny-chunked"])
     prof = Path(args.profile_out or out / "cpu-local.yaml")
     hold = [x for h in cfg["holdout"] for x in ("--holdout", h)]
@@ -141,8 +141,8 @@ def main(argv=None) -> int:
     for rep in range(cfg["serve_repeats"]):
         serve = out / f"serve-r{rep}"
         wait_quiet(cfg["quiet_s"])
-        sh(RACKPLAN + ["execute", "--plan", args.plan, "--device", "cpu", "--out", str(serve), "--seed", str(rep),
-                       "--workload", load_plan(args.plan).workload or "tiny-chat"])
+        sh(RACKPLAN + ["execute", "--force", "--plan", args.plan, "--device", "cpu", "--out", str(serve),
+                       "--seed", str(rep), "--workload", load_plan(args.plan).workload or "tiny-chat"])
         serves += ["--measurements", str(serve)]
     report = out / "validate.json"
     cmd = RACKPLAN + ["validate", "--plan", args.plan, *meas, *serves, "--profile", str(prof)]

@@ -49,7 +49,7 @@ def run_rackplan(workers: int, args: list[str] | None = None) -> dict:
                 "--workload", CASE["workload"], "--ttft-p90", CASE["ttft"], "--tpot-p90", CASE["tpot"]]
     with tempfile.TemporaryDirectory() as d:
         cmd = [sys.executable, "-m", "rackplan.cli", "plan"] + args + ["--out", f"{d}/plan.yaml", "--workers",
-                                                                       str(workers), "--json", "--quiet"]
+                                                                       str(workers), "--json", "--quiet", "--timings"]
         wall, cpu, proc = timed(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"rackplan failed ({proc.returncode}): {proc.stderr[-2000:]}")

@@ -20,6 +20,7 @@ fit is reported beside it (see `A2AFit.floor_s`).
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,8 @@ import numpy as np
 
 from rackplan.sim.cost.alltoall import a2a_seconds, bytes_per_token
 from rackplan.sim.cost.moe import holder_hit_probability
-from rackplan.specs import A2AParams, HardwareSpec, Layout, ModelSpec, Profile, SpecError, load_model
+from rackplan.specs import DTYPE_BYTES, A2AParams, HardwareSpec, Layout, ModelSpec, Profile, SpecError, load_model
+from rackplan.specs.reading import number
 
 from .io import read_table
 from .robust import fit_relative
@@ -71,13 +73,22 @@ def read_points(path: str | Path, model: ModelSpec) -> list[A2APoint]:
         for key in ("kernel", "ep", "phase", "tokens", "dtype"):
             if key not in r or r[key] == "":
                 raise SpecError(where, key, "a value")
+        for key, kind in (("kernel", "kernel"), ("phase", "phase")):
+            allowed = typing.get_args(typing.get_type_hints(A2AParams)[kind])
+            if r[key] not in allowed:
+                raise SpecError(where, key, "one of " + ", ".join(allowed), r[key])
+        r["ep"] = number(r["ep"], where, "ep", lo=1, integer=True)
+        r["tokens"] = number(r["tokens"], where, "tokens", lo=0, lo_open=True)
+        if r["dtype"] not in DTYPE_BYTES:
+            raise SpecError(where, "dtype", "one of " + ", ".join(DTYPE_BYTES), r["dtype"])
         lat = r.get("latency_us")
-        if isinstance(lat, (int, float)):
-            sec = lat * 1e-6
+        if lat not in (None, ""):
+            sec = number(lat, where, "latency_us", lo=0, lo_open=True) * 1e-6
         else:
             bw = r.get("bandwidth_gbps")
-            if not isinstance(bw, (int, float)):
+            if bw in (None, ""):
                 raise SpecError(where, "latency_us", "a latency or a bandwidth_gbps")
+            bw = number(bw, where, "bandwidth_gbps", lo=0, lo_open=True)
             m = _with_dtype(model, r["dtype"])
             copies = logical_copies(model, int(r["ep"]))
             sec = r["tokens"] * copies * bytes_per_token(m, r["dtype"]) / (bw * 1e9)
@@ -181,7 +192,7 @@ def _prior_entries(groups: dict, prior: Profile) -> list[A2AParams]:
         for lk in ("nvlink", "scaleout"):
             try:
                 base = prior.a2a_params(kernel, lk, 8, phase)
-            except KeyError:
+            except SpecError:  # the prior has no entry for this kernel and link
                 base = A2AParams(kernel=kernel, link=lk, alpha_s=20e-6, bw_eff=0.8)
             out.append(dataclasses.replace(base, kernel=kernel, link=lk, phase=phase, ep=None))
     return list({(e.kernel, e.link, e.phase): e for e in out}.values())

@@ -84,10 +84,12 @@ def _arrays(path, data: dict) -> dict[str, np.ndarray]:
         if not isinstance(v, list) or not v:
             raise SpecError(str(path), key, "a per-request list (run vllm bench serve with --save-result "
                             "--save-detailed)", "missing" if v is None else type(v).__name__)
-        try:
-            out[key] = np.asarray(v, float)
-        except (TypeError, ValueError):
-            raise SpecError(str(path), key, "numbers", str(v[:3])) from None
+        bad = next((x for x in v if isinstance(x, bool) or not isinstance(x, (int, float))), None)
+        if bad is not None:
+            raise SpecError(str(path), key, "a list of numbers", bad)
+        out[key] = np.asarray(v, float)
+        if key in ("input_lens", "output_lens") and not np.all((out[key] >= 0) & (out[key] == np.round(out[key]))):
+            raise SpecError(str(path), key, "whole token counts >= 0", str(v[:3]))
     n = {len(a) for a in out.values()}
     if len(n) > 1:
         raise SpecError(str(path), "input_lens", "per-request lists of one length", sorted(n))
@@ -102,20 +104,16 @@ def _finite_rate(rate) -> bool:
 def read_summary(path: str | Path, plan: Plan) -> dict:
     """io.read_vllm_bench's summary of a bench result JSON of `plan` (SpecError on another model's or
     another plan's run); its "detailed" says whether per-request data is there for read_bench."""
-    import json
-
     summary = io.read_vllm_bench(path)
-    _check_model(path, json.loads(Path(path).read_text()), plan)
+    _check_model(path, io.bench_json(path), plan)
     return summary
 
 
 def read_bench(path: str | Path, plan: Plan) -> Bench:
     """The successful requests of a bench result JSON of `plan`; SpecError on another model, another
     plan's run, missing detailed fields or no successful request."""
-    import json
-
     summary = io.read_vllm_bench(path)
-    data = json.loads(Path(path).read_text())
+    data = io.bench_json(path)
     _check_model(path, data, plan)
     a = _arrays(path, data)
     n = len(a["ttfts"])

@@ -23,7 +23,9 @@ import dataclasses
 import datetime as dt
 import json
 
-from rackplan.specs import SpecError, dump_yaml, load_hardware, load_model, load_plan, load_profile, plan_hash
+from rackplan.args import check_writable
+from rackplan.outputs import write_spec
+from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, plan_hash
 
 from . import io
 
@@ -48,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="name of the written profile (default: from --out)")
     p.add_argument("--out", help="profile YAML to write")
     p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
-    p.add_argument("--device", default="cpu", help="device for --microbench (cpu or cuda)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device for --microbench (cpu or cuda)")
     p.add_argument("--out-hardware", help="hardware YAML to write from --microbench")
     p.add_argument("--op-database", metavar="SYSTEM",
                    help="fit a measured profile from aiconfigurator-core's per-op tables of SYSTEM (gb300, h200_sxm)")
@@ -73,6 +75,9 @@ def parse_holdout(items: list[str]) -> dict[str, set[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag, path in (("--out", args.out), ("--out-hardware", args.out_hardware)):
+        if path:
+            check_writable(flag, path)  # before any input is read or fitted
     if args.op_database:
         from .opdb_command import run_op_database
 
@@ -88,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.out:
             raise SpecError("calibrate", "--out", "a profile YAML path to write")
         prof, summary = build_profile(args)
-        dump_yaml(prof, args.out, header=f"# Fitted by `rackplan calibrate` on {dt.date.today()}; "
+        write_spec(prof, args.out, "profiles", header=f"# Fitted by `rackplan calibrate` on {dt.date.today()}; "
                                           "provenance and fit error (MAPE %) below.\n")
         result["profile"] = {"out": args.out, **summary}
     _print(result, args.json)
@@ -272,7 +277,7 @@ def _microbench(args) -> dict:
     if args.out_hardware:
         base = load_hardware(args.hardware or "cpu-local")
         hw, header = microbench.hardware_yaml(meas, base, dt.date.today().isoformat())
-        dump_yaml(hw, args.out_hardware, header=header)
+        write_spec(hw, args.out_hardware, "hardware", header=header)
         out["out"] = args.out_hardware
     return out
 

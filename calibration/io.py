@@ -5,15 +5,14 @@ Every reader turns bad input into one SpecError naming the file and field, so `c
 """
 from __future__ import annotations
 
-import csv
 import datetime as _dt
 import hashlib
-import json
 import math
 import platform
 from pathlib import Path
 
 from rackplan.specs import SpecError
+from rackplan.specs.reading import number, read_csv, read_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -37,18 +36,14 @@ def measurement_file(path: str | Path) -> Path:
 
 def read_table(path: str | Path) -> list[dict]:
     """Rows of a reference CSV ('#' lines are comments naming the source); numbers become floats."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(str(path), "(file)", "an existing CSV table")
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    rows = []
-    for i, row in enumerate(csv.DictReader(lines), 1):
-        out = {}
-        for key, val in row.items():
-            if key is None or val is None:
-                raise SpecError(f"{path}:row {i}", "(columns)", "as many values as header columns")
-            out[key] = _number(val)
-        rows.append(out)
+    rows, header = [], None
+    for where, cells in read_csv(path, "CSV table", comments=True):
+        if header is None:
+            header = [c.strip() for c in cells]
+            continue
+        if len(cells) != len(header):
+            raise SpecError(where, "(columns)", f"as many values as header columns ({len(header)})", len(cells))
+        rows.append({k: _number(v) for k, v in zip(header, cells)})
     if not rows:
         raise SpecError(str(path), "(file)", "at least one data row")
     return rows
@@ -61,19 +56,20 @@ def _number(text: str):
     except ValueError:
         pass
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return text
+    return value if math.isfinite(value) else text  # 'inf' / 'nan' stay text: a number field refuses them
+
+
+BENCH_COUNTS = ("num_prompts", "completed", "failed", "total_input_tokens", "total_output_tokens")
 
 
 def read_vllm_bench(path: str | Path) -> dict:
     """Summary of a `vllm bench serve --save-result` JSON: throughput, TTFT and TPOT (seconds), the
     load (request rate or max concurrency) and whatever serving flags were saved beside it."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        raise SpecError(str(path), "(file)", "a vllm bench serve result JSON") from None
+    data = bench_json(path)
     out = {"source": str(path), "sha256": file_sha256(path)}
     for key in ("request_throughput", "output_throughput", "total_token_throughput"):
         out[key] = _finite(data, key, path, required=key == "output_throughput")
@@ -82,6 +78,14 @@ def read_vllm_bench(path: str | Path) -> dict:
             v = _finite(data, f"{stat}_{metric}_ms", path)
             if v is not None:
                 out[f"{metric}_{stat}_s"] = v / 1e3
+    for key in BENCH_COUNTS:
+        if data.get(key) is not None:
+            number(data[key], str(path), key, lo=0, integer=True)
+    if data.get("max_concurrency") is not None:
+        number(data["max_concurrency"], str(path), "max_concurrency", lo=1, integer=True)
+    rate = data.get("request_rate")
+    if rate is not None and rate != "inf" and not (isinstance(rate, float) and rate == math.inf):
+        number(rate, str(path), "request_rate", lo=0, lo_open=True)
     for key in ("request_rate", "max_concurrency", "num_prompts", "completed", "model_id", "backend",
                 "total_input_tokens", "total_output_tokens", "burstiness"):
         if key in data:
@@ -92,15 +96,20 @@ def read_vllm_bench(path: str | Path) -> dict:
     return out
 
 
+def bench_json(path: str | Path) -> dict:
+    """The JSON object of a vllm bench serve result (an unthrottled run's request_rate may be inf)."""
+    data = read_json(path, "vllm bench serve result JSON", finite=False)
+    if not isinstance(data, dict):
+        raise SpecError(str(path), "(top level)", "a vllm bench serve result (a JSON object)", type(data).__name__)
+    return data
+
+
 def _finite(data: dict, key: str, path: Path, required: bool = False):
     if key not in data:
         if required:
             raise SpecError(str(path), key, "a number (missing)")
         return None
-    v = data[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise SpecError(str(path), key, "a finite number >= 0", v)
-    return float(v)
+    return number(data[key], str(path), key, lo=0)
 
 
 def software_versions() -> dict[str, str]:

@@ -111,7 +111,7 @@ def _table_at(folder: Path, version: str, name: str, op: str) -> Table | None:
         return Table(name, op, version, path)
     reuse = folder / version / "reuse.yaml"
     if reuse.is_file():
-        from rackplan.specs.fields import read_yaml
+        from rackplan.specs.reading import read_yaml
 
         for item in read_yaml(reuse).get("reuse") or []:
             src = folder / str(item.get("from_version", "")) / f"{name}.parquet"
@@ -124,19 +124,10 @@ def read(table: Table) -> dict[str, np.ndarray]:
     """The table's needed columns as numpy arrays, latency converted to seconds (`seconds`); rows
     whose latency is not a finite positive number are dropped. An unreadable (corrupt, truncated)
     file or a missing column is a SpecError naming the file."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise SpecError("--op-database", "pyarrow", "installed (pip install 'rackplan[opdb]')") from None
+    from rackplan.specs.reading import read_parquet
+
     columns = TABLES[table.name][1]
-    try:
-        data = pq.read_table(table.path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError for corrupt files
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecError(str(table.path), "(parquet)", "a readable parquet table", reason) from None
-    missing = [c for c in columns if c not in data.column_names]
-    if missing:
-        raise SpecError(str(table.path), missing[0], f"a column of {table.name} (needs {', '.join(columns)})")
+    data = read_parquet(table.path, columns)
     cols = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False)) for c in columns}
     try:
         sec = cols.pop("latency").astype(float) * SECONDS_PER_UNIT.get(table.name, 1e-3)

@@ -1,13 +1,14 @@
 """`rackplan calibrate --op-database SYSTEM ...`: fit, print the per-class error table, write the profile.
 
-Nothing is written unless every table reads and every fit succeeds (dump_yaml replaces atomically).
+Nothing is written unless every table reads and every fit succeeds (outputs.write_spec: loaded back, then renamed).
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
 
-from rackplan.specs import SpecError, dump_yaml, load_hardware, load_profile
+from rackplan.outputs import write_spec
+from rackplan.specs import SpecError, load_hardware, load_profile
 
 from .opdb_import import compact, import_profile, summary_rows
 
@@ -31,10 +32,11 @@ def run_op_database(args) -> int:
     cmd = (f"rackplan calibrate --op-database {args.op_database} --framework {args.framework}"
            + (f" --version {args.version}" if args.version else "") + f" --hardware {hw.name} --base {base.name}")
     src = prof.provenance["source"]
-    dump_yaml(compact(prof), args.out, flow_leaves=True,
-              header=f"# Measured profile: `{cmd}` on {dt.date.today()},\n# from the per-op tables of {src['package']} "
-              f"{src['version']}. fit_error: MAPE % per op class on held-out rows;\n# provenance.classes: the rows "
-              "and tables of each class; fallbacks: where what is not fitted comes from.\n")
+    write_spec(compact(prof), args.out, "profiles", flow_leaves=True,
+               header=f"# Measured profile: `{cmd}` on {dt.date.today()},\n# from the per-op tables of "
+               f"{src['package']} {src['version']}. fit_error: MAPE % per op class on held-out rows;\n"
+               "# provenance.classes: the rows and tables of each class; fallbacks: where what is not fitted "
+               "comes from.\n")
     if args.json:
         print(json.dumps({"out": args.out, "classes": rows}, indent=2))
     else:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 
+from rackplan.args import non_negative_float
 from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, resolve_profile
 
 from . import io
@@ -44,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", help="hardware of the op-database tables")
     p.add_argument("--vllm-bench", action="append", default=[],
                    help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable)")
-    p.add_argument("--max-mape", type=float, help="exit 1 when a gated MAPE (%%) is above this")
+    p.add_argument("--max-mape", type=non_negative_float, help="exit 1 when a gated MAPE (%%) is above this")
     p.add_argument("--raw-ops", action="store_true",
                    help="predict without the profile's per-op terms (op_scale, op_fixed): the shared curves alone")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -77,13 +79,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(rep, prof.name, not args.raw_ops)
     if args.max_mape is not None:
-        over = {k: v for k, v in gated.items() if v > args.max_mape}
+        over = gate(gated, args.max_mape)
         if over:
-            worst = max(over, key=over.get)
-            print(f"validate: FAIL {len(over)} MAPE(s) above {args.max_mape}% (worst {worst}: {over[worst]:.1f}%)")
+            worst = max(over, key=lambda k: math.inf if math.isnan(over[k]) else over[k])
+            print(f"validate: FAIL {len(over)} MAPE(s) above {args.max_mape}% or not a number "
+                  f"(worst {worst}: {over[worst]:.1f}%)")
+            return 1
+        if not gated:
+            print("validate: FAIL no gated MAPE to check")
             return 1
         print(f"validate: OK every gated MAPE <= {args.max_mape}%")
     return 0
+
+
+def gate(gated: dict[str, float], max_mape: float) -> dict[str, float]:
+    """The gated MAPEs that fail: above `max_mape`, or NaN (an error that could not be measured is
+    a failure, never a pass)."""
+    return {k: v for k, v in gated.items() if not v <= max_mape}
 
 
 def _vllm_bench(plan, paths: list[str], prof) -> dict[str, float]:

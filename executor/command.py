@@ -20,27 +20,32 @@ import sys
 import time
 from pathlib import Path
 
+from rackplan.args import non_negative_float, non_negative_int, positive_float, positive_int, probability
+
+RUN_FILES = ("measurements.jsonl", "expert_counts.jsonl")  # what a run writes into --out
+
 
 def add_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan YAML (path or name under configs/plans)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo ranks; cuda: NCCL")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per instance (after --warmup; "
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps per instance (after --warmup; "
                    "not used in serving mode)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    p.add_argument("--step-gap", type=float, default=0.0, metavar="S",
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed steps first")
+    p.add_argument("--step-gap", type=non_negative_float, default=0.0, metavar="S",
                    help="idle seconds before each benchmark step, as a lightly loaded instance waits for "
                    "arrivals between steps (cold caches make such steps slower); default 0")
     p.add_argument("--workload", help="serving mode: run this workload's requests (path or name under "
                    "configs/workloads) through prefill -> KV hand-off -> decode")
-    p.add_argument("--requests", type=int, help="serving mode: at most this many requests (default: the "
+    p.add_argument("--requests", type=positive_int, help="serving mode: at most this many requests (default: the "
                    "workload's num_requests)")
     p.add_argument("--out", required=True, help="output folder for measurements.jsonl (serving mode also "
                    "writes expert_counts.jsonl)")
-    p.add_argument("--ranks", type=int, help="world size (default: the largest that the plan and machine allow)")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and routing")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before the run is killed")
-    p.add_argument("--max-dense-layers", type=int, help="run at most this many dense layers (replays)")
-    p.add_argument("--max-moe-layers", type=int, help="run at most this many MoE layers (replays)")
+    p.add_argument("--ranks", type=positive_int,
+                   help="world size (default: the largest that the plan and machine allow)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of weights, batches and routing")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds before the run is killed")
+    p.add_argument("--max-dense-layers", type=positive_int, help="run at most this many dense layers (replays)")
+    p.add_argument("--max-moe-layers", type=positive_int, help="run at most this many MoE layers (replays)")
     p.add_argument("--skip-prefill", action="store_true", help="benchmark mode: run only the decode instances")
     p.add_argument("--skip-decode", action="store_true", help="benchmark mode: run only the prefill instances")
     p.add_argument("--model", help="run the plan's layouts on this model's shapes instead of the plan's model "
@@ -48,11 +53,13 @@ def add_arguments(p) -> None:
                    "has none)")
     p.add_argument("--expert-counts", help="EPLB placement from this recorded expert_counts.jsonl instead of "
                    "the workload's routing skew")
-    p.add_argument("--acceptance-rate", type=float, help="speculation: probability each draft token is kept "
+    p.add_argument("--acceptance-rate", type=probability, help="speculation: probability each draft token is kept "
                    "(default: the rate giving the plan's acceptance_length; random weights accept nothing)")
     p.add_argument("--no-cuda-graphs", action="store_true", help="skip the CUDA-graph decode timing")
     p.add_argument("--no-fp8", action="store_true", help="GPU: keep every weight in bf16 (default: the spec's "
                    "8-bit or narrower weights run as FP8 through torch._scaled_mm on sm89+)")
+    p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier run")
+    p.add_argument("--timings", action="store_true", help="add the run's wall time to the --json summary")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
 
 
@@ -73,25 +80,9 @@ def default_world(plan, device: str, serving: bool) -> int:
 
 
 def run(args) -> int:
-    from rackplan.specs import SpecError, load_plan, load_workload
-    plan = load_plan(args.plan)
-    if args.workload:
-        _check_serving(plan, load_workload(args.workload), args)
-    if args.step_gap < 0:
-        raise SpecError("execute", "--step-gap", "seconds >= 0", args.step_gap)
-    for name in ("steps", "ranks", "timeout", "requests"):
-        val = getattr(args, name)
-        if val is not None and val <= 0:
-            raise SpecError("execute", f"--{name}", "a positive number", val)
-    import torch
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
-    if args.acceptance_rate is not None and not 0.0 <= args.acceptance_rate <= 1.0:
-        raise SpecError("execute", "--acceptance-rate", "a probability in [0, 1]", args.acceptance_rate)
-    if args.model:
-        from rackplan.specs import load_model
-        load_model(args.model)  # an unknown model fails here, not in every rank
+    plan = load_plan_checked(args)
     cfg = _config(args, plan)
+    out = Path(args.out)
     t0 = time.perf_counter()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         records = _run_torchrun(cfg)
@@ -105,7 +96,46 @@ def run(args) -> int:
         except RunFailed as exc:
             print(f"rackplan execute: {exc}", file=sys.stderr)
             return 1
-    return _report(records, Path(args.out), time.perf_counter() - t0, args.json)
+    return _report(records, out, time.perf_counter() - t0, args.json, args.timings, args.force)
+
+
+def load_plan_checked(args):
+    """The plan, with every argument and the whole plan checked before any rank starts: the
+    simulator's plan checks (HBM fit, experts over EP ranks), TP widths of the model that runs,
+    --ranks against the plan's instances, the output folder."""
+    from rackplan.outputs import prepare_folder
+    from rackplan.sim.simulator import validate_plan
+    from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload
+    prepare_folder(args.out, "--out", args.force, owned=RUN_FILES)
+    plan = load_plan(args.plan)
+    validate_plan(plan, load_model(plan.model), load_hardware(plan.hardware))
+    runs = load_model(args.model) if args.model else load_model(plan.model)  # an unknown model fails here
+    from .topology import benchmark_instances
+    from .tp import check_shardable
+    insts = benchmark_instances(plan)
+    for inst in insts:
+        lay = inst.layout
+        check_shardable(runs, lay.tp, lay.gpus // lay.ep_size, f"model {runs.name} ({inst.name})")
+    if args.workload:
+        _check_serving(plan, load_workload(args.workload), args)
+    elif args.ranks is not None:
+        most = max(i.layout.gpus for i in insts)
+        if args.ranks > most:
+            raise SpecError("execute", "--ranks", f"at most {most}, the largest instance of plan {plan.name}",
+                            args.ranks)
+        for inst in insts:
+            skipped = args.skip_prefill and inst.role == "prefill" or args.skip_decode and inst.role == "decode"
+            if inst.layout.tp > 1 and inst.layout.gpus > args.ranks and not skipped:
+                raise SpecError("execute", "--ranks", f"at least {inst.layout.gpus} for the TP instance "
+                                f"{inst.name} (a TP instance is not replayed)", args.ranks)
+    if args.expert_counts:
+        from rackplan.sim.routing import read_expert_trace
+        read_expert_trace(args.expert_counts)  # a missing or corrupt trace fails here, not in every rank
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    return plan
 
 
 def _check_serving(plan, workload, args) -> None:
@@ -167,18 +197,25 @@ def _run_torchrun(cfg):
     return records if rank == 0 else None
 
 
-def _report(records: list[dict], out: Path, wall_s: float, as_json: bool) -> int:
+def _report(records: list[dict], out: Path, wall_s: float, as_json: bool, timings: bool = False,
+            force: bool = False) -> int:
+    from rackplan.outputs import Outputs
+
     from .records import summary_table, write_jsonl
     from .schema import read_measurements
     trace = [r for r in records if r.get("kind") == "expert_counts"]
     records = [r for r in records if r.get("kind") != "expert_counts"]
     path = out / "measurements.jsonl"
-    write_jsonl(records, path)
-    if trace:
-        write_jsonl(trace, out / "expert_counts.jsonl")
-    read_measurements(path)  # the schema check calibration will run
+    with Outputs() as staged:  # the run folder appears whole (measurements + expert counts) or not at all
+        folder = staged.folder(out, replace=force)
+        write_jsonl(records, folder / path.name)
+        if trace:
+            write_jsonl(trace, folder / "expert_counts.jsonl")
+        read_measurements(folder / path.name)  # the schema check calibration will run
     if as_json:
-        summary = {"out": str(path), "records": len(records), "wall_s": round(wall_s, 3)}
+        summary = {"out": str(path), "records": len(records)}
+        if timings:
+            summary["wall_s"] = round(wall_s, 3)
         reqs = [r for r in records if r["op"] == "request"]
         if reqs:
             import numpy as np
@@ -190,5 +227,7 @@ def _report(records: list[dict], out: Path, wall_s: float, as_json: bool) -> int
         print(json.dumps(summary))
     else:
         print(summary_table(records))
-        print(f"{len(records)} records -> {path} ({wall_s:.1f} s)")
+        print(f"{len(records)} records -> {path}")
+        if timings:
+            print(f"timings: {wall_s:.1f} s wall", file=sys.stderr)
     return 0

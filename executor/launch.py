@@ -1,11 +1,18 @@
 """Local launcher: one process per rank (fork on CPU, spawn on CUDA), a parent that watches them.
 
 Ranks meet through a TCPStore the parent serves on a free loopback port (a private temp folder
-holds the records and error files), with an explicit collective timeout.
+holds the records, error and heartbeat files), with an explicit collective timeout.
 The parent waits on the children's sentinels: the first rank to raise or die (a signal, e.g.
 SIGKILL) fails the run at once, with a message naming the rank and the reason; the others are
-terminated (SIGTERM, then SIGKILL) and joined, so no process outlives `execute`. A run that
-exceeds its timeout is killed the same way, naming the ranks still running.
+terminated (SIGTERM, then SIGKILL) and joined, so no process outlives `execute`. A rank whose
+heartbeat (a file it touches every HEARTBEAT_S from a thread) goes stale - stopped (SIGSTOP),
+swapped out, deadlocked in C - is named and the run fails well inside the collective timeout.
+A run that exceeds its timeout is killed the same way, naming the ranks still running.
+
+Every exit path cleans up: the parent's `finally` stops the ranks and removes the temp folder
+(SIGTERM / SIGHUP unwind to it, rackplan/interrupts.py); each rank asks the kernel to SIGKILL it
+when the parent dies; and a watchdog process (reaper.py) removes the temp folder and kills the
+ranks if the parent is killed outright (SIGKILL).
 """
 from __future__ import annotations
 
@@ -13,23 +20,55 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from rackplan.interrupts import HELD, child_defaults, die_with_parent, signals_held
+
 GRACE_S = 3.0  # SIGTERM -> SIGKILL
+HEARTBEAT_S = 0.25  # a rank touches its heartbeat file this often
+
+
+def stale_after_s(timeout_s: float) -> float:
+    """Seconds without a heartbeat after which a rank counts as hung: well inside the collective
+    timeout, never so short that a loaded machine's scheduling jitter trips it."""
+    return max(5.0, min(10.0, timeout_s / 3))
 
 
 class RunFailed(RuntimeError):
     exit_code = 1
 
 
-def _worker(cfg, rank: int, world: int, tmp: str, init: str) -> None:
+def _heartbeat(path: str) -> None:
+    """Touch `path` (holding this pid) every HEARTBEAT_S until the process ends (a daemon thread)."""
+    Path(path).write_text(str(os.getpid()))
+
+    def beat():
+        while True:
+            time.sleep(HEARTBEAT_S)
+            try:
+                os.utime(path)
+            except OSError:
+                return
+
+    threading.Thread(target=beat, name="rackplan-heartbeat", daemon=True).start()
+
+
+def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> None:
     """Child process body: never returns (os._exit skips the parent's atexit handlers)."""
     code = 0
+    child_defaults()  # SIGTERM kills a rank; it is not the parent's clean unwind
+    die_with_parent(parent)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # started with them held (launch)
     try:
+        _heartbeat(f"{tmp}/rank{rank}.hb")
         import torch
         torch.set_num_threads(1)  # one core per rank on CPU
         if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
@@ -58,35 +97,76 @@ def launch(cfg, world: int) -> list[dict]:
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn" if cfg.device == "cuda" else "fork")
     tmp = tempfile.mkdtemp(prefix="rackplan-exec-")
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                           timeout=timedelta(seconds=cfg.timeout_s))
-    procs = []
+    procs, reaper = [], None
     try:
+        reaper = subprocess.Popen([sys.executable, "-m", "rackplan.executor.reaper", tmp], stdin=subprocess.PIPE,
+                                  text=True, start_new_session=True)
+        server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                               timeout=timedelta(seconds=cfg.timeout_s))
         for r in range(world):
-            p = ctx.Process(target=_worker, args=(cfg, r, world, tmp, f"tcp://127.0.0.1:{server.port}"),
+            p = ctx.Process(target=_worker, args=(cfg, r, world, tmp, f"tcp://127.0.0.1:{server.port}", os.getpid()),
                             name=f"rackplan-rank{r}")
-            p.start()
+            with signals_held():  # the rank sets its own handlers before it takes a signal
+                p.start()
             procs.append(p)
+            reaper.stdin.write(f"{p.pid}\n")
+            reaper.stdin.flush()
         _watch(procs, cfg.timeout_s, tmp)
         return json.loads(Path(f"{tmp}/records.json").read_text())
     finally:
         _stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
+        _release(reaper)
+
+
+def _release(reaper) -> None:
+    """Tell the watchdog the parent cleaned up itself, and reap it."""
+    if reaper is None:
+        return
+    try:
+        reaper.stdin.write("done\n")
+        reaper.stdin.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+    try:
+        reaper.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
 
 
 def _watch(procs, timeout_s: float, tmp: str) -> None:
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline, stale_s = start + timeout_s, stale_after_s(timeout_s)
     running = {p.sentinel: (r, p) for r, p in enumerate(procs)}
     while running:
         left = deadline - time.monotonic()
         if left <= 0:
             ranks = ", ".join(str(r) for r, _ in sorted(running.values(), key=lambda rp: rp[0]))
             raise RunFailed(f"timeout after {timeout_s:g} s: rank(s) {ranks} still running (killed)")
-        for s in wait(list(running), timeout=left):
+        for s in wait(list(running), timeout=min(left, HEARTBEAT_S)):
             r, p = running.pop(s)
             p.join()
             if p.exitcode != 0:
                 raise RunFailed(f"rank {r} failed: {_reason(r, p.exitcode, tmp)}")
+        hung = _hung(sorted(r for r, _ in running.values()), tmp, start, stale_s)
+        if hung:
+            raise RunFailed(f"rank(s) {', '.join(map(str, hung))} stopped responding: no heartbeat for "
+                            f"{stale_s:g} s (stopped, hung or starved; collective timeout {timeout_s:g} s) (killed)")
+
+
+def _hung(ranks: list[int], tmp: str, start: float, stale_s: float) -> list[int]:
+    """Ranks whose heartbeat file is older than `stale_s` (or never appeared within it)."""
+    now, wall_now = time.monotonic(), time.time()
+    out = []
+    for r in ranks:
+        try:
+            age = wall_now - os.stat(f"{tmp}/rank{r}.hb").st_mtime
+        except FileNotFoundError:
+            age = now - start
+        if age > stale_s:
+            out.append(r)
+    return out
 
 
 def _reason(rank: int, exitcode: int, tmp: str) -> str:
@@ -103,6 +183,10 @@ def _stop(procs) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
+            try:
+                os.kill(p.pid, signal.SIGCONT)  # a stopped (SIGSTOP) rank takes its SIGTERM now
+            except ProcessLookupError:
+                pass
     end = time.monotonic() + GRACE_S
     for p in procs:
         p.join(max(0.0, end - time.monotonic()))

@@ -144,15 +144,23 @@ def shard_experts(experts, parts: int, rank: int) -> None:
     experts.w2 = _rows(experts.w2, parts, rank)
 
 
+def check_shardable(spec, tp: int, moe_tp: int, where: str = "model") -> None:
+    """The widths a TP (expert-TP) split divides: heads, FFN widths, expert width (SpecError, before
+    any rank starts; apply_tp runs the same check)."""
+    if tp > 1 and spec.attention.num_heads % tp:
+        raise SpecError(where, "attention.num_heads", f"a multiple of tp ({tp})", spec.attention.num_heads)
+    inter = [spec.dense_intermediate, spec.moe.expert_intermediate * max(spec.moe.num_shared_experts, 1)]
+    if tp > 1 and any(i % tp for i in inter if i):
+        raise SpecError(where, "dense_intermediate", f"FFN widths divisible by tp ({tp})", inter)
+    if moe_tp > 1 and spec.moe.expert_intermediate % moe_tp:
+        raise SpecError(where, "moe.expert_intermediate", f"a multiple of the expert-TP size ({moe_tp})",
+                        spec.moe.expert_intermediate)
+
+
 def apply_tp(model, par: Parallel) -> None:
     """Shard a built Model for `par` in place and install `par` as its collective hooks."""
     spec = model.spec
-    inter = [spec.dense_intermediate, spec.moe.expert_intermediate * max(spec.moe.num_shared_experts, 1)]
-    if par.tp > 1 and any(i % par.tp for i in inter if i):
-        raise SpecError("model", "dense_intermediate", f"FFN widths divisible by tp ({par.tp})", inter)
-    if par.moe_tp > 1 and spec.moe.expert_intermediate % par.moe_tp:
-        raise SpecError("model", "moe.expert_intermediate", f"a multiple of the expert-TP size ({par.moe_tp})",
-                        spec.moe.expert_intermediate)
+    check_shardable(spec, par.tp, par.moe_tp)
     for layer in model.layers:
         if par.tp > 1:
             shard_attention(layer.attn, par.tp, par.tp_rank)

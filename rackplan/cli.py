@@ -38,10 +38,23 @@ COMMANDS = {
 DEFAULT = "simulate"  # bare `rackplan` runs the main job on the embedded defaults
 
 
+class UsageError(Exception):
+    """A bad command-line argument (argparse's error), printed as one line with exit code 2."""
+
+    exit_code = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (`rackplan: error: argument --X: ...`), not usage + error."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog.split()[-1]}: {message}")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only `command`'s module is imported (its arguments are added), the others are
     listed by name and help."""
-    parser = argparse.ArgumentParser(prog="rackplan", description="Plan, simulate and prove MoE serving "
+    parser = _Parser(prog="rackplan", description="Plan, simulate and prove MoE serving "
                                      "layouts on GPU racks.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, cmd in COMMANDS.items():
@@ -62,15 +75,22 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = [DEFAULT] + argv  # `rackplan --requests 200` simulates the embedded defaults
     command = argv[0] if argv[0] in COMMANDS else None
-    args = build_parser(command).parse_args(argv)
+    try:
+        args = build_parser(command).parse_args(argv)
+    except UsageError as exc:
+        print(f"rackplan: error: {exc}", file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         build_parser().print_help()
         return 2
+    from .interrupts import terminate_cleanly
+
     try:
-        return int(args._run(args) or 0)
-    except KeyboardInterrupt:
-        print("rackplan: interrupted", file=sys.stderr)
-        return 130
+        with terminate_cleanly():  # SIGTERM / SIGHUP unwind like Ctrl-C: cleanup runs, no partial output
+            return int(args._run(args) or 0)
+    except KeyboardInterrupt as exc:
+        print(f"rackplan: interrupted{f' ({exc})' if str(exc) else ''}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
     except Exception as exc:  # noqa: BLE001 - only errors that declare an exit code are user-facing
         code = getattr(exc, "exit_code", None)
         if code is None:

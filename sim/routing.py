@@ -10,12 +10,12 @@ Shapes: L layers, E experts, N samples; counts are token-expert pairs.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from rackplan.specs import SpecError
+from rackplan.specs.reading import read_jsonl
 
 
 def popularity(num_experts: int, skew: float, top_k: int = 1) -> np.ndarray:
@@ -72,11 +72,14 @@ def read_expert_trace(path: str | Path) -> np.ndarray:
     if not path.is_file():
         raise SpecError(str(path), "(file)", "an existing expert-count trace (.jsonl or .npy)")
     if path.suffix == ".npy":
-        return check_counts(np.load(path), str(path))
-    recs = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            recs.append(_trace_record(line, f"{path}:{i}"))
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise SpecError(str(path), "(file)", "a readable .npy array", str(exc).splitlines()[0][:80]) from None
+        if arr.ndim != 3:
+            raise SpecError(str(path), "(shape)", "a [steps, layers, experts] array", list(arr.shape))
+        return check_counts(arr, str(path))
+    recs = [_trace_record(rec, where) for where, rec in read_jsonl(path, "expert-count trace")]
     if not recs:
         raise SpecError(str(path), "(file)", "at least one record")
     num_e = {len(c) for _, _, c in recs}
@@ -90,13 +93,9 @@ def read_expert_trace(path: str | Path) -> np.ndarray:
     return out
 
 
-def _trace_record(line: str, where: str) -> tuple[int, int, np.ndarray]:
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError:
-        raise SpecError(where, "(line)", "one complete JSON object per line") from None
+def _trace_record(rec: dict, where: str) -> tuple[int, int, np.ndarray]:
     for key in ("step", "layer"):
-        if not isinstance(rec.get(key), int) or rec[key] < 0:
+        if not isinstance(rec.get(key), int) or isinstance(rec.get(key), bool) or rec[key] < 0:
             raise SpecError(where, key, "an integer >= 0", rec.get(key))
     counts = rec.get("expert_counts")
     if not isinstance(counts, list) or not counts:

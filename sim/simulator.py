@@ -30,6 +30,27 @@ from .steady import GROWTH_TOL, Window
 from .warm import Warm, seat, warm_sequences
 from .workload import Requests, make_requests
 
+# Peak RSS growth per simulated request (request table, log, per-request state in the instances):
+# 1.08 kB measured for tiny-cpu, 1,000 vs 40,000 requests (/usr/bin/time, 2026-12-01, benchmarks/RESULTS.md),
+# rounded up for margin.
+BYTES_PER_REQUEST = 1200
+MEMORY_GIB = 4.0  # default memory budget of one simulation
+
+
+def max_requests(memory_gib: float = MEMORY_GIB) -> int:
+    """Requests one simulation may hold within `memory_gib`."""
+    return int(memory_gib * 2**30 / BYTES_PER_REQUEST)
+
+
+def check_request_budget(num_requests: int, memory_gib: float = MEMORY_GIB, flag: str = "--requests") -> None:
+    """Refuse, before anything is drawn, a simulation whose requests would exceed `memory_gib`
+    (SpecError saying how many fit and how to raise the budget)."""
+    most = max_requests(memory_gib)
+    if num_requests > most:
+        raise SpecError("simulate", flag, f"at most {most:,} requests in the {memory_gib:g} GiB memory budget (about "
+                        f"{BYTES_PER_REQUEST} B per request; raise it with --memory-gib)", num_requests)
+
+
 ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the workload's)
 
 
@@ -45,6 +66,21 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, f
                                 f"{lay.eplb.redundant_experts}) divisible by the EP size {lay.ep_size}")
             caps[f"{pool}[{i}]"] = check_fits(model, hw, lay, f"{pool}[{i}]")
     return caps
+
+
+def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, reqs: Requests) -> None:
+    """A request whose prompt + output KV exceeds every decode (aggregated) rank's KV capacity can
+    never be admitted: refuse it before simulating (SpecError naming the workload's lengths)."""
+    caps = validate_plan(plan, model, hw)
+    pools = [k for k in caps if not k.startswith("prefill")]
+    if not pools or not len(reqs):
+        return
+    room = max(caps[k] for k in pools)
+    need = reqs.isl + reqs.osl
+    worst = int(np.argmax(need))
+    if need[worst] > room:
+        raise SpecError(workload.name, "isl + osl", f"at most {int(room)} tokens, the largest KV capacity of a "
+                        f"decode rank ({', '.join(pools)})", f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}")
 
 
 def _tokens_per_step(layout) -> float:
@@ -343,6 +379,7 @@ def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool,
     drained (its latencies mean nothing; its throughput window is complete). `warm`: sequences
     seated on the decode instances at t = 0 (sim/warm.py), logged after the requests (rids from
     len(reqs)); they never arrive, so only the running series and the served tokens see them."""
+    check_requests_fit(plan, model, hw, workload, reqs)
     n, w = len(reqs), len(warm) if warm is not None else 0
     log = RequestLog(n + w)
     closed = workload.arrival.kind == "concurrency"

@@ -25,8 +25,6 @@ first token).
 """
 from __future__ import annotations
 
-import csv
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -36,8 +34,9 @@ from typing import Optional
 
 import numpy as np
 
-from rackplan.specs import SpecError, Workload
+from rackplan.specs import SpecError, Workload, reading
 
+MAX_TOKENS = 10**9  # no request has a billion tokens; larger counts are corrupt (and overflow int64 sums)
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash_ids block in the published Mooncake traces (ceil(input/512) ids)
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -75,8 +74,8 @@ def _count(text, where: str, column: str, minimum: int = 0) -> int:
             raise ValueError
     except (TypeError, ValueError):
         raise SpecError(where, column, f"a whole number of tokens >= {minimum}", text) from None
-    if value < minimum:
-        raise SpecError(where, column, f"a whole number of tokens >= {minimum}", text)
+    if not minimum <= value <= MAX_TOKENS:
+        raise SpecError(where, column, f"a whole number of tokens in [{minimum}, {MAX_TOKENS:.0e}]", text)
     return int(value)
 
 
@@ -111,19 +110,17 @@ def azure_time(text: str, where: str = "", column: str = "TIMESTAMP") -> tuple[i
 
 def _csv_rows(path: Path, columns: tuple[str, ...], fmt: str):
     """(where, row keyed by normalised column name) for each data row of a CSV with `columns`."""
-    with path.open(newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if not header:
-            raise SpecError(str(path), "(header)", f"a {fmt} CSV header ({', '.join(columns)})")
-        have = [_key(c) for c in header]
-        for col in columns:
-            if _key(col) not in have:
-                raise SpecError(str(path), col, f"a column of the {fmt} CSV header ({', '.join(columns)})",
-                                ",".join(header))
-        for row in reader:
-            if row:
-                yield f"{path}:{reader.line_num}", dict(zip(have, row + [None] * (len(have) - len(row))))
+    rows = reading.read_csv(path, f"{fmt} trace CSV")
+    _, header = next(rows, (None, None))
+    if not header:
+        raise SpecError(str(path), "(header)", f"a {fmt} CSV header ({', '.join(columns)})")
+    have = [_key(c) for c in header]
+    for col in columns:
+        if _key(col) not in have:
+            raise SpecError(str(path), col, f"a column of the {fmt} CSV header ({', '.join(columns)})",
+                            ",".join(header))
+    for where, row in rows:
+        yield where, dict(zip(have, row + [None] * (len(have) - len(row))))
 
 
 def read_azure(path: Path, limit: Optional[int] = None) -> Trace:
@@ -165,25 +162,13 @@ def read_burstgpt(path: Path, limit: Optional[int] = None) -> Trace:
 
 
 def _json_lines(path: Path, limit: Optional[int]):
-    n = 0
-    with path.open() as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            if limit is not None and n >= limit:
-                return
-            n += 1
-            where = f"{path}:{line_no}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecError(where, "(line)", "one complete JSON object per line") from None
-            if not isinstance(rec, dict):
-                raise SpecError(where, "(line)", "a JSON object", type(rec).__name__)
-            for key in JSONL_KEYS:
-                if key not in rec:
-                    raise SpecError(where, key, "a value (missing)")
-            yield where, rec
+    for n, (where, rec) in enumerate(reading.read_jsonl(path, "JSONL trace")):
+        if limit is not None and n >= limit:
+            return
+        for key in JSONL_KEYS:
+            if key not in rec:
+                raise SpecError(where, key, "a value (missing)")
+        yield where, rec
 
 
 def read_jsonl(path: Path, limit: Optional[int] = None) -> Trace:
@@ -222,10 +207,7 @@ def _hash_ids(ids, where: str, isl: int, block_size: int) -> tuple[int, ...]:
 
 def read_vllm_bench(path: Path, limit: Optional[int] = None) -> Trace:
     """Per-request lengths of a `vllm bench serve --save-detailed` result (input_lens, output_lens)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        raise SpecError(str(path), "(file)", "a vllm bench serve result JSON") from None
+    data = reading.read_json(path, "vllm bench serve result JSON", finite=False)
     lists = {}
     for key in ("input_lens", "output_lens"):
         val = data.get(key) if isinstance(data, dict) else None
@@ -275,8 +257,7 @@ def detect_format(path: Path) -> str:
     if path.suffix == ".json":
         return "vllm_bench"
     if path.suffix == ".csv":
-        with path.open(newline="") as fh:
-            header = next(csv.reader(fh), [])
+        header = next(reading.read_csv(path, "trace CSV"), ("", []))[1]
         cols = {_key(c) for c in header}
         if "contexttokens" in cols:
             return "azure"
@@ -286,12 +267,7 @@ def detect_format(path: Path) -> str:
                         "BurstGPT header (Timestamp, Model, Request tokens, Response tokens, Total tokens, "
                         "Log Type)", ",".join(header))
     if path.suffix == ".jsonl":
-        with path.open() as fh:
-            first = next((ln for ln in fh if ln.strip()), "{}")
-        try:
-            rec = json.loads(first)
-        except json.JSONDecodeError:
-            raise SpecError(f"{path}:1", "(line)", "one complete JSON object per line") from None
+        rec = next(reading.read_jsonl(path, "JSONL trace"), ("", {}))[1]
         return "mooncake" if isinstance(rec, dict) and "hash_ids" in rec else "jsonl"
     raise SpecError(str(path), "trace_format", "one of " + ", ".join(READERS) + " (auto knows .csv, .jsonl "
                     "and .json files)", path.suffix or "no suffix")

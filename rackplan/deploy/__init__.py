@@ -14,9 +14,6 @@ Modules: engine.py (flags per instance), placement.py (hosts, GPUs, ranks, ports
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from rackplan.specs import Plan, SpecError, load_hardware, load_model, load_profile, load_workload
@@ -57,30 +54,37 @@ def build(cx: Context) -> dict[str, str]:
     return files
 
 
-def write(files: dict[str, str], folder: str | Path) -> list[Path]:
-    """Write `files` under `folder` all at once: into a temporary sibling, then renamed into place."""
+def check_launch_folder(folder: str | Path, force: bool = False) -> None:
+    """A launch folder is new, empty, an earlier launch folder (it holds MARKER: regenerated whole)
+    or replaced with `force`; a folder of other files is a SpecError."""
+    from rackplan.args import check_writable
+
+    check_writable("--out", folder, folder=True)
     folder = Path(folder)
-    if folder.exists() and any(folder.iterdir()) and not (folder / MARKER).exists():
-        raise SpecError(str(folder), "(folder)", "an empty folder or one that holds rackplan launch files")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / MARKER).exists() and not force:
+        raise SpecError(str(folder), "--out", "an empty folder or one that holds rackplan launch files (pass "
+                        "--force to replace it)")
+
+
+def write(files: dict[str, str], folder: str | Path, force: bool = False) -> list[Path]:
+    """Write `files` under `folder` all at once (rackplan/outputs.py: a temporary sibling renamed
+    into place); a folder holding other files than an earlier launch folder needs `force`."""
+    from rackplan.outputs import Outputs
+
+    folder = Path(folder)
+    check_launch_folder(folder, force)
     files = {**files, MARKER: "launch files written by rackplan; this folder is replaced when regenerated\n"}
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
+    with Outputs() as out:
+        tmp = out.folder(folder, replace=True)  # a launch folder is regenerated whole
         for rel, text in files.items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
             if rel.endswith(".sh"):
                 p.chmod(0o755)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return [folder / rel for rel in sorted(files) if rel != MARKER]
 
 
-def write_launch(cx: Context, folder: str | Path) -> list[Path]:
+def write_launch(cx: Context, folder: str | Path, force: bool = False) -> list[Path]:
     """Build and write the launch folder of `cx.plan`; returns the written paths."""
-    return write(build(cx), folder)
+    return write(build(cx), folder, force)

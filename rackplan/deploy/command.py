@@ -18,14 +18,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="plan to deploy (name under configs/plans or a YAML path)")
     p.add_argument("--out", required=True, help="folder for the launch files")
     p.add_argument("--workload", help="workload bench.sh replays (default: the plan's)")
+    p.add_argument("--force", action="store_true", help="replace --out even if it holds other files")
     p.add_argument("--json", action="store_true", help="print the written files as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import context_for, write_launch
+    from . import check_launch_folder, context_for, write_launch
 
+    check_launch_folder(args.out, args.force)
     plan = load_plan(args.plan)
-    paths = write_launch(context_for(plan, workload=args.workload), args.out)
+    paths = write_launch(context_for(plan, workload=args.workload), args.out, args.force)
     if args.json:
         print(json.dumps({"plan": plan.name, "files": [str(p) for p in paths]}, indent=2))
         return 0

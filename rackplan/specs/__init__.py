@@ -10,11 +10,12 @@ from pathlib import Path
 
 import yaml
 
-from .fields import SpecError, from_dict, read_yaml, to_dict
+from .fields import SpecError, from_dict, to_dict
 from .hardware import HardwareSpec
 from .layout import SLO, EPLBConfig, Layout, Plan, Speculation
 from .model import DTYPE_BYTES, AttentionSpec, DraftSpec, Dtypes, KVComponent, ModelSpec, MoESpec
 from .profile import A2AParams, Curve, HostParams, Profile, check_hardware
+from .reading import read_yaml
 from .workload import Arrival, LengthDist, Workload
 
 
@@ -71,7 +72,20 @@ def resolve_path(kind: str, name_or_path: str | Path) -> Path:
 def load(kind: str, name_or_path: str | Path):
     """Load and validate one spec of `kind` by embedded name or file path."""
     path = resolve_path(kind, name_or_path)
-    return from_dict(KINDS[kind], read_yaml(path), str(path))
+    spec = from_dict(KINDS[kind], read_yaml(path), str(path))
+    if kind == "profiles":
+        _check_a2a_coverage(spec, str(path))
+    return spec
+
+
+def _check_a2a_coverage(prof: Profile, where: str) -> None:
+    """A profile prices every all-to-all the simulator may run: each kernel over each link."""
+    have = {(a.kernel, a.link) for a in prof.a2a}
+    for kernel in ("low_latency", "high_throughput"):
+        for link in ("nvlink", "scaleout"):
+            if (kernel, link) not in have:
+                raise SpecError(where, "a2a", f"an entry for kernel {kernel} over link {link} (every "
+                                "kernel x link pair)", sorted(have) or "none")
 
 
 def load_model(name: str | Path) -> ModelSpec:

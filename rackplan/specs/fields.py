@@ -6,33 +6,13 @@ unknown and missing keys, and raises `SpecError` with the dotted path of the off
 from __future__ import annotations
 
 import dataclasses
-import re
+import math
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e6` / `2.5e-3` as floats (YAML 1.1 wants a sign and a dot)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
-
-
-def yaml_load(text: str):
-    """Parse YAML text (safe), reading exponent floats without a sign or dot."""
-    return yaml.load(text, Loader=_Loader)
+MAX_INT = 2**53  # every integer field fits a float exactly and numpy's int64 with room for sums
 
 
 class SpecError(ValueError):
@@ -48,19 +28,10 @@ class SpecError(ValueError):
 
 
 def read_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping; malformed YAML or a non-mapping top level is a SpecError."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(str(path), "(file)", "an existing YAML file")
-    try:
-        data = yaml_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark else "unknown line"
-        raise SpecError(str(path), "(yaml)", f"well-formed YAML (parse error at {line})") from None
-    if not isinstance(data, dict):
-        raise SpecError(str(path), "(top level)", "a mapping", type(data).__name__)
-    return data
+    """A YAML mapping from a file (rackplan/specs/reading.py, the one reading layer)."""
+    from .reading import read_yaml as _read
+
+    return _read(path)
 
 
 def _type_name(tp: Any) -> str:
@@ -116,11 +87,13 @@ def _convert(tp: Any, value: Any, where: str, field: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(where, field, "an integer", value)
+        if abs(value) > MAX_INT:
+            raise SpecError(where, field, "an integer of magnitude at most 2^53", value)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(where, field, "a number", value)
-        if value != value:  # NaN
+        if not math.isfinite(value):  # NaN or .inf: every number field means a finite value
             raise SpecError(where, field, "a finite number", value)
         return float(value)
     if tp is str:
@@ -130,6 +103,11 @@ def _convert(tp: Any, value: Any, where: str, field: str) -> Any:
     if tp is Any:
         return value
     raise TypeError(f"unsupported field type {tp!r} for {field}")
+
+
+def convert(tp: Any, value: Any, where: str, field: str) -> Any:
+    """One value checked and converted to field type `tp` as from_dict does (SpecError naming `field`)."""
+    return _convert(tp, value, where, field)
 
 
 def from_dict(cls: type, data: Any, where: str = "", prefix: str = ""):

@@ -62,7 +62,8 @@ class KVComponent:
               self.stored_layers)
         for name in ("entry_bytes", "qk_dim", "v_dim", "ratio", "indexer_ratio"):
             positive(getattr(self, name), name)
-        for name in ("window", "topk", "indexer_heads", "indexer_dim", "indexer_key_bytes"):
+        for name in ("window", "topk", "indexer_heads", "indexer_dim", "indexer_key_bytes", "prefill_qk_dim",
+                     "prefill_v_dim"):
             if getattr(self, name) is not None:
                 positive(getattr(self, name), name)
         has_idx = [self.indexer_heads, self.indexer_dim, self.indexer_key_bytes]
@@ -94,6 +95,12 @@ class AttentionSpec:
     def __post_init__(self):
         positive(self.num_heads, "num_heads")
         check(len(self.kv) > 0, "kv", "at least one KV component")
+        positive(self.head_dim, "head_dim")
+        positive(self.num_kv_heads, "num_kv_heads")
+        for name in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                     "o_lora_rank", "o_groups"):
+            if getattr(self, name) is not None:
+                positive(getattr(self, name), name)
         if self.kind == "mla":
             for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 check(getattr(self, name) is not None, name, "a positive integer for kind mla")
@@ -167,8 +174,9 @@ class MoESpec:
               self.top_k)
         non_negative(self.num_shared_experts, "num_shared_experts")
         positive(self.expert_intermediate, "expert_intermediate")
-        check(self.num_experts % self.num_groups == 0, "num_groups", "a divisor of num_experts",
-              self.num_groups)
+        check(self.num_groups >= 1 and self.num_experts % self.num_groups == 0, "num_groups",
+              "a divisor of num_experts", self.num_groups)
+        positive(self.routed_scaling, "routed_scaling")
         check(0 < self.topk_groups <= self.num_groups, "topk_groups", "1..num_groups", self.topk_groups)
 
     def expert_params(self, hidden: int) -> int:

@@ -176,6 +176,8 @@ class Profile:
             check(v > 0, f"op_scale.{name}", "a positive factor", v)
         for name, v in self.op_fixed.items():
             non_negative(v, f"op_fixed.{name}")
+        for name, v in self.fit_error.items():
+            non_negative(v, f"fit_error.{name}")
         for name, cs in self.curves.items():
             check(len(cs) > 0, f"curves.{name}", "at least one curve")
 
@@ -212,7 +214,7 @@ class Profile:
         cands = [p for p in self.a2a if p.kernel == kernel and p.link == link
                  and p.phase in (phase, "both")]
         if not cands:
-            raise KeyError(f"profile {self.name!r} has no a2a entry for {kernel}/{link}")
+            raise SpecError(f"profile {self.name}", "a2a", f"an entry for kernel {kernel} over link {link}")
 
         def rank(p):
             ep_dist = abs(math.log(p.ep) - math.log(ep)) if p.ep else 50.0

@@ -84,6 +84,7 @@ class Workload:
 
     def __post_init__(self):
         positive(self.num_requests, "num_requests")
+        non_negative(self.seed, "seed")
         check(0.0 <= self.prefix_hit_rate < 1.0, "prefix_hit_rate", "a fraction in [0, 1)",
               self.prefix_hit_rate)
         non_negative(self.routing_skew, "routing_skew")

@@ -18,6 +18,7 @@ import math
 import sys
 import time
 
+from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
@@ -30,10 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "default_profile: measured where configs/profiles/ has one, else datasheet)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--requests", type=int, help="number of requests, all run to the end (default: as many as "
+    p.add_argument("--requests", type=positive_int, help="number of requests, all run to the end (default: as many as "
                    "steady state needs, starting from the plan's verification run or the workload's count)")
-    p.add_argument("--rate", type=float, help="override the arrival rate with Poisson at this many req/s")
-    p.add_argument("--seed", type=int, help="random seed (default: the workload's)")
+    p.add_argument("--rate", type=positive_float, help="override the arrival rate with Poisson at this many req/s")
+    p.add_argument("--seed", type=non_negative_int, help="random seed (default: the workload's)")
+    p.add_argument("--memory-gib", type=positive_float, default=4.0, metavar="GIB",
+                   help="memory budget: a run of more requests than fit in it is refused up front (default: "
+                   "%(default)s GiB, about 3.5 million requests)")
+    p.add_argument("--timings", action="store_true", help="print the simulation's wall time (stderr)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
@@ -90,7 +95,7 @@ def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
             ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
 
 
-def print_table(plan, workload, profile, result, wall_s: float, origin: str = "") -> None:
+def print_table(plan, workload, profile, result, origin: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -133,12 +138,20 @@ def print_table(plan, workload, profile, result, wall_s: float, origin: str = ""
     for name, u in result.utilisation.items():
         util.add_row(name, f"{u:.1%}", str(result.steps[name]))
     con.print(util)
-    con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic in {wall_s:.2f} s[/]")
+    con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
 def run(args) -> int:
     plan = load_plan(args.plan)
-    from ..simulator import PRECISION, simulate_specs, simulate_steady, with_rate
+    from ..simulator import (
+        MAX_STEADY,
+        PRECISION,
+        check_request_budget,
+        max_requests,
+        simulate_specs,
+        simulate_steady,
+        with_rate,
+    )
 
     workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
     planned = not args.workload and args.rate is None and "request_rate" in plan.predicted
@@ -149,18 +162,24 @@ def run(args) -> int:
     profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
     origin = profile_origin(args.profile, plan.profile, plan.hardware)
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    if args.requests is not None:
+        check_request_budget(args.requests, args.memory_gib)
+    most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
     t0 = time.perf_counter()
     if args.requests is not None:
         result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
     elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
         n = int(plan.predicted["sim_requests"])
+        check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
         result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
     else:
-        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION)
+        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
     if args.json:
         sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
     else:
-        print_table(plan, workload, profile, result, wall, origin)
+        print_table(plan, workload, profile, result, origin)
+    if args.timings:
+        print(f"timings: simulate {wall:.2f} s wall", file=sys.stderr)
     return 0

@@ -10,38 +10,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from dataclasses import replace
 
+from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int
+from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
 
 from . import planner
 from .space import SearchSpace
 
+REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
-_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
-
-
-def duration(text: str) -> float:
-    """'2s', '50ms', '0.05' (seconds) -> seconds."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us)?\s*", str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration like 2s or 50ms, got {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2) or ""]
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"], help="model name under configs/models or a YAML path")
     p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path")
-    p.add_argument("--gpus", type=int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
+    p.add_argument("--gpus", type=positive_int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path")
     p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T", help="TTFT p90 SLO, e.g. 2s")
     p.add_argument("--tpot-p90", type=duration, default=0.05, metavar="T", help="TPOT p90 SLO, e.g. 50ms")
     p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
                         "latency: max tokens/s/user at --rate")
-    p.add_argument("--rate", type=float, default=None, metavar="RPS",
+    p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
                    help="target request rate for min-gpus / latency (default: the workload's rate)")
     p.add_argument("--profile", default=None,
                    help="cost-model profile (default: the hardware's default_profile, measured where shipped)")
@@ -52,12 +43,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write report.md, pareto.png, pareto.csv and launch/ (vLLM launch files) here")
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="processes")
-    p.add_argument("--sim-requests", type=int, default=None,
+    p.add_argument("--force", action="store_true", help="replace a --report folder that holds an earlier report")
+    p.add_argument("--timings", action="store_true", help="also print the search's wall-clock timings (stderr; "
+                   "in --json as 'timings'): reports hold none, so the same inputs give the same files")
+    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1), help="processes")
+    p.add_argument("--sim-requests", type=positive_int, default=None,
                    help="requests per simulator run, all run to the end (default: as many as steady state needs)")
     p.add_argument("--no-simulate", action="store_true",
                    help="skip the simulator's verification (the plan then carries the analytic estimate only)")
-    p.add_argument("--seed", type=int, default=None, help="simulator seed (default: the workload's)")
+    p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -66,6 +60,9 @@ def build_request(args) -> planner.Request:
     """Specs and knobs of one planning run from parsed arguments."""
     if args.gpus is None or args.gpus < 1:
         raise SpecError("", "gpus", "a positive GPU count", args.gpus)
+    if args.sim_requests:
+        from ..simulator import check_request_budget
+        check_request_budget(args.sim_requests, flag="--sim-requests")
     mode = getattr(args, "mode", "any")
     space = replace(SearchSpace(), disaggregated=mode != "agg", aggregated=mode != "disagg")
     hw = load_hardware(args.hardware)
@@ -108,25 +105,34 @@ class _Bar:
 
 
 def run(args) -> int:
+    check_writable("--out", args.out)
+    if args.report:
+        prepare_folder(args.report, "--report", args.force, owned=REPORT_FILES)
     req = build_request(args)
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
         req.progress = bar.stage
         res = planner.plan(req, name=os.path.splitext(os.path.basename(args.out))[0] or "plan")
     req.progress = None
-    dump_yaml(res.plan, args.out, header=f"# {res.plan.description}\n")
-    if args.report:
-        from .report import write_all
+    with Outputs() as out:  # plan.yaml and the report folder appear together, whole, or not at all
+        if args.report:
+            from .report import write_all
 
-        write_all(res, args.report)
+            write_all(res, out.folder(args.report, replace=args.force))
+        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n")
+    if args.timings:
+        print("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()), file=sys.stderr)
     w = res.winner
     if args.json:
-        print(json.dumps({"plan": args.out, "summary": res.plan.summary, "gpus": w.cand.gpus,
-                          "verified": w.check is not None and w.passed, "request_rate": w.rate_rps,
-                          "output_tps_per_gpu": w.tps_gpu, "tps_per_user": w.tps_user,
-                          "estimate": {"request_rate": w.cand.rate_rps, "output_tps_per_gpu": w.cand.tps_gpu,
-                                       "tps_per_user": w.cand.tps_user},
-                          "predicted": res.plan.predicted, "timings": res.timings, "profile": req.profile.name,
-                          "profile_source": req.profile.describe()}, indent=2))
+        doc = {"plan": args.out, "summary": res.plan.summary, "gpus": w.cand.gpus,
+               "verified": w.check is not None and w.passed, "request_rate": w.rate_rps,
+               "output_tps_per_gpu": w.tps_gpu, "tps_per_user": w.tps_user,
+               "estimate": {"request_rate": w.cand.rate_rps, "output_tps_per_gpu": w.cand.tps_gpu,
+                            "tps_per_user": w.cand.tps_user},
+               "predicted": res.plan.predicted, "profile": req.profile.name,
+               "profile_source": req.profile.describe()}
+        if args.timings:
+            doc["timings"] = res.timings
+        print(json.dumps(doc, indent=2))
         return 0
     from .report import console_table
 

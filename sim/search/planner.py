@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from typing import Callable, Iterator, Literal
 
+from rackplan.interrupts import process_map
 from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
 
 from . import combine, front
@@ -122,12 +122,11 @@ def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str) -> list:
             out.append(fn(t))
             advance()
         return out
-    with get_context("fork").Pool(req.workers, initializer=_init, initargs=init_args) as pool:
-        out = []
-        for r in pool.imap(fn, tasks, chunksize=max(1, len(tasks) // (8 * req.workers))):
-            out.append(r)
-            advance()
-        return out
+    out = []
+    for r in process_map(fn, tasks, req.workers, _init, init_args, chunksize=max(1, len(tasks) // (8 * req.workers))):
+        out.append(r)
+        advance()
+    return out
 
 
 # -- pipeline ------------------------------------------------------------------------------------

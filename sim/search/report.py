@@ -232,7 +232,6 @@ def _front_section(res: Result) -> list[str]:
 
 def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> str:
     r = res.request
-    t = res.timings
     n_sim = sum(v.check is not None for v in res.verified)
     sim_note = (f"{n_sim} of them simulated at steady state (each one's highest rate that holds the SLOs, by "
                 "bisection on rate)") if res.simulated else \
@@ -244,8 +243,8 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
              f"TPOT p90 <= {_ms(r.slo.tpot_p90_s)} ms; objective **{r.objective}**.", "",
              f"Cost-model profile `{r.profile.name}`: {r.profile.describe()}.", "",
              f"Searched {res.num_layouts} instance shapes -> {res.num_candidates} deployments meeting the SLOs in "
-             f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. Time: pricing "
-             f"{t['price_s']:.2f} s, estimate {t['estimate_s']:.2f} s, simulation {t['simulate_s']:.2f} s.", ""]
+             f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. (No wall-clock times here, so "
+             "the same inputs give the same report: `rackplan plan --timings` prints them.)", ""]
     lines += _chosen(res) + _probes(res) + _why(res) + _front_section(res)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op)", ""] + _winner_steps(res)

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import typing
 from dataclasses import dataclass
 
 from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload
+from rackplan.specs.fields import convert
+from rackplan.specs.reading import number
 
 ALIASES = {  # friendly key -> (field, factor to the field's unit)
     "hardware.nvlink_gbps": ("hardware.scaleup_bw", 1e9),
@@ -65,8 +68,8 @@ def parse_value(text: str):
 def parse_set(text: str) -> tuple[str, list]:
     """'model.moe.top_k=4,6,8' -> ('model.moe.top_k', [4, 6, 8])."""
     key, sep, values = text.partition("=")
-    if not sep or not key.strip() or not values.strip():
-        raise SpecError("--set", text, "KEY=V1[,V2...]")
+    if not sep or not key.strip() or not values.strip() or any(not v.strip() for v in values.split(",")):
+        raise SpecError("--set", key.strip() or text, "KEY=V1[,V2...] with no empty value", text)
     return key.strip(), [parse_value(v) for v in values.split(",")]
 
 
@@ -77,11 +80,10 @@ def _replace_path(obj, path: list[str], value, key: str):
         raise SpecError("--set", key, "a known field: " + ", ".join(names))
     if len(path) == 1:
         old = getattr(obj, path[0])
-        if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        elif type(old) is int and isinstance(value, float) and value.is_integer():
+        if type(old) is int and isinstance(value, float) and value.is_integer():
             value = int(value)
-        return dataclasses.replace(obj, **{path[0]: value})
+        hint = typing.get_type_hints(type(obj))[path[0]]
+        return dataclasses.replace(obj, **{path[0]: convert(hint, value, "--set", key)})  # typed like YAML
     inner = getattr(obj, path[0])
     if not dataclasses.is_dataclass(inner):
         raise SpecError("--set", key, f"a nested field of {path[0]}")
@@ -92,7 +94,7 @@ def apply(specs: Specs, key: str, value) -> Specs:
     """The specs with one change; unknown keys and out-of-range values are SpecErrors."""
     if key in ALIASES:
         field, factor = ALIASES[key]
-        return apply(specs, field, float(value) * factor)
+        return apply(specs, field, number(value, "--set", key, lo=0, lo_open=True) * factor)
     root, _, rest = key.partition(".")
     if root == "cpu":
         if rest != "overhead_scale":
@@ -115,9 +117,8 @@ def apply(specs: Specs, key: str, value) -> Specs:
 
 def _scale_host(specs: Specs, parts: tuple[str, ...], value, key: str) -> Specs:
     """Host parts' costs multiplied by `value` (>= 0)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise SpecError("--set", key, "a factor >= 0", value)
-    prof = specs.profile.with_host(lambda hp: hp.scaled(parts, float(value)))
+    scale = number(value, "--set", key, lo=0)  # a finite factor >= 0 (NaN and inf refused)
+    prof = specs.profile.with_host(lambda hp: hp.scaled(parts, scale))
     return dataclasses.replace(specs, profile=prof)
 
 

@@ -17,9 +17,11 @@ import csv
 import json
 import os
 from dataclasses import replace
-from multiprocessing import get_context
 from pathlib import Path
 
+from rackplan.args import non_negative_int, positive_float, positive_int
+from rackplan.interrupts import process_map
+from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
 from ..simulator import PRECISION
@@ -35,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "host.stream_interval=1,10,50, "
                         "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
                         "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8")
-    p.add_argument("--decode-batch", type=int, default=None, metavar="B",
+    p.add_argument("--decode-batch", type=positive_int, default=None, metavar="B",
                    help="sequences per rank of the decode step whose time split is shown (default: the cap)")
     p.add_argument("--replan", action="store_true", help="re-plan for every combination instead of re-simulating")
     p.add_argument("--workload", default=None, help="workload (default: the plan's)")
@@ -43,12 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="profile (default: the plan's, else the hardware's default_profile)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--rate", type=float, default=None, help="request rate (default: the plan's planned rate)")
-    p.add_argument("--num-requests", type=int, default=None,
+    p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate)")
+    p.add_argument("--num-requests", type=positive_int, default=None,
                    help="requests per simulation, all run to the end (default: as many as steady state needs)")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    p.add_argument("--seed", type=non_negative_int, default=None)
+    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
     p.add_argument("--out", default=None, metavar="DIR", help="write whatif.csv and whatif.png here")
+    p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
@@ -100,8 +103,7 @@ def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=
     if workers <= 1 or len(tasks) < 2:
         rows = [_simulate(t) for t in tasks]
     else:
-        with get_context("fork").Pool(min(workers, len(tasks))) as pool:
-            rows = pool.map(_simulate, tasks)
+        rows = list(process_map(_simulate, tasks, min(workers, len(tasks))))
     return rows[0], rows[1:]
 
 
@@ -134,7 +136,7 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
     return "\n".join(out)
 
 
-def write_outputs(folder: str, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
+def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "whatif.csv", "w", newline="") as fh:
@@ -190,9 +192,14 @@ def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
 
 
 def run(args) -> int:
+    if args.out:
+        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png", "whatif_step.png"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
     base = baseline_specs(args, plan)
+    if args.num_requests:
+        from ..simulator import check_request_budget
+        check_request_budget(args.num_requests, flag="--num-requests")
     for combo in whatif.combinations(sets):  # validate every key and value before simulating anything
         whatif.changed_specs(base, combo)
         if args.replan and any(k.split(".", 1)[-1] in whatif.HOST_LAYOUT for k, _ in combo):
@@ -200,7 +207,8 @@ def run(args) -> int:
     baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers),
                            args.decode_batch)
     if args.out:
-        write_outputs(args.out, baseline, rows)
+        with Outputs() as out:
+            write_outputs(out.folder(args.out, replace=args.force), baseline, rows)
     if args.json:
         print(json.dumps([{"change": r.label, "metrics": r.metrics,
                            "deltas": whatif.deltas(r.metrics, baseline.metrics),

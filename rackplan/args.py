@@ -1,0 +1,96 @@
+"""argparse types shared by every subcommand: counts, finite numbers, durations, output paths.
+
+A bad value is refused by argparse before the command does any work, as one line naming the
+flag (cli.py turns argparse's usage error into `rackplan: error: argument --X: expected ...`, exit 2).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from pathlib import Path
+
+_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def _fail(expected: str, text) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+
+
+def _int(text: str, lo: int, expected: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise _fail(expected, text) from None
+    if value < lo:
+        raise _fail(expected, text)
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (counts of requests, steps, ranks, GPUs, workers)."""
+    return _int(text, 1, "an integer >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (seeds, warm-up steps)."""
+    return _int(text, 0, "an integer >= 0")
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = math.nan
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (rates, timeouts); NaN and inf are refused."""
+    value = _float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise _fail("a finite number > 0", text)
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (gaps, error thresholds); NaN and inf are refused."""
+    value = _float(text)
+    if not math.isfinite(value) or value < 0:
+        raise _fail("a finite number >= 0", text)
+    return value
+
+
+def probability(text: str) -> float:
+    """A number in [0, 1]."""
+    value = _float(text)
+    if not 0.0 <= value <= 1.0:
+        raise _fail("a probability in [0, 1]", text)
+    return value
+
+
+def duration(text: str) -> float:
+    """'2s', '50ms', '0.05' (seconds) -> seconds, finite and > 0."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us)?\s*", str(text))
+    value = float(m.group(1)) * _UNITS[m.group(2) or ""] if m else math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise _fail("a positive finite duration like 2s or 50ms", text)
+    return value
+
+
+def check_writable(flag: str, path: str | Path, folder: bool = False) -> None:
+    """Refuse an output path that cannot be created (a parent that is a file, or a file where a
+    folder is wanted) before any work is done: SpecError naming the flag."""
+    from rackplan.specs import SpecError
+
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir():
+        raise SpecError("", flag, "a folder path (this is a file)", str(path))
+    if not folder and p.is_dir():
+        raise SpecError("", flag, "a file path (this is a folder)", str(path))
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SpecError("", flag, f"a path whose parent folders can be created ({parent} is a file)",
+                                str(path))
+            return

@@ -1,0 +1,133 @@
+"""Outputs: every file and folder a command writes appears whole or not at all, as one set.
+
+A command stages each output as a temporary sibling (`.NAME.tmp-XXXX`), writes into it, and the
+set is renamed into place at the end with SIGINT / SIGTERM / SIGHUP held back, so an interrupt or
+an error at any moment leaves the earlier state (nothing, or the earlier run) and no partial file.
+A folder that holds an earlier run (any of the files the command writes there) is refused before
+any work unless `--force`, which replaces the whole folder at the commit; into a folder holding
+other files (a plan YAML beside the run), the new files are moved in one by one.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from rackplan.interrupts import signals_held
+from rackplan.specs import SpecError
+
+_count = itertools.count()
+
+
+def prepare_folder(path: str | Path, flag: str, force: bool = False, owned: tuple[str, ...] = ()) -> None:
+    """Before any work: `path` can be a folder, and holds none of the `owned` names (the files the
+    command writes there: an earlier run) unless `force`; else a SpecError naming `flag`."""
+    from rackplan.args import check_writable
+
+    check_writable(flag, path, folder=True)
+    p = Path(path)
+    earlier = sorted(n for n in owned if (p / n).exists()) if p.is_dir() else []
+    if earlier and not force:
+        raise SpecError(str(p), flag, f"a folder without an earlier run (it holds {', '.join(earlier)}: pass "
+                        "--force to replace the folder)")
+
+
+class Outputs:
+    """A set of outputs staged as temporary siblings; `commit` renames them all into place.
+
+    with Outputs() as out:
+        write_report(out.folder("report"))
+        dump_yaml(plan, out.file("plan.yaml"))
+    # both appear here, or (on any exception) neither and no temporary is left
+    """
+
+    def __init__(self):
+        self._staged: list[tuple[Path, Path, bool]] = []  # (temporary, final, replace a whole folder)
+
+    def folder(self, path: str | Path, replace: bool = False) -> Path:
+        """A new empty temporary folder that becomes `path` at the commit: replacing it if it is
+        empty or `replace` (--force), else its entries moved into the existing folder."""
+        final = Path(path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+        self._staged.append((tmp, final, replace))
+        return tmp
+
+    def file(self, path: str | Path) -> Path:
+        """A temporary path (same suffix) that becomes `path` at the commit."""
+        final = Path(path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".{final.stem}.tmp-{os.getpid()}-{next(_count)}{final.suffix}"
+        self._staged.append((tmp, final, False))
+        return tmp
+
+    def commit(self) -> None:
+        """Rename every staged output into place (an existing folder is replaced), signals held."""
+        if os.environ.get("RACKPLAN_TEST_INTERRUPT_WRITE"):  # test hook: Ctrl-C while the set is written
+            raise KeyboardInterrupt
+        with signals_held():
+            for tmp, final, replace in self._staged:
+                _replace(tmp, final, replace)
+            self._staged = []
+
+    def discard(self) -> None:
+        """Remove every staged temporary."""
+        for tmp, _, _ in self._staged:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
+        self._staged = []
+
+    def __enter__(self) -> Outputs:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            try:
+                self.commit()
+            except BaseException:
+                self.discard()
+                raise
+        else:
+            self.discard()
+
+
+def _replace(tmp: Path, final: Path, replace: bool) -> None:
+    if tmp.is_dir() and final.is_dir() and any(final.iterdir()) and not replace:
+        for entry in sorted(tmp.iterdir()):  # a folder with other files: move the new ones in
+            _replace(entry, final / entry.name, True)
+        tmp.rmdir()
+    elif tmp.is_dir() and final.is_dir():
+        aside = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.old-"))
+        os.replace(final, aside / final.name)
+        os.replace(tmp, final)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """One text file written whole (temporary sibling + rename)."""
+    with Outputs() as out:
+        out.file(path).write_text(text)
+    return Path(path)
+
+
+def write_spec(obj, path: str | Path, kind: str, header: str = "", flow_leaves: bool = False) -> Path:
+    """Write a spec YAML (a profile, a hardware) and load it back with the loader every command
+    uses (`kind`: 'profiles', 'hardware', ...) before it is renamed into place: a file rackplan
+    writes is always one rackplan reads. A spec that does not load back is a SpecError naming `path`."""
+    from rackplan.specs import dump_yaml, load
+
+    with Outputs() as out:
+        tmp = out.file(path)
+        dump_yaml(obj, tmp, header=header, flow_leaves=flow_leaves)
+        try:
+            load(kind, tmp)  # an existing file: read as a path whatever its suffix
+        except SpecError as exc:
+            raise SpecError(str(path), exc.field, f"{exc.expected} (the written {kind} does not load back; "
+                            "nothing written)") from None
+    return Path(path)
