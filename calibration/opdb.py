@@ -38,6 +38,10 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "mhc_module_perf": ("mhc", ("op_name", "num_tokens", "hc_mult", "hidden_size", "latency")),
 }
 SECONDS_PER_UNIT = {"moe_a2a_perf": 1e-6}  # latency units: ms unless listed here
+# columns read where a table has them, with the value assumed where it does not: the mHC collector
+# (aiconfigurator collector/vllm/collect_mhc_module.py, MHC_NUM_SITES = 2) times the kernel of every
+# hyper-connection site of a layer in one CUDA graph and says how many in num_sites
+OPTIONAL: dict[str, dict[str, float]] = {"mhc_module_perf": {"num_sites": 1.0}}
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,9 @@ def read(table: Table) -> dict[str, np.ndarray]:
     columns = TABLES[table.name][1]
     data = read_parquet(table.path, columns)
     cols = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False)) for c in columns}
+    for c, default in OPTIONAL.get(table.name, {}).items():
+        cols[c] = (np.asarray(data.column(c).to_numpy(zero_copy_only=False)) if c in data.column_names
+                   else np.full(data.num_rows, default))
     try:
         sec = cols.pop("latency").astype(float) * SECONDS_PER_UNIT.get(table.name, 1e-3)
     except (TypeError, ValueError):

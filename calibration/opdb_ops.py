@@ -313,9 +313,12 @@ def stream_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
             sel = c["op_name"] == part
             if not np.any(sel):
                 continue
-            tok, h, hc = (c[x][sel].astype(float) for x in ("num_tokens", "hidden_size", "hc_mult"))
-            out.append(_stream(t, f"mhc.{part}", c["seconds"][sel], mhc_bytes(tok, h, hc, part), tok, h, hw,
-                               f"op_name {part}"))
+            tok, h, hc, sites = (c[x][sel].astype(float) for x in ("num_tokens", "hidden_size", "hc_mult",
+                                                                    "num_sites"))
+            # a row times all `sites` hyper-connection sites of a layer; the curve prices one (layer.py
+            # runs two per layer: before attention and before the FFN)
+            out.append(_stream(t, f"mhc.{part}", c["seconds"][sel] / sites, mhc_bytes(tok, h, hc, part), tok, h, hw,
+                               f"op_name {part}, latency / num_sites (one site)"))
     return out
 
 

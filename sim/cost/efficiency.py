@@ -37,6 +37,12 @@ from rackplan.specs.hardware import DTYPE_FAMILY
 # figures, as in configs/profiles/datasheet.yaml; a measured profile replaces them).
 ALLREDUCE_DATASHEET = (Curve(eff_max=0.7, work_half=1.0e6),)
 TILE = 128.0  # output tile edge (rows, columns) the occupancy term counts in
+# Expert weight formats whose MoE kernel is its own, measured apart from the compute dtype's: vLLM
+# runs a block-scaled FP8 checkpoint (DeepSeek-V3/R1/V3.2: 128x128 weight scales, README_WEIGHTS.md)
+# with Fp8MoEMethod's block-quantised kernel, which the per-op tables time as moe_dtype fp8_block;
+# their moe_dtype fp8 rows are a different kernel (ModelOpt per-tensor FP8), 4-5x slower at decode
+# sizes on H200 (benchmarks/RESULTS.md, 2026-12-01 "why the measured profiles price decode slowly").
+EXPERT_KERNEL_FORMATS = {"fp8_block": "fp8"}  # weight format -> the compute dtype it runs in
 
 
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:
@@ -104,6 +110,12 @@ def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
     if c is None:
         return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
     return evaluate(c, m, n, k, 2.0 * m * n * k)
+
+
+def expert_dtype(weights: str, compute: str) -> str:
+    """The dtype whose curves price a model's routed experts: the weights' format where its kernel
+    is measured apart (EXPERT_KERNEL_FORMATS) and runs in `compute`, else the compute dtype."""
+    return weights if EXPERT_KERNEL_FORMATS.get(weights) == compute else compute
 
 
 def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0):

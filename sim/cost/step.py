@@ -143,9 +143,10 @@ class StepModel:
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
         distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
         flops, nbytes, rows, n, k = expert_work(m, busiest, distinct, moe_tp)
-        dtype = m.dtypes.expert_compute_dtype
+        compute = m.dtypes.expert_compute_dtype
+        dtype = efficiency.expert_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
         eff = efficiency.experts(prof, dtype, rows, n, k, flops=flops)
-        t_exp = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
+        t_exp = price(flops, nbytes, hw.flops_for(compute), eff, hw, prof)
         h = m.hidden_size
         r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
         t_route = stream_seconds(hw, prof, f"moe.route.{dtype}", r_bytes, t_max, h)

@@ -230,3 +230,19 @@ def test_missing_package_says_how_to_install(monkeypatch):
 def test_calibrate_op_database_needs_hardware(tmp_path, capsys):
     rc = main(["calibrate", "--op-database", "synth", "--out", str(tmp_path / "p.yaml")])
     assert rc == 2 and "--hardware" in capsys.readouterr().err and not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("sites", [2, None])
+def test_mhc_rows_are_priced_per_site(tmp_path, sites):
+    """The mHC collector times every site of a layer in one graph (num_sites 2): a row of 0.020 ms
+    is 0.010 ms per site, what the curve prices (layer.py runs two sites per layer); a table without
+    the column is one site per row."""
+    cols = {"op_name": ["pre", "post"], "num_tokens": [8, 8], "hc_mult": [4, 4], "hidden_size": [4096, 4096],
+            "latency": [0.020, 0.008]}
+    if sites is not None:
+        cols["num_sites"] = [sites, sites]
+    _write(tmp_path, "sys", "mhc", "0.24.0", "mhc_module_perf", cols)
+    rows = {r.key: r for r in opdb_ops.stream_rows(opdb.locate(tmp_path, "sys", "vllm"), HW)}
+    per_site = 1.0 / (sites or 1)
+    assert rows["mhc.pre"].seconds == pytest.approx([0.020e-3 * per_site])
+    assert rows["mhc.post"].seconds == pytest.approx([0.008e-3 * per_site])

@@ -174,3 +174,37 @@ def test_plan_and_whatif_reject_a_profile_of_other_hardware(argv, capsys, tmp_pa
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "b200" in err and "cpu-local" in err
     assert not list(tmp_path.iterdir())  # no plan or what-if output written
+
+
+def test_expert_curves_follow_the_kernel_that_runs():
+    """Block-scaled FP8 experts (DeepSeek-V3) run the fp8_block MoE kernel; other formats their compute dtype."""
+    assert efficiency.expert_dtype("fp8_block", "fp8") == "fp8_block"
+    assert efficiency.expert_dtype("fp8", "fp8") == "fp8"
+    assert efficiency.expert_dtype("mxfp4", "fp4") == "fp4"  # the tables' mxfp4 rows are W4A16, not FP4 compute
+    assert efficiency.expert_dtype("bf16", "bf16") == "bf16"
+
+
+def test_v3_experts_on_h200_match_the_table_row():
+    """DeepSeek-V3 decode on DEP16, 8 sequences per rank (128 tokens over the EP group, balanced):
+    aiconfigurator-core 0.12.0 h200_sxm/moe/vllm/0.24.0/moe_perf.parquet, moe_dtype fp8_block,
+    kernel vllm_fp8moe_flashinfer_cutlass_flashinferexperts, hidden 7168, inter 2048, 256 experts,
+    top-8, ep 16, balanced, num_tokens 128: 0.2575 ms per layer (64 pairs over the rank's 16
+    experts). Priced with the per-tensor fp8 curve (moe_dtype fp8, a ModelOpt kernel never measured
+    at hidden 7168) it was 1.11 ms, 4.3x the row."""
+    model, hw = load_model("deepseek-v3"), load_hardware("h200-sxm")
+    lay = Layout(role="decode", dp=16, moe_imbalance=1.0)
+    step = decode_step(CostContext(model, hw, lay, load_profile("h200-sxm-vllm")), 8.0, 8.0 * 4608.0)
+    per_layer = step.breakdown()["moe.experts"] / model.num_moe_layers
+    assert per_layer == pytest.approx(0.2575e-3, rel=0.15)
+
+
+def test_v4_mhc_on_gb300_matches_the_table_rows():
+    """aiconfigurator-core 0.12.0 gb300/mhc/vllm/0.24.0/mhc_module_perf.parquet, hidden 4096, hc_mult 4,
+    8 tokens: pre 0.0190 ms, post 0.0086 ms, each row timing both sites of a layer (num_sites 2;
+    the collector runs the kernel of every site in one CUDA graph). A V4-Flash decode layer at 8
+    tokens runs pre + post at both sites: 0.0276 ms, not twice that."""
+    model, hw = load_model("deepseek-v4-flash"), load_hardware("gb300-nvl72")
+    step = decode_step(CostContext(model, hw, Layout(role="decode", dp=4), load_profile("gb300-nvl72-vllm")),
+                       8.0, 8.0 * 4096.0)
+    per_layer = step.breakdown()["mhc"] / model.num_layers
+    assert per_layer == pytest.approx(0.0190e-3 + 0.0086e-3, rel=0.15)
