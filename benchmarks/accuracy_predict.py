@@ -60,7 +60,7 @@ def _stepped(case: Case, sc: Scenario, prof: Profile) -> float:
     else:
         b = float(sc.batch_per_rank)
         step = decode_step(cx, b, b * sc.context_tokens)
-        accepted = lay.speculation.acceptance_length if lay.speculation else 1.0
+        accepted = lay.tokens_per_step
         tokens, kinds = b * lay.dp * accepted, ("output", "total")
     if metric.quantity == "throughput":
         if metric.tokens not in kinds or metric.pool != "instance":

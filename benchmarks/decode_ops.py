@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     lay = Layout(role="decode", dp=args.dp, speculation=spec)
     ctx = wl.isl.expected + wl.osl.expected / 2
     profs = [load_profile(n) for n in (args.profile or ["datasheet", hw.default_profile])]
-    accept = spec.acceptance_length if spec else 1.0
+    accept = lay.tokens_per_step
     print(f"{model.name} decode DEP{args.dp}{f' MTP{args.mtp}' if spec else ''} on {hw.name}, context {ctx:,.0f}; "
           "ms per step: " + " | ".join(pr.name for pr in profs))
     for b in args.batch:

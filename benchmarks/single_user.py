@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     bw = lay.gpus * hw.hbm_bw
     one = step_bytes(model, dataclasses.replace(lay, speculation=None), 1.0, ctx)
     spec = step_bytes(model, lay, 1.0 + lay.speculation.num_tokens, ctx) if lay.speculation else one
-    accepted = lay.speculation.acceptance_length if lay.speculation else 1.0
+    accepted = lay.tokens_per_step
     print(f"{plan.name}: {lay.tag} on {lay.gpus} x {hw.name} ({bw / 1e12:.0f} TB/s together), context ~{ctx:,.0f}")
     print("bytes per step (GB):", ", ".join(f"{k} {v / 1e9:.2f}" for k, v in spec.items()),
           f"-> {sum(spec.values()) / 1e9:.2f} for {1 + (lay.speculation.num_tokens if lay.speculation else 0)} "

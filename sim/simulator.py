@@ -83,10 +83,6 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
                         f"decode rank ({', '.join(pools)})", f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}")
 
 
-def _tokens_per_step(layout) -> float:
-    return layout.speculation.acceptance_length if layout.speculation else 1.0
-
-
 class _Deployment:
     """Builds the instances of a plan inside one SimPy environment and routes requests."""
 
@@ -128,7 +124,7 @@ class _Deployment:
                 pr = mk(lay)
                 for j in range(lay.replicas):
                     ranks = DecodeRanks(lay.dp, lay.max_batch_per_rank, self.caps[f"decode[{i}]"],
-                                        _tokens_per_step(lay))
+                                        lay.tokens_per_step)
                     turn = shared[len(self.decoders)] if shared else None
                     self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, ranks, log,
                                                         isl.__getitem__, osl.__getitem__, self._done, turn))
@@ -138,7 +134,7 @@ class _Deployment:
                 q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
                 for j in range(lay.replicas):
                     ranks = DecodeRanks(lay.dp, lay.max_batch_per_rank, self.caps[f"aggregated[{i}]"],
-                                        _tokens_per_step(lay))
+                                        lay.tokens_per_step)
                     self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr, ranks,
                                                          lay.max_tokens_per_step, q, log, self.need_of,
                                                          osl.__getitem__, self._done,

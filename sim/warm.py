@@ -44,10 +44,6 @@ class Warm:
         return len(self.isl)
 
 
-def _tokens_per_step(lay) -> float:
-    return lay.speculation.acceptance_length if lay.speculation else 1.0
-
-
 def steady_occupancy(pricer: StepPricer, ranks: int, rate_rps: float, steps_mean: float, ctx_mean: float,
                      seats: float) -> float:
     """Running sequences N of one decode instance at the fixed point N = rate x steps x step_s(N)
@@ -75,7 +71,7 @@ def warm_sequences(plan, model, hw, profile, workload, caps: dict[str, float], s
     instances = sum(lay.replicas for lay in plan.decode)
     parts, first = [], 0
     for i, lay in enumerate(plan.decode):
-        tps = _tokens_per_step(lay)
+        tps = lay.tokens_per_step
         steps = np.maximum(1, np.ceil(pool.osl / tps))  # [DRAWS] decode steps of each request
         age = rng.random(DRAWS)  # [DRAWS] share of its life already behind it
         done = np.minimum(np.floor(age * steps) * tps, pool.osl - 1)

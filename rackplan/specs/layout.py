@@ -120,6 +120,12 @@ class Layout:
         return self.stage_gpus // self.ep_size
 
     @property
+    def tokens_per_step(self) -> float:
+        """Output tokens one decode step emits per sequence: the speculation's acceptance length, 1
+        without speculation."""
+        return self.speculation.acceptance_length if self.speculation else 1.0
+
+    @property
     def total_gpus(self) -> int:
         return self.gpus * self.replicas
 

@@ -150,7 +150,7 @@ class HostModel:
         self.hp, self.layout, self.gpus_per_node = hp, layout, gpus_per_node
         sp = layout.speculation
         self.depth = sp.num_tokens if sp else 0
-        self.acceptance = sp.acceptance_length if sp else 1.0
+        self.acceptance = layout.tokens_per_step
         self.collective_s = dp_collective_seconds(hp, layout.dp)
         self.straggle = hp.dp_jitter * expected_max_normal(layout.dp)  # x the rank's host work
         self.spec_sync_s = hp.spec_sync_s if sp else 0.0

@@ -227,10 +227,6 @@ def interp(x: float, xs, ys, top: int) -> float:
     return float(slope * (x - xs[j]) + ys[j])
 
 
-def _acceptance(layout: Layout) -> float:
-    return layout.speculation.acceptance_length if layout.speculation else 1.0
-
-
 def kv_batch_limit(pr: Pricer, layout: Layout, tr: Traffic) -> int:
     """Sequences per rank whose KV fits (at the longest mean context)."""
     return int(kv_capacity_tokens(pr.model, pr.hw, layout) // tr.ctx_max)
@@ -245,7 +241,7 @@ def price_decode(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...])
     costs = [pr.decode(layout, float(b), tr.ctx_mean) for b in batches]
     if _idle_frontend(layout, costs):
         return None
-    return DecodeUnit(layout, _acceptance(layout), batches, tuple(c.period_s for c in costs), osl=tr.osl)
+    return DecodeUnit(layout, layout.tokens_per_step, batches, tuple(c.period_s for c in costs), osl=tr.osl)
 
 
 def _idle_frontend(layout: Layout, costs: list[StepCost]) -> bool:
@@ -257,7 +253,7 @@ def _idle_frontend(layout: Layout, costs: list[StepCost]) -> bool:
 
 def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...]) -> DecodeUnit | None:
     """Step tables of an aggregated instance: decode batch b plus the prefill chunk that keeps up."""
-    acc = _acceptance(layout)
+    acc = layout.tokens_per_step
     q = 1.0 + (layout.speculation.num_tokens if layout.speculation else 0)
     limit = min(kv_batch_limit(pr, layout, tr), layout.max_batch_per_rank)
     rows, costs = [], []

@@ -133,7 +133,7 @@ def _probe_work(c: Candidate, first: int) -> float:
     from ..simulator import MIN_STEADY
 
     lay = (c.decode or c.aggregated)[0]
-    acc = lay.speculation.acceptance_length if lay.speculation else 1.0
+    acc = lay.tokens_per_step
     n = max(MIN_STEADY, first)
     return n * (1.0 + c.osl / (acc * max(1.0, c.batch_per_rank * lay.dp)))
 
