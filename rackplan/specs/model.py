@@ -55,6 +55,9 @@ class KVComponent:
     indexer_dim: Optional[int] = None
     indexer_key_bytes: Optional[float] = None  # bytes per indexer key per storing layer
     indexer_ratio: int = 1  # tokens per indexer key
+    # the component runs on FlashMLA's sparse kernels, which compute whole tiles of query heads:
+    # heads per rank are padded up (sim/cost/attention.py kernel_heads)
+    padded_heads: bool = False
 
     def __post_init__(self):
         positive(self.layers, "layers")

@@ -8,6 +8,8 @@ model's attention dtype (BF16 unless an FP8 attention kernel is named, ModelSpec
 """
 from __future__ import annotations
 
+import math
+
 from rackplan.specs import KVComponent, ModelSpec
 
 from . import efficiency
@@ -26,8 +28,24 @@ def indexed(comp: KVComponent, ctx: float) -> float:
     return ctx / comp.indexer_ratio if comp.has_indexer else 0.0
 
 
+# FlashMLA's FP8 sparse decode kernel takes h_q = 64 or 128 query heads (vLLM flashmla_sparse.py
+# pads a rank's heads up to 64 when TP leaves fewer)
+SPARSE_DECODE_HEAD_TILE = 64
+
+
 def _heads_per_rank(model: ModelSpec, tp: int) -> float:
     return model.attention.num_heads / tp
+
+
+def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -> float:
+    """Query heads per rank the kernel computes: the rank's heads, padded up to whole tiles when
+    the component runs on FlashMLA's sparse kernels (prefill: hw.sparse_prefill_head_tile, 128 on
+    Blackwell; decode: 64), e.g. V3.2 at TP4 on Blackwell: 32 heads computed as 128 in prefill."""
+    heads = _heads_per_rank(model, tp)
+    if not comp.padded_heads:
+        return heads
+    tile = hw.sparse_prefill_head_tile if phase == "prefill" else SPARSE_DECODE_HEAD_TILE
+    return float(math.ceil(heads / tile) * tile)
 
 
 def _kv_split(model: ModelSpec, tp: int) -> float:
@@ -47,7 +65,7 @@ def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, que
         return 0.0, 0.0, 0.0
     avg = ctx_sum / max(batch, 1.0)
     att = attended(comp, avg)
-    heads = _heads_per_rank(model, tp)
+    heads = kernel_heads(model, comp, tp, "decode", hw)
     flops = 2.0 * batch * queries_per_seq * heads * att * (comp.qk_dim + comp.v_dim)
     nbytes = batch * att * comp.entry_bytes / _kv_split(model, tp)
     if comp.has_indexer:
@@ -79,7 +97,7 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
         longest = max(longest, p + n) if count else longest
     if pairs <= 0:
         return 0.0, 0.0, 0.0
-    heads = _heads_per_rank(model, tp)
+    heads = kernel_heads(model, comp, tp, "prefill", hw)
     qk = comp.prefill_qk_dim or comp.qk_dim
     v = comp.prefill_v_dim or comp.v_dim
     flops = 2.0 * heads * pairs * (qk + v)
