@@ -58,6 +58,10 @@ class KVComponent:
     # the component runs on FlashMLA's sparse kernels, which compute whole tiles of query heads:
     # heads per rank are padded up (sim/cost/attention.py kernel_heads)
     padded_heads: bool = False
+    # the sparse kernel runs every top-k block, valid or not (FlashMLA's sparse kernels before the
+    # `topk_length` argument that came with DeepSeek-V4, e.g. vLLM v0.14.1): a query at a context
+    # shorter than `topk` still costs `topk` entries of math (the gathers of invalid ones are skipped)
+    scans_full_topk: bool = False
 
     def __post_init__(self):
         positive(self.layers, "layers")

@@ -23,6 +23,12 @@ def attended(comp: KVComponent, ctx: float) -> float:
     return min(stored, comp.topk) if comp.topk is not None else stored
 
 
+def computed(comp: KVComponent, ctx: float) -> float:
+    """Entries whose math the kernel runs for one query at `ctx`: those it reads, or the whole
+    top-k width when the kernel scans it regardless (comp.scans_full_topk)."""
+    return float(comp.topk) if comp.scans_full_topk and comp.topk is not None else attended(comp, ctx)
+
+
 def indexed(comp: KVComponent, ctx: float) -> float:
     """Indexer keys one query scores (0 without an indexer)."""
     return ctx / comp.indexer_ratio if comp.has_indexer else 0.0
@@ -66,7 +72,7 @@ def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, que
     avg = ctx_sum / max(batch, 1.0)
     att = attended(comp, avg)
     heads = kernel_heads(model, comp, tp, "decode", hw)
-    flops = 2.0 * batch * queries_per_seq * heads * att * (comp.qk_dim + comp.v_dim)
+    flops = 2.0 * batch * queries_per_seq * heads * computed(comp, avg) * (comp.qk_dim + comp.v_dim)
     nbytes = batch * att * comp.entry_bytes / _kv_split(model, tp)
     if comp.has_indexer:
         idx = indexed(comp, avg)
@@ -88,7 +94,7 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
     pairs = idx_pairs = read = idx_read = seqs = longest = 0.0
     for count, n, p in chunks:
         mid = p + n / 2.0
-        pairs += count * n * attended(comp, mid)
+        pairs += count * n * computed(comp, mid)
         read += count * (attended(comp, p + n) + n)
         if comp.has_indexer:
             idx_pairs += count * n * indexed(comp, mid)
