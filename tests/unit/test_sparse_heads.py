@@ -44,3 +44,16 @@ def test_prefill_flops_at_tp4_count_128_heads():
     _, flops, _ = attn.prefill_component(V32, comp, [(1, 2048.0, 0.0)], 4, 1, GB300, prof)
     pairs = 2048 * 1024
     assert flops == pytest.approx(2 * 128 * pairs * 1088 + 2 * 64 * 128 * pairs)
+
+
+def test_full_topk_scan_prices_every_block():
+    # vLLM v0.14.1's FlashMLA sparse prefill (no topk_length) runs all 2,048 top-k slots of every
+    # query: the same prompt costs 2,048 entries per query instead of 1,024 (the indexer is unchanged)
+    import dataclasses
+
+    comp = dataclasses.replace(V32.attention.kv[0], scans_full_topk=True)
+    prof = load_profile("datasheet")
+    _, flops, nbytes = attn.prefill_component(V32, comp, [(1, 2048.0, 0.0)], 4, 1, GB300, prof)
+    _, _, nbytes_valid = attn.prefill_component(V32, V32.attention.kv[0], [(1, 2048.0, 0.0)], 4, 1, GB300, prof)
+    assert flops == pytest.approx(2 * 128 * 2048 * 2048 * 1088 + 2 * 64 * 128 * 2048 * 1024)
+    assert nbytes == nbytes_valid  # the gathers of invalid slots are skipped
