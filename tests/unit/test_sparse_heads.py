@@ -57,3 +57,13 @@ def test_full_topk_scan_prices_every_block():
     _, _, nbytes_valid = attn.prefill_component(V32, V32.attention.kv[0], [(1, 2048.0, 0.0)], 4, 1, GB300, prof)
     assert flops == pytest.approx(2 * 128 * 2048 * 2048 * 1088 + 2 * 64 * 128 * 2048 * 1024)
     assert nbytes == nbytes_valid  # the gathers of invalid slots are skipped
+
+
+def test_v32_indexer_projections_are_replicated():
+    # DeepSeek-V3.2 Indexer: wq_b 1536 -> 64 x 128, wk 7168 -> 128, weights_proj 7168 -> 64, each
+    # ReplicatedLinear in vLLM: a TP2 rank holds all of them (13,959,168 weights per layer)
+    rank = {name: (k, n) for name, k, n in V32.attention.rank_projections(V32.hidden_size, 2)}
+    assert (rank["idx_q"], rank["idx_k"], rank["idx_w"]) == ((1536, 8192), (7168, 128), (7168, 64))
+    extra = V32.attention.projection_params(7168) - V3.attention.projection_params(7168)
+    assert extra == 1536 * 8192 + 7168 * 128 + 7168 * 64 == 13_959_168
+    assert not any(name.startswith("idx_") for name, _, _ in V3.attention.projections(7168))
