@@ -5,6 +5,9 @@ Decode: each sequence's query reads what its KV components let it attend to: all
 indexer that itself scores every stored key. Prefill: compute over (new x attended) pairs.
 Functions take one rank's work as floats and return floats. The math runs at the peak of the
 model's attention dtype (BF16 unless an FP8 attention kernel is named, ModelSpec.dtypes.attention).
+Kernels that compute in fixed tiles are priced for what they compute, not only for what is valid:
+FlashMLA's sparse kernels pad a rank's query heads to whole tiles (`kernel_heads`), and before
+FlashMLA's `topk_length` they ran every top-k block of a query (`computed`, comp.scans_full_topk).
 """
 from __future__ import annotations
 
