@@ -57,6 +57,7 @@ class CostContext:
         return StepModel(self)
 
 
+STAGE = {name: op.stage for name, op in ops.BY_NAME.items()}  # op name -> where it runs in a layer (DBO)
 HOST_ONLY = {"api_servers": None, "stream_interval": 1, "async_scheduling": True, "cuda_graphs": True}
 
 
@@ -125,7 +126,9 @@ class StepModel:
         """(experts, route, dispatch, combine seconds, experts flops, bytes, route bytes) over `n_moe`
         layers: routed experts on the busiest EP rank, its routing, the all-to-all; remembered."""
         key = (t_global, t_max, n_moe, kernel, phase, z)
-        return memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe, kernel, phase, z))
+        hit = self._moes.get(key)
+        return hit if hit is not None else memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe,
+                                                                                            kernel, phase, z))
 
     def imbalance_at(self, t_global: float, n_moe: int, z: float = 0.0) -> float:
         """The busiest EP rank's max/mean load over a step of `n_moe` MoE layers: its expectation,
@@ -202,8 +205,18 @@ class StepModel:
             total, out = lp.rank(w, groups, phase)
             if total > slowest:
                 slowest, rank_ops = total, out
+        moe = self._ep_group(step, z)
+        extra = self._draft(step)
+        total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
+        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step))
+
+    def _ep_group(self, step: Step, z: float) -> list[tuple]:
+        """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
+        layer group of the step with tokens (Device.moe)."""
+        has_pre = step.has_prefill
+        groups = self.layers.groups_prefill if has_pre else self.layers.groups_decode
+        phase, kernel = "prefill" if has_pre else "decode", _kernel(step)
         moe = []
-        kernel = "high_throughput" if has_pre else "low_latency"
         for g in groups:
             if not g.n_moe:
                 continue
@@ -211,9 +224,7 @@ class StepModel:
             t_global = sum(t * r for t, r in zip(toks, step.ranks))  # DP ranks hold distinct tokens
             if t_global > 0:
                 moe.append((g.n_moe,) + self._moe(t_global, max(toks), g.n_moe, kernel, phase, z))
-        extra = self._draft(step)
-        total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
-        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), kernel)
+        return moe
 
     def _stages(self, dev: Device) -> dbo_.Stages:
         """A step's device seconds by where they run in a layer (for DBO), from the ops' stages in
@@ -221,9 +232,9 @@ class StepModel:
         rank_ops, moe, extra = dev.rank_ops, dev.moe, dev.extra
         by = {"attn": 0.0, "ffn": 0.0, "tail": 0.0, "comm": 0.0, "none": 0.0}
         for name, rec in rank_ops.items():
-            by[ops.BY_NAME[name].stage] += rec[0]
+            by[STAGE[name]] += rec[0]
         for name, sec, _, _ in extra:
-            by[ops.BY_NAME[name].stage] += sec
+            by[STAGE[name]] += sec
         disp = comb = 0.0
         for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
             by["ffn"] += t_exp + t_route
@@ -255,7 +266,7 @@ class StepModel:
 
     def period(self, step: Step, z: float = 0.0) -> float:
         """StepCost.period_s of `price(step, z)`, without building its op breakdown."""
-        ev = self._evaluate(step, z)
+        ev = self._evaluate(step, z, breakdown=False)
         return ev.seconds if ev.seconds >= ev.host.api_s else ev.host.api_s
 
     def period_spread(self, step: Step) -> tuple[float, float]:
@@ -281,24 +292,30 @@ class StepModel:
         pairs = [memo_get(self._half_memo, w, lambda w=w: (w.half(0), w.half(1))) for w in step.works]
         return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
 
-    def _evaluate(self, step: Step, z: float = 0.0) -> "_Evaluated":
+    def _evaluate(self, step: Step, z: float = 0.0, breakdown: bool = True) -> "_Evaluated":
         """The step's seconds: device work (split in two micro-batches where DBO applies), the
-        exposed streaming of offloaded weights, eager kernel gaps, pipeline sends, host time."""
+        exposed streaming of offloaded weights, eager kernel gaps, pipeline sends, host time.
+        Without `breakdown` (a period only) a split step's unsplit device work is not priced (its
+        seconds are replaced by the micro-batches'): _Evaluated.device is None then."""
         cx = self.cx
         lay, prof = cx.layout, cx.prof
         pp = lay.pp
-        dev = self.device(_scaled(step, pp), z)
-        gpu, adjust = dev.seconds, []
-        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0 for _, _, _, t_disp, t_comb, *_ in dev.moe)
+        whole = _scaled(step, pp)
+        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0
+                                                       for _, _, _, t_disp, t_comb, *_ in self._ep_group(whole, z))
+        dev = self.device(whole, z) if breakdown or not split else None
+        adjust = []
         if split:
             a, b = self._halves(step)
             sa = self._stages(self.device(_scaled(a, pp), z))
             sb = self._stages(self.device(_scaled(b, pp), z)) if b != a else sa
             n_moe = sum(g.n_moe for g in self.layers.groups_decode)
-            share = dbo_.comm_sm_share(dev.kernel, cx.hw)
-            pipelined = dbo_.overlapped(sa, sb, n_moe, share, prof.dbo_efficiency)
-            adjust.append(("dbo.overlap", pipelined - gpu))
-            gpu = pipelined
+            share = dbo_.comm_sm_share(_kernel(step), cx.hw)
+            gpu = dbo_.overlapped(sa, sb, n_moe, share, prof.dbo_efficiency)
+            if dev is not None:
+                adjust.append(("dbo.overlap", gpu - dev.seconds))
+        else:
+            gpu = dev.seconds
         graphs = lay.cuda_graphs and not step.has_prefill
         if not graphs:
             gaps = self.gap_s * cx.model.num_layers * (2 if split else 1)
@@ -334,8 +351,14 @@ class _Evaluated:
     seconds: float  # the step as the engine times it
     gpu: float  # device seconds after overlap
     adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
-    device: Device
+    device: Device | None  # None: not priced (a split step's period only)
     host: HostTime  # the step's host parts and the pipeline (sim/cost/host.py)
+
+
+def _kernel(step: Step) -> str:
+    """The all-to-all kernel kind of a step: DeepEP's high-throughput kernels with prompt tokens,
+    the low-latency ones for decode-only steps."""
+    return "high_throughput" if step.has_prefill else "low_latency"
 
 
 def _scaled(step: Step, pp: int) -> Step:
