@@ -22,7 +22,7 @@ What really happens, and what this prices:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rackplan.specs import HardwareSpec, Layout
 
@@ -31,8 +31,7 @@ from .batch import Step
 COMM_SMS = 20  # VLLM_DBO_COMM_SMS default on CUDA (vllm/envs.py): SMs reserved for DeepEP high-throughput kernels
 
 
-@dataclass(frozen=True)
-class Stages:
+class Stages(NamedTuple):
     """One micro-batch's device seconds on its slowest rank, by where they sit in a layer:
     `dense` the dense layers (no all-to-all), `attn` the MoE layers' attention side (before the
     dispatch), `ffn` their expert side, `dispatch` and `combine` the all-to-alls, `tail` once per

@@ -10,13 +10,14 @@ function of the work, remembered (a simulation sees the same rank work often).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from rackplan.specs import HardwareSpec, Profile, ops
 
 from . import attention as attn
 from . import efficiency
 from .collective import allreduce_seconds
-from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds
+from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds_at
 from .roofline import price
 
 RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
@@ -63,7 +64,7 @@ class GemmOp:
     def __init__(self, op: ops.ModelOp, hw: HardwareSpec, prof: Profile, act: float):
         self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
         self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * act, hw.flops_for(g.compute_dtype),
-                           g.compute_dtype, g.n, g.k) for g in op.gemms)
+                           efficiency.gemm_at(prof, g.compute_dtype, g.n, g.k)) for g in op.gemms)
         self.memo: dict[float, tuple[float, float, float]] = {}
 
     def at(self, m: float) -> tuple[float, float, float]:
@@ -74,9 +75,9 @@ class GemmOp:
     def _price(self, m: float) -> tuple[float, float, float]:
         prof, hw = self.prof, self.hw
         sec = fl = by = 0.0
-        for per_tok, wbytes, act, peak, dtype, n, k in self.rows:
+        for per_tok, wbytes, act, peak, eff in self.rows:
             f, b = per_tok * m, wbytes + m * act
-            sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
+            sec += price(f, b, peak, eff(m), hw, prof)
             fl += f
             by += b
         return sec * self.layers, fl * self.layers, by * self.layers
@@ -123,6 +124,7 @@ class LayerPricer:
         self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
         self._corrections = bool(prof.op_scale or prof.op_fixed)  # `corrected` changes nothing without them
         self._ranks: dict = {}
+        self._streams: dict = {}  # (op class, columns) -> stream_seconds_at
         self._engrams: dict[float, tuple[float, float, float]] = {}  # tokens -> Engram seconds, flops, bytes
         self.quant_dtype = m.dtypes.compute
 
@@ -191,7 +193,10 @@ class LayerPricer:
     def _stream(self, op_class: str, nbytes: float, rows: float, cols: float, kernels: int = 1) -> float:
         """Seconds of `kernels` bandwidth-bound kernels moving `nbytes` together."""
         prof = self.cx.prof
-        return stream_seconds(self.cx.hw, prof, op_class, nbytes, rows, cols) + (kernels - 1) * prof.op_fixed_s
+        seconds = self._streams.get((op_class, cols))
+        if seconds is None:
+            seconds = self._streams[op_class, cols] = stream_seconds_at(self.cx.hw, prof, op_class, cols)
+        return seconds(nbytes, rows) + (kernels - 1) * prof.op_fixed_s
 
     def _layer_ops(self, g: Group, tokens: float) -> list[tuple[str, float, float, float]]:
         """(name, seconds, flops, bytes) of every per-layer op of group g at `tokens` tokens on the
@@ -239,15 +244,20 @@ class LayerPricer:
         tables split over the EP group, so (ep - 1) / ep of them come over NVLink, at once with the
         local HBM gather."""
         cx = self.cx
-        m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
+        m, lay, hw = cx.model, cx.layout, cx.hw
         per_layer = tokens * m.extra_bytes_per_token / m.engram_layers
         ep = lay.ep_size
         remote = per_layer * (ep - 1) / ep
         sec = self._stream("engram", per_layer - remote, tokens, m.extra_bytes_per_token / m.engram_layers)
         if remote > 0:
-            nv = prof.a2a_params("low_latency", "nvlink", ep, "dispatch")
+            nv = self._engram_link
             sec = max(sec, nv.alpha_s + remote / (hw.scaleup_bw * nv.bw_eff))
         return sec * m.engram_layers, 0.0, per_layer * m.engram_layers
+
+    @cached_property
+    def _engram_link(self):
+        """The NVLink latency and bandwidth the remote Engram rows move at (the low-latency dispatch's)."""
+        return self.cx.prof.a2a_params("low_latency", "nvlink", self.cx.layout.ep_size, "dispatch")
 
     def pp_send(self, tokens: float) -> float:
         """Seconds to hand one micro-batch's activations to the next pipeline stage (NVLink)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,10 +67,10 @@ def host_only(layout: Layout) -> Layout:
     return replace(layout, **HOST_ONLY)
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     """A step's device work without overlap or host time: the slowest rank's ops, the EP group's
-    per MoE layer group, the step-level extras, and their seconds summed."""
+    per MoE layer group, the step-level extras, and their seconds summed. (A NamedTuple, as
+    _Evaluated: built a few times per priced step, where a frozen dataclass costs ~10x more.)"""
 
     rank_ops: dict
     moe: list
@@ -346,8 +347,7 @@ class StepModel:
         return hm.time(ranks, gpu, graphs, api, whole)
 
 
-@dataclass(frozen=True)
-class _Evaluated:
+class _Evaluated(NamedTuple):
     seconds: float  # the step as the engine times it
     gpu: float  # device seconds after overlap
     adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
