@@ -77,6 +77,7 @@ class Device(NamedTuple):
     extra: list  # (name, seconds, flops, bytes) priced for the whole step (drafter)
     seconds: float
     kernel: str  # all-to-all kernel kind of the step
+    work: RankWork | None  # the slowest rank's work (None: no ranks)
 
 
 class StepModel:
@@ -98,6 +99,12 @@ class StepModel:
         self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
         self._moes: dict = {}
         self._half_memo: dict = {}
+        self._rank_stages: dict = {}  # (rank work, phase) -> its ops' seconds per stage (_stages)
+        self.ep_size = lay.ep_size
+        self.n_moe = sum(g.n_moe for g in self.layers.groups_decode)  # MoE layers of a step
+        # per phase, (MoE layers, whether prompt tokens run them) of the layer groups with MoE layers
+        self._moe_groups = {pre: tuple((g.n_moe, g.prefill_tokens) for g in groups if g.n_moe)
+                            for pre, groups in ((False, self.layers.groups_decode), (True, self.layers.groups_prefill))}
         self.host = HostModel(prof.host_for(lay.role), lay, m.num_layers, hw.gpus_per_node, hw.host_overlap)
         off = offloaded_bytes(m, lay)
         self.offload_s = off / (hw.host_link_bw * efficiency.memory(prof, off)) if off else 0.0
@@ -168,7 +175,7 @@ class StepModel:
         low-latency dispatch writes them in expert order (and the combine reduces them), the copies
         the high-throughput dispatch delivers (one per token and rank: pairs x ep p_rank / k), or,
         without an all-to-all (TP, one GPU), every token of the step."""
-        if self.replicated or self.cx.layout.ep_size == 1:
+        if self.replicated or self.ep_size == 1:
             return t_rank
         if kernel == "low_latency":
             return t_rank
@@ -201,39 +208,41 @@ class StepModel:
         has_pre = step.has_prefill
         groups = lp.groups_prefill if has_pre else lp.groups_decode
         phase = "prefill" if has_pre else "decode"
-        slowest, rank_ops = -1.0, {}
+        slowest, rank_ops, work = -1.0, {}, None
         for w in step.works:
             total, out = lp.rank(w, groups, phase)
             if total > slowest:
-                slowest, rank_ops = total, out
+                slowest, rank_ops, work = total, out, w
         moe = self._ep_group(step, z)
-        extra = self._draft(step)
+        extra = self._draft(step) if self.drafter is not None else []
         total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
-        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step))
+        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step), work)
 
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
         """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
         layer group of the step with tokens (Device.moe)."""
-        has_pre = step.has_prefill
-        groups = self.layers.groups_prefill if has_pre else self.layers.groups_decode
+        has_pre, q = step.has_prefill, self.q
         phase, kernel = "prefill" if has_pre else "decode", _kernel(step)
         moe = []
-        for g in groups:
-            if not g.n_moe:
-                continue
-            toks = [w.dec_seqs * self.q + (w.pre_tokens if g.prefill_tokens else 0.0) for w in step.works]
-            t_global = sum(t * r for t, r in zip(toks, step.ranks))  # DP ranks hold distinct tokens
+        for n_moe, prompts in self._moe_groups[has_pre]:
+            t_global = t_max = 0.0  # DP ranks hold distinct tokens: the EP group's sum, the busiest rank's
+            for w, r in zip(step.works, step.ranks):
+                t = w.dec_seqs * q + w.pre_tokens if prompts else w.dec_seqs * q
+                t_global += t * r
+                t_max = t if t > t_max else t_max
             if t_global > 0:
-                moe.append((g.n_moe,) + self._moe(t_global, max(toks), g.n_moe, kernel, phase, z))
+                moe.append((n_moe,) + self._moe(t_global, t_max, n_moe, kernel, phase, z))
         return moe
 
     def _stages(self, dev: Device) -> dbo_.Stages:
         """A step's device seconds by where they run in a layer (for DBO), from the ops' stages in
         the vocabulary."""
         rank_ops, moe, extra = dev.rank_ops, dev.moe, dev.extra
-        by = {"attn": 0.0, "ffn": 0.0, "tail": 0.0, "comm": 0.0, "none": 0.0}
-        for name, rec in rank_ops.items():
-            by[STAGE[name]] += rec[0]
+        key = (dev.work, dev.kernel)
+        by = self._rank_stages.get(key)
+        if by is None:
+            by = memo_get(self._rank_stages, key, lambda: _stage_sums(rank_ops))
+        by = dict(by)
         for name, sec, _, _ in extra:
             by[STAGE[name]] += sec
         disp = comb = 0.0
@@ -282,16 +291,22 @@ class StepModel:
     def _varies(self, step: Step) -> bool:
         """Whether a step's per-step imbalance spread is worth pricing: above 1e-3 of the factor (below,
         a draw moves the step by under 0.1% of its experts' time; prompt steps of 1,000+ tokens)."""
-        if self.cx.layout.ep_size <= 1:
+        if self.ep_size <= 1:
             return False
         t = sum((w.dec_seqs * self.q + w.pre_tokens) * r for w, r in zip(step.works, step.ranks))
-        n_moe = sum(g.n_moe for g in self.layers.groups_decode)
-        return t > 0 and self.imbalance.spread(t) / max(n_moe, 1) ** 0.5 > 1e-3
+        return t > 0 and self.imbalance.spread(t) / max(self.n_moe, 1) ** 0.5 > 1e-3
 
     def _halves(self, step: Step) -> tuple[Step, Step]:
         """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered."""
-        pairs = [memo_get(self._half_memo, w, lambda w=w: (w.half(0), w.half(1))) for w in step.works]
-        return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
+        memo, first, second = self._half_memo, [], []
+        for w in step.works:
+            pair = memo.get(w) or self._half_pair(w)
+            first.append(pair[0])
+            second.append(pair[1])
+        return Step(tuple(first), step.ranks), Step(tuple(second), step.ranks)
+
+    def _half_pair(self, w: RankWork) -> tuple[RankWork, RankWork]:
+        return memo_get(self._half_memo, w, lambda: (w.half(0), w.half(1)))
 
     def _evaluate(self, step: Step, z: float = 0.0, breakdown: bool = True) -> "_Evaluated":
         """The step's seconds: device work (split in two micro-batches where DBO applies), the
@@ -310,9 +325,8 @@ class StepModel:
             a, b = self._halves(step)
             sa = self._stages(self.device(_scaled(a, pp), z))
             sb = self._stages(self.device(_scaled(b, pp), z)) if b != a else sa
-            n_moe = sum(g.n_moe for g in self.layers.groups_decode)
             share = dbo_.comm_sm_share(_kernel(step), cx.hw)
-            gpu = dbo_.overlapped(sa, sb, n_moe, share, prof.dbo_efficiency)
+            gpu = dbo_.overlapped(sa, sb, self.n_moe, share, prof.dbo_efficiency)
             if dev is not None:
                 adjust.append(("dbo.overlap", gpu - dev.seconds))
         else:
@@ -353,6 +367,14 @@ class _Evaluated(NamedTuple):
     adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
     device: Device | None  # None: not priced (a split step's period only)
     host: HostTime  # the step's host parts and the pipeline (sim/cost/host.py)
+
+
+def _stage_sums(rank_ops: dict) -> dict[str, float]:
+    """Seconds of a rank's ops per stage of a layer (ops.OpDef.stage)."""
+    by = {"attn": 0.0, "ffn": 0.0, "tail": 0.0, "comm": 0.0, "none": 0.0}
+    for name, rec in rank_ops.items():
+        by[STAGE[name]] += rec[0]
+    return by
 
 
 def _kernel(step: Step) -> str:
