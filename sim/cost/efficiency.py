@@ -26,6 +26,7 @@ sequence and its work term a fixed cost per kernel, both in FLOP units of the sa
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
@@ -131,12 +132,20 @@ def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
 
 
 def gemm_at(prof: Profile, dtype: str, n=0.0, k=0.0):
-    """`gemm` of one weight GEMM shape as a function of m alone (its curve found and bound once)."""
+    """`gemm` of one weight GEMM shape as a function of m alone (its curve found and bound once;
+    a partial, so a cost model that keeps it still pickles)."""
     c = dtype_curve(prof, "gemm", dtype)
     if c is None:
-        return lambda m: prof.gemm_eff_max * m / (m + prof.gemm_m_half)
-    bound = bind(c, n, k)
-    return lambda m: evaluate_bound(bound, m, 2.0 * m * n * k)
+        return partial(_gemm_datasheet, prof)
+    return partial(_gemm_curve, bind(c, n, k), n, k)
+
+
+def _gemm_curve(bound: tuple, n, k, m):
+    return evaluate_bound(bound, m, 2.0 * m * n * k)
+
+
+def _gemm_datasheet(prof: Profile, m):
+    return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
 
 
 def expert_dtype(weights: str, compute: str) -> str:
@@ -188,9 +197,16 @@ def stream_at(prof: Profile, op_class: str, cols=0.0):
     """`stream` of an op over `cols` columns as a function of (nbytes, rows) (its curve bound once)."""
     c = curve(prof, op_class) if prof.curves else None
     if c is None:
-        return lambda nbytes, rows=0.0: memory(prof, nbytes)
-    bound = bind(c, cols, 0.0)
-    return lambda nbytes, rows=0.0: evaluate_bound(bound, rows, nbytes)
+        return partial(_stream_datasheet, prof)
+    return partial(_stream_curve, bind(c, cols, 0.0))
+
+
+def _stream_curve(bound: tuple, nbytes, rows=0.0):
+    return evaluate_bound(bound, rows, nbytes)
+
+
+def _stream_datasheet(prof: Profile, nbytes, rows=0.0):
+    return memory(prof, nbytes)
 
 
 def allreduce(prof: Profile, num_gpus: int, nbytes):
