@@ -30,8 +30,12 @@ class RankWork:
     _hash: int = field(init=False, compare=False, repr=False)  # a work is a memo key several times a step
 
     def __post_init__(self):
-        object.__setattr__(self, "pre_tokens", sum(c * n for c, n, _ in self.chunks))
-        object.__setattr__(self, "pre_seqs", sum(c for c, _, _ in self.chunks))
+        tokens = seqs = 0  # (sum() over the chunks, in one loop)
+        for c, n, _ in self.chunks:
+            tokens += c * n
+            seqs += c
+        object.__setattr__(self, "pre_tokens", tokens)
+        object.__setattr__(self, "pre_seqs", seqs)
         object.__setattr__(self, "_hash", hash((self.dec_seqs, self.dec_ctx, self.chunks)))
 
     def __hash__(self) -> int:

@@ -68,7 +68,7 @@ def _term(half: float, v):
     """half / v where v > 0, else 0 (an unknown or empty shape drops its term)."""
     if not half:
         return 0.0
-    if isinstance(v, (int, float)):
+    if v.__class__ is float or isinstance(v, (int, float)):  # (the first: the common case, without a tuple check)
         return half / v if v > 0 else 0.0
     v = np.asarray(v, float)
     return np.divide(half, v, out=np.zeros(v.shape), where=v > 0)
