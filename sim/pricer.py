@@ -85,7 +85,12 @@ class StepPricer:
         """Period of a decode step with per-rank running sequences and context sums (sequences of
         numbers over the DP ranks; `total`: their batch sum, when the caller keeps it)."""
         self.calls += 1
-        r = _slowest_rank(batch, ctx) if self.ranks > 1 else 0
+        if self.ranks == 1:
+            r = 0
+        elif ctx.__class__ is np.ndarray:  # the decode instances' arrays (_slowest_rank, inlined)
+            r = int((ctx + batch * 1e6).argmax())
+        else:
+            r = _slowest_rank(batch, ctx)
         b_max = int(batch[r])
         total = float(sum(batch)) if total is None else float(total)
         key = (b_max, _qlog(ctx[r] / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))
