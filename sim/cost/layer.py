@@ -190,13 +190,16 @@ class LayerPricer:
         hit = self._engrams.get(tokens)
         return hit if hit is not None else memo_get(self._engrams, tokens, lambda: self._engram(tokens))
 
-    def _stream(self, op_class: str, nbytes: float, rows: float, cols: float, kernels: int = 1) -> float:
-        """Seconds of `kernels` bandwidth-bound kernels moving `nbytes` together."""
-        prof = self.cx.prof
+    def stream_seconds(self, op_class: str, nbytes: float, rows: float, cols: float) -> float:
+        """elementwise.stream_seconds of one kernel, its curve bound once per (op class, columns)."""
         seconds = self._streams.get((op_class, cols))
         if seconds is None:
-            seconds = self._streams[op_class, cols] = stream_seconds_at(self.cx.hw, prof, op_class, cols)
-        return seconds(nbytes, rows) + (kernels - 1) * prof.op_fixed_s
+            seconds = self._streams[op_class, cols] = stream_seconds_at(self.cx.hw, self.cx.prof, op_class, cols)
+        return seconds(nbytes, rows)
+
+    def _stream(self, op_class: str, nbytes: float, rows: float, cols: float, kernels: int = 1) -> float:
+        """Seconds of `kernels` bandwidth-bound kernels moving `nbytes` together."""
+        return self.stream_seconds(op_class, nbytes, rows, cols) + (kernels - 1) * self.cx.prof.op_fixed_s
 
     def _layer_ops(self, g: Group, tokens: float) -> list[tuple[str, float, float, float]]:
         """(name, seconds, flops, bytes) of every per-layer op of group g at `tokens` tokens on the

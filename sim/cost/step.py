@@ -30,7 +30,7 @@ from . import efficiency
 from .alltoall import A2APhase, a2a_phase
 from .batch import RankBatch, RankWork, Step
 from .draft import drafter
-from .elementwise import route_bytes, stream_seconds
+from .elementwise import route_bytes
 from .host import HostModel, HostTime, api_seconds
 from .imbalance import imbalance_curve
 from .layer import RANK_MEMO, LayerPricer, memo_get
@@ -160,7 +160,7 @@ class StepModel:
         t_exp = price(flops, nbytes, hw.flops_for(compute), eff, hw, prof)
         h = m.hidden_size
         r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
-        t_route = stream_seconds(hw, prof, f"moe.route.{dtype}", r_bytes, t_max, h)
+        t_route = self.layers.stream_seconds(f"moe.route.{dtype}", r_bytes, t_max, h)
         send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
