@@ -116,9 +116,11 @@ class StepPricer:
             b = int(batch[r]) if batch is not None else 0
             c = _qlog(ctx[r] / max(b, 1), LOG_STEP) if batch is not None else -1
             if ch:
-                tok = float(sum(take for _, take, _ in ch))
-                pairs = float(sum(take * (start + take / 2.0) for _, take, start in ch))
-                key.append((b, c, _qlog(tok, LOG_STEP_PREFILL), len(ch), _qlog(pairs, LOG_STEP_PREFILL)))
+                tok = pairs = 0  # their sums over the rank's chunks, in one loop
+                for _, take, start in ch:
+                    tok += take
+                    pairs += take * (start + take / 2.0)
+                key.append((b, c, _qlog(float(tok), LOG_STEP_PREFILL), len(ch), _qlog(float(pairs), LOG_STEP_PREFILL)))
             else:
                 key.append((b, c, -1, 0, -1))
         # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them
