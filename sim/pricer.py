@@ -93,7 +93,7 @@ class StepPricer:
             r = _slowest_rank(batch, ctx)
         b_max = int(batch[r])
         total = float(sum(batch)) if total is None else float(total)
-        key = (b_max, _qlog(ctx[r] / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))
+        key = (b_max, _qlog(float(ctx[r]) / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))  # (Python floats)
         hit = self._cache.get(key)
         if hit is not None:
             return self._value(hit)
