@@ -4,8 +4,11 @@ host records, part by part, and measure it on held-out step sizes.
 The serving loops record, per step, host.schedule / host.dp_sync / host.output on the instance's
 leader rank and host.prepare / host.sample on every rank (executor/disagg.py, executor/serve.py),
 each with its wall time and (cpu_s) the thread's CPU time. A part's own work is its CPU time, which
-a neighbour's load on a shared machine does not stretch; host.dp_sync is a wait and stays wall
-time.
+a neighbour's load on a shared machine does not stretch. host.dp_sync is fitted on its CPU time
+too: the leader's own work in the DP collective (the tick's broadcast). The rest of its wall time,
+the wait for the other ranks (DP_WAIT), is kept per step and reported, not fitted: on a 2-core
+machine running three ranks it is the OS scheduling the ranks (its medians over runs of one shape
+spread 150-190%), not host work that dp_jitter's straggle model could price.
 One `HostStep` per (run, instance, step) holds each part's seconds (for the per-rank parts the
 busiest rank's: _busiest) and what the step ran on every rank, with the requests the instance
 admitted and finished in it. Steps of one shape (role, DP size, draft depth, sequences on the
@@ -22,9 +25,9 @@ nothing re-derived here):
   host.sample    sample_step_s, sample_per_seq_s, sample_per_draft_s, spec_sync_s (a speculative
                  step's host work that waits for its device result: on CPU the rejection
                  sampler's fixed cost after the verify forward; 0 without speculation)
-  host.output    output_step_s, output_per_token_s, output_per_finish_s (emitted tokens and
-                 finished requests of the instance)
-  host.dp_sync   dp_sync_s, dp_jitter (steps of instances with DP > 1)
+  host.output    output_step_s, output_per_token_s, output_per_finish_s, output_spec_s (emitted
+                 tokens and finished requests of the instance)
+  host.dp_sync   dp_sync_s (steps of instances with DP > 1; dp_jitter keeps the base's value)
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
 base profile's values.
 """
@@ -45,12 +48,12 @@ PART_PARAMS = {  # the HostParams fields each part is fitted by (upper bound: 1 
                       "schedule_spec_s"),
     "host.prepare": ("prepare_step_s", "prepare_per_seq_s", "prepare_per_token_s"),
     "host.sample": ("sample_step_s", "sample_per_seq_s", "sample_per_draft_s", "spec_sync_s"),
-    "host.output": ("output_step_s", "output_per_token_s", "output_per_finish_s"),
-    "host.dp_sync": ("dp_sync_s", "dp_jitter"),
+    "host.output": ("output_step_s", "output_per_token_s", "output_per_finish_s", "output_spec_s"),
+    "host.dp_sync": ("dp_sync_s",),
 }
 MIN_SHAPES = 3  # step shapes a part needs before it is fitted (else it keeps the base value)
 MIN_STEPS = 5  # steps behind a shape's medians before it counts (fill and drain pass sizes once)
-WAIT_PARTS = ("host.dp_sync",)  # waits by nature: wall time; every other part its own CPU time (cpu_s)
+DP_WAIT = "host.dp_sync.wait"  # a step's DP wait: host.dp_sync's wall less its CPU time (reported, not fitted)
 
 
 @dataclass
@@ -96,8 +99,10 @@ def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
     per_part: dict[str, list[tuple[int, float]]] = {}
     per_rank: dict[int, dict] = {}
     for r in recs:
-        sec = r["seconds"] if r["op"] in WAIT_PARTS else r.get("cpu_s", r["seconds"])
-        per_part.setdefault(r["op"], []).append((int(r["shape"].get("batch", 0)), sec))
+        sec, batch = r.get("cpu_s", r["seconds"]), int(r["shape"].get("batch", 0))
+        per_part.setdefault(r["op"], []).append((batch, sec))
+        if r["op"] == "host.dp_sync":
+            per_part.setdefault(DP_WAIT, []).append((batch, max(r["seconds"] - sec, 0.0)))
         per_rank[r["shape"].get("dp_rank", r["rank"])] = r["shape"]
     parts = {op: _busiest(vals) for op, vals in per_part.items()}
     shp = next(iter(per_rank.values()))
@@ -116,7 +121,7 @@ def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
 def _busiest(vals: list[tuple[int, float]]) -> float:
     """A part's seconds on the rank that ran the most sequences (the mean over ranks that ran as
     many): the work the host model prices for the slowest rank. Not the per-step maximum: how much
-    later than its peers one rank finishes is the wait host.dp_sync measures and prices (dp_jitter)."""
+    later than its peers one rank finishes is the DP wait (host.dp_sync's wall time, DP_WAIT)."""
     top = max(b for b, _ in vals)
     return float(np.mean([v for b, v in vals if b == top]))
 

@@ -100,6 +100,7 @@ class HostParams:
     output_step_s: float = 50e-6  # output processing in the engine: per step
     output_per_token_s: float = 12e-6  # ... per emitted token
     output_per_finish_s: float = 0.0  # ... per request finished this step (0 where not measured)
+    output_spec_s: float = 0.0  # ... per speculative decode step (accepted counts; 0 where not measured)
     api_per_token_s: float = 15e-6  # API server (its own processes): detokenise one emitted token
     api_per_chunk_s: float = 10e-6  # ... send one streamed chunk (one request's tokens of a stream interval)
 

@@ -14,7 +14,8 @@ profile's `host:` block, rackplan.specs.HostParams):
   host.sample    sampling + rejection sampling per draft token (+ the accepted-count readback of a
                  speculative step)
   host.output    output processing: fixed + per emitted token + per request that finishes (its
-                 state and blocks freed) (rank or instance, as the scheduler)
+                 state and blocks freed) + a speculative step's accepted-count bookkeeping (rank
+                 or instance, as the scheduler)
 The API server (host.api_server) runs in its own processes beside the engine: it detokenises
 every emitted token and sends one chunk per request per stream interval, shared by the API-server
 processes of an endpoint (one endpoint per host the instance spans). It never delays the engine,
@@ -99,7 +100,7 @@ def rank_parts(hp: HostParams, w: RankHost) -> tuple[float, float, float, float]
     schedule = schedule_seconds(hp, w, 1)
     prepare = hp.prepare_step_s + hp.prepare_per_seq_s * w.seqs + hp.prepare_per_token_s * w.tokens
     sample = hp.sample_step_s + hp.sample_per_seq_s * w.seqs + hp.sample_per_draft_s * w.drafts
-    output = hp.output_step_s + hp.output_per_token_s * w.emitted + hp.output_per_finish_s * w.finished
+    output = output_seconds(hp, w, 1)
     return schedule, prepare, sample, output
 
 
@@ -107,9 +108,13 @@ def central_parts(hp: HostParams, whole: RankHost, dp: int) -> tuple[float, floa
     """(schedule, output) seconds of a central scheduler that schedules and books every one of
     the instance's `dp` ranks: the scheduler's fixed part once and per rank, each rank's output
     booking; per sequence / admitted request / emitted token / finished request of the instance."""
-    schedule = schedule_seconds(hp, whole, dp)
-    output = hp.output_step_s * dp + hp.output_per_token_s * whole.emitted + hp.output_per_finish_s * whole.finished
-    return schedule, output
+    return schedule_seconds(hp, whole, dp), output_seconds(hp, whole, dp)
+
+
+def output_seconds(hp: HostParams, w: RankHost, ranks: int) -> float:
+    """Output processing of a step that books the work `w` of `ranks` DP ranks."""
+    spec = hp.output_spec_s if w.drafts > 0 else 0.0
+    return hp.output_step_s * ranks + hp.output_per_token_s * w.emitted + hp.output_per_finish_s * w.finished + spec
 
 
 def launch_seconds(hp: HostParams, num_layers: int, graphs: bool) -> float:

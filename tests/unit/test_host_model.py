@@ -228,7 +228,7 @@ def test_async_scheduling_and_cuda_graphs_never_price_worse(batch, dp):
 
 
 TURN = dataclasses.replace(HP, schedule_per_rank_s=20e-6, schedule_per_admit_s=30e-6, schedule_spec_s=40e-6,
-                           output_per_finish_s=7e-6)
+                           output_per_finish_s=7e-6, output_spec_s=3e-6)
 
 
 def _turnover_time(hp, admitted, finished, dp=2, spec=None):
@@ -255,6 +255,9 @@ def test_output_per_finished_request():
     assert t.part("host.output") == pytest.approx(160e-6)
     t, _ = _turnover_time(dataclasses.replace(TURN, scheduler="central"), admitted=0, finished=4)
     assert t.part("host.output") == pytest.approx(100e-6 + 192e-6 + 28e-6)
+    # speculative (acceptance 2.5): 8 x 2.5 = 20 tokens: 50 + 20 x 12 + 2 x 7 + 3 = 307 us
+    t, _ = _turnover_time(TURN, admitted=0, finished=4, spec=SPEC)
+    assert t.part("host.output") == pytest.approx(307e-6)
 
 
 def test_turnover_terms_default_to_nothing():
