@@ -246,7 +246,7 @@ def _fit_part(pred: HostPredictor, hp: HostParams, part: str, names: tuple[str, 
     x0 = [max(getattr(hp, n), 1e-7) for n in names]
     p, _ = fit_relative(predict, x0, [0.0] * len(names), [1.0] * len(names), meas, "measurements",
                         f"{part} seconds")
-    return make([float(f"{v:.4g}") for v in p])
+    return make([float(f"{v:.4g}") if v > 1e-12 else 0.0 for v in p])  # below a picosecond: nothing
 
 
 def _err(pred: HostPredictor, hp: HostParams, part: str, steps: list[HostStep]) -> float:

@@ -509,7 +509,8 @@ def serve_disaggregated(me) -> list[dict]:
     eng = Engine(me, reqs, wl.arrival.concurrency or 0)
     eng.warmup(me.cfg.warmup)
     gc.collect()
-    gc.freeze()  # the startup heap (model, caches, torch) is never garbage: collections skip it, as vLLM's engine core
+    gc.freeze()  # the startup heap (model, caches, torch) is never garbage: collections skip it (vLLM's workers
+    # freeze theirs after warm-up too: freeze_gc_heap); each step's records count the collections it ran
     dist.barrier()
     eng.t0 = time.perf_counter()
     if eng.loop is not None:
