@@ -174,6 +174,7 @@ class HostPredictor:
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec):
         self.model, self.hw = model, hw
+        self._groups: dict[tuple[int, str], tuple] = {}  # (id of a shape, part) -> (shape, its distinct steps, runs)
 
     def parts(self, hp: HostParams, s: HostStep, memo: dict | None = None) -> dict[str, float]:
         memo = {} if memo is None else memo
@@ -190,26 +191,45 @@ class HostPredictor:
         of each distinct step under `hp`."""
         if not s.members:
             return self.parts(hp, s, memo)[part]
+        _, distinct, runs = self._grouped(s, part)
+        vals = np.array([memo[key] if key in memo else memo.setdefault(key, self.parts(hp, m, memo)[part])
+                         for key, m in distinct])
+        return float(np.median([np.median(vals[ids]) for ids in runs]))
 
-        def one(m: HostStep) -> float:
-            key = (m.role, m.dp, m.depth, tuple(m.ranks), m.whole)
-            if key not in memo:
-                memo[key] = self.parts(hp, m, memo)[part]
-            return memo[key]
-        return float(np.median([np.median([one(m) for m in run if part in m.parts]) for run in s.members
-                                if any(part in m.parts for m in run)]))
+    def _grouped(self, s: HostStep, part: str) -> tuple:
+        """(s, the distinct steps behind shape `s` that recorded `part` as (key, step), per run the
+        indices of its steps into them): what a shape's prediction needs, worked out once."""
+        hit = self._groups.get((id(s), part))
+        if hit is not None:
+            return hit
+        distinct: list[tuple[tuple, HostStep]] = []
+        index: dict[tuple, int] = {}
+        runs = []
+        for run in s.members:
+            ids = []
+            for m in run:
+                if part in m.parts:
+                    key = (part, m.role, m.dp, m.depth, tuple(m.ranks), m.whole)
+                    ids.append(index.setdefault(key, len(index)))
+                    if len(distinct) < len(index):
+                        distinct.append((key, m))
+            if ids:
+                runs.append(np.array(ids))
+        hit = self._groups[(id(s), part)] = (s, distinct, runs)  # holds s: its id stays its own
+        return hit
 
 
 def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
-                   held_sizes: set[int] = frozenset()) -> HostFit:
-    """Each part's parameters on the `role` step shapes whose size is not in `held_sizes` (shapes of
-    at least MIN_STEPS steps), errors on both sets."""
+                   held_sizes: set[int] = frozenset(), params: dict[str, tuple[str, ...]] | None = None) -> HostFit:
+    """Each part's parameters (`params`, default PART_PARAMS; the others keep `base`'s values) on the
+    `role` step shapes whose size is not in `held_sizes` (shapes of at least MIN_STEPS steps), errors
+    on both sets."""
     hp = dataclasses.replace(base, scheduler="central")
     shapes = [s for s in medians([s for s in steps if s.role == role]) if s.steps >= MIN_STEPS]
     fit_set = [s for s in shapes if s.size not in held_sizes]
     held = [s for s in shapes if s.size in held_sizes]
     out = HostFit(hp)
-    for part, names in PART_PARAMS.items():
+    for part, names in (PART_PARAMS if params is None else params).items():
         fs = [s for s in fit_set if s.parts.get(part, 0.0) > 0]
         names = tuple(n for n in names if _moves(pred, hp, part, n, fs))  # others: nothing in the data prices them
         if not names or len(fs) < max(MIN_SHAPES, len(names)):
