@@ -29,7 +29,10 @@ serial + max(gpu, host - serial), where `serial` is what must wait for step n's 
 (the DP collective, which runs on the device stream, and a speculative step's readback). Exposed
 host time = step - gpu: what does not fit under the device step, plus the serial part.
 This is the only place host time is priced: the simulator, the planner's estimate and the
-calibration replays take it from the step's StepCost.
+calibration replays take it from the step's StepCost. A step's admitted and finished requests
+(Step.admitted / finished) come from the simulator's decode instances, and only where the host
+block prices them (HostModel.turnover: the CPU executor's fitted block; every shipped profile
+prices none); prefill, colocated and the planner's steady-state steps carry none.
 """
 from __future__ import annotations
 
