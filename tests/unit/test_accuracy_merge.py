@@ -26,3 +26,13 @@ def test_sweep_rejects_an_unknown_case(capsys):
 
     assert accuracy_sweep.main(["--case", "no-such-case", "--concurrency", "1"]) == 2
     assert "--case" in capsys.readouterr().err
+
+
+def test_bench_rates_closed_loop_whole_run_open_loop_window():
+    from accuracy_predict import rates_per_gpu
+
+    # 1000 requests of 2048 in / 1024 out on 4 GPUs over 200 s: 2,048,000 / 800 = 2,560 and 1,280 per GPU
+    m = {"input_tokens": 2_048_000.0, "output_tokens": 1_024_000.0, "duration_s": 200.0, "num_gpus": 4.0,
+         "input_tps_per_gpu": 1000.0, "output_tps_per_gpu": 800.0}
+    assert rates_per_gpu(m, closed_loop=True) == {"input": 2560.0, "output": 1280.0, "total": 3840.0}
+    assert rates_per_gpu(m, closed_loop=False) == {"input": 1000.0, "output": 800.0, "total": 1800.0}
