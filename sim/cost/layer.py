@@ -17,7 +17,7 @@ from . import attention as attn
 from . import efficiency
 from .collective import allreduce_seconds
 from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds
-from .roofline import price
+from .roofline import price_gemm
 
 RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
 QUANTIZED = ("fp8", "fp8_block", "mxfp8", "fp4", "mxfp4", "nvfp4")  # GEMM compute dtypes fed quantised activations
@@ -72,7 +72,7 @@ class GemmOp:
         sec = fl = by = 0.0
         for per_tok, wbytes, act, peak, dtype, n, k in self.rows:
             f, b = per_tok * m, wbytes + m * act
-            sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
+            sec += price_gemm(f, b, peak, dtype, m, n, k, hw, prof)
             fl += f
             by += b
         return sec * self.layers, fl * self.layers, by * self.layers
