@@ -32,6 +32,13 @@ SCALAR_SOURCES = {
     "dbo": "base profile dbo_efficiency",
 }
 REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target is left out of the profile
+# A GEMM table whose fastest row (a 256 x 256 GEMM at m = 1 is among them) is above this times something
+# besides the kernel: the per-tensor FP8 and BF16 tables of every system have their fastest rows at
+# 4.6-5.3 us (launch latency), while gemm_dtype fp8_block is >= 55 us (Hopper) and >= 152-252 us
+# (Blackwell, flat in shape) at every row, and the MLA decode module rows, whose projections are fp8_block
+# GEMMs, take 156 us per layer in all (benchmarks/RESULTS.md, 2026-12-01 "GEMM curves that carry their
+# own streaming"). Such a class is not written: its dtype family's curve prices it.
+GEMM_FLOOR_MAX_S = 20e-6
 A2A_KERNEL = {"deepep_ll": "low_latency", "deepep_ht": "high_throughput"}
 # DeepEP as vLLM runs it for DeepSeek-V3: low-latency dispatch in FP8 (with scales), combine and the
 # high-throughput kernels in BF16 (the table's comm_dtype is "default")
@@ -53,7 +60,7 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
                 progress(rows.key, len(rows.seconds))
             f, fitted = fit_class(rows, prof)
             fits.append(f)
-            if f.mape_held <= REJECT * f.target:
+            if f.mape_held <= REJECT * f.target and _floor_us(f) <= GEMM_FLOOR_MAX_S * 1e6:
                 prof = fitted
             else:
                 dropped[f.key] = f
@@ -86,14 +93,24 @@ def class_rows(tables: dict, hw: HardwareSpec, prof: Profile) -> list:
     return [rows for stage in STAGES for rows in stage(tables, hw, prof)]
 
 
+def _floor_us(f: ClassFit) -> float:
+    """The fastest row of a GEMM class in microseconds (0 for other classes)."""
+    return f.extra.get("fastest_row_us", 0.0)
+
+
 def _dropped(dropped: dict[str, ClassFit]) -> dict[str, str]:
-    """Classes whose curve missed REJECT x its target on held-out rows: not written; where they go."""
+    """Classes not written (a fit that missed REJECT x its target on held-out rows, or a GEMM table on a
+    per-call floor, GEMM_FLOOR_MAX_S); where they go."""
     out = {}
     for key, f in dropped.items():
         cls, _, dtype = key.partition(".")
         family = DTYPE_FAMILY.get(dtype)
         to = f"the {cls}.{family} curve (dtype family)" if family else "the base profile's scalar fields"
-        out[key] = f"{to}: its own fit missed ({f.mape_held:.1f}% held-out MAPE > {REJECT} x {f.target:g}%)"
+        if _floor_us(f) > GEMM_FLOOR_MAX_S * 1e6:
+            out[key] = (f"{to}: every row of its table takes >= {_floor_us(f):g} us (a per-call floor, not a kernel "
+                        f"time; > {GEMM_FLOOR_MAX_S * 1e6:g} us), held-out MAPE {f.mape_held:.1f}%")
+        else:
+            out[key] = f"{to}: its own fit missed ({f.mape_held:.1f}% held-out MAPE > {REJECT} x {f.target:g}%)"
     return out
 
 

@@ -85,7 +85,8 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         kernels = ", ".join(sorted(set(c["kernel_source"][sel].astype(str))))
         out.append(ClassRows(f"gemm.{dt}", t, c["seconds"][sel], _gemm_predict(dt, m, n, k, hw), GEMM_START,
                              ALL_FIELDS, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}", kernels, configs=2,
-                             notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel])}))
+                             notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel]),
+                                    "fastest_row_us": round(float(c["seconds"][sel].min()) * 1e6, 1)}))
     return out
 
 

@@ -22,8 +22,9 @@ A compute curve is fitted so that the roofline, max(FLOPs / (peak x eff), bytes 
 reproduces the measured time; where a kernel runs below its bandwidth bound too (small decode
 attention) the compute curve carries that. A weight GEMM's curve is the whole kernel
 (roofline.price_gemm): its x-term is the GEMM's own weight read, its y- and z-terms its activation
-traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) is not applied to it. The attention curve's y-term is a cost per
-sequence and its work term a fixed cost per kernel, both in FLOP units of the same peak.
+traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) is not applied to it.
+The attention curve's y-term is a cost per sequence and its work term a fixed cost per kernel, both
+in FLOP units of the same peak.
 """
 from __future__ import annotations
 
