@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 
@@ -72,7 +73,7 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
     fallbacks = {**_dropped(dropped), **_fallbacks(prof, tables, base, a2a_fit is not None)}
     prof = dataclasses.replace(prof, fallbacks=fallbacks,
                                fit_error={f.key: round(f.mape_held, 2) for f in fits if f.key not in dropped})
-    prov = {"source": {"package": opdb.PACKAGE, "version": _package_version(), "system": system,
+    prov = {"source": {"package": opdb.PACKAGE, "version": _package_version(root), "system": system,
                        "framework": framework, "framework_version": version or "newest per table"},
             "date": dt.date.today().isoformat(), "hardware": hw.name, "base_profile": base.name,
             "method": "per op class: one Curve fitted by calibration.robust.fit_relative (soft-L1 relative "
@@ -118,11 +119,18 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def _package_version() -> str:
+def _package_version(root=None) -> str:
+    """The installed package's version, else that of the distribution whose folder holds `root`
+    (--op-database-root pointing into another environment's site-packages)."""
     try:
         return metadata.version(opdb.PACKAGE)
     except metadata.PackageNotFoundError:
-        return "not installed (--op-database-root)"
+        pass
+    for parent in Path(root).resolve().parents if root is not None else ():
+        for dist in metadata.distributions(path=[str(parent)]):
+            if dist.metadata["Name"] == opdb.PACKAGE:
+                return dist.version
+    return "not installed (--op-database-root)"
 
 
 def _fallbacks(prof: Profile, tables: dict, base: Profile, have_a2a: bool) -> dict[str, str]:

@@ -261,3 +261,24 @@ def test_gemm_table_on_a_per_call_floor_is_not_written(tmp_path):
     assert "gemm.fp8" in prof.curves and "gemm.fp8_block" not in prof.curves
     assert {f.key: f for f in fits}["gemm.fp8_block"].extra["fastest_row_us"] >= 300.0
     assert "per-call floor" in prof.fallbacks["gemm.fp8_block"] and "gemm.fp8 curve" in prof.fallbacks["gemm.fp8_block"]
+
+
+def test_package_version_from_the_root_s_environment(tmp_path):
+    """--op-database-root into another environment's site-packages: the version comes from the
+    distribution beside it (provenance), not "not installed"."""
+    from importlib import metadata
+
+    from rackplan.calibration.opdb_import import _package_version
+
+    try:
+        metadata.version("aiconfigurator-core")
+        pytest.skip("aiconfigurator-core is installed here: its version wins")
+    except metadata.PackageNotFoundError:
+        pass
+    dist = tmp_path / "site-packages" / "aiconfigurator_core-0.12.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aiconfigurator-core\nVersion: 0.12.0\n")
+    root = tmp_path / "site-packages" / "aiconfigurator_core" / "systems" / "data"
+    root.mkdir(parents=True)
+    assert _package_version(root) == "0.12.0"
+    assert _package_version(tmp_path / "elsewhere") == "not installed (--op-database-root)"
