@@ -33,7 +33,7 @@ SCALAR_SOURCES = {
     "dbo": "base profile dbo_efficiency",
 }
 REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target is left out of the profile
-# A GEMM table whose fastest row (a 256 x 256 GEMM at m = 1 is among them) is above this times something
+# A GEMM table whose fastest row (a 256 x 256 GEMM at m = 1 is among them) is slower than this measures something
 # besides the kernel: the per-tensor FP8 and BF16 tables of every system have their fastest rows at
 # 4.6-5.3 us (launch latency), while gemm_dtype fp8_block is >= 55 us (Hopper) and >= 152-252 us
 # (Blackwell, flat in shape) at every row, and the MLA decode module rows, whose projections are fp8_block
