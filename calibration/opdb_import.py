@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +33,13 @@ SCALAR_SOURCES = {
     "dbo": "base profile dbo_efficiency",
 }
 REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target is left out of the profile
+# A GEMM table whose fastest row (a 256 x 256 GEMM at m = 1 is among them) is slower than this measures something
+# besides the kernel: the per-tensor FP8 and BF16 tables of every system have their fastest rows at
+# 4.6-5.3 us (launch latency), while gemm_dtype fp8_block is >= 55 us (Hopper) and >= 152-252 us
+# (Blackwell, flat in shape) at every row, and the MLA decode module rows, whose projections are fp8_block
+# GEMMs, take 156 us per layer in all (benchmarks/RESULTS.md, 2026-12-01 "GEMM curves that carry their
+# own streaming"). Such a class is not written: its dtype family's curve prices it.
+GEMM_FLOOR_MAX_S = 20e-6
 A2A_KERNEL = {"deepep_ll": "low_latency", "deepep_ht": "high_throughput"}
 # DeepEP as vLLM runs it for DeepSeek-V3: low-latency dispatch in FP8 (with scales), combine and the
 # high-throughput kernels in BF16 (the table's comm_dtype is "default")
@@ -53,7 +61,7 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
                 progress(rows.key, len(rows.seconds))
             f, fitted = fit_class(rows, prof)
             fits.append(f)
-            if f.mape_held <= REJECT * f.target:
+            if f.mape_held <= REJECT * f.target and _floor_us(f) <= GEMM_FLOOR_MAX_S * 1e6:
                 prof = fitted
             else:
                 dropped[f.key] = f
@@ -65,7 +73,7 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
     fallbacks = {**_dropped(dropped), **_fallbacks(prof, tables, base, a2a_fit is not None)}
     prof = dataclasses.replace(prof, fallbacks=fallbacks,
                                fit_error={f.key: round(f.mape_held, 2) for f in fits if f.key not in dropped})
-    prov = {"source": {"package": opdb.PACKAGE, "version": _package_version(), "system": system,
+    prov = {"source": {"package": opdb.PACKAGE, "version": _package_version(root), "system": system,
                        "framework": framework, "framework_version": version or "newest per table"},
             "date": dt.date.today().isoformat(), "hardware": hw.name, "base_profile": base.name,
             "method": "per op class: one Curve fitted by calibration.robust.fit_relative (soft-L1 relative "
@@ -86,14 +94,24 @@ def class_rows(tables: dict, hw: HardwareSpec, prof: Profile) -> list:
     return [rows for stage in STAGES for rows in stage(tables, hw, prof)]
 
 
+def _floor_us(f: ClassFit) -> float:
+    """The fastest row of a GEMM class in microseconds (0 for other classes)."""
+    return f.extra.get("fastest_row_us", 0.0)
+
+
 def _dropped(dropped: dict[str, ClassFit]) -> dict[str, str]:
-    """Classes whose curve missed REJECT x its target on held-out rows: not written; where they go."""
+    """Classes not written (a fit that missed REJECT x its target on held-out rows, or a GEMM table on a
+    per-call floor, GEMM_FLOOR_MAX_S); where they go."""
     out = {}
     for key, f in dropped.items():
         cls, _, dtype = key.partition(".")
         family = DTYPE_FAMILY.get(dtype)
         to = f"the {cls}.{family} curve (dtype family)" if family else "the base profile's scalar fields"
-        out[key] = f"{to}: its own fit missed ({f.mape_held:.1f}% held-out MAPE > {REJECT} x {f.target:g}%)"
+        if _floor_us(f) > GEMM_FLOOR_MAX_S * 1e6:
+            out[key] = (f"{to}: every row of its table takes >= {_floor_us(f):g} us (a per-call floor, not a kernel "
+                        f"time; > {GEMM_FLOOR_MAX_S * 1e6:g} us), held-out MAPE {f.mape_held:.1f}%")
+        else:
+            out[key] = f"{to}: its own fit missed ({f.mape_held:.1f}% held-out MAPE > {REJECT} x {f.target:g}%)"
     return out
 
 
@@ -101,11 +119,18 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def _package_version() -> str:
+def _package_version(root=None) -> str:
+    """The installed package's version, else that of the distribution whose folder holds `root`
+    (--op-database-root pointing into another environment's site-packages)."""
     try:
         return metadata.version(opdb.PACKAGE)
     except metadata.PackageNotFoundError:
-        return "not installed (--op-database-root)"
+        pass
+    for parent in Path(root).resolve().parents if root is not None else ():
+        for dist in metadata.distributions(path=[str(parent)]):
+            if dist.metadata["Name"] == opdb.PACKAGE:
+                return dist.version
+    return "not installed (--op-database-root)"
 
 
 def _fallbacks(prof: Profile, tables: dict, base: Profile, have_a2a: bool) -> dict[str, str]:

@@ -16,7 +16,7 @@ from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.collective import allreduce_seconds
 from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
 from rackplan.sim.cost.moe import distinct_experts_per_rank, expert_work
-from rackplan.sim.cost.roofline import price
+from rackplan.sim.cost.roofline import price, price_gemm
 from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, Layout, ModelSpec, Profile, load_model
 
 from .opdb import Table, most_rows, read
@@ -53,7 +53,7 @@ def _gemm_predict(dt: str, m, n, k, hw):
     peak = hw.flops_for(dt)
 
     def predict(prof, i):
-        return price(flops[i], nbytes[i], peak, efficiency.gemm(prof, dt, m[i], n[i], k[i]), hw, prof)
+        return price_gemm(flops[i], nbytes[i], peak, dt, m[i], n[i], k[i], hw, prof)
     return predict
 
 
@@ -85,7 +85,8 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         kernels = ", ".join(sorted(set(c["kernel_source"][sel].astype(str))))
         out.append(ClassRows(f"gemm.{dt}", t, c["seconds"][sel], _gemm_predict(dt, m, n, k, hw), GEMM_START,
                              ALL_FIELDS, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}", kernels, configs=2,
-                             notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel])}))
+                             notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel]),
+                                    "fastest_row_us": round(float(c["seconds"][sel].min()) * 1e6, 1)}))
     return out
 
 
@@ -269,7 +270,7 @@ def projection_seconds(model: ModelSpec, tokens, tp, dtype: str, hw, prof: Profi
         n_r = n / tp
         flops = 2.0 * tokens * k * n_r
         nbytes = k * n_r * DTYPE_BYTES[dtype] + tokens * (k + n_r) * 2.0
-        total += price(flops, nbytes, hw.flops_for(dtype), efficiency.gemm(prof, dtype, tokens, n_r, k), hw, prof)
+        total += price_gemm(flops, nbytes, hw.flops_for(dtype), dtype, tokens, n_r, k, hw, prof)
     return total
 
 

@@ -15,7 +15,7 @@ from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
 
 from . import efficiency
 from .collective import allreduce_seconds
-from .roofline import price
+from .roofline import price, price_gemm
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Drafter:
             return 0.0, 0.0, 0.0
         fl = 2.0 * self.dense_params * rows
         by = self.dense_params * self.weight_bytes + 2.0 * rows * self.hidden * self.act
-        sec = price(fl, by, compute_peak, efficiency.gemm(prof, self.dtype, rows), hw, prof)
+        sec = price_gemm(fl, by, compute_peak, self.dtype, rows, 0.0, 0.0, hw, prof)
         if self.experts_per_rank:
             hit = 1.0 - (1.0 - self.pair_frac) ** rows_global
             distinct = max(self.experts_per_rank * hit, 1.0)

@@ -20,8 +20,11 @@ What a curve's x, y, z and work are, per op class (formula in rackplan.specs.Cur
 
 A compute curve is fitted so that the roofline, max(FLOPs / (peak x eff), bytes / (HBM x mem_eff)),
 reproduces the measured time; where a kernel runs below its bandwidth bound too (small decode
-attention, skinny GEMMs) the compute curve carries that. The attention curve's y-term is a cost per
-sequence and its work term a fixed cost per kernel, both in FLOP units of the same peak.
+attention) the compute curve carries that. A weight GEMM's curve is the whole kernel
+(roofline.price_gemm): its x-term is the GEMM's own weight read, its y- and z-terms its activation
+traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) is not applied to it.
+The attention curve's y-term is a cost per sequence and its work term a fixed cost per kernel, both
+in FLOP units of the same peak.
 """
 from __future__ import annotations
 
@@ -146,6 +149,12 @@ def _gemm_curve(bound: tuple, n, k, m):
 
 def _gemm_datasheet(prof: Profile, m):
     return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
+
+
+def gemm_curve_streams(prof: Profile, dtype: str) -> bool:
+    """Whether the GEMM curve of `dtype` carries the GEMM's own streaming (a measured curve: it was
+    fitted on whole-kernel times without the roofline's memory side, roofline.price_gemm)."""
+    return dtype_curve(prof, "gemm", dtype) is not None
 
 
 def expert_dtype(weights: str, compute: str) -> str:

@@ -18,7 +18,7 @@ from . import attention as attn
 from . import efficiency
 from .collective import allreduce_seconds
 from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds_at
-from .roofline import price
+from .roofline import gemm_bytes_priced, price
 
 RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
 QUANTIZED = ("fp8", "fp8_block", "mxfp8", "fp4", "mxfp4", "nvfp4")  # GEMM compute dtypes fed quantised activations
@@ -64,7 +64,8 @@ class GemmOp:
     def __init__(self, op: ops.ModelOp, hw: HardwareSpec, prof: Profile, act: float):
         self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
         self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * act, hw.flops_for(g.compute_dtype),
-                           efficiency.gemm_at(prof, g.compute_dtype, g.n, g.k)) for g in op.gemms)
+                           efficiency.gemm_at(prof, g.compute_dtype, g.n, g.k),
+                           gemm_bytes_priced(prof, g.compute_dtype)) for g in op.gemms)
         self.memo: dict[float, tuple[float, float, float]] = {}
 
     def at(self, m: float) -> tuple[float, float, float]:
@@ -75,9 +76,9 @@ class GemmOp:
     def _price(self, m: float) -> tuple[float, float, float]:
         prof, hw = self.prof, self.hw
         sec = fl = by = 0.0
-        for per_tok, wbytes, act, peak, eff in self.rows:
+        for per_tok, wbytes, act, peak, eff, streamed in self.rows:
             f, b = per_tok * m, wbytes + m * act
-            sec += price(f, b, peak, eff(m), hw, prof)
+            sec += price(f, b * streamed, peak, eff(m), hw, prof)  # roofline.price_gemm with the curve bound
             fl += f
             by += b
         return sec * self.layers, fl * self.layers, by * self.layers

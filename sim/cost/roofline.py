@@ -86,6 +86,23 @@ def price(flops: float, nbytes: float, peak_flops: float, eff_compute: float, hw
     return (t_compute if t_compute > t_mem else t_mem) + prof.op_fixed_s
 
 
+def price_gemm(flops, nbytes, peak_flops: float, dtype: str, m, n, k, hw: HardwareSpec, prof: Profile):
+    """Seconds of one weight GEMM [m, k] x [k, n] in `dtype` moving `nbytes` (weights + activations).
+
+    Under a measured GEMM curve (efficiency.gemm_curve_streams) the curve is the whole kernel: it
+    was fitted on whole-kernel times, and its m-, n- and k-terms are the GEMM's own weight-read and
+    activation traffic (rackplan.specs.Curve), so the profile's generic streaming side (mem_eff,
+    fitted on other kernels) is not applied on top. Without one: the roofline `price`."""
+    eff = efficiency.gemm(prof, dtype, m, n, k)
+    return price(flops, nbytes * gemm_bytes_priced(prof, dtype), peak_flops, eff, hw, prof)
+
+
+def gemm_bytes_priced(prof: Profile, dtype: str) -> float:
+    """1.0 where a weight GEMM's bytes go through the roofline's memory side, 0.0 where its measured
+    curve already carries its own streaming (price_gemm)."""
+    return 0.0 if efficiency.gemm_curve_streams(prof, dtype) else 1.0
+
+
 def _price_rows(flops, nbytes, peak_flops, eff_compute, hw: HardwareSpec, prof: Profile) -> np.ndarray:
     """`price` over arrays of kernels: the same roofline with numpy's elementwise max."""
     flops, nbytes = np.asarray(flops, float), np.asarray(nbytes, float)

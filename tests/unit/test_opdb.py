@@ -246,3 +246,39 @@ def test_mhc_rows_are_priced_per_site(tmp_path, sites):
     per_site = 1.0 / (sites or 1)
     assert rows["mhc.pre"].seconds == pytest.approx([0.020e-3 * per_site])
     assert rows["mhc.post"].seconds == pytest.approx([0.008e-3 * per_site])
+
+
+def test_gemm_table_on_a_per_call_floor_is_not_written(tmp_path):
+    """A GEMM table whose every row takes >= 0.3 ms (as gemm_dtype fp8_block on Blackwell: a 256 x 256
+    GEMM at m = 1 as slow as a 7168 x 7168 one) times a per-call floor, not a kernel: not written, its
+    dtype family's curve prices it and `fallbacks` says why; the per-tensor table beside it is kept."""
+    fp8 = _gemm_cols()
+    block = dict(fp8, gemm_dtype=["fp8_block"] * len(fp8["m"]),
+                 kernel_source=["DeepGemmFp8BlockScaledMMKernel"] * len(fp8["m"]),
+                 latency=0.3 + _noisy(np.full(len(fp8["m"]), 0.05), 4))  # ms
+    _write(tmp_path, "floor", "gemm", "0.24.0", "gemm_perf", {k: list(fp8[k]) + list(block[k]) for k in fp8})
+    prof, fits = import_profile("floor", "vllm", None, HW, load_profile("datasheet"), "floor-vllm", tmp_path)
+    assert "gemm.fp8" in prof.curves and "gemm.fp8_block" not in prof.curves
+    assert {f.key: f for f in fits}["gemm.fp8_block"].extra["fastest_row_us"] >= 300.0
+    assert "per-call floor" in prof.fallbacks["gemm.fp8_block"] and "gemm.fp8 curve" in prof.fallbacks["gemm.fp8_block"]
+
+
+def test_package_version_from_the_root_s_environment(tmp_path):
+    """--op-database-root into another environment's site-packages: the version comes from the
+    distribution beside it (provenance), not "not installed"."""
+    from importlib import metadata
+
+    from rackplan.calibration.opdb_import import _package_version
+
+    try:
+        metadata.version("aiconfigurator-core")
+        pytest.skip("aiconfigurator-core is installed here: its version wins")
+    except metadata.PackageNotFoundError:
+        pass
+    dist = tmp_path / "site-packages" / "aiconfigurator_core-0.12.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aiconfigurator-core\nVersion: 0.12.0\n")
+    root = tmp_path / "site-packages" / "aiconfigurator_core" / "systems" / "data"
+    root.mkdir(parents=True)
+    assert _package_version(root) == "0.12.0"
+    assert _package_version(tmp_path / "elsewhere") == "not installed (--op-database-root)"

@@ -10,6 +10,7 @@ import pytest
 from rackplan.cli import main
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.moe import distinct_experts_per_rank, expert_work
+from rackplan.sim.cost.roofline import price, price_gemm
 from rackplan.sim.cost.step import CostContext, decode_step
 from rackplan.specs import (
     Curve,
@@ -54,6 +55,25 @@ def test_datasheet_profile_prices_as_before():
     assert efficiency.gemm(ds, "fp8", 64.0, 7168.0, 2048.0) == pytest.approx(0.70 * 64 / (64 + 32))
     assert efficiency.experts(ds, "fp4", 8.0, 4096.0, 7168.0, flops=1e12) == pytest.approx(0.70 * 8 / 40)
     assert efficiency.attention(ds, "decode", "mla", "bf16", 64.0, 4096.0, 1e9) == pytest.approx(0.45)
+
+
+def test_gemm_under_a_curve_is_the_curve_alone_by_hand():
+    """A measured GEMM curve is the whole kernel (roofline.price_gemm): its x-term is the weight read,
+    and the profile's streaming side (mem_eff) is not added on top. bf16 on GB300 (2.5 PF dense):
+    eff = 0.8 / (1 + 300 / m); a 4096 x 4096 GEMM at m = 1 takes 2 m n k / (P 0.8) = 16.8 ns of
+    compute plus 2 n k 300 / (P 0.8) = 5.033 us of weight read (32 MiB at 6.67 TB/s), plus op_fixed_s."""
+    hw = load_hardware("gb300-nvl72")
+    prof = Profile(name="p", hardware=hw.name, curves={"gemm.bf16": (Curve(eff_max=0.8, x_half=300.0),)},
+                   mem_eff=0.3)
+    flops, nbytes = 2.0 * 4096 * 4096, 4096 * 4096 * 2.0 + 2 * 4096 * 2.0
+    got = price_gemm(flops, nbytes, hw.flops_for("bf16"), "bf16", 1.0, 4096.0, 4096.0, hw, prof)
+    assert hw.flops_for("bf16") == 2.5e15
+    assert got == pytest.approx(16.777e-9 + 5.0332e-6 + prof.op_fixed_s, rel=1e-4)
+    # no curve (datasheet scalars): the roofline, here bound by the 0.3 x HBM streaming side
+    ds = dataclasses.replace(prof, curves={})
+    roof = price(flops, nbytes, hw.flops_for("bf16"), efficiency.gemm(ds, "bf16", 1.0), hw, ds)
+    assert price_gemm(flops, nbytes, hw.flops_for("bf16"), "bf16", 1.0, 4096.0, 4096.0, hw, ds) == roof
+    assert roof > nbytes / (0.3 * hw.hbm_bw)
 
 
 def test_fallback_chain():
