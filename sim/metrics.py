@@ -38,6 +38,19 @@ class RequestLog:
     def done(self, rid: int, now: float) -> None:
         self.finish[rid] = now
 
+    def grow(self, n: int) -> None:
+        """Room for `n` more requests (NaN timestamps): a continued run's new arrivals."""
+        for name in ("arrival", "first_token", "finish", "prefill_done"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.full(n, np.nan)]))
+
+    def head(self, n: int) -> "RequestLog":
+        """The log of the first `n` requests (views, no copies) with every decode step so far."""
+        out = RequestLog.__new__(RequestLog)
+        out.__dict__.update(self.__dict__)
+        for name in ("arrival", "first_token", "finish", "prefill_done"):
+            setattr(out, name, getattr(self, name)[:n])
+        return out
+
     def measure(self, disaggregated: bool, closed_loop: bool) -> tuple[Window, Stability]:
         """The measurement window and stability verdict of the run so far (sim/steady.py)."""
         return measure(self.arrival, self.prefill_done, self.first_token, self.finish, disaggregated, closed_loop)
@@ -85,14 +98,17 @@ MAX_LAG1 = 0.5  # batch means' lag-1 autocorrelation used at most (from 20 batch
 
 
 def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
-    """p50/p90/p99 and mean of `arr` (window requests in arrival order), and the standard error of
-    the p90 by batch means (consecutive batches' p90s: their spread over sqrt(batches))."""
-    arr = arr[np.isfinite(arr)]
-    pcts = np.percentile(arr, (50, 90, 99)) if len(arr) else [float("nan")] * 3
+    """p50/p90/p99 and mean of `arr` (window requests in arrival order; NaN: none, +inf: longer
+    than any finite one, e.g. the E2E of a request still running), and the standard error of the
+    p90 by batch means (consecutive batches' p90s: their spread over sqrt(batches))."""
+    arr = arr[~np.isnan(arr)]
+    done = arr[np.isfinite(arr)]
+    with np.errstate(invalid="ignore"):  # between two +inf: NaN, which is +inf too
+        pcts = np.percentile(arr, (50, 90, 99)) if len(arr) else [float("nan")] * 3
     for q, val in zip((50, 90, 99), pcts):
-        m[f"{name}_p{q}_s"] = float(val)
-    m[f"{name}_mean_s"] = float(arr.mean()) if len(arr) else float("nan")
-    m[f"{name}_p90_se_s"] = p90_standard_error(arr)
+        m[f"{name}_p{q}_s"] = float(val) if len(done) == len(arr) or not np.isnan(val) else float("inf")
+    m[f"{name}_mean_s"] = float(done.mean()) if len(done) and len(done) == len(arr) else float("nan")
+    m[f"{name}_p90_se_s"] = p90_standard_error(arr) if len(done) == len(arr) else float("nan")
 
 
 def p90_standard_error(arr: np.ndarray) -> float:
@@ -125,7 +141,8 @@ def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Wi
     """Percentiles, goodput and per-user speed over the window's requests; ITL over its decode steps."""
     ttft = log.first_token - log.arrival
     tpot = np.where(osl > 1, (log.finish - log.first_token) / np.maximum(osl - 1, 1), np.nan)
-    for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", log.finish - log.arrival)):
+    e2e = np.where(np.isnan(log.finish), np.inf, log.finish - log.arrival)  # still running: +inf
+    for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         _percentiles(m, name, arr[inw])
     steps = _in(np.asarray(log.step_end), win)  # decode steps that ended in the window
     itl_v, itl_w = np.asarray(log.step_durations)[steps], np.asarray(log.step_seqs, dtype=float)[steps]
@@ -198,6 +215,8 @@ def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, os
         window_start_s=win.start_s,
         window_end_s=win.end_s,
         window_requests=float(win.requests),
+        # of them still running when measured (a continued run's longest outputs: sim/continued.py)
+        window_unfinished=float(np.isnan(log.finish[inw]).sum()),
         last_arrival_s=win.last_arrival_s,
         stable=float(stab.stable),
         converged=float(stab.converged),

@@ -124,9 +124,10 @@ def measure(arrival, prefill_done, first_token, finish, disaggregated: bool,
     stab = Stability(True, (), {}, converged) if closed_loop else \
         _stability(t[drop:], arrival, prefill_done, first_token, disaggregated, converged)
     after = arrival >= start
-    e2e = (finish - arrival)[after]
-    e2e = e2e[np.isfinite(e2e)]
-    cool = float(np.percentile(e2e, COOLDOWN_Q)) if len(e2e) and stab.stable else 0.0
+    e2e = np.where(np.isnan(finish), np.inf, finish - arrival)[after]  # still running: longer than any finished
+    with np.errstate(invalid="ignore"):  # between two +inf: NaN (no cool-down can leave them out: half the run)
+        cool = float(np.percentile(e2e, COOLDOWN_Q)) if len(e2e) and stab.stable else 0.0
+    cool = cool if not np.isnan(cool) else np.inf
     end = max(t_end - cool, start + (t_end - start) / 2) if stab.stable else float(np.nextafter(t_end, np.inf))
     win = Window(start, end, t_end, int((after & (arrival < end)).sum()))
     if win.requests < MIN_WINDOW:  # the whole run, to its last finish

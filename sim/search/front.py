@@ -96,12 +96,14 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
             out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=best * c.gpus / c.osl))
             if out[id(c)].passed:
                 best = max(best, out[id(c)].tps_gpu)
+            _keep_best_run(points, out)
         advance()
     _confirm_best(req, plan_of, points, out, done)
     while redo := [c for c in order if out[id(c)].skipped and _bound(c) > _best(points, out)]:
         for c in redo:  # the confirmation moved the best below their bound: they may win after all
             give_up = _best(points, out) * c.gpus / c.osl
             out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=give_up))
+            _keep_best_run(points, out)
         _confirm_best(req, plan_of, points, out, done)
     best = _best(points, out)
     for c in points:
@@ -115,7 +117,21 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
         out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, tol=COVER_TOL, longer=0,
                                            max_probes=COVER_PROBES))
         work += out[id(c)].check.work
+        out[id(c)].check.release()
+    for v in out.values():
+        if v.check is not None:
+            v.check.release()
     return [out[id(c)] for c in points]
+
+
+def _keep_best_run(points: list[Candidate], out: dict) -> None:
+    """Only the best passing point keeps its verified run live (the one verify.confirm goes on
+    with); every other point's run is dropped."""
+    ok = [c for c in points if id(c) in out and out[id(c)].check is not None and out[id(c)].passed]
+    best = max(ok, key=lambda c: (round(out[id(c)].tps_gpu, 6), c.sort_key()), default=None)
+    for c in points:
+        if id(c) in out and out[id(c)].check is not None and c is not best:
+            out[id(c)].check.release()
 
 
 def _bound(c: Candidate) -> float:
