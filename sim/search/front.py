@@ -25,6 +25,8 @@ BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacit
 # front points verified besides the contenders (spread over the front) while their simulated requests +
 # steps stay under COVER_WORK, each to COVER_TOL in at most COVER_PROBES probes
 COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
+# live runs kept for confirmation hold at most this many requests together (~100 MB at 576 GPUs)
+LIVE_REQUESTS = 250_000
 
 
 @dataclass
@@ -125,12 +127,19 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
 
 
 def _keep_best_run(points: list[Candidate], out: dict) -> None:
-    """Only the best passing point keeps its verified run live (the one verify.confirm goes on
-    with); every other point's run is dropped."""
+    """The best passing points keep their verified runs live (what verify.confirm goes on with;
+    the runner-up is confirmed when the best falls below it), best first while their requests
+    stay within LIVE_REQUESTS (memory); every other point's run is dropped."""
     ok = [c for c in points if id(c) in out and out[id(c)].check is not None and out[id(c)].passed]
-    best = max(ok, key=lambda c: (round(out[id(c)].tps_gpu, 6), c.sort_key()), default=None)
+    ok.sort(key=lambda c: (-round(out[id(c)].tps_gpu, 6), c.sort_key()))
+    keep, held = set(), 0
+    for c in ok:
+        held += out[id(c)].check.requests
+        if held > LIVE_REQUESTS:
+            break
+        keep.add(id(c))
     for c in points:
-        if id(c) in out and out[id(c)].check is not None and c is not best:
+        if id(c) in out and out[id(c)].check is not None and id(c) not in keep:
             out[id(c)].check.release()
 
 

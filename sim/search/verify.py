@@ -118,10 +118,13 @@ class Probe:
     @property
     def over_capacity(self) -> bool:
         """Saturated: a pool's queue grows, or the prefill pool served fewer prompts per busy second
-        than arrived (a busy pool that keeps up serves at least the offered rate; this sees a pool
-        just past saturation before its queue has grown beyond the noise)."""
+        than arrived, by more than the arrivals' own noise (Z_SE standard errors of the window's
+        Poisson count: a pool that batches whatever waits is busy all the time below saturation
+        too, and then serves the offered rate give or take that noise); this sees a pool just past
+        saturation before its queue has grown beyond the noise."""
         cap = self.metrics.get("prefill_capacity_rps", 0.0)
-        return not self.stable or 0.0 < cap < self.metrics.get("offered_rps", 0.0)
+        margin = Z_SE / math.sqrt(max(self.metrics.get("window_requests", 1.0), 1.0))
+        return not self.stable or 0.0 < cap < self.metrics.get("offered_rps", 0.0) * (1.0 - margin)
 
     @property
     def capacity_rps(self) -> float:
