@@ -92,8 +92,8 @@ class ContinuedRun:
         n = min(n, len(self.arrival))
         rows = self.warm + n
         with _no_cyclic_gc():  # (the log's arrays grow as chunks are drawn: a fresh view each time)
-            stable = _settles(self.env, lambda: self.log.head(rows).measure(self.plan.disaggregated, False)[1],
-                              np.asarray(self.arrival[:n]))
+            stable = _settles(self.env, lambda: self.log.head(rows), np.asarray(self.arrival[:n]),
+                              self.plan.disaggregated)
             if stable:
                 self._tail(rows)
         isl, osl = (np.concatenate(x)[:rows] for x in (self.isl, self.osl))

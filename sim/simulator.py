@@ -455,7 +455,7 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, se
             dep.submit(next(nxt))
     else:
         env.process(_open_loop(env, dep, reqs.arrival_s))
-    drain = not settle or _settles(env, lambda: log.measure(plan.disaggregated, False)[1], reqs.arrival_s)
+    drain = not settle or _settles(env, lambda: log, reqs.arrival_s, plan.disaggregated)
     if drain:
         env.run()
         unfinished = int(np.isnan(log.finish).sum())
@@ -470,26 +470,33 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, se
 
 EARLY_CHECKS = (16, 8, 4, 2)  # settling runs: look at the queues after 1/16 ... 1/2 of the arrivals
 EARLY_GROWTH = 3 * GROWTH_TOL  # ... and stop before the end only on clear growth at two checks in a row
+EARLY_LIFETIMES = 2.0  # ... once the run has lasted this many median E2E (queues filling from empty are no growth)
 
 
-def _settles(env, measure, arrivals: np.ndarray) -> bool:
+def _settles(env, head, arrivals: np.ndarray, disaggregated: bool) -> bool:
     """Run an open-loop simulation to its last arrival; False (and stop there) as soon as a pool's
     queue clearly grows at two checks in a row (an unstable run need not go on, nor drain; a
-    queue that grows once may be the start-up filling batches). `measure()`: the stability of
-    the run so far (checks already behind `env.now`, in a continued run, are not looked at again)."""
+    queue that grows once may be the start-up filling batches), a check only once the run has
+    lasted EARLY_LIFETIMES median E2E of the requests finished so far (before that, queues are
+    still filling from empty). `head()`: the request log of the run so far (checks already
+    behind `env.now`, in a continued run, are not looked at again)."""
     n, growing = len(arrivals), set()
     for k in EARLY_CHECKS:
         until = float(arrivals[n // k - 1]) + 1e-9 if n // k else 0.0
         if n // k >= MIN_STEADY // 2 and until > env.now:
             env.run(until=until)
-            now = {p for p, g in measure().growth.items() if g > EARLY_GROWTH}
+            log = head()
+            done = np.isfinite(log.finish) & np.isfinite(log.arrival)
+            if not done.any() or env.now < EARLY_LIFETIMES * float(np.median(log.finish[done] - log.arrival[done])):
+                continue
+            now = {p for p, g in log.measure(disaggregated, False)[1].growth.items() if g > EARLY_GROWTH}
             if now & growing:
                 return False
             growing = now
     end = float(np.nextafter(arrivals[-1], np.inf))
     if end > env.now:
         env.run(until=end)
-    return measure().stable
+    return head().measure(disaggregated, False)[1].stable
 
 
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,

@@ -25,8 +25,8 @@ BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacit
 # front points verified besides the contenders (spread over the front) while their simulated requests +
 # steps stay under COVER_WORK, each to COVER_TOL in at most COVER_PROBES probes
 COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
-# live runs kept for confirmation hold at most this many requests together (~100 MB at 576 GPUs)
-LIVE_REQUESTS = 250_000
+# live runs kept for confirmation hold at most this many requests together (~70 MB at 576 GPUs)
+LIVE_REQUESTS = 150_000
 
 
 @dataclass

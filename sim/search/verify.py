@@ -30,7 +30,10 @@ PILOT = 4  # the first probe (at the estimate) starts with this fraction of the 
 CONFIRM = 2  # the chosen deployment's verified rate is run again this many times as long
 Z_SE = 2.0  # a p90 passes when it is this many standard errors (batch means) under its SLO
 LONGER = 1  # a probe whose p90 is within its noise of the SLO runs again this many times, 2x longer each
-SETTLE_E2E = 4.0  # a first probe's arrivals span this many estimated p90 E2E
+SETTLE_E2E = 2.0  # a first probe's arrivals span this many estimated p90 E2E (a warm-started run settles fast)
+# ... and hold at most this many requests: p90s of 100k requests have standard errors near 1%, and a run
+# that has not settled or not decided by then goes on (sim/continued.py), paying only for what it adds
+FIRST_MAX = 100_000
 
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
@@ -331,5 +334,6 @@ def check_at(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float
 
 
 def first_requests(rate_rps: float, e2e_p90_s: float) -> int:
-    """Requests of a first probe: arrivals over SETTLE_E2E estimated p90 E2E."""
-    return int(math.ceil(rate_rps * SETTLE_E2E * e2e_p90_s))
+    """Requests of a first probe: arrivals over SETTLE_E2E estimated p90 E2E, at most FIRST_MAX
+    (a run that needs more goes on: sim/continued.py)."""
+    return min(int(math.ceil(rate_rps * SETTLE_E2E * e2e_p90_s)), FIRST_MAX)
