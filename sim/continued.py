@@ -5,13 +5,13 @@ twice the requests. Drawn from a RequestStream (sim/workload.py: the first n req
 on how many come after them), the run of 2n requests repeats the run of n event for event, so the
 simulator goes on from there instead. `result(n)` runs until the first n requests have arrived
 (stopping at an unstable verdict, as a fresh run does), then on, with arrivals going on meanwhile
-(no drain: the last measured requests see the same load as the rest), until all but CENSORED of
-the requests in the measurement window (sim/steady.py) have finished, and measures the first n.
-Waiting for every one would cost as many more arrivals as the longest output lives (the seed
-scenario: 5x the run); the few left running (`window_unfinished`) have no TPOT or E2E and count
-as missing the SLOs in goodput. A later `result(2n)` continues the same SimPy environment: the
-same figures as a fresh run of 2n, unless the first result's tail ran past the 2n-th arrival.
-Rids: the warm sequences (sim/warm.py) first, then the requests in arrival order.
+(no drain: the last measured requests see the same load as the rest), until every request of the
+measurement window (sim/steady.py) has its first token, and measures the first n: a request still
+decoding has its TPOT so far (seconds per token since its first, from the steps it has left), an
+E2E longer than any finished one (+inf in percentiles), and counts in `window_unfinished`. A later
+`result(2n)` continues the same SimPy environment: the same figures as a fresh run of 2n, unless
+the first result's tail ran past the 2n-th arrival. Rids: the warm sequences (sim/warm.py) first,
+then the requests in arrival order.
 """
 from __future__ import annotations
 
@@ -27,10 +27,6 @@ from .simulator import MAX_STEADY, _Deployment, _no_cyclic_gc, _settles, check_r
 from .warm import seat, warm_sequences
 from .workload import Requests, RequestStream
 
-# a result waits for all but this share of its window's requests to finish: the rest, the longest
-# outputs, have no TPOT (the p90 of the others: no lower, as they sit under it), an E2E above every
-# finished one (so the p90 E2E and the cool-down stay exact), count as missing the SLOs in goodput
-CENSORED = 0.05
 TAIL_STEP = 0.5  # the tail runs on this share of the cool-down (p90 E2E) at a time
 
 
@@ -99,17 +95,35 @@ class ContinuedRun:
         isl, osl = (np.concatenate(x)[:rows] for x in (self.isl, self.osl))
         ran = self.dep.result()
         self.work = n + sum(ran.steps.values())
-        return summary(self.plan, self.workload, self.log.head(rows), isl, osl, ran, self.warm)
+        head = self.log.head(rows)
+        return summary(self.plan, self.workload, head, isl, osl, ran, self.warm, self._tpot_so_far(head, osl))
+
+    def _tpot_so_far(self, head: RequestLog, osl: np.ndarray) -> np.ndarray:
+        """[R] Of each request still decoding: seconds per output token since its first, so far
+        (tokens emitted: its output less the steps it has left; NaN for every other request)."""
+        out = np.full(len(osl), np.nan)
+        now = self.env.now
+        for inst in self.dep.decoders + self.dep.front:
+            ranks = getattr(inst, "ranks", None)
+            if ranks is None:
+                continue
+            for rid, left in ranks.steps_left().items():
+                if rid < len(osl) and rid >= self.warm:
+                    emitted = osl[rid] - left * ranks.tps
+                    if emitted > 1 and not np.isnan(head.first_token[rid]):
+                        out[rid] = (now - head.first_token[rid]) / (emitted - 1)
+        return out
 
     def _tail(self, rows: int) -> None:
-        """After the n-th arrival, go on (arrivals going on too) until at most CENSORED of the
-        window's requests are still running (the longest outputs live many windows: waiting for
-        the last one would simulate that many more arrivals), TAIL_STEP of the cool-down at a time."""
+        """After the n-th arrival, go on (arrivals going on too) until every request of the window
+        has its first token, TAIL_STEP of the cool-down at a time. Requests still decoding then
+        are measured so far (_tpot_so_far): waiting for the longest outputs to finish would
+        simulate as many more arrivals as they live."""
         while True:
             head = self.log.head(rows)
             win, _ = head.measure(self.plan.disaggregated, False)
             inw = win.holds(head.arrival)
-            if np.isnan(head.finish[inw]).sum() <= CENSORED * inw.sum():
+            if not np.isnan(head.first_token[inw]).any():
                 return
             span = win.last_arrival_s - win.start_s
             self.env.run(until=self.env.now + TAIL_STEP * max(win.last_arrival_s - win.end_s, 0.05 * span, 1e-3))

@@ -93,6 +93,11 @@ class DecodeRanks:
         heapq.heappush(self._heap, (self.step + steps) << 32 | rid)
         self._seqs[rid] = (rank, ctx + steps * self.tps, kv_need)
 
+    def steps_left(self) -> dict[int, int]:
+        """Steps each running sequence still has to go (rid -> steps; a snapshot)."""
+        step = self.step
+        return {k & 0xFFFFFFFF: (k >> 32) - step for k in self._heap}
+
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
         batch, ctx, heap = self.batch, self.ctx, self._heap

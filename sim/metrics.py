@@ -137,10 +137,14 @@ def batch_standard_error(y: np.ndarray) -> float:
     return float(np.sqrt(var / n * (1.0 + r) / (1.0 - r)))
 
 
-def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Window, slo: SLO) -> None:
-    """Percentiles, goodput and per-user speed over the window's requests; ITL over its decode steps."""
+def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Window, slo: SLO,
+             tpot_running: np.ndarray | None = None) -> None:
+    """Percentiles, goodput and per-user speed over the window's requests; ITL over its decode
+    steps. `tpot_running`: [R] TPOT so far of requests still running (NaN elsewhere)."""
     ttft = log.first_token - log.arrival
     tpot = np.where(osl > 1, (log.finish - log.first_token) / np.maximum(osl - 1, 1), np.nan)
+    if tpot_running is not None:
+        tpot = np.where(np.isnan(log.finish), tpot_running, tpot)
     e2e = np.where(np.isnan(log.finish), np.inf, log.finish - log.arrival)  # still running: +inf
     for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         _percentiles(m, name, arr[inw])
@@ -150,7 +154,10 @@ def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Wi
         m[f"itl_p{q}_s"] = val
     m["itl_mean_s"] = float(np.dot(itl_v, itl_w) / itl_w.sum()) if itl_w.sum() > 0 else float("nan")
     ok = (ttft <= slo.ttft_p90_s) & ((osl <= 1) | (tpot <= slo.tpot_p90_s))
-    speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)[inw]
+    speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)
+    if tpot_running is not None:
+        speed = np.where(np.isnan(log.finish), 1.0 / tpot_running, speed)
+    speed = speed[inw]
     m["goodput_rps"] = float(ok[inw].sum()) / win.length_s
     m["slo_attainment"] = float(ok[inw].mean()) if inw.any() else float("nan")
     m["tps_per_user"] = float(np.nanmedian(speed)) if np.isfinite(speed).any() else float("nan")
@@ -202,11 +209,12 @@ def _mean_in_system(log: RequestLog, win: Window) -> float:
 
 def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, osl: np.ndarray,
               cached: np.ndarray, pools: Pools, slo: SLO, utilisation: dict[str, float], steps: dict[str, int],
-              disaggregated: bool, closed_loop: bool = False) -> SimResult:
-    """The steady-state summary of a run over its window: percentiles, throughput, goodput."""
+              disaggregated: bool, closed_loop: bool = False, tpot_running: np.ndarray | None = None) -> SimResult:
+    """The steady-state summary of a run over its window: percentiles, throughput, goodput
+    (`tpot_running`: the TPOT so far of requests still running, for a run measured while they run)."""
     inw = win.holds(log.arrival)
     m: dict[str, float] = {}
-    _latency(m, log, osl, inw, win, slo)
+    _latency(m, log, osl, inw, win, slo, tpot_running)
     _throughput(m, log, isl, cached, win, pools, disaggregated, closed_loop)
     done = np.isfinite(log.finish)
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(np.where(done, log.finish, log.arrival)))

@@ -426,14 +426,14 @@ def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool, 
 
 
 def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, osl: np.ndarray, run: _Run,
-            warm: int) -> SimResult:
+            warm: int, tpot_running: np.ndarray | None = None) -> SimResult:
     """The steady-state result of a run's log: [R] `isl`, `osl` in rid order, the first `warm` rids
     sequences seated at t = 0 (sim/warm.py: they never arrive, so only the running series and the
     served tokens see them; the per-request arrays and counts leave them out)."""
     closed = workload.arrival.kind == "concurrency"
     win, stab = log.measure(plan.disaggregated, closed)
     res = summarise(log, win, stab, isl, osl, run.cached[:len(isl)], pools_of(plan), plan.slo,
-                    run.utilisation(win), run.steps, plan.disaggregated, closed)
+                    run.utilisation(win), run.steps, plan.disaggregated, closed, tpot_running)
     if warm:
         res = dataclasses.replace(res, ttft_s=res.ttft_s[warm:], tpot_s=res.tpot_s[warm:], e2e_s=res.e2e_s[warm:])
         res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float(isl[warm:].sum()))
@@ -470,7 +470,7 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, se
 
 EARLY_CHECKS = (16, 8, 4, 2)  # settling runs: look at the queues after 1/16 ... 1/2 of the arrivals
 EARLY_GROWTH = 3 * GROWTH_TOL  # ... and stop before the end only on clear growth at two checks in a row
-EARLY_LIFETIMES = 2.0  # ... once the run has lasted this many median E2E (queues filling from empty are no growth)
+EARLY_LIFETIMES = 1.0  # ... once the run has lasted this many median E2E (queues filling from empty are no growth)
 
 
 def _settles(env, head, arrivals: np.ndarray, disaggregated: bool) -> bool:

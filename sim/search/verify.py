@@ -258,7 +258,7 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
         else:
             hi = min(hi or math.inf, rate)
         if p.over_capacity:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
-            cap = min(cap, UTIL_MAX * p.capacity_rps * (1.0 + tol))
+            cap = min(cap, UTIL_MAX * p.capacity_rps)  # (and a passing rate within `tol` under it ends the search)
             hi = min(math.inf if hi is None else hi, cap)
             if lo is not None and lo.rate_rps > cap:
                 lo.release()
