@@ -357,9 +357,12 @@ def _relative_error(res: SimResult) -> float:
 
 
 def _settling_requests(res: SimResult) -> int:
-    """Requests whose arrivals span SETTLE_E2E p90 E2E at the run's offered rate."""
+    """Requests whose arrivals span SETTLE_E2E p90 E2E at the run's offered rate (none when the
+    p90 is not known: a continued run's requests still decoding reach it)."""
     m = res.metrics
-    e2e = m["e2e_p90_s"] if np.isfinite(m["e2e_p90_s"]) else m["duration_s"]
+    if not np.isfinite(m["e2e_p90_s"]):
+        return 0
+    e2e = m["e2e_p90_s"]
     return int(math.ceil(m["offered_rps"] * SETTLE_E2E * e2e))
 
 
