@@ -152,13 +152,32 @@ class Scenario:
 
 
 def deep_merge(base: dict, over: dict) -> dict:
-    """`base` with `over` merged in (mappings recursively, everything else replaced)."""
+    """`base` with `over` merged in: mappings recursively, lists of named mappings (e.g. a model's
+    `attention.kv` components) item by item by `name`, everything else replaced."""
     out = copy.deepcopy(base)
     for key, val in over.items():
         if isinstance(val, dict) and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], val)
+        elif _named_items(val) and _named_items(out.get(key)):
+            out[key] = _merge_named(out[key], val)
         else:
             out[key] = copy.deepcopy(val)
+    return out
+
+
+def _named_items(val) -> bool:
+    return isinstance(val, list) and bool(val) and all(isinstance(v, dict) and "name" in v for v in val)
+
+
+def _merge_named(base: list, over: list) -> list:
+    """Items of `over` merged into the `base` items of the same name (unknown names appended)."""
+    out = [copy.deepcopy(b) for b in base]
+    index = {b["name"]: i for i, b in enumerate(out)}
+    for item in over:
+        if item["name"] in index:
+            out[index[item["name"]]] = deep_merge(out[index[item["name"]]], item)
+        else:
+            out.append(copy.deepcopy(item))
     return out
 
 

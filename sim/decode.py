@@ -101,7 +101,7 @@ class DecodeRanks:
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
         batch, ctx, heap = self.batch, self.ctx, self._heap
-        ctx += batch * self.tps
+        ctx += batch if self.tps == 1.0 else batch * self.tps  # (x 1.0 is exact: no temporary array)
         self.step += 1
         done = []
         last = (self.step + 1) << 32  # keys below it finish by this step

@@ -88,10 +88,15 @@ class StepPricer:
         """Period of a decode step with per-rank running sequences and context sums (sequences of
         numbers over the DP ranks; `total`: their batch sum, when the caller keeps it)."""
         self.calls += 1
-        r = _slowest_rank(batch, ctx) if self.ranks > 1 else 0
+        if self.ranks == 1:
+            r = 0
+        elif ctx.__class__ is np.ndarray:  # the decode instances' arrays (_slowest_rank, inlined)
+            r = int((ctx + batch * 1e6).argmax())
+        else:
+            r = _slowest_rank(batch, ctx)
         b_max = int(batch[r])
         total = float(sum(batch)) if total is None else float(total)
-        key = (b_max, _qlog(ctx[r] / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))
+        key = (b_max, _qlog(float(ctx[r]) / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))  # (Python floats)
         hit = self._cache.get(key)
         if hit is not None:
             return self._value(hit)
@@ -114,9 +119,11 @@ class StepPricer:
             b = int(batch[r]) if batch is not None else 0
             c = _qlog(ctx[r] / max(b, 1), LOG_STEP) if batch is not None else -1
             if ch:
-                tok = float(sum(take for _, take, _ in ch))
-                pairs = float(sum(take * (start + take / 2.0) for _, take, start in ch))
-                key.append((b, c, _qlog(tok, LOG_STEP_PREFILL), len(ch), _qlog(pairs, LOG_STEP_PREFILL)))
+                tok = pairs = 0  # their sums over the rank's chunks, in one loop
+                for _, take, start in ch:
+                    tok += take
+                    pairs += take * (start + take / 2.0)
+                key.append((b, c, _qlog(float(tok), LOG_STEP_PREFILL), len(ch), _qlog(float(pairs), LOG_STEP_PREFILL)))
             else:
                 key.append((b, c, -1, 0, -1))
         # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them

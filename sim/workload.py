@@ -10,8 +10,6 @@ import numpy as np
 
 from rackplan.specs import LengthDist, SpecError, Workload
 
-from .traces import load_trace
-
 
 @dataclass(frozen=True)
 class Requests:
@@ -49,7 +47,11 @@ def make_requests(wl: Workload, num_requests: int | None = None, seed: int | Non
     """Draw the workload's requests deterministically from `seed` (default: the workload's)."""
     n = num_requests or wl.num_requests
     rng = np.random.default_rng(wl.seed if seed is None else seed)
-    trace = load_trace(wl, limit=n) if wl.trace else None
+    trace = None
+    if wl.trace:
+        from .traces import load_trace  # (trace workloads only: the others never load the trace readers)
+
+        trace = load_trace(wl, limit=n)
     if trace is not None:
         n = min(n, len(trace))
     return _draw(wl, n, rng, trace, 0.0)

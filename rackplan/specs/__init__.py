@@ -72,7 +72,8 @@ def resolve_path(kind: str, name_or_path: str | Path) -> Path:
 def load(kind: str, name_or_path: str | Path):
     """Load and validate one spec of `kind` by embedded name or file path."""
     path = resolve_path(kind, name_or_path)
-    spec = from_dict(KINDS[kind], read_yaml(path), str(path))
+    shipped = path.parent.parent == CONFIG_DIR and not os.environ.get("RACKPLAN_CONFIGS")  # the package's own
+    spec = from_dict(KINDS[kind], read_yaml(path, shipped), str(path))
     if kind == "profiles":
         _check_a2a_coverage(spec, str(path))
     return spec

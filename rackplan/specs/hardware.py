@@ -26,6 +26,10 @@ class HardwareSpec:
     source: str = ""
     num_sms: int = 0  # streaming multiprocessors per GPU (0: unknown; comm kernels then take none from compute)
     host_link_bw: float = 0.0  # host memory -> GPU B/s per GPU for offloaded weights (0: no offload path)
+    # query heads per rank a sparse-MLA prefill kernel computes in one tile: FlashMLA's BF16 sparse
+    # prefill (flash_mla_sparse_fwd) needs a multiple of 64 heads on Hopper (SM90) and of 128 on
+    # Blackwell (SM100); vLLM pads the rest with zero heads (vllm flashmla_sparse.py)
+    sparse_prefill_head_tile: int = 64
     # profile that prices this hardware when neither --profile nor the plan names one: a measured
     # profile where one is shipped (configs/profiles/), else the generic datasheet one
     default_profile: str = "datasheet"
@@ -43,6 +47,7 @@ class HardwareSpec:
             positive(getattr(self, name), name)
         non_negative(self.num_sms, "num_sms")
         non_negative(self.host_link_bw, "host_link_bw")
+        positive(self.sparse_prefill_head_tile, "sparse_prefill_head_tile")
         check(len(self.peak_flops) > 0, "peak_flops", "at least one dtype")
         for k, v in self.peak_flops.items():
             positive(v, f"peak_flops.{k}")

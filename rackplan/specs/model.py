@@ -55,6 +55,13 @@ class KVComponent:
     indexer_dim: Optional[int] = None
     indexer_key_bytes: Optional[float] = None  # bytes per indexer key per storing layer
     indexer_ratio: int = 1  # tokens per indexer key
+    # the component runs on FlashMLA's sparse kernels, which compute whole tiles of query heads:
+    # heads per rank are padded up (sim/cost/attention.py kernel_heads)
+    padded_heads: bool = False
+    # the sparse kernel runs every top-k block, valid or not (FlashMLA's sparse kernels before the
+    # `topk_length` argument that came with DeepSeek-V4, e.g. vLLM v0.14.1): a query at a context
+    # shorter than `topk` still costs `topk` entries of math (the gathers of invalid ones are skipped)
+    scans_full_topk: bool = False
 
     def __post_init__(self):
         positive(self.layers, "layers")
@@ -119,7 +126,7 @@ class AttentionSpec:
                 ("kv_a", hidden, self.kv_lora_rank + self.qk_rope_head_dim),
                 ("kv_b", self.kv_lora_rank, h * (self.qk_nope_head_dim + self.v_head_dim)),
                 ("o", h * self.v_head_dim, hidden),
-            )
+            ) + self._indexer_projections(hidden)
         if self.kind == "gqa":
             d = self.head_dim
             return (("q", hidden, h * d), ("kv", hidden, 2 * self.num_kv_heads * d), ("o", h * d, hidden))
@@ -134,17 +141,28 @@ class AttentionSpec:
             ("o_b", self.o_groups * self.o_lora_rank, hidden),
         )
 
+    def _indexer_projections(self, hidden: int) -> tuple[tuple[str, int, int], ...]:
+        """The lightning indexer's own projections when every MLA layer has one (DeepSeek-V3.2
+        Indexer: wq_b from the q latent to heads x dim, wk from the hidden state to one key,
+        weights_proj to one weight per head). V4's indexer sits on its CSA layers only: not here."""
+        idx = next((c for c in self.kv if c.has_indexer), None)
+        if idx is None or self.q_lora_rank is None:
+            return ()
+        return (("idx_q", self.q_lora_rank, idx.indexer_heads * idx.indexer_dim),
+                ("idx_k", hidden, idx.indexer_dim), ("idx_w", hidden, idx.indexer_heads))
+
     def projection_params(self, hidden: int) -> int:
         return sum(fan_in * fan_out for _, fan_in, fan_out in self.projections(hidden))
 
     def rank_projections(self, hidden: int, tp: int) -> tuple[tuple[str, float, float], ...]:
         """One TP rank's share of each projection, as vLLM shards them: the low-rank down-projections
-        of MLA / CSA and CSA's single KV head are replicated (ReplicatedLinear), output projections
-        are row-parallel (split in_features), GQA's KV heads are split while tp <= num_kv_heads and
-        replicated beyond, everything else is column-parallel (split out_features)."""
+        of MLA / CSA, CSA's single KV head and the V3.2 indexer's projections are replicated
+        (ReplicatedLinear), output projections are row-parallel (split in_features), GQA's KV heads
+        are split while tp <= num_kv_heads and replicated beyond, everything else is column-parallel
+        (split out_features)."""
         out = []
         for name, fan_in, fan_out in self.projections(hidden):
-            if tp == 1 or name in ("q_a", "kv_a") or (self.kind == "csa" and name == "kv"):
+            if tp == 1 or name in ("q_a", "kv_a") or name.startswith("idx_") or (self.kind == "csa" and name == "kv"):
                 out.append((name, fan_in, fan_out))
             elif name in ("o", "o_a", "o_b"):
                 out.append((name, fan_in / tp, fan_out))

@@ -21,21 +21,8 @@ from .fields import SpecError
 MAX_DEPTH = 64  # nesting levels any input may have (the deepest shipped spec has 5)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads `1e6` / `2.5e-3` as floats (YAML 1.1 wants a sign and a dot), refuses
-    duplicate keys and limits nesting depth."""
-
-    _depth = 0
-
-    def compose_node(self, parent, index):
-        self._depth += 1
-        if self._depth > MAX_DEPTH:
-            mark = self.peek_event().start_mark
-            raise _Refused(f"at most {MAX_DEPTH} nesting levels (line {mark.line + 1})")
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+class _UniqueKeys:
+    """A loader's mapping constructor that refuses duplicate keys."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -53,19 +40,44 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+class _Loader(_UniqueKeys, yaml.SafeLoader):
+    """SafeLoader that reads `1e6` / `2.5e-3` as floats (YAML 1.1 wants a sign and a dot), refuses
+    duplicate keys and limits nesting depth."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise _Refused(f"at most {MAX_DEPTH} nesting levels (line {mark.line + 1})")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 class _Refused(Exception):
     """A structural problem found while parsing (duplicate key, nesting), turned into a SpecError."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+# The package's own configs (known well-formed and shallow) go through libyaml's parser where PyYAML
+# has it, about 8x faster (start-up of every command reads several): the same floats and duplicate-key
+# check; the nesting limit is libyaml's own (1,000 levels) there.
+if yaml.__with_libyaml__:
+    class _ShippedLoader(_UniqueKeys, yaml.CSafeLoader):
+        """libyaml's SafeLoader with _Loader's float rule and duplicate-key check."""
+else:
+    _ShippedLoader = _Loader
+
+FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
     |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_RE, list("-+0123456789."))
+if _ShippedLoader is not _Loader:
+    _ShippedLoader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_RE, list("-+0123456789."))
 
 
 def _existing(path: str | Path, what: str) -> Path:
@@ -93,10 +105,11 @@ def read_text(path: str | Path, what: str = "file") -> str:
     return _decode(data, str(path))
 
 
-def parse_yaml(text: str, where: str = "") -> Any:
-    """YAML text (safe) -> data; parse errors, duplicate keys and deep nesting are SpecErrors."""
+def parse_yaml(text: str, where: str = "", shipped: bool = False) -> Any:
+    """YAML text (safe) -> data; parse errors, duplicate keys and deep nesting are SpecErrors.
+    `shipped`: one of the package's own configs (parsed by libyaml where available)."""
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=_ShippedLoader if shipped else _Loader)
     except _Refused as exc:
         raise SpecError(where, "(yaml)", str(exc)) from None
     except yaml.YAMLError as exc:
@@ -107,10 +120,10 @@ def parse_yaml(text: str, where: str = "") -> Any:
         raise SpecError(where, "(yaml)", f"at most {MAX_DEPTH} nesting levels") from None
 
 
-def read_yaml(path: str | Path) -> dict:
-    """A YAML file whose top level is a mapping."""
+def read_yaml(path: str | Path, shipped: bool = False) -> dict:
+    """A YAML file whose top level is a mapping (`shipped`: see parse_yaml)."""
     path = _existing(path, "YAML file")
-    data = parse_yaml(read_text(path), str(path))
+    data = parse_yaml(read_text(path), str(path), shipped)
     if not isinstance(data, dict):
         raise SpecError(str(path), "(top level)", "a mapping", type(data).__name__)
     return data

@@ -5,8 +5,13 @@ Decode: each sequence's query reads what its KV components let it attend to: all
 indexer that itself scores every stored key. Prefill: compute over (new x attended) pairs.
 Functions take one rank's work as floats and return floats. The math runs at the peak of the
 model's attention dtype (BF16 unless an FP8 attention kernel is named, ModelSpec.dtypes.attention).
+Kernels that compute in fixed tiles are priced for what they compute, not only for what is valid:
+FlashMLA's sparse kernels pad a rank's query heads to whole tiles (`kernel_heads`), and before
+FlashMLA's `topk_length` they ran every top-k block of a query (`computed`, comp.scans_full_topk).
 """
 from __future__ import annotations
+
+import math
 
 from rackplan.specs import KVComponent, ModelSpec
 
@@ -21,13 +26,35 @@ def attended(comp: KVComponent, ctx: float) -> float:
     return min(stored, comp.topk) if comp.topk is not None else stored
 
 
+def computed(comp: KVComponent, ctx: float) -> float:
+    """Entries whose math the kernel runs for one query at `ctx`: those it reads, or the whole
+    top-k width when the kernel scans it regardless (comp.scans_full_topk)."""
+    return float(comp.topk) if comp.scans_full_topk and comp.topk is not None else attended(comp, ctx)
+
+
 def indexed(comp: KVComponent, ctx: float) -> float:
     """Indexer keys one query scores (0 without an indexer)."""
     return ctx / comp.indexer_ratio if comp.has_indexer else 0.0
 
 
+# FlashMLA's FP8 sparse decode kernel takes h_q = 64 or 128 query heads (vLLM flashmla_sparse.py
+# pads a rank's heads up to 64 when TP leaves fewer)
+SPARSE_DECODE_HEAD_TILE = 64
+
+
 def _heads_per_rank(model: ModelSpec, tp: int) -> float:
     return model.attention.num_heads / tp
+
+
+def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -> float:
+    """Query heads per rank the kernel computes: the rank's heads, padded up to whole tiles when
+    the component runs on FlashMLA's sparse kernels (prefill: hw.sparse_prefill_head_tile, 128 on
+    Blackwell; decode: 64), e.g. V3.2 at TP4 on Blackwell: 32 heads computed as 128 in prefill."""
+    heads = _heads_per_rank(model, tp)
+    if not comp.padded_heads:
+        return heads
+    tile = hw.sparse_prefill_head_tile if phase == "prefill" else SPARSE_DECODE_HEAD_TILE
+    return float(math.ceil(heads / tile) * tile)
 
 
 def _kv_split(model: ModelSpec, tp: int) -> float:
@@ -47,8 +74,8 @@ def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, que
         return 0.0, 0.0, 0.0
     avg = ctx_sum / max(batch, 1.0)
     att = attended(comp, avg)
-    heads = _heads_per_rank(model, tp)
-    flops = 2.0 * batch * queries_per_seq * heads * att * (comp.qk_dim + comp.v_dim)
+    heads = kernel_heads(model, comp, tp, "decode", hw)
+    flops = 2.0 * batch * queries_per_seq * heads * computed(comp, avg) * (comp.qk_dim + comp.v_dim)
     nbytes = batch * att * comp.entry_bytes / _kv_split(model, tp)
     if comp.has_indexer:
         idx = indexed(comp, avg)
@@ -70,7 +97,7 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
     pairs = idx_pairs = read = idx_read = seqs = longest = 0.0
     for count, n, p in chunks:
         mid = p + n / 2.0
-        pairs += count * n * attended(comp, mid)
+        pairs += count * n * computed(comp, mid)
         read += count * (attended(comp, p + n) + n)
         if comp.has_indexer:
             idx_pairs += count * n * indexed(comp, mid)
@@ -79,7 +106,7 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
         longest = max(longest, p + n) if count else longest
     if pairs <= 0:
         return 0.0, 0.0, 0.0
-    heads = _heads_per_rank(model, tp)
+    heads = kernel_heads(model, comp, tp, "prefill", hw)
     qk = comp.prefill_qk_dim or comp.qk_dim
     v = comp.prefill_v_dim or comp.v_dim
     flops = 2.0 * heads * pairs * (qk + v)

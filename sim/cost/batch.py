@@ -27,10 +27,19 @@ class RankWork:
     chunks: tuple[Chunk, ...] = ()
     pre_tokens: float = field(init=False, compare=False, repr=False)  # prefill tokens on the rank
     pre_seqs: float = field(init=False, compare=False, repr=False)  # prefill chunks on the rank
+    _hash: int = field(init=False, compare=False, repr=False)  # a work is a memo key several times a step
 
     def __post_init__(self):
-        object.__setattr__(self, "pre_tokens", sum(c * n for c, n, _ in self.chunks))
-        object.__setattr__(self, "pre_seqs", sum(c for c, _, _ in self.chunks))
+        tokens = seqs = 0  # (sum() over the chunks, in one loop)
+        for c, n, _ in self.chunks:
+            tokens += c * n
+            seqs += c
+        object.__setattr__(self, "pre_tokens", tokens)
+        object.__setattr__(self, "pre_seqs", seqs)
+        object.__setattr__(self, "_hash", hash((self.dec_seqs, self.dec_ctx, self.chunks)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def half(self, second: int) -> "RankWork":
         """One DBO micro-batch (second=0: the first, 1: the second): half the decode sequences and

@@ -22,7 +22,7 @@ What really happens, and what this prices:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rackplan.specs import HardwareSpec, Layout
 
@@ -31,8 +31,7 @@ from .batch import Step
 COMM_SMS = 20  # VLLM_DBO_COMM_SMS default on CUDA (vllm/envs.py): SMs reserved for DeepEP high-throughput kernels
 
 
-@dataclass(frozen=True)
-class Stages:
+class Stages(NamedTuple):
     """One micro-batch's device seconds on its slowest rank, by where they sit in a layer:
     `dense` the dense layers (no all-to-all), `attn` the MoE layers' attention side (before the
     dispatch), `ffn` their expert side, `dispatch` and `combine` the all-to-alls, `tail` once per
@@ -80,16 +79,16 @@ def pipeline(a: Stages, z: Stages, moe_layers: int, sm_share: float) -> float:
     t0 = a.dense + z.dense
     c = m = ka = kz = t0  # compute stream free, network free, each micro-batch's last combine done
     prev, inc = t0, -1.0
-    for layer in range(moe_layers):
-        ea = c = max(c, ka) + att[0]
-        ez = c = max(c, kz) + att[1]
-        da = m = max(m, ea) + disp[0]
-        dz = m = max(m, ez) + disp[1]
-        fa = c = max(c, da) + ffn[0]
-        fz = c = max(c, dz) + ffn[1]
-        ka = m = max(m, fa) + comb[0]
-        kz = m = max(m, fz) + comb[1]
-        end = max(c, kz)
+    for layer in range(moe_layers):  # (x if x >= y else y: max(x, y) without a call, as it runs per layer)
+        ea = c = (c if c >= ka else ka) + att[0]
+        ez = c = (c if c >= kz else kz) + att[1]
+        da = m = (m if m >= ea else ea) + disp[0]
+        dz = m = (m if m >= ez else ez) + disp[1]
+        fa = c = (c if c >= da else da) + ffn[0]
+        fz = c = (c if c >= dz else dz) + ffn[1]
+        ka = m = (m if m >= fa else fa) + comb[0]
+        kz = m = (m if m >= fz else fz) + comb[1]
+        end = c if c >= kz else kz
         step_inc = end - prev
         if abs(step_inc - inc) <= 1e-12 * end:  # periodic from here on: extrapolate
             return end + (moe_layers - 1 - layer) * step_inc + a.tail + z.tail

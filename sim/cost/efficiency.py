@@ -26,6 +26,7 @@ sequence and its work term a fixed cost per kernel, both in FLOP units of the sa
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def _term(half: float, v):
     """half / v where v > 0, else 0 (an unknown or empty shape drops its term)."""
     if not half:
         return 0.0
-    if isinstance(v, (int, float)):
+    if v.__class__ is float or isinstance(v, (int, float)):  # (the first: the common case, without a tuple check)
         return half / v if v > 0 else 0.0
     v = np.asarray(v, float)
     return np.divide(half, v, out=np.zeros(v.shape), where=v > 0)
@@ -83,22 +84,43 @@ def _tiles(v):
 def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
     """Efficiency of an op class at shape (x, y, z) and work: the best of its curves (kernel
     configurations; the engine runs the faster)."""
-    eff = _one(cs[0], x, y, z, work)
+    eff = _one(cs[0], _fixed_terms(cs[0], y, z), x, work)
     for c in cs[1:]:
-        other = _one(c, x, y, z, work)
+        other = _one(c, _fixed_terms(c, y, z), x, work)
         eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
     return eff
 
 
-def _one(c: Curve, x, y, z, work):
-    """One curve's efficiency at shape (x, y, z) and work (see rackplan.specs.Curve)."""
+def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
+    """The curves of an op class with the terms of an op's fixed dimensions y, z worked out: for
+    `evaluate_bound` (a weight GEMM's n and k, an elementwise op's columns are fixed per op)."""
+    return tuple((c, _fixed_terms(c, y, z)) for c in cs)
+
+
+def evaluate_bound(bound: tuple, x, work=0.0):
+    """`evaluate` of bound curves (`bind`) at x and work."""
+    c, fixed = bound[0]
+    eff = _one(c, fixed, x, work)
+    for c, fixed in bound[1:]:
+        other = _one(c, fixed, x, work)
+        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
+    return eff
+
+
+def _fixed_terms(c: Curve, y, z) -> tuple:
+    """(y and z terms, output tiles along y) of curve c: the parts of _one that x and work leave alone."""
+    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1)
+
+
+def _one(c: Curve, fixed: tuple, x, work):
+    """One curve's efficiency at x and work, its y and z terms `fixed` (see rackplan.specs.Curve)."""
+    b, tiles_y = fixed
     a = _term(c.x_half, x)
-    b = _term(c.y_half, y) + _term(c.z_half, z)
     q = c.sharpness
     base = 1.0 + a + b if q == 1.0 else (1.0 + a ** q + b ** q) ** (1.0 / q)
     eff = c.eff_max / (base + _term(c.work_half, work))
     if c.tiles_half:
-        tiles = _tiles(x) * _tiles(y)
+        tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)
     return eff
 
@@ -106,10 +128,24 @@ def _one(c: Curve, x, y, z, work):
 def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
     """Weight GEMM [m, k] x [k, n] in `dtype`: saturating in the row count m (skinny decode GEMMs
     are weight-read bound); n = k = 0 (unknown) drops the terms that need them."""
+    return gemm_at(prof, dtype, n, k)(m)
+
+
+def gemm_at(prof: Profile, dtype: str, n=0.0, k=0.0):
+    """`gemm` of one weight GEMM shape as a function of m alone (its curve found and bound once;
+    a partial, so a cost model that keeps it still pickles)."""
     c = dtype_curve(prof, "gemm", dtype)
     if c is None:
-        return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
-    return evaluate(c, m, n, k, 2.0 * m * n * k)
+        return partial(_gemm_datasheet, prof)
+    return partial(_gemm_curve, bind(c, n, k), n, k)
+
+
+def _gemm_curve(bound: tuple, n, k, m):
+    return evaluate_bound(bound, m, 2.0 * m * n * k)
+
+
+def _gemm_datasheet(prof: Profile, m):
+    return prof.gemm_eff_max * m / (m + prof.gemm_m_half)
 
 
 def expert_dtype(weights: str, compute: str) -> str:
@@ -154,10 +190,23 @@ def memory(prof: Profile, nbytes):
 def stream(prof: Profile, op_class: str, nbytes, rows=0.0, cols=0.0):
     """Bandwidth-bound elementwise op (activation quantize, mHC pre/post) moving `nbytes` over a
     [rows, cols] tensor: its curve, else plain streaming `memory`."""
+    return stream_at(prof, op_class, cols)(nbytes, rows)
+
+
+def stream_at(prof: Profile, op_class: str, cols=0.0):
+    """`stream` of an op over `cols` columns as a function of (nbytes, rows) (its curve bound once)."""
     c = curve(prof, op_class) if prof.curves else None
     if c is None:
-        return memory(prof, nbytes)
-    return evaluate(c, rows, cols, 0.0, nbytes)
+        return partial(_stream_datasheet, prof)
+    return partial(_stream_curve, bind(c, cols, 0.0))
+
+
+def _stream_curve(bound: tuple, nbytes, rows=0.0):
+    return evaluate_bound(bound, rows, nbytes)
+
+
+def _stream_datasheet(prof: Profile, nbytes, rows=0.0):
+    return memory(prof, nbytes)
 
 
 def allreduce(prof: Profile, num_gpus: int, nbytes):

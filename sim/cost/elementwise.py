@@ -8,6 +8,8 @@ the activation element size (ModelSpec.dtypes.activations).
 """
 from __future__ import annotations
 
+from functools import partial
+
 from rackplan.specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Profile
 
 from . import efficiency
@@ -17,7 +19,17 @@ SAMPLER_PASSES = 4.0  # fp32 logits passes of a sampler: softmax read + write, t
 
 def stream_seconds(hw: HardwareSpec, prof: Profile, op_class: str, nbytes, rows=0.0, cols=0.0):
     """Seconds of one bandwidth-bound op of class `op_class` ("quantize.fp8", "mhc.pre") moving `nbytes`."""
-    return nbytes / (hw.hbm_bw * efficiency.stream(prof, op_class, nbytes, rows, cols)) + prof.op_fixed_s
+    return stream_seconds_at(hw, prof, op_class, cols)(nbytes, rows)
+
+
+def stream_seconds_at(hw: HardwareSpec, prof: Profile, op_class: str, cols=0.0):
+    """`stream_seconds` of an op over `cols` columns as a function of (nbytes, rows): its curve
+    found and bound once (a cost model keeps one per op)."""
+    return partial(_stream_seconds, hw.hbm_bw, prof.op_fixed_s, efficiency.stream_at(prof, op_class, cols))
+
+
+def _stream_seconds(hbm_bw: float, fixed_s: float, eff, nbytes, rows=0.0):
+    return nbytes / (hbm_bw * eff(nbytes, rows)) + fixed_s
 
 
 def quantize_bytes(rows, cols, dtype: str = "fp8", act: float = 2.0):

@@ -32,9 +32,6 @@ import numpy as np
 
 from rackplan.specs import SpecError
 
-from ..eplb.model import factor_moments, placement_for
-from ..routing import layer_popularity, sample_counts
-
 GRID_LOG2 = tuple(float(x) for x in np.arange(0.0, 21.5, 0.5))  # tokens_global from 1 to 2M, half-octave steps
 NUM_LAYERS = 16  # sampled layers, each with its own permutation of the popularity
 SAMPLES_PER_LAYER = 32  # multinomial draws per layer and grid point
@@ -153,9 +150,12 @@ def placement(ep: int, redundant_experts: int, policy: str, skew: float, top_k: 
     return _placement((ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups))
 
 
-# -- sampling ------------------------------------------------------------------------------------
+# -- sampling (its modules imported here: a run whose points are all cached never loads them) -------
 @lru_cache(maxsize=None)
 def _placement(cfg: tuple):
+    from ..eplb.model import placement_for
+    from ..routing import layer_popularity
+
     ep, redundant, policy, skew, top_k, num_experts, gpus_per_node, num_groups = cfg
     pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
     return placement_for(pop, ep, redundant, policy, gpus_per_node, num_groups)
@@ -165,6 +165,8 @@ def _placement(cfg: tuple):
 def _draws(skew: float, top_k: int, num_experts: int, i: int) -> np.ndarray:
     """Expert counts [1, samples, layers, E] at grid point i, shared by every placement (common
     random numbers); seeded per point, so a point is the same whichever points were asked first."""
+    from ..routing import layer_popularity, sample_counts
+
     pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
     tokens = np.array([int(round(2.0 ** GRID_LOG2[i]))], dtype=np.int64)
     rng = np.random.default_rng([SEED, num_experts, top_k, int(round(skew * 1e6)), i])
@@ -172,6 +174,8 @@ def _draws(skew: float, top_k: int, num_experts: int, i: int) -> np.ndarray:
 
 
 def _sample_point(cfg: tuple, i: int) -> tuple[float, float]:
+    from ..eplb.model import factor_moments
+
     ep, _, _, skew, top_k, num_experts = cfg[:6]
     counts = _draws(skew, top_k, num_experts, i)
     mean, std = factor_moments(counts, ep, _placement(cfg), SEED)

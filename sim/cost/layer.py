@@ -9,14 +9,15 @@ function of the work, remembered (a simulation sees the same rank work often).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from rackplan.specs import HardwareSpec, Profile, ops
 
 from . import attention as attn
 from . import efficiency
 from .collective import allreduce_seconds
-from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds
+from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds_at
 from .roofline import price
 
 RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
@@ -45,6 +46,9 @@ class Group:
     prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
     quant_widths: tuple  # (columns of each quantised GEMM input, layers) per op (quant_widths)
     first: bool  # starts at layer 0 (the Engram layers and the embedding are here)
+    # tokens on the rank -> its layer ops [(name, seconds, flops, bytes)]: prompt steps come in 2% token
+    # buckets (sim/pricer.py), so most of a simulation's rank works repeat their layers' token count
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_layers(self) -> int:
@@ -60,19 +64,20 @@ class GemmOp:
     def __init__(self, op: ops.ModelOp, hw: HardwareSpec, prof: Profile, act: float):
         self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
         self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * act, hw.flops_for(g.compute_dtype),
-                           g.compute_dtype, g.n, g.k) for g in op.gemms)
+                           efficiency.gemm_at(prof, g.compute_dtype, g.n, g.k)) for g in op.gemms)
         self.memo: dict[float, tuple[float, float, float]] = {}
 
     def at(self, m: float) -> tuple[float, float, float]:
         """Seconds, flops, bytes over the op's layers at m tokens."""
-        return memo_get(self.memo, m, lambda: self._price(m))
+        hit = self.memo.get(m)
+        return hit if hit is not None else memo_get(self.memo, m, lambda: self._price(m))
 
     def _price(self, m: float) -> tuple[float, float, float]:
         prof, hw = self.prof, self.hw
         sec = fl = by = 0.0
-        for per_tok, wbytes, act, peak, dtype, n, k in self.rows:
+        for per_tok, wbytes, act, peak, eff in self.rows:
             f, b = per_tok * m, wbytes + m * act
-            sec += price(f, b, peak, efficiency.gemm(prof, dtype, m, n, k), hw, prof)
+            sec += price(f, b, peak, eff(m), hw, prof)
             fl += f
             by += b
         return sec * self.layers, fl * self.layers, by * self.layers
@@ -117,7 +122,10 @@ class LayerPricer:
         self.act = m.dtypes.activation_bytes
         self.lm_head = GemmOp(step_ops["lm_head"], hw, prof, self.act)
         self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
+        self._corrections = bool(prof.op_scale or prof.op_fixed)  # `corrected` changes nothing without them
         self._ranks: dict = {}
+        self._streams: dict = {}  # (op class, columns) -> stream_seconds_at
+        self._engrams: dict[float, tuple[float, float, float]] = {}  # tokens -> Engram seconds, flops, bytes
         self.quant_dtype = m.dtypes.compute
 
     def _group(self, n_dense: int, n_moe: int, first: bool, prefill_tokens: bool) -> Group:
@@ -143,7 +151,8 @@ class LayerPricer:
 
     def rank(self, w, groups, phase: str) -> tuple[float, dict[str, list]]:
         """(total seconds, name -> [seconds, flops, bytes]) of one rank's ops (corrections applied)."""
-        return memo_get(self._ranks, (w, phase), lambda: self._price_rank(w, groups, phase))
+        hit = self._ranks.get((w, phase))  # memo_get, inlined: the simulator's most frequent call here
+        return hit if hit is not None else memo_get(self._ranks, (w, phase), lambda: self._price_rank(w, groups, phase))
 
     def _price_rank(self, w, groups, phase: str) -> tuple[float, dict[str, list]]:
         out: dict[str, list] = {}
@@ -151,52 +160,76 @@ class LayerPricer:
         for g in groups:
             tokens = dec_tokens + w.pre_tokens if g.prefill_tokens else dec_tokens
             if tokens > 0 and g.n_layers:
-                self._layer_ops(out, g, tokens)
+                for rec in self._group_ops(g, tokens):
+                    _add(out, *rec)
             self._attention(out, g, w)
-            if g.first and tokens > 0:
-                self._engram(out, tokens)
+            if g.first and tokens > 0 and self.cx.model.engram_layers:
+                _add(out, "engram", *self._engram_at(tokens))
         rows = dec_tokens + w.pre_seqs  # positions whose logits are computed: every decode token, each chunk's last
         if rows > 0:
             _add(out, "lm_head", *self.lm_head.at(rows))
             nbytes = sample_bytes(self.cx.model, rows)
             _add(out, "sample", self._stream("sample", nbytes, rows, self.cx.model.vocab_size, 2), 0.0, nbytes)
         total = 0.0
-        for name, rec in out.items():
-            rec[0] = self.corrected(name, rec[0], phase, self._fixed[name])
-            total += rec[0]
+        if self._corrections:
+            for name, rec in out.items():
+                rec[0] = self.corrected(name, rec[0], phase, self._fixed[name])
+                total += rec[0]
+        else:
+            for rec in out.values():
+                total += rec[0]
         return total, out
+
+    def _group_ops(self, g: Group, tokens: float) -> list[tuple[str, float, float, float]]:
+        """_layer_ops of group g at `tokens` tokens on the rank, remembered."""
+        hit = g.memo.get(tokens)
+        return hit if hit is not None else memo_get(g.memo, tokens, lambda: self._layer_ops(g, tokens))
+
+    def _engram_at(self, tokens: float) -> tuple[float, float, float]:
+        """_engram at `tokens` tokens on the rank, remembered."""
+        hit = self._engrams.get(tokens)
+        return hit if hit is not None else memo_get(self._engrams, tokens, lambda: self._engram(tokens))
+
+    def stream_seconds(self, op_class: str, nbytes: float, rows: float, cols: float) -> float:
+        """elementwise.stream_seconds of one kernel, its curve bound once per (op class, columns)."""
+        seconds = self._streams.get((op_class, cols))
+        if seconds is None:
+            seconds = self._streams[op_class, cols] = stream_seconds_at(self.cx.hw, self.cx.prof, op_class, cols)
+        return seconds(nbytes, rows)
 
     def _stream(self, op_class: str, nbytes: float, rows: float, cols: float, kernels: int = 1) -> float:
         """Seconds of `kernels` bandwidth-bound kernels moving `nbytes` together."""
-        prof = self.cx.prof
-        return stream_seconds(self.cx.hw, prof, op_class, nbytes, rows, cols) + (kernels - 1) * prof.op_fixed_s
+        return self.stream_seconds(op_class, nbytes, rows, cols) + (kernels - 1) * self.cx.prof.op_fixed_s
 
-    def _layer_ops(self, out: dict, g: Group, tokens: float) -> None:
-        """Every per-layer op of group g at `tokens` tokens on the rank, over its layers."""
+    def _layer_ops(self, g: Group, tokens: float) -> list[tuple[str, float, float, float]]:
+        """(name, seconds, flops, bytes) of every per-layer op of group g at `tokens` tokens on the
+        rank, over its layers, in the order they add up."""
         cx = self.cx
         m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
         n, h = g.n_layers, m.hidden_size
+        out: list[tuple[str, float, float, float]] = []
         for op in g.gemms:
-            _add(out, op.name, *op.at(tokens))
+            out.append((op.name, *op.at(tokens)))
         nb = norm_bytes(m, tokens)
         latent = (m.attention.q_lora_rank is not None) + (m.attention.kv_lora_rank is not None)
-        _add(out, "norm", self._stream("norm", nb, tokens, h, 2 + latent) * n, 0.0, nb * n)
+        out.append(("norm", self._stream("norm", nb, tokens, h, 2 + latent) * n, 0.0, nb * n))
         nb = rope_bytes(m, tokens, lay.tp)
-        _add(out, "rope", self._stream("rope", nb, tokens, h) * n, 0.0, nb * n)
+        out.append(("rope", self._stream("rope", nb, tokens, h) * n, 0.0, nb * n))
         dt = self.quant_dtype
         for widths, layers in g.quant_widths:
             sec = sum(self._stream(f"quantize.{dt}", quantize_bytes(tokens, k, dt, self.act), tokens, k)
                       for k in widths)
             nb = sum(quantize_bytes(tokens, k, dt, self.act) for k in widths)
-            _add(out, "quantize", sec * layers, 0.0, nb * layers)
+            out.append(("quantize", sec * layers, 0.0, nb * layers))
         if m.hc_mult > 1:  # mHC before attention and before the FFN: pre (mix in) + post (mix out)
             pre, post = (mhc_bytes(tokens, h, m.hc_mult, part, self.act) for part in ("pre", "post"))
             sec = 2.0 * (self._stream("mhc.pre", pre, tokens, h) + self._stream("mhc.post", post, tokens, h))
-            _add(out, "mhc", sec * n, 0.0, 2.0 * (pre + post) * n)
+            out.append(("mhc", sec * n, 0.0, 2.0 * (pre + post) * n))
         if lay.tp > 1:
             ar = allreduce_seconds(hw, prof, tokens * h * self.act, lay.tp)
-            _add(out, "attn.allreduce", ar * n, 0.0, 0.0)
-            _add(out, "ffn.allreduce", ar * n, 0.0, 0.0)
+            out.append(("attn.allreduce", ar * n, 0.0, 0.0))
+            out.append(("ffn.allreduce", ar * n, 0.0, 0.0))
+        return out
 
     def _attention(self, out: dict, g: Group, w) -> None:
         cx = self.cx
@@ -209,21 +242,25 @@ class LayerPricer:
             if g.prefill_tokens and w.chunks:
                 _add(out, "attn.core", *attn.prefill_component(m, comp, w.chunks, tp, layers, hw, prof, dtype))
 
-    def _engram(self, out: dict, tokens: float) -> None:
-        """Engram rows (V4.1): per token, one row per Engram layer from tables split over the EP
-        group, so (ep - 1) / ep of them come over NVLink, at once with the local HBM gather."""
+    def _engram(self, tokens: float) -> tuple[float, float, float]:
+        """Seconds, flops, bytes of the Engram rows (V4.1): per token, one row per Engram layer from
+        tables split over the EP group, so (ep - 1) / ep of them come over NVLink, at once with the
+        local HBM gather."""
         cx = self.cx
-        m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
-        if not m.engram_layers:
-            return
+        m, lay, hw = cx.model, cx.layout, cx.hw
         per_layer = tokens * m.extra_bytes_per_token / m.engram_layers
         ep = lay.ep_size
         remote = per_layer * (ep - 1) / ep
         sec = self._stream("engram", per_layer - remote, tokens, m.extra_bytes_per_token / m.engram_layers)
         if remote > 0:
-            nv = prof.a2a_params("low_latency", "nvlink", ep, "dispatch")
+            nv = self._engram_link
             sec = max(sec, nv.alpha_s + remote / (hw.scaleup_bw * nv.bw_eff))
-        _add(out, "engram", sec * m.engram_layers, 0.0, per_layer * m.engram_layers)
+        return sec * m.engram_layers, 0.0, per_layer * m.engram_layers
+
+    @cached_property
+    def _engram_link(self):
+        """The NVLink latency and bandwidth the remote Engram rows move at (the low-latency dispatch's)."""
+        return self.cx.prof.a2a_params("low_latency", "nvlink", self.cx.layout.ep_size, "dispatch")
 
     def pp_send(self, tokens: float) -> float:
         """Seconds to hand one micro-batch's activations to the next pipeline stage (NVLink)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from . import efficiency
 from .alltoall import A2APhase, a2a_phase
 from .batch import RankBatch, RankWork, Step
 from .draft import drafter
-from .elementwise import route_bytes, stream_seconds
+from .elementwise import route_bytes
 from .host import HostModel, HostTime, api_seconds
 from .imbalance import imbalance_curve
 from .layer import RANK_MEMO, LayerPricer, memo_get
@@ -57,6 +58,7 @@ class CostContext:
         return StepModel(self)
 
 
+STAGE = {name: op.stage for name, op in ops.BY_NAME.items()}  # op name -> where it runs in a layer (DBO)
 HOST_ONLY = {"api_servers": None, "stream_interval": 1, "async_scheduling": True, "cuda_graphs": True}
 
 
@@ -65,16 +67,17 @@ def host_only(layout: Layout) -> Layout:
     return replace(layout, **HOST_ONLY)
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     """A step's device work without overlap or host time: the slowest rank's ops, the EP group's
-    per MoE layer group, the step-level extras, and their seconds summed."""
+    per MoE layer group, the step-level extras, and their seconds summed. (A NamedTuple, as
+    _Evaluated: built a few times per priced step, where a frozen dataclass costs ~10x more.)"""
 
     rank_ops: dict
     moe: list
     extra: list  # (name, seconds, flops, bytes) priced for the whole step (drafter)
     seconds: float
     kernel: str  # all-to-all kernel kind of the step
+    work: RankWork | None  # the slowest rank's work (None: no ranks)
 
 
 class StepModel:
@@ -96,6 +99,12 @@ class StepModel:
         self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
         self._moes: dict = {}
         self._half_memo: dict = {}
+        self._rank_stages: dict = {}  # (rank work, phase) -> its ops' seconds per stage (_stages)
+        self.ep_size = lay.ep_size
+        self.n_moe = sum(g.n_moe for g in self.layers.groups_decode)  # MoE layers of a step
+        # per phase, (MoE layers, whether prompt tokens run them) of the layer groups with MoE layers
+        self._moe_groups = {pre: tuple((g.n_moe, g.prefill_tokens) for g in groups if g.n_moe)
+                            for pre, groups in ((False, self.layers.groups_decode), (True, self.layers.groups_prefill))}
         self.host = HostModel(prof.host_for(lay.role), lay, m.num_layers, hw.gpus_per_node, hw.host_overlap)
         off = offloaded_bytes(m, lay)
         self.offload_s = off / (hw.host_link_bw * efficiency.memory(prof, off)) if off else 0.0
@@ -125,7 +134,9 @@ class StepModel:
         """(experts, route, dispatch, combine seconds, experts flops, bytes, route bytes) over `n_moe`
         layers: routed experts on the busiest EP rank, its routing, the all-to-all; remembered."""
         key = (t_global, t_max, n_moe, kernel, phase, z)
-        return memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe, kernel, phase, z))
+        hit = self._moes.get(key)
+        return hit if hit is not None else memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe,
+                                                                                            kernel, phase, z))
 
     def imbalance_at(self, t_global: float, n_moe: int, z: float = 0.0) -> float:
         """The busiest EP rank's max/mean load over a step of `n_moe` MoE layers: its expectation,
@@ -149,7 +160,7 @@ class StepModel:
         t_exp = price(flops, nbytes, hw.flops_for(compute), eff, hw, prof)
         h = m.hidden_size
         r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
-        t_route = stream_seconds(hw, prof, f"moe.route.{dtype}", r_bytes, t_max, h)
+        t_route = self.layers.stream_seconds(f"moe.route.{dtype}", r_bytes, t_max, h)
         send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
@@ -164,7 +175,7 @@ class StepModel:
         low-latency dispatch writes them in expert order (and the combine reduces them), the copies
         the high-throughput dispatch delivers (one per token and rank: pairs x ep p_rank / k), or,
         without an all-to-all (TP, one GPU), every token of the step."""
-        if self.replicated or self.cx.layout.ep_size == 1:
+        if self.replicated or self.ep_size == 1:
             return t_rank
         if kernel == "low_latency":
             return t_rank
@@ -197,33 +208,43 @@ class StepModel:
         has_pre = step.has_prefill
         groups = lp.groups_prefill if has_pre else lp.groups_decode
         phase = "prefill" if has_pre else "decode"
-        slowest, rank_ops = -1.0, {}
+        slowest, rank_ops, work = -1.0, {}, None
         for w in step.works:
             total, out = lp.rank(w, groups, phase)
             if total > slowest:
-                slowest, rank_ops = total, out
-        moe = []
-        kernel = "high_throughput" if has_pre else "low_latency"
-        for g in groups:
-            if not g.n_moe:
-                continue
-            toks = [w.dec_seqs * self.q + (w.pre_tokens if g.prefill_tokens else 0.0) for w in step.works]
-            t_global = sum(t * r for t, r in zip(toks, step.ranks))  # DP ranks hold distinct tokens
-            if t_global > 0:
-                moe.append((g.n_moe,) + self._moe(t_global, max(toks), g.n_moe, kernel, phase, z))
-        extra = self._draft(step)
+                slowest, rank_ops, work = total, out, w
+        moe = self._ep_group(step, z)
+        extra = self._draft(step) if self.drafter is not None else []
         total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
-        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), kernel)
+        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step), work)
+
+    def _ep_group(self, step: Step, z: float) -> list[tuple]:
+        """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
+        layer group of the step with tokens (Device.moe)."""
+        has_pre, q = step.has_prefill, self.q
+        phase, kernel = "prefill" if has_pre else "decode", _kernel(step)
+        moe = []
+        for n_moe, prompts in self._moe_groups[has_pre]:
+            t_global = t_max = 0.0  # DP ranks hold distinct tokens: the EP group's sum, the busiest rank's
+            for w, r in zip(step.works, step.ranks):
+                t = w.dec_seqs * q + w.pre_tokens if prompts else w.dec_seqs * q
+                t_global += t * r
+                t_max = t if t > t_max else t_max
+            if t_global > 0:
+                moe.append((n_moe,) + self._moe(t_global, t_max, n_moe, kernel, phase, z))
+        return moe
 
     def _stages(self, dev: Device) -> dbo_.Stages:
         """A step's device seconds by where they run in a layer (for DBO), from the ops' stages in
         the vocabulary."""
         rank_ops, moe, extra = dev.rank_ops, dev.moe, dev.extra
-        by = {"attn": 0.0, "ffn": 0.0, "tail": 0.0, "comm": 0.0, "none": 0.0}
-        for name, rec in rank_ops.items():
-            by[ops.BY_NAME[name].stage] += rec[0]
+        key = (dev.work, dev.kernel)
+        by = self._rank_stages.get(key)
+        if by is None:
+            by = memo_get(self._rank_stages, key, lambda: _stage_sums(rank_ops))
+        by = dict(by)
         for name, sec, _, _ in extra:
-            by[ops.BY_NAME[name].stage] += sec
+            by[STAGE[name]] += sec
         disp = comb = 0.0
         for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
             by["ffn"] += t_exp + t_route
@@ -255,7 +276,7 @@ class StepModel:
 
     def period(self, step: Step, z: float = 0.0) -> float:
         """StepCost.period_s of `price(step, z)`, without building its op breakdown."""
-        ev = self._evaluate(step, z)
+        ev = self._evaluate(step, z, breakdown=False)
         return ev.seconds if ev.seconds >= ev.host.api_s else ev.host.api_s
 
     def period_spread(self, step: Step) -> tuple[float, float]:
@@ -270,35 +291,46 @@ class StepModel:
     def _varies(self, step: Step) -> bool:
         """Whether a step's per-step imbalance spread is worth pricing: above 1e-3 of the factor (below,
         a draw moves the step by under 0.1% of its experts' time; prompt steps of 1,000+ tokens)."""
-        if self.cx.layout.ep_size <= 1:
+        if self.ep_size <= 1:
             return False
         t = sum((w.dec_seqs * self.q + w.pre_tokens) * r for w, r in zip(step.works, step.ranks))
-        n_moe = sum(g.n_moe for g in self.layers.groups_decode)
-        return t > 0 and self.imbalance.spread(t) / max(n_moe, 1) ** 0.5 > 1e-3
+        return t > 0 and self.imbalance.spread(t) / max(self.n_moe, 1) ** 0.5 > 1e-3
 
     def _halves(self, step: Step) -> tuple[Step, Step]:
         """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered."""
-        pairs = [memo_get(self._half_memo, w, lambda w=w: (w.half(0), w.half(1))) for w in step.works]
-        return Step(tuple(h[0] for h in pairs), step.ranks), Step(tuple(h[1] for h in pairs), step.ranks)
+        memo, first, second = self._half_memo, [], []
+        for w in step.works:
+            pair = memo.get(w) or self._half_pair(w)
+            first.append(pair[0])
+            second.append(pair[1])
+        return Step(tuple(first), step.ranks), Step(tuple(second), step.ranks)
 
-    def _evaluate(self, step: Step, z: float = 0.0) -> "_Evaluated":
+    def _half_pair(self, w: RankWork) -> tuple[RankWork, RankWork]:
+        return memo_get(self._half_memo, w, lambda: (w.half(0), w.half(1)))
+
+    def _evaluate(self, step: Step, z: float = 0.0, breakdown: bool = True) -> "_Evaluated":
         """The step's seconds: device work (split in two micro-batches where DBO applies), the
-        exposed streaming of offloaded weights, eager kernel gaps, pipeline sends, host time."""
+        exposed streaming of offloaded weights, eager kernel gaps, pipeline sends, host time.
+        Without `breakdown` (a period only) a split step's unsplit device work is not priced (its
+        seconds are replaced by the micro-batches'): _Evaluated.device is None then."""
         cx = self.cx
         lay, prof = cx.layout, cx.prof
         pp = lay.pp
-        dev = self.device(_scaled(step, pp), z)
-        gpu, adjust = dev.seconds, []
-        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0 for _, _, _, t_disp, t_comb, *_ in dev.moe)
+        whole = _scaled(step, pp)
+        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0
+                                                       for _, _, _, t_disp, t_comb, *_ in self._ep_group(whole, z))
+        dev = self.device(whole, z) if breakdown or not split else None
+        adjust = []
         if split:
             a, b = self._halves(step)
             sa = self._stages(self.device(_scaled(a, pp), z))
             sb = self._stages(self.device(_scaled(b, pp), z)) if b != a else sa
-            n_moe = sum(g.n_moe for g in self.layers.groups_decode)
-            share = dbo_.comm_sm_share(dev.kernel, cx.hw)
-            pipelined = dbo_.overlapped(sa, sb, n_moe, share, prof.dbo_efficiency)
-            adjust.append(("dbo.overlap", pipelined - gpu))
-            gpu = pipelined
+            share = dbo_.comm_sm_share(_kernel(step), cx.hw)
+            gpu = dbo_.overlapped(sa, sb, self.n_moe, share, prof.dbo_efficiency)
+            if dev is not None:
+                adjust.append(("dbo.overlap", gpu - dev.seconds))
+        else:
+            gpu = dev.seconds
         graphs = lay.cuda_graphs and not step.has_prefill
         if not graphs:
             gaps = self.gap_s * cx.model.num_layers * (2 if split else 1)
@@ -329,13 +361,26 @@ class StepModel:
         return hm.time(ranks, gpu, graphs, api, whole)
 
 
-@dataclass(frozen=True)
-class _Evaluated:
+class _Evaluated(NamedTuple):
     seconds: float  # the step as the engine times it
     gpu: float  # device seconds after overlap
     adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
-    device: Device
+    device: Device | None  # None: not priced (a split step's period only)
     host: HostTime  # the step's host parts and the pipeline (sim/cost/host.py)
+
+
+def _stage_sums(rank_ops: dict) -> dict[str, float]:
+    """Seconds of a rank's ops per stage of a layer (ops.OpDef.stage)."""
+    by = {"attn": 0.0, "ffn": 0.0, "tail": 0.0, "comm": 0.0, "none": 0.0}
+    for name, rec in rank_ops.items():
+        by[STAGE[name]] += rec[0]
+    return by
+
+
+def _kernel(step: Step) -> str:
+    """The all-to-all kernel kind of a step: DeepEP's high-throughput kernels with prompt tokens,
+    the low-latency ones for decode-only steps."""
+    return "high_throughput" if step.has_prefill else "low_latency"
 
 
 def _scaled(step: Step, pp: int) -> Step:

@@ -1,0 +1,68 @@
+"""One accuracy case simulated over several closed-loop concurrencies, for checking a case's
+physics against a source's concurrency curve (e.g. the vLLM GB300 post's aggregated V3.2 TP2 "1pd"
+line) rather than a single bar whose concurrency is not published.
+
+Each concurrency replaces the case's `workload.arrival` with {kind: concurrency, concurrency: C}
+and runs the real simulator (the case's `num_requests`, or --requests) under the case hardware's
+default profile (or --profile); prints per concurrency the instance's total tok/s, output tok/s per
+GPU, TPOT p50 and TTFT p50.
+
+Run:  python benchmarks/accuracy_sweep.py --case v32-gb300-mixed-tp2 --concurrency 32 64 128 256
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accuracy_cases import load_cases, resolve  # noqa: E402
+
+from rackplan.sim.simulator import simulate_specs  # noqa: E402
+from rackplan.specs import SpecError, load_hardware, load_profile  # noqa: E402
+
+
+def sweep(case_id: str, concurrencies: list[int], profile: str | None, requests: int | None, seed: int) -> list[dict]:
+    """Metrics of `case_id` simulated at each closed-loop concurrency."""
+    cases = [c for c in load_cases() if c.id == case_id]
+    if not cases or cases[0].method != "simulate":
+        raise SpecError("", "--case", "the id of a `simulate` case in benchmarks/cases", case_id)
+    case = cases[0]
+    prof = load_profile(profile or load_hardware(case.hardware).default_profile)
+    out = []
+    for conc in concurrencies:
+        sc = resolve(replace(case, workload={**case.workload, "arrival": {"kind": "concurrency", "concurrency": conc}}),
+                     None)
+        m = simulate_specs(sc.plan, sc.model, sc.hw, sc.workload, prof, requests or case.num_requests, seed).metrics
+        out.append({"concurrency": conc, "profile": prof.name,
+                    "total_tps": (m["input_tps_per_gpu"] + m["output_tps_per_gpu"]) * m["num_gpus"],
+                    "output_tps_per_gpu": m["output_tps_per_gpu"], "tpot_p50_s": m["tpot_p50_s"],
+                    "ttft_p50_s": m["ttft_p50_s"]})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="accuracy_sweep.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--case", required=True, help="a simulate case id of benchmarks/cases/*.yaml")
+    p.add_argument("--concurrency", type=int, nargs="+", required=True, help="closed-loop concurrencies")
+    p.add_argument("--profile", help="profile name or YAML (default: the case hardware's default_profile)")
+    p.add_argument("--requests", type=int, help="requests per run (default: the case's num_requests)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        rows = sweep(args.case, args.concurrency, args.profile, args.requests, args.seed)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.case} under {rows[0]['profile']}")
+    print(f"{'concurrency':>11} {'total tok/s':>12} {'out tok/s/GPU':>14} {'TPOT p50 ms':>12} {'TTFT p50 s':>11}")
+    for r in rows:
+        print(f"{r['concurrency']:>11} {r['total_tps']:>12,.0f} {r['output_tps_per_gpu']:>14,.0f} "
+              f"{r['tpot_p50_s'] * 1e3:>12.1f} {r['ttft_p50_s']:>11.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

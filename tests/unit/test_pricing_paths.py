@@ -1,0 +1,74 @@
+"""The step pricer's shortcuts give exactly what the plain path gives.
+
+A StepModel remembers rank works, a layer group's ops per token count, the Engram rows, GEMM and
+EP-group prices, DBO halves and their stage sums; binds each op's efficiency curves once; and, for a
+period alone, skips the unsplit device work of a step DBO splits. None of that may change a price:
+the same steps priced in a shuffled order by one StepModel (its memos warm, hits and misses mixed)
+and each by a fresh one (every memo empty) agree to the last bit, in seconds, op breakdown and
+period, on random layouts and batches of every embedded model (test_step_scalar's cases).
+The shipped configs parse to the same data through libyaml as through the checking loader.
+"""
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rackplan.sim.cost import efficiency
+from rackplan.sim.cost.step import CostContext, StepModel
+from rackplan.specs import CONFIG_DIR, Curve, SpecError
+from rackplan.specs.reading import parse_yaml
+
+from .test_step_scalar import CASES, hardware, model, profile, representative
+
+pytestmark = pytest.mark.unit
+SEED = 11
+
+
+def _steps(works, rng: random.Random) -> list:
+    """The case's step, its works scaled a few ways (DBO thresholds crossed or not), repeated."""
+    out = []
+    for scale in (1.0, 0.5, 2.0, 0.013):
+        scaled = [[r, s * scale, c * scale, ch, t * scale if ch else t, p] for r, s, c, ch, t, p in works]
+        out.append(representative(scaled))
+    return out * 2
+
+
+@pytest.mark.parametrize("i", range(0, len(CASES), 2))
+def test_remembered_prices_equal_fresh_ones(i):
+    name, hw, prof, skew, lay, works = CASES[i]
+    cx = CostContext(model(name), hardware(hw), lay, profile(prof), skew)
+    rng = random.Random(SEED + i)
+    steps = _steps(works, rng)
+    rng.shuffle(steps)
+    warm = StepModel(cx)
+    for step in steps:
+        fresh = StepModel(cx).price(step)
+        got = warm.price(step)
+        assert got.seconds == fresh.seconds
+        assert got.breakdown() == fresh.breakdown()
+        assert StepModel(cx).period(step) == fresh.period_s  # the period-only path (no unsplit device)
+        assert warm.period(step) == fresh.period_s
+        for z in (0.0, 1.0):
+            assert warm.period(step, z) == StepModel(cx).period(step, z)
+
+
+def test_bound_curves_equal_evaluate():
+    cs = (Curve(eff_max=0.73, x_half=950.0, y_half=8941.0, z_half=1615.0, work_half=1.27e10, sharpness=3.2,
+                tiles_half=0.78), Curve(eff_max=0.5, x_half=30.0, y_half=100.0))
+    m = np.array([1.0, 7.0, 64.0, 129.0, 4096.0, 70000.0])
+    for x in [*m.tolist(), m]:
+        want = efficiency.evaluate(cs, x, 7168.0, 2048.0, 2.0 * x * 7168.0 * 2048.0)
+        got = efficiency.evaluate_bound(efficiency.bind(cs, 7168.0, 2048.0), x, 2.0 * x * 7168.0 * 2048.0)
+        assert np.array_equal(got, want)
+
+
+def test_shipped_configs_parse_the_same_through_libyaml():
+    files = sorted(Path(CONFIG_DIR).glob("*/*.yaml"))
+    assert len(files) > 20
+    for f in files:
+        text = f.read_text()
+        assert parse_yaml(text, str(f), shipped=True) == parse_yaml(text, str(f))
+    with pytest.raises(SpecError, match="unique keys"):
+        parse_yaml("a: 1\nb: 2\na: 3\n", "x.yaml", shipped=True)
+    assert parse_yaml("x: 1e6\n", "x.yaml", shipped=True) == {"x": 1e6}
