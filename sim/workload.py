@@ -100,6 +100,8 @@ class RequestStream:
             return None
         rng = np.random.default_rng([STREAM_SALT, self.seed, self.drawn // STREAM_CHUNK])
         if self.wl.trace:
+            from .traces import load_trace
+
             trace = load_trace(self.wl, limit=self.limit)
             out = _draw(self.wl, min(self.limit, len(trace)), rng, trace, 0.0)
         else:
