@@ -44,15 +44,12 @@ def _unq(k: int, step: float) -> float:
 class StepPricer:
     """Prices steps of one instance layout; `decode` and `step` are cached, `price` is exact."""
 
-    def __init__(self, cx: CostContext, rng: np.random.Generator | None = None, model: StepModel | None = None,
-                 cache: dict | None = None):
+    def __init__(self, cx: CostContext, rng: np.random.Generator | None = None, model: StepModel | None = None):
         self.cx = cx
         self.model = model or cx.step_model  # a StepModel.variant shares another layout's device pricing
         self.ranks = cx.layout.dp
         self._exact: dict[Step, StepCost] = {}
-        # quantised step -> period (with draws: period and spread); `cache`: shared with other pricers
-        # of the same context and model that draw alike (sim/simulator.shared_pricer)
-        self._cache: dict = {} if cache is None else cache
+        self._cache: dict = {}
         self.calls = 0
         self.misses = 0
         self._rng = rng

@@ -9,7 +9,6 @@ import dataclasses
 import gc
 import math
 from array import array
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -104,8 +103,8 @@ class _Deployment:
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
         pools = iter(range(1 << 20))
-        mk = lambda lay: shared_pricer(model, hw, lay, prof, wl.routing_skew,
-                                       np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
+        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew),
+                                    np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
             n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
@@ -228,28 +227,6 @@ class _Deployment:
     def result(self) -> "_Run":
         """What the run left so far besides the request log."""
         return _Run(self.steps(), self.usage(), np.frombuffer(self.cached, dtype=np.int64).copy())
-
-
-SHARED_PRICERS = 2  # layouts whose step models and step caches later runs reuse (the planner's probes)
-_SHARED: OrderedDict = OrderedDict()  # (ids of model, hw, profile; layout, skew) -> (StepModel, cache, specs)
-
-
-def shared_pricer(model: ModelSpec, hw: HardwareSpec, lay, prof: Profile, skew: float,
-                  rng: np.random.Generator) -> StepPricer:
-    """A step pricer drawing from `rng` whose step model (with its memos) and cache of quantised
-    step prices are those of the last runs of the same layout: prices are pure functions of the
-    step, so a run prices exactly what it would alone, without pricing it again (the planner
-    probes one layout at many rates). The last SHARED_PRICERS layouts are kept; an entry holds
-    the specs it is keyed by, so their ids stay theirs."""
-    key = (id(model), id(hw), id(prof), lay, skew)
-    hit = _SHARED.pop(key, None)
-    if hit is None:
-        hit = (CostContext(model, hw, lay, prof, skew).step_model, {}, (model, hw, prof))
-    _SHARED[key] = hit
-    while len(_SHARED) > SHARED_PRICERS:
-        _SHARED.popitem(last=False)
-    step_model, cache, _ = hit
-    return StepPricer(step_model.cx, rng, step_model, cache)
 
 
 def _ints(a: np.ndarray) -> array:
