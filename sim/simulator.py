@@ -268,7 +268,7 @@ def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
 MIN_STEADY = 1000  # requests of a steady-state run at least (closed loop: MIN_CLOSED, 10 per concurrent)
 MIN_CLOSED = 200
 MIN_WINDOW_STEPS = 20  # ... and steps of every pool (its instances together) in its window
-MAX_STEADY = 200_000  # requests of a steady-state run at most (576 GPUs: ~100 MB of run state, 2 minutes of arrivals)
+MAX_STEADY = 600_000  # requests of a steady-state run at most (~90 MB of request state)
 SETTLE_E2E = 4.0  # a rerun spans this many p90 E2E of arrivals (warm-up about 2, the window the rest)
 
 

@@ -34,6 +34,9 @@ SETTLE_E2E = 2.0  # a first probe's arrivals span this many estimated p90 E2E (a
 # ... and hold at most this many requests: p90s of 100k requests have standard errors near 1%, and a run
 # that has not settled or not decided by then goes on (sim/continued.py), paying only for what it adds
 FIRST_MAX = 100_000
+# requests of a probe's run at most (576 GPUs: ~100 MB of run state, 2 minutes of arrivals, ~8 lifetimes);
+# `simulate` and `whatif` runs go on to simulator.MAX_STEADY
+PROBE_MOST = 200_000
 
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
@@ -187,10 +190,9 @@ def probe(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, s
           most: int | None = None, run=None) -> Probe:
     """Simulate at `rate_rps` until steady state can be judged, and judge it; while a p90 is within
     its noise of the SLO, go on twice as long (`longer` times at most). `most`: requests of a
-    steady-state run at most (default simulator.MAX_STEADY). `run`: a live run at this rate to
-    continue (default: a new one); the probe keeps it (Probe.release drops it)."""
-    from ..simulator import MAX_STEADY
-
+    steady-state run at most (default PROBE_MOST). `run`: a live run at this rate to continue
+    (default: a new one); the probe keeps it (Probe.release drops it)."""
+    most = most or PROBE_MOST
     wl = at_rate(workload, rate_rps)
     if run is None and num_requests is None:
         run = open_run(plan, model, hw, wl, profile, seed)
@@ -198,9 +200,10 @@ def probe(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, s
     res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first, most=most, run=run)
     settled = int(res.metrics["num_requests"])
     for _ in range(longer if num_requests is None else 0):
-        if not (res.stable and _undecided(res.metrics, slo)) or res.metrics["num_requests"] >= MAX_STEADY:
+        if not (res.stable and _undecided(res.metrics, slo)) or res.metrics["num_requests"] >= most:
             break
-        res = run_simulation(plan, model, hw, wl, profile, None, seed, 2 * int(res.metrics["num_requests"]), run=run)
+        res = run_simulation(plan, model, hw, wl, profile, None, seed, 2 * int(res.metrics["num_requests"]),
+                             most=most, run=run)
     work = run.work - before if run is not None else _work(res)
     m = dict(res.metrics)
     return Probe(rate_rps, m, res.stable, res.stability.saturated, slo_misses(m, slo), int(m["num_requests"]),
@@ -307,10 +310,8 @@ def confirm(plan: Plan, model, hw, workload: Workload, profile, chk: Check, slo:
     """Run a verified rate again `factor` times as long: a queue near saturation can pass a short
     run by luck. The longer run's figures become the reported ones; when it fails, the bisection
     goes on below that rate with runs as long. A run already as long as a steady-state run gets
-    (simulator.MAX_STEADY) stands."""
-    from ..simulator import MAX_STEADY
-
-    if chk.requests >= MAX_STEADY:
+    (PROBE_MOST) stands."""
+    if chk.requests >= PROBE_MOST:
         return chk
     live = next((q.run for q in chk.probes if q.run is not None and q.rate_rps == chk.rate_rps
                  and q.requests == chk.requests), None)  # go on from the verified run when it is still live
