@@ -1,7 +1,7 @@
 """Predict one benchmark case under one profile: the simulator, or the cost model's step time.
 
 `simulate` cases run the real simulator and read the metric off its SimResult (closed-loop runs
-measure over the whole run, as `vllm bench serve` does). `prefill_step` / `decode_step` cases price
+measure over the whole run, as `vllm bench serve` does: `rates_per_gpu`). `prefill_step` / `decode_step` cases price
 one step of one instance with the cost model (sim.cost.step), the way a per-phase test with the
 other phase unlimited measures it: tokens per step / step seconds, per GPU of the instance.
 """
@@ -93,12 +93,23 @@ def _pool_gpus(case: Case, plan: Plan) -> int:
     raise _bad(case, "metric.pool", "all, or a pool the plan has (prefill, decode)", pool)
 
 
+def rates_per_gpu(m: dict, closed_loop: bool) -> dict[str, float]:
+    """Input, output and total tok/s per GPU of a run's metrics. Closed loop: over the whole run,
+    first arrival to last finish, as `vllm bench serve` reports them (total tokens / benchmark
+    duration, ramp-up and drain included); open loop: over the steady-state window."""
+    if closed_loop:
+        per_gpu_s = m["duration_s"] * m["num_gpus"]
+        inp, out = m["input_tokens"] / per_gpu_s, m["output_tokens"] / per_gpu_s
+    else:
+        inp, out = m["input_tps_per_gpu"], m["output_tps_per_gpu"]
+    return {"input": inp, "output": out, "total": inp + out}
+
+
 def _simulated(case: Case, sc: Scenario, prof: Profile, seed: int, num_requests: int) -> float:
     res = simulate_specs(sc.plan, sc.model, sc.hw, sc.workload, prof, num_requests, seed)
     m, metric = res.metrics, case.metric
     if metric.quantity == "throughput":
-        per_gpu = {"input": m["input_tps_per_gpu"], "output": m["output_tps_per_gpu"],
-                   "total": m["input_tps_per_gpu"] + m["output_tps_per_gpu"]}[metric.tokens]
+        per_gpu = rates_per_gpu(m, sc.workload.arrival.kind == "concurrency")[metric.tokens]
         return per_gpu * m["num_gpus"] / _pool_gpus(case, sc.plan)
     key = {"tpot_p50_s": "tpot_p50_s", "tps_per_user": "tps_per_user", "step_s": "itl_p50_s"}.get(metric.quantity)
     if key is None:

@@ -4,8 +4,9 @@ line) rather than a single bar whose concurrency is not published.
 
 Each concurrency replaces the case's `workload.arrival` with {kind: concurrency, concurrency: C}
 and runs the real simulator (the case's `num_requests`, or --requests) under the case hardware's
-default profile (or --profile); prints per concurrency the instance's total tok/s, output tok/s per
-GPU, TPOT p50 and TTFT p50.
+default profile (or --profile); prints per concurrency the instance's total tok/s and output tok/s per
+GPU over the whole run (all tokens / first arrival to last finish, as `vllm bench serve` reports
+them), TPOT p50 and TTFT p50.
 
 Run:  python benchmarks/accuracy_sweep.py --case v32-gb300-mixed-tp2 --concurrency 32 64 128 256
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy_cases import load_cases, resolve  # noqa: E402
+from accuracy_predict import rates_per_gpu  # noqa: E402
 
 from rackplan.sim.simulator import simulate_specs  # noqa: E402
 from rackplan.specs import SpecError, load_hardware, load_profile  # noqa: E402
@@ -36,9 +38,9 @@ def sweep(case_id: str, concurrencies: list[int], profile: str | None, requests:
         sc = resolve(replace(case, workload={**case.workload, "arrival": {"kind": "concurrency", "concurrency": conc}}),
                      None)
         m = simulate_specs(sc.plan, sc.model, sc.hw, sc.workload, prof, requests or case.num_requests, seed).metrics
-        out.append({"concurrency": conc, "profile": prof.name,
-                    "total_tps": (m["input_tps_per_gpu"] + m["output_tps_per_gpu"]) * m["num_gpus"],
-                    "output_tps_per_gpu": m["output_tps_per_gpu"], "tpot_p50_s": m["tpot_p50_s"],
+        rates = rates_per_gpu(m, closed_loop=True)  # over the whole run, as the bench reports it
+        out.append({"concurrency": conc, "profile": prof.name, "total_tps": rates["total"] * m["num_gpus"],
+                    "output_tps_per_gpu": rates["output"], "tpot_p50_s": m["tpot_p50_s"],
                     "ttft_p50_s": m["ttft_p50_s"]})
     return out
 

@@ -6,8 +6,8 @@ outputs), so that decode steps sit at C / d sequences per rank for most of the r
 every smaller size while it fills and drains. Every step records its host parts (host.schedule,
 host.prepare, host.dp_sync, host.sample, host.output: executor/disagg.py). The fit holds out the
 step sizes --holdout (sequences on the busiest rank) and prints each part's MAPE on the fit and
-held-out shapes, plus the run-to-run spread of the same shape (the machine is shared: wall times,
-medians of per-run medians).
+held-out shapes, plus the run-to-run spread of the same shape (the machine is shared: medians of
+per-run medians), and the DP wait it does not fit (host.dp_sync's wall time less its CPU time).
 
     python benchmarks/host_sweep.py --out runs/host_sweep            # ~10-15 min on 2 busy cores
     python benchmarks/host_sweep.py --out runs/host_sweep --fit-only # refit the runs already there
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rackplan.calibration.host_fit import host_steps, medians
+from rackplan.calibration.host_fit import DP_WAIT, host_steps, medians
 from rackplan.calibration.io import read_measurements
 from rackplan.specs import load_profile
 
@@ -71,13 +71,16 @@ def run_all(out: Path, repeats: int) -> list[Path]:
     return runs
 
 
-def spread(runs: list[Path]) -> dict[str, float]:
-    """Per part: median over shapes of the relative spread (max - min) / median of the per-run medians."""
+def spread(runs: list[Path]) -> tuple[dict[str, float], list[float]]:
+    """Per part: median over shapes of the relative spread (max - min) / median of the per-run
+    medians; and the decode DP wait of each shape (median over runs of the per-run medians)."""
     per: dict[str, list[float]] = {}
     shapes: dict[tuple, dict[int, list]] = {}
     for i, folder in enumerate(runs):
         for s in medians(host_steps([dict(r, _run=i) for r in read_measurements(folder)])):
             shapes.setdefault(s.key, {})[i] = s
+    waits = [float(np.median([s.parts[DP_WAIT] for s in by_run.values()])) for key, by_run in shapes.items()
+             if key[0] == "decode" and all(DP_WAIT in s.parts for s in by_run.values())]
     for by_run in shapes.values():
         if len(by_run) < 2:
             continue
@@ -85,7 +88,7 @@ def spread(runs: list[Path]) -> dict[str, float]:
             vals = [s.parts[part] for s in by_run.values() if part in s.parts]
             if len(vals) >= 2 and np.median(vals) > 0:
                 per.setdefault(part, []).append((max(vals) - min(vals)) / float(np.median(vals)))
-    return {k: round(100 * float(np.median(v)), 1) for k, v in per.items()}
+    return {k: round(100 * float(np.median(v)), 1) for k, v in per.items()}, waits
 
 
 def main() -> int:
@@ -103,13 +106,17 @@ def main() -> int:
         cmd += ["--measurements", str(folder)]
     res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["profile"]
     prov = load_profile(prof_path).provenance["host_fit"]
-    noise = spread(runs)
+    noise, waits = spread(runs)
     print(f"{len(runs)} runs, {prov['steps']} steps; held-out sizes {prov['held_out_sizes']}")
     print(f"{'part':14s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'shapes fit/held':>16s} {'run spread %':>13s}")
     for part, err in res["host_fit_error_pct"].items():
         n_fit, n_held = prov["shapes_fit_held"][part]
         held = res["host_held_out_error_pct"].get(part, float("nan"))
         print(f"{part:14s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {noise.get(part, float('nan')):13.1f}")
+    if waits:
+        print(f"{DP_WAIT} (not fitted: the OS scheduling the ranks): median {np.median(waits) * 1e6:.0f} us over "
+              f"{len(waits)} shapes ({np.percentile(waits, 10) * 1e6:.0f}-{np.percentile(waits, 90) * 1e6:.0f} us), "
+              f"run spread {noise.get(DP_WAIT, float('nan')):.1f}%")
     print(f"profile: {prof_path}")
     print(json.dumps({k: v for k, v in vars(load_profile(prof_path).host).items()}, indent=1))
     return 0

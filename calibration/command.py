@@ -229,11 +229,13 @@ def _from_host_sweep(args, base, name):
     extra = {"hardware": hw.name, "host_fit": {
         "method": "per part and role: HostParams of sim/cost/host.py, soft-L1 relative least squares on medians of "
                   "per-run medians of the steps of one shape (role, DP size, draft depth, sequences on the busiest "
-                  f"rank) with at least {MIN_STEPS} steps; each part's thread CPU time on the busiest rank, "
-                  "host.dp_sync's wall time (the wait for the slowest rank)",
+                  f"rank) with at least {MIN_STEPS} steps, each shape predicted from its steps the same way; "
+                  "each part's thread CPU time on the busiest rank (host.dp_sync: the collective's own work; "
+                  "its wait for the other ranks, OS scheduling on the CPU executor, is not fitted)",
         "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,
         "shapes_fit_held": {k: list(v) for k, v in points.items()}, "held_out_sizes": sorted(held),
-        "kept_from_base": "launch_s, kernels_per_layer, graph_launch_s, api_* (the CPU executor has no API server)"}}
+        "kept_from_base": "launch_s, kernels_per_layer, graph_launch_s, dp_jitter, api_* (the CPU executor has "
+                          "no API server)"}}
     summary = {"host_fit_error_pct": errs, "host_held_out_error_pct": held_errs, "steps": len(steps)}
     return prof, extra, summary
 

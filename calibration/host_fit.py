@@ -4,22 +4,30 @@ host records, part by part, and measure it on held-out step sizes.
 The serving loops record, per step, host.schedule / host.dp_sync / host.output on the instance's
 leader rank and host.prepare / host.sample on every rank (executor/disagg.py, executor/serve.py),
 each with its wall time and (cpu_s) the thread's CPU time. A part's own work is its CPU time, which
-a neighbour's load on a shared machine does not stretch; host.dp_sync is a wait and stays wall
-time.
+a neighbour's load on a shared machine does not stretch. host.dp_sync is fitted on its CPU time
+too: the leader's own work in the DP collective (the tick's broadcast). The rest of its wall time,
+the wait for the other ranks (DP_WAIT), is kept per step and reported, not fitted: on a 2-core
+machine running three ranks it is the OS scheduling the ranks (its medians over runs of one shape
+spread 150-190%), not host work that dp_jitter's straggle model could price.
 One `HostStep` per (run, instance, step) holds each part's seconds (for the per-rank parts the
-busiest rank's: _busiest) and what the step ran on every rank. Steps of one shape (role, DP size, draft
-depth, sequences on the busiest rank) collapse to medians: per run, then over runs (the machine is
-shared: a neighbour's burst slows whole stretches of a run). Each part is then fitted on the shapes
-of the fit set by calibration/robust.py's soft-L1 relative least squares, predicting through
-sim/cost/host.py's own HostModel (the cost model's formulas, nothing re-derived here):
-  host.schedule  schedule_step_s, schedule_per_seq_s (sequences of the instance: the executor's
-                 leader schedules every DP rank, HostParams.scheduler 'central')
+busiest rank's: _busiest) and what the step ran on every rank, with the requests the instance
+admitted and finished in it. Steps of one shape (role, DP size, draft depth, sequences on the
+busiest rank) collapse to medians: per run, then over runs (the machine is shared: a neighbour's
+burst slows whole stretches of a run); the model's value for a shape is its per-step predictions
+collapsed the same way (a shape mixes steps that admit or finish requests with steps that do not).
+Each part is then fitted on the shapes of the fit set by calibration/robust.py's soft-L1 relative
+least squares, predicting through sim/cost/host.py's own HostModel (the cost model's formulas,
+nothing re-derived here):
+  host.schedule  schedule_step_s, schedule_per_rank_s, schedule_per_seq_s, schedule_per_admit_s,
+                 schedule_spec_s (the instance's ranks, sequences and admitted requests: the
+                 executor's leader schedules every DP rank, HostParams.scheduler 'central')
   host.prepare   prepare_step_s, prepare_per_seq_s, prepare_per_token_s
   host.sample    sample_step_s, sample_per_seq_s, sample_per_draft_s, spec_sync_s (a speculative
                  step's host work that waits for its device result: on CPU the rejection
                  sampler's fixed cost after the verify forward; 0 without speculation)
-  host.output    output_step_s, output_per_token_s (emitted tokens of the instance)
-  host.dp_sync   dp_sync_s, dp_jitter (steps of instances with DP > 1)
+  host.output    output_step_s, output_per_token_s, output_per_finish_s, output_spec_s (emitted
+                 tokens and finished requests of the instance)
+  host.dp_sync   dp_sync_s (steps of instances with DP > 1; dp_jitter keeps the base's value)
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
 base profile's values.
 """
@@ -36,15 +44,16 @@ from rackplan.specs import HardwareSpec, HostParams, Layout, ModelSpec, Speculat
 from .robust import fit_relative, mape
 
 PART_PARAMS = {  # the HostParams fields each part is fitted by (upper bound: 1 s each)
-    "host.schedule": ("schedule_step_s", "schedule_per_seq_s"),
+    "host.schedule": ("schedule_step_s", "schedule_per_rank_s", "schedule_per_seq_s", "schedule_per_admit_s",
+                      "schedule_spec_s"),
     "host.prepare": ("prepare_step_s", "prepare_per_seq_s", "prepare_per_token_s"),
     "host.sample": ("sample_step_s", "sample_per_seq_s", "sample_per_draft_s", "spec_sync_s"),
-    "host.output": ("output_step_s", "output_per_token_s"),
-    "host.dp_sync": ("dp_sync_s", "dp_jitter"),
+    "host.output": ("output_step_s", "output_per_token_s", "output_per_finish_s", "output_spec_s"),
+    "host.dp_sync": ("dp_sync_s",),
 }
 MIN_SHAPES = 3  # step shapes a part needs before it is fitted (else it keeps the base value)
 MIN_STEPS = 5  # steps behind a shape's medians before it counts (fill and drain pass sizes once)
-WAIT_PARTS = ("host.dp_sync",)  # waits by nature: wall time; every other part its own CPU time (cpu_s)
+DP_WAIT = "host.dp_sync.wait"  # a step's DP wait: host.dp_sync's wall less its CPU time (reported, not fitted)
 
 
 @dataclass
@@ -59,6 +68,7 @@ class HostStep:
     parts: dict[str, float]  # measured seconds per host part
     run: int = 0
     steps: int = 1  # steps behind the medians
+    members: tuple = ()  # a shape's steps, per run (tuples of HostSteps): what its medians came from
 
     @property
     def size(self) -> int:
@@ -89,34 +99,45 @@ def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
     per_part: dict[str, list[tuple[int, float]]] = {}
     per_rank: dict[int, dict] = {}
     for r in recs:
-        sec = r["seconds"] if r["op"] in WAIT_PARTS else r.get("cpu_s", r["seconds"])
-        per_part.setdefault(r["op"], []).append((int(r["shape"].get("batch", 0)), sec))
+        sec, batch = r.get("cpu_s", r["seconds"]), int(r["shape"].get("batch", 0))
+        per_part.setdefault(r["op"], []).append((batch, sec))
+        if r["op"] == "host.dp_sync":
+            per_part.setdefault(DP_WAIT, []).append((batch, max(r["seconds"] - sec, 0.0)))
         per_rank[r["shape"].get("dp_rank", r["rank"])] = r["shape"]
     parts = {op: _busiest(vals) for op, vals in per_part.items()}
     shp = next(iter(per_rank.values()))
     if "seqs_global" not in shp:
         return None  # records of a loop that does not time its host parts
     dp, depth = int(recs[0]["instance_dp"]), int(shp.get("spec_depth", 0))
-    ranks = [_rank(s, role, depth) for s in per_rank.values()]
+    admitted, finished = _turnover(shp, role)
+    ranks = [_rank(s, role, depth, admitted / dp, finished / dp) for s in per_rank.values()]
     ranks += [RankHost(0.0, 0.0, 0.0, 0.0)] * (dp - len(ranks))  # idle ranks: dummy steps
     tokens = float(shp.get("tokens_global", 0))
     whole = RankHost(float(shp["seqs_global"]), tokens, float(shp.get("emitted_global", 0)),
-                     float(shp["seqs_global"]) * depth if role == "decode" else 0.0)
+                     float(shp["seqs_global"]) * depth if role == "decode" else 0.0, admitted, finished)
     return HostStep(role, dp, depth, ranks, whole, parts, run)
 
 
 def _busiest(vals: list[tuple[int, float]]) -> float:
     """A part's seconds on the rank that ran the most sequences (the mean over ranks that ran as
     many): the work the host model prices for the slowest rank. Not the per-step maximum: how much
-    later than its peers one rank finishes is the wait host.dp_sync measures and prices (dp_jitter)."""
+    later than its peers one rank finishes is the DP wait (host.dp_sync's wall time, DP_WAIT)."""
     top = max(b for b, _ in vals)
     return float(np.mean([v for b, v in vals if b == top]))
 
 
-def _rank(shape: dict, role: str, depth: int) -> RankHost:
+def _turnover(shape: dict, role: str) -> tuple[float, float]:
+    """(admitted, finished) requests of a decode step's instance, as the simulator's decode instances
+    price them (sim/decode.py); prefill steps price none (the simulator's prefill steps carry none)."""
+    if role != "decode":
+        return 0.0, 0.0
+    return float(shape.get("admitted_global", 0)), float(shape.get("finished_global", 0))
+
+
+def _rank(shape: dict, role: str, depth: int, admitted: float, finished: float) -> RankHost:
     seqs, tokens = float(shape.get("batch", 0)), float(shape.get("tokens", 0))
     emitted = float(shape.get("tokens_emitted", seqs)) if role == "decode" else float(len(shape.get("prefill_new", [])))
-    return RankHost(seqs, tokens, emitted, seqs * depth if role == "decode" else 0.0)
+    return RankHost(seqs, tokens, emitted, seqs * depth if role == "decode" else 0.0, admitted, finished)
 
 
 def medians(steps: list[HostStep]) -> list[HostStep]:
@@ -133,7 +154,7 @@ def medians(steps: list[HostStep]) -> list[HostStep]:
         parts = {n: float(np.median([np.median([s.parts[n] for s in ss if n in s.parts]) for ss in runs.values()
                                      if any(n in s.parts for s in ss)])) for n in names}
         mid = sorted(group, key=lambda s: s.whole.seqs)[len(group) // 2]
-        out.append(dataclasses.replace(mid, parts=parts, steps=len(group)))
+        out.append(dataclasses.replace(mid, parts=parts, steps=len(group), members=tuple(map(tuple, runs.values()))))
     return sorted(out, key=lambda s: s.key)
 
 
@@ -153,26 +174,65 @@ class HostPredictor:
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec):
         self.model, self.hw = model, hw
+        self._groups: dict[tuple[int, str], tuple] = {}  # (id of a shape, part) -> (shape, its distinct steps, runs)
 
-    def parts(self, hp: HostParams, s: HostStep) -> dict[str, float]:
-        spec = Speculation(num_tokens=s.depth, acceptance_length=1.0) if s.depth else None  # parts: drafts given
-        lay = Layout(s.role, dp=s.dp, cuda_graphs=False, async_scheduling=False, speculation=spec)
-        hm = HostModel(hp, lay, self.model.num_layers, self.hw.gpus_per_node, self.hw.host_overlap)
-        return hm.time(s.ranks, 0.0, False, 0.0, s.whole).as_dict()
+    def parts(self, hp: HostParams, s: HostStep, memo: dict | None = None) -> dict[str, float]:
+        memo = {} if memo is None else memo
+        key = ("model", s.role, s.dp, s.depth)
+        if key not in memo:
+            spec = Speculation(num_tokens=s.depth, acceptance_length=1.0) if s.depth else None  # parts: drafts given
+            lay = Layout(s.role, dp=s.dp, cuda_graphs=False, async_scheduling=False, speculation=spec)
+            memo[key] = HostModel(hp, lay, self.model.num_layers, self.hw.gpus_per_node, self.hw.host_overlap)
+        return memo[key].time(s.ranks, 0.0, False, 0.0, s.whole).as_dict()
+
+    def shape_part(self, hp: HostParams, s: HostStep, part: str, memo: dict) -> float:
+        """A part's seconds for a shape of medians: the per-step predictions of the steps behind it
+        collapsed as its measurements were (per run, then over runs); `memo` keeps the prediction
+        of each distinct step under `hp`."""
+        if not s.members:
+            return self.parts(hp, s, memo)[part]
+        _, distinct, runs = self._grouped(s, part)
+        vals = np.array([memo[key] if key in memo else memo.setdefault(key, self.parts(hp, m, memo)[part])
+                         for key, m in distinct])
+        return float(np.median([np.median(vals[ids]) for ids in runs]))
+
+    def _grouped(self, s: HostStep, part: str) -> tuple:
+        """(s, the distinct steps behind shape `s` that recorded `part` as (key, step), per run the
+        indices of its steps into them): what a shape's prediction needs, worked out once."""
+        hit = self._groups.get((id(s), part))
+        if hit is not None:
+            return hit
+        distinct: list[tuple[tuple, HostStep]] = []
+        index: dict[tuple, int] = {}
+        runs = []
+        for run in s.members:
+            ids = []
+            for m in run:
+                if part in m.parts:
+                    key = (part, m.role, m.dp, m.depth, tuple(m.ranks), m.whole)
+                    ids.append(index.setdefault(key, len(index)))
+                    if len(distinct) < len(index):
+                        distinct.append((key, m))
+            if ids:
+                runs.append(np.array(ids))
+        hit = self._groups[(id(s), part)] = (s, distinct, runs)  # holds s: its id stays its own
+        return hit
 
 
 def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
-                   held_sizes: set[int] = frozenset()) -> HostFit:
-    """Each part's parameters on the `role` step shapes whose size is not in `held_sizes` (shapes of
-    at least MIN_STEPS steps), errors on both sets."""
+                   held_sizes: set[int] = frozenset(), params: dict[str, tuple[str, ...]] | None = None) -> HostFit:
+    """Each part's parameters (`params`, default PART_PARAMS; the others keep `base`'s values) on the
+    `role` step shapes whose size is not in `held_sizes` (shapes of at least MIN_STEPS steps), errors
+    on both sets."""
     hp = dataclasses.replace(base, scheduler="central")
     shapes = [s for s in medians([s for s in steps if s.role == role]) if s.steps >= MIN_STEPS]
     fit_set = [s for s in shapes if s.size not in held_sizes]
     held = [s for s in shapes if s.size in held_sizes]
     out = HostFit(hp)
-    for part, names in PART_PARAMS.items():
+    for part, names in (PART_PARAMS if params is None else params).items():
         fs = [s for s in fit_set if s.parts.get(part, 0.0) > 0]
-        if len(fs) < max(MIN_SHAPES, len(names)):
+        names = tuple(n for n in names if _moves(pred, hp, part, n, fs))  # others: nothing in the data prices them
+        if not names or len(fs) < max(MIN_SHAPES, len(names)):
             continue
         hp = _fit_part(pred, hp, part, names, fs)
         hs = [s for s in held if s.parts.get(part, 0.0) > 0]
@@ -184,6 +244,15 @@ def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams,
     return out
 
 
+def _moves(pred: HostPredictor, hp: HostParams, part: str, name: str, fs: list[HostStep]) -> bool:
+    """Whether parameter `name` changes `part` on any of the steps `fs` (a step feature the
+    records never vary, e.g. admissions in records that do not count them, leaves its term at the
+    base value)."""
+    bumped = dataclasses.replace(hp, **{name: getattr(hp, name) + 1e-3})
+    a, b = {}, {}
+    return any(pred.shape_part(bumped, s, part, b) != pred.shape_part(hp, s, part, a) for s in fs)
+
+
 def _fit_part(pred: HostPredictor, hp: HostParams, part: str, names: tuple[str, ...], fs: list[HostStep]):
     meas = np.array([s.parts[part] for s in fs])
 
@@ -191,14 +260,15 @@ def _fit_part(pred: HostPredictor, hp: HostParams, part: str, names: tuple[str, 
         return dataclasses.replace(hp, **{n: float(v) for n, v in zip(names, p)})
 
     def predict(p):
-        h = make(p)
-        return np.array([pred.parts(h, s)[part] for s in fs])
+        h, memo = make(p), {}
+        return np.array([pred.shape_part(h, s, part, memo) for s in fs])
 
     x0 = [max(getattr(hp, n), 1e-7) for n in names]
     p, _ = fit_relative(predict, x0, [0.0] * len(names), [1.0] * len(names), meas, "measurements",
                         f"{part} seconds")
-    return make([float(f"{v:.4g}") for v in p])
+    return make([float(f"{v:.4g}") if v > 1e-12 else 0.0 for v in p])  # below a picosecond: nothing
 
 
 def _err(pred: HostPredictor, hp: HostParams, part: str, steps: list[HostStep]) -> float:
-    return round(mape([pred.parts(hp, s)[part] for s in steps], [s.parts[part] for s in steps]), 2)
+    memo: dict = {}
+    return round(mape([pred.shape_part(hp, s, part, memo) for s in steps], [s.parts[part] for s in steps]), 2)

@@ -22,6 +22,7 @@ on step n's tokens: a request's emitted count is known when its step is issued).
 """
 from __future__ import annotations
 
+import gc
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,28 @@ class Tick:
     work: list  # per DP rank: prefill Chunks or decode Seats
     extra: dict = field(default_factory=dict)  # prefill: rid -> (decode instance, dp); decode: rid -> header
     accepted: dict = field(default_factory=dict)  # decode + speculation: rid -> drafts kept
+    admitted: int = 0  # requests the scheduler took in this step (claimed prompts, newly seated decodes)
+    waiting: int = 0  # requests it left waiting (queued prompts not scheduled, staged decodes without a seat)
+
+
+def _counts(tick: Tick) -> dict:
+    """The step's request bookkeeping as record shape fields (untimed): admitted, left waiting."""
+    return {"admitted_global": tick.admitted, "waiting_global": tick.waiting}
+
+
+class _GCCount:
+    """Garbage collections of this process so far (a gc callback): each step's host records say how
+    many ran during the step, a pause inside whichever host part happened to trigger it."""
+
+    def __init__(self):
+        self.collections = 0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict) -> None:
+        self.collections += phase == "start"
+
+
+GC = _GCCount()
 
 
 class Loop:
@@ -125,7 +148,7 @@ class Loop:
     def run(self) -> None:
         self.me.fault("step")  # test hook: at the loop's start (an instance the router skips still fails)
         while True:
-            t_loop = time.perf_counter()
+            t_loop, self.gc_start = time.perf_counter(), GC.collections
             self.inst.clock = HostClock()
             kind, tick = self._message()
             if kind == "stop":
@@ -159,7 +182,8 @@ class Loop:
         inst = self.inst
         recs = step_records(self.me.base, inst.role, self.lay, inst.steps - 1, sec, inst.last_shape,
                             self.me.dtype_name, inst.n_dense, inst.n_moe)
-        self.eng.records += [dict(r, cpu_s=clock.cpu[r["op"]]) for r in recs]
+        gcs = GC.collections - self.gc_start  # garbage collections during the step (any part, or between)
+        self.eng.records += [dict(r, cpu_s=clock.cpu[r["op"]], gc=gcs) for r in recs]
 
 
 class PrefillLoop(Loop):
@@ -196,6 +220,7 @@ class PrefillLoop(Loop):
         if not self.queue.queue:
             return None
         chunks = self.queue.form()
+        n_sched = sum(len(per) for per in chunks)
         targets = {}
         for ch in (c for per in chunks for c in per):
             tl = self.eng.times(ch.rid)
@@ -204,8 +229,7 @@ class PrefillLoop(Loop):
             if ch.last:
                 with self.aside():  # the router's choice, on the control plane's load counts
                     targets[ch.rid] = self.eng.pick_decode()
-        tick = Tick(self.ticks, chunks, targets)
-        return tick
+        return Tick(self.ticks, chunks, targets, admitted=len(claimed), waiting=len(self.queue.queue) - n_sched)
 
     @staticmethod
     def _dp_of(chunks, ch) -> int:
@@ -227,6 +251,7 @@ class PrefillLoop(Loop):
                  "tokens_global": sum(c.take for per in tick.work for c in per),
                  "seqs_global": sum(len(per) for per in tick.work),
                  "emitted_global": sum(c.last for per in tick.work for c in per), "spec_depth": 0,
+                 "finished_global": sum(c.last for per in tick.work for c in per), **_counts(tick),
                  "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
         sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
         self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
@@ -297,7 +322,8 @@ class DecodeLoop(Loop):
                 flat = [s.rid for per in seats for s in per]
                 accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
                                                         self.me.acceptance(self.lay)), strict=True))
-        return Tick(self.ticks, seats, handoffs, accepted)
+        return Tick(self.ticks, seats, handoffs, accepted, admitted=len(handoffs),
+                    waiting=sum(len(q) for q in self.seats.staged))
 
     def book(self, tick: Tick) -> None:
         emitted = {rid: 1 + a for rid, a in tick.accepted.items()} or None
@@ -320,7 +346,9 @@ class DecodeLoop(Loop):
         shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
                  "tokens_global": seqs_global * q, "seqs_global": seqs_global, "spec_depth": q - 1,
                  "emitted_global": sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work
-                                       for s in per)}
+                                       for s in per),
+                 "finished_global": sum(1 + tick.accepted.get(s.rid, 0) >= s.left for per in tick.work for s in per),
+                 **_counts(tick)}
         if self.drafter is None:
             sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
             self.done_at = self.eng.clock()  # this step's tokens exist now
@@ -480,6 +508,9 @@ def serve_disaggregated(me) -> list[dict]:
     reqs = make_requests(wl, me.cfg.requests)
     eng = Engine(me, reqs, wl.arrival.concurrency or 0)
     eng.warmup(me.cfg.warmup)
+    gc.collect()
+    gc.freeze()  # the startup heap (model, caches, torch) is never garbage: collections skip it (vLLM's workers
+    # freeze theirs after warm-up too: freeze_gc_heap); each step's records count the collections it ran
     dist.barrier()
     eng.t0 = time.perf_counter()
     if eng.loop is not None:

@@ -41,10 +41,16 @@ class DecodeRanks:
         self._heap: list[int] = []
         self._seqs: dict[int, tuple[int, float, float]] = {}
         self._free = [(0, r) for r in range(ranks)]  # (seats, rank), least loaded first
+        self._ends: dict[int, int] = {}  # finish step -> sequences that finish by it (heap keys' counts)
 
     @property
     def running(self) -> int:
         return len(self._heap)
+
+    @property
+    def finishing(self) -> int:
+        """Sequences whose last token the next step emits."""
+        return self._ends.get(self.step + 1, 0)
 
     def pick_rank(self, kv_need: float) -> int | None:
         """Least-loaded rank (fewest seats, then lowest index) with a free seat and room for
@@ -91,6 +97,7 @@ class DecodeRanks:
         if not reserved:
             self.reserve(rank, kv_need)
         heapq.heappush(self._heap, (self.step + steps) << 32 | rid)
+        self._ends[self.step + steps] = self._ends.get(self.step + steps, 0) + 1
         self._seqs[rid] = (rank, ctx + steps * self.tps, kv_need)
 
     def steps_left(self) -> dict[int, int]:
@@ -103,6 +110,7 @@ class DecodeRanks:
         batch, ctx, heap = self.batch, self.ctx, self._heap
         ctx += batch if self.tps == 1.0 else batch * self.tps  # (x 1.0 is exact: no temporary array)
         self.step += 1
+        self._ends.pop(self.step, None)
         done = []
         last = (self.step + 1) << 32  # keys below it finish by this step
         while heap and heap[0] < last:
@@ -161,7 +169,8 @@ class DecodeInstance(Instance):
                 self.end_turn()
                 yield self.idle()
                 continue
-            dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx, self.ranks.running)
+            turnover = (len(new), self.ranks.finishing) if self.pricer.turnover else (0, 0)
+            dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx, self.ranks.running, *turnover)
             yield self.busy(dt)
             self.end_turn()
             now = self.env.now

@@ -54,6 +54,7 @@ class StepPricer:
         self.misses = 0
         self._rng = rng
         self._z: list[float] = []  # pre-drawn per-step imbalance draws, used from the end
+        self.turnover = self.model.host.turnover  # admitted / finished requests change a step's price
 
     def _period(self, step: Step):
         """What the cache keeps for a step: its period, or (with draws) its period and spread."""
@@ -81,9 +82,11 @@ class StepPricer:
         """Exact price of a step with the same work on every DP rank."""
         return self.price(Step.uniform(self.ranks, work))
 
-    def decode(self, batch, ctx, total: float | None = None) -> float:
+    def decode(self, batch, ctx, total: float | None = None, admitted: int = 0, finished: int = 0) -> float:
         """Period of a decode step with per-rank running sequences and context sums (sequences of
-        numbers over the DP ranks; `total`: their batch sum, when the caller keeps it)."""
+        numbers over the DP ranks; `total`: their batch sum, when the caller keeps it); `admitted`,
+        `finished`: requests the step starts and ends on the instance (priced where the host block
+        has per-request terms, else ignored)."""
         self.calls += 1
         if self.ranks == 1:
             r = 0
@@ -94,6 +97,8 @@ class StepPricer:
         b_max = int(batch[r])
         total = float(sum(batch)) if total is None else float(total)
         key = (b_max, _qlog(float(ctx[r]) / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))  # (Python floats)
+        if self.turnover:
+            key += (admitted, finished)
         hit = self._cache.get(key)
         if hit is not None:
             return self._value(hit)
@@ -103,7 +108,10 @@ class StepPricer:
         works = [(RankWork(float(b_max), b_max * rep_ctx), 1)]
         if self.ranks > 1:
             works.append((RankWork(other, other * rep_ctx), self.ranks - 1))
-        hit = self._cache[key] = self._period(_merged(works))
+        step = _merged(works)
+        if self.turnover:
+            step = Step(step.works, step.ranks, admitted=float(admitted), finished=float(finished))
+        hit = self._cache[key] = self._period(step)
         return self._value(hit)
 
     def step(self, chunks, batch=None, ctx=None) -> float:

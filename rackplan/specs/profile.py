@@ -78,7 +78,11 @@ class HostParams:
     # schedules and books every rank's sequences): their per-sequence costs count those sequences
     scheduler: Literal["per_rank", "central"] = "per_rank"
     schedule_step_s: float = 100e-6  # scheduler: fixed per step
+    schedule_per_rank_s: float = 0.0  # ... per DP rank it schedules (1 per rank; central: the instance's DP)
     schedule_per_seq_s: float = 10e-6  # scheduler: per running sequence (decode seat or prompt chunk)
+    # the next three: 0 where they were not measured (the datasheet's and the GPU profiles' blocks)
+    schedule_per_admit_s: float = 0.0  # ... per request admitted this step (a new running sequence)
+    schedule_spec_s: float = 0.0  # ... per speculative decode step (draft-token bookkeeping)
     prepare_step_s: float = 100e-6  # input preparation (positions, block tables, metadata): per step
     prepare_per_seq_s: float = 10e-6  # ... per sequence
     prepare_per_token_s: float = 0.0  # ... per token the step runs (prompt tokens, 1 + drafts per seq)
@@ -95,6 +99,8 @@ class HostParams:
     spec_sync_s: float = 300e-6
     output_step_s: float = 50e-6  # output processing in the engine: per step
     output_per_token_s: float = 12e-6  # ... per emitted token
+    output_per_finish_s: float = 0.0  # ... per request finished this step (0 where not measured)
+    output_spec_s: float = 0.0  # ... per speculative decode step (accepted counts; 0 where not measured)
     api_per_token_s: float = 15e-6  # API server (its own processes): detokenise one emitted token
     api_per_chunk_s: float = 10e-6  # ... send one streamed chunk (one request's tokens of a stream interval)
 

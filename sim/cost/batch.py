@@ -80,6 +80,11 @@ class Step:
     works: tuple[RankWork, ...]
     ranks: tuple[int, ...]
     has_prefill: bool = field(init=False, compare=False, repr=False)  # any prompt tokens on any rank
+    # requests the instance admits into / retires from its running set this step (the scheduler's and
+    # output processing's per-request work, sim/cost/host.py); the pricers pass them only where the
+    # profile's host block prices them (HostModel.turnover)
+    admitted: float = 0.0
+    finished: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "has_prefill", any(w.pre_tokens > 0 for w in self.works))

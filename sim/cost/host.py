@@ -2,8 +2,10 @@
 
 The engine's host work on each DP rank (rackplan/specs/ops.py HOST_PARTS, parameters in the
 profile's `host:` block, rackplan.specs.HostParams):
-  host.schedule  scheduler: fixed + per running sequence (of the rank; a central scheduler,
-                 HostParams.scheduler, does every rank's fixed part + the instance's sequences)
+  host.schedule  scheduler: fixed + per DP rank it schedules + per running sequence + per request
+                 it admits this step (new request state, cache blocks, the prompt's bookkeeping) +
+                 a speculative step's draft bookkeeping (a per-rank scheduler schedules its own
+                 rank; a central one, HostParams.scheduler, every rank and sequence of the instance)
   host.prepare   input preparation: fixed + per sequence + per token the step runs
   host.launch    one CUDA-graph replay, or every kernel of every layer when eager
   host.dp_sync   DP coordination: the collective that lines the ranks up (per doubling of DP) and
@@ -11,7 +13,9 @@ profile's `host:` block, rackplan.specs.HostParams):
                  an idle rank runs a dummy step (the fixed parts only), so it never sets the max
   host.sample    sampling + rejection sampling per draft token (+ the accepted-count readback of a
                  speculative step)
-  host.output    output processing: fixed + per emitted token (rank or instance, as the scheduler)
+  host.output    output processing: fixed + per emitted token + per request that finishes (its
+                 state and blocks freed) + a speculative step's accepted-count bookkeeping (rank
+                 or instance, as the scheduler)
 The API server (host.api_server) runs in its own processes beside the engine: it detokenises
 every emitted token and sends one chunk per request per stream interval, shared by the API-server
 processes of an endpoint (one endpoint per host the instance spans). It never delays the engine,
@@ -25,7 +29,10 @@ serial + max(gpu, host - serial), where `serial` is what must wait for step n's 
 (the DP collective, which runs on the device stream, and a speculative step's readback). Exposed
 host time = step - gpu: what does not fit under the device step, plus the serial part.
 This is the only place host time is priced: the simulator, the planner's estimate and the
-calibration replays take it from the step's StepCost.
+calibration replays take it from the step's StepCost. A step's admitted and finished requests
+(Step.admitted / finished) come from the simulator's decode instances, and only where the host
+block prices them (HostModel.turnover: the CPU executor's fitted block; every shipped profile
+prices none); prefill, colocated and the planner's steady-state steps carry none.
 """
 from __future__ import annotations
 
@@ -45,6 +52,8 @@ class RankHost:
     tokens: float  # tokens through the model: 1 + drafts per decode sequence, prompt tokens
     emitted: float  # tokens it emits: acceptance length per decode sequence, one per prompt chunk
     drafts: float  # draft tokens it verifies
+    admitted: float = 0.0  # requests it takes into its running set this step
+    finished: float = 0.0  # requests whose last token this step emits
 
 
 @dataclass(frozen=True)
@@ -82,21 +91,33 @@ class HostTime:
         return sum(self.parts)
 
 
+def schedule_seconds(hp: HostParams, w: RankHost, ranks: int) -> float:
+    """Scheduler seconds of a step that schedules the work `w` over `ranks` DP ranks."""
+    spec = hp.schedule_spec_s if w.drafts > 0 else 0.0
+    return (hp.schedule_step_s + hp.schedule_per_rank_s * ranks + hp.schedule_per_seq_s * w.seqs
+            + hp.schedule_per_admit_s * w.admitted + spec)
+
+
 def rank_parts(hp: HostParams, w: RankHost) -> tuple[float, float, float, float]:
     """(schedule, prepare, sample, output) seconds of one rank's step."""
-    schedule = hp.schedule_step_s + hp.schedule_per_seq_s * w.seqs
+    schedule = schedule_seconds(hp, w, 1)
     prepare = hp.prepare_step_s + hp.prepare_per_seq_s * w.seqs + hp.prepare_per_token_s * w.tokens
     sample = hp.sample_step_s + hp.sample_per_seq_s * w.seqs + hp.sample_per_draft_s * w.drafts
-    output = hp.output_step_s + hp.output_per_token_s * w.emitted
+    output = output_seconds(hp, w, 1)
     return schedule, prepare, sample, output
 
 
 def central_parts(hp: HostParams, whole: RankHost, dp: int) -> tuple[float, float]:
     """(schedule, output) seconds of a central scheduler that schedules and books every one of
-    the instance's `dp` ranks: each rank's fixed part, per sequence / emitted token of the instance."""
-    schedule = hp.schedule_step_s * dp + hp.schedule_per_seq_s * whole.seqs
-    output = hp.output_step_s * dp + hp.output_per_token_s * whole.emitted
-    return schedule, output
+    the instance's `dp` ranks: the scheduler's fixed part once and per rank, each rank's output
+    booking; per sequence / admitted request / emitted token / finished request of the instance."""
+    return schedule_seconds(hp, whole, dp), output_seconds(hp, whole, dp)
+
+
+def output_seconds(hp: HostParams, w: RankHost, ranks: int) -> float:
+    """Output processing of a step that books the work `w` of `ranks` DP ranks."""
+    spec = hp.output_spec_s if w.drafts > 0 else 0.0
+    return hp.output_step_s * ranks + hp.output_per_token_s * w.emitted + hp.output_per_finish_s * w.finished + spec
 
 
 def launch_seconds(hp: HostParams, num_layers: int, graphs: bool) -> float:
@@ -156,11 +177,15 @@ class HostModel:
         self.spec_sync_s = hp.spec_sync_s if sp else 0.0
         self.launch = {g: launch_seconds(hp, num_layers, g) for g in (False, True)}
         self.overlap = layout.async_scheduling and overlap_ok
+        # whether a step's admitted and finished requests change its price (else callers leave them 0)
+        self.turnover = hp.schedule_per_admit_s > 0 or hp.output_per_finish_s > 0
 
-    def rank(self, dec_seqs: float, pre_seqs: float, pre_tokens: float) -> RankHost:
-        """One rank's step as the host parts see it."""
+    def rank(self, dec_seqs: float, pre_seqs: float, pre_tokens: float, admitted: float = 0.0,
+             finished: float = 0.0) -> RankHost:
+        """One rank's step as the host parts see it (`admitted`, `finished`: requests that enter
+        and leave its running set this step)."""
         return RankHost(dec_seqs + pre_seqs, dec_seqs * (1 + self.depth) + pre_tokens,
-                        dec_seqs * self.acceptance + pre_seqs, dec_seqs * self.depth)
+                        dec_seqs * self.acceptance + pre_seqs, dec_seqs * self.depth, admitted, finished)
 
     def time(self, ranks: list[RankHost], gpu_s: float, graphs: bool, api_s: float,
              instance: RankHost | None = None) -> HostTime:

@@ -352,12 +352,13 @@ class StepModel:
         dec = sum(w.dec_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
         pre = sum(w.pre_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
         api = api_seconds(hm.hp, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
-        ranks = [hm.rank(w.dec_seqs, w.pre_seqs, w.pre_tokens) for w in step.works]
+        n = cx.layout.dp
+        adm, fin = step.admitted / n, step.finished / n  # per rank: the instance's turnover spread evenly
+        ranks = [hm.rank(w.dec_seqs, w.pre_seqs, w.pre_tokens, adm, fin) for w in step.works]
         whole = None
         if hm.hp.scheduler == "central":  # one scheduler for every rank's sequences
-            n = cx.layout.dp
             tokens = sum(w.pre_tokens * r for w, r in zip(step.works, step.ranks))
-            whole = hm.rank(dec * n, pre * n, tokens)
+            whole = hm.rank(dec * n, pre * n, tokens, step.admitted, step.finished)
         return hm.time(ranks, gpu, graphs, api, whole)
 
 

@@ -51,3 +51,14 @@ def test_bad_case_file_exits_2_and_writes_nothing(tmp_path, capsys):
     assert accuracy.main(["--cases", str(tmp_path / "cases"), "--out", str(out)]) == 2
     assert "field" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_closed_loop_rates_count_every_request_whole():
+    """`vllm bench serve` divides all tokens by the run's duration, so at fixed ISL 2048 / OSL 1024
+    input tok/s is exactly twice output tok/s. At concurrency 512 of 1000 requests (two waves) the
+    steady-state window counted decode steps of the first wave against fewer prompts (ratio ~1.25)."""
+    import accuracy_sweep
+
+    (row,) = accuracy_sweep.sweep("v32-gb300-mixed-tp4-fp8", [512], None, 1000, 0)
+    out_tps = row["output_tps_per_gpu"] * 4  # TP4: 4 GPUs
+    assert row["total_tps"] == pytest.approx(3 * out_tps, rel=1e-9)  # input + output = (2 + 1) x output

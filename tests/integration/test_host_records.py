@@ -46,6 +46,12 @@ def test_every_step_records_its_host_parts_where_they_run(run):
     steps = [s for s in host_steps(recs) if s.role == "decode"]
     assert len(steps) == len(by_step) and all(s.dp == 2 and s.depth == 1 for s in steps)
     assert max(s.whole.seqs for s in steps) == 8 and all(s.whole.drafts == s.whole.seqs for s in steps)
+    # every one of the 16 requests enters the decode instance's running set once and leaves it once;
+    # in between it runs, so the running set changes by exactly the admissions less the finishes
+    assert sum(s.whole.admitted for s in steps) == 16 and sum(s.whole.finished for s in steps) == 16
+    for prev, cur in zip(steps, steps[1:]):
+        assert cur.whole.seqs == prev.whole.seqs - prev.whole.finished + cur.whole.admitted
+    assert all(isinstance(r["gc"], int) and r["gc"] >= 0 for r in recs if "cpu_s" in r)  # GC runs per step
 
 
 def test_host_sweep_calibration_writes_the_host_block(run):

@@ -26,3 +26,28 @@ def test_sweep_rejects_an_unknown_case(capsys):
 
     assert accuracy_sweep.main(["--case", "no-such-case", "--concurrency", "1"]) == 2
     assert "--case" in capsys.readouterr().err
+
+
+def test_bench_rates_closed_loop_whole_run_open_loop_window():
+    from accuracy_predict import rates_per_gpu
+
+    # 1000 requests of 2048 in / 1024 out on 4 GPUs over 200 s: 2,048,000 / 800 = 2,560 and 1,280 per GPU
+    m = {"input_tokens": 2_048_000.0, "output_tokens": 1_024_000.0, "duration_s": 200.0, "num_gpus": 4.0,
+         "input_tps_per_gpu": 1000.0, "output_tps_per_gpu": 800.0}
+    assert rates_per_gpu(m, closed_loop=True) == {"input": 2560.0, "output": 1280.0, "total": 3840.0}
+    assert rates_per_gpu(m, closed_loop=False) == {"input": 1000.0, "output": 800.0, "total": 1800.0}
+
+
+def test_kv_capacity_replicates_the_latent_over_tp():
+    """V3.2 FP8 at TP4 on GB300: every rank holds 61 x (656 latent + 132 indexer) = 48,068 B per token
+    (TP does not divide it), in the HBM (279 GB) its weights and reserve leave; a BF16 latent: 61 x 1,284."""
+    import accuracy_cases
+    import kv_capacity
+
+    (case,) = [c for c in accuracy_cases.load_cases() if c.id == "v32-gb300-mixed-tp4-fp8"]
+    r = kv_capacity.row(case, 0.9, None, simulate=False)
+    assert r["kv_bytes_per_token"] == 61 * (656 + 132)
+    assert r["reserve_gb"] == pytest.approx(0.1 * 279 + 8192 * 7168 * 32 / 1e9)  # 10% + one step's activations
+    assert r["kv_tokens"] * 48_068 / 1e9 + r["weights_gb"] + r["reserve_gb"] == pytest.approx(279.0)
+    assert r["sequences"] == pytest.approx(r["kv_tokens"] / 3072)
+    assert kv_capacity.row(case, 0.9, 1152, simulate=False)["kv_bytes_per_token"] == 61 * (1152 + 132)

@@ -5,15 +5,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rackplan.calibration.host_fit import HostPredictor, fit_host_parts, host_steps, medians
+from rackplan.calibration.host_fit import DP_WAIT, HostPredictor, fit_host_parts, host_steps, medians
 from rackplan.specs import HostParams, load_hardware, load_model
 
 pytestmark = pytest.mark.unit
 MODEL, HW = load_model("tiny-moe-mtp"), load_hardware("cpu-local")
-TRUE = HostParams(scheduler="central", schedule_step_s=120e-6, schedule_per_seq_s=9e-6, prepare_step_s=20e-6,
-                  prepare_per_seq_s=2e-6, prepare_per_token_s=0.5e-6, dp_sync_s=400e-6, dp_jitter=0.2,
+TRUE = HostParams(scheduler="central", schedule_step_s=120e-6, schedule_per_rank_s=30e-6, schedule_per_seq_s=9e-6,
+                  schedule_per_admit_s=25e-6, schedule_spec_s=40e-6, prepare_step_s=20e-6,
+                  prepare_per_seq_s=2e-6, prepare_per_token_s=0.5e-6, dp_sync_s=400e-6, dp_jitter=0.0,
                   sample_step_s=5e-6, sample_per_seq_s=1e-6, sample_per_draft_s=3e-6, spec_sync_s=8e-6,
-                  output_step_s=15e-6, output_per_token_s=4e-6)
+                  output_step_s=15e-6, output_per_token_s=4e-6, output_per_finish_s=6e-6, output_spec_s=5e-6)
 
 
 def _records(sizes=(1, 2, 3, 4, 6, 8, 12, 16), dps=(1, 2), depths=(0, 1, 2), steps=6, noise=0.02, seed=0):
@@ -28,7 +29,8 @@ def _records(sizes=(1, 2, 3, 4, 6, 8, 12, 16), dps=(1, 2), depths=(0, 1, 2), ste
                     step = len(out)
                     shape = {"batch": b, "tokens": b * (1 + depth), "tokens_emitted": b * acc, "spec_depth": depth,
                              "seqs_global": b * dp, "tokens_global": b * dp * (1 + depth),
-                             "emitted_global": b * dp * acc, "instance": f"decode-dp{dp}"}
+                             "emitted_global": b * dp * acc, "instance": f"decode-dp{dp}",
+                             "admitted_global": b % 3, "finished_global": b // 2 % 2}
                     recs = [dict(shape, dp_rank=r) for r in range(dp)]
                     parts = None
                     for r, shp in enumerate(recs):
@@ -54,7 +56,8 @@ def test_records_become_steps_with_every_rank_and_the_instance():
     (s,) = host_steps(recs)
     assert s.dp == 2 and s.depth == 1 and s.size == 4 and len(s.ranks) == 2
     assert s.whole.seqs == 8 and s.whole.drafts == 8 and s.ranks[0].tokens == 8
-    assert set(s.parts) == {"host.schedule", "host.prepare", "host.sample", "host.output", "host.dp_sync"}
+    assert set(s.parts) == {"host.schedule", "host.prepare", "host.sample", "host.output", "host.dp_sync", DP_WAIT}
+    assert s.parts[DP_WAIT] == 0.0  # records without CPU time: all wall time is the collective's
 
 
 def test_fit_recovers_the_generating_parts_and_holds_out_sizes():
@@ -63,8 +66,9 @@ def test_fit_recovers_the_generating_parts_and_holds_out_sizes():
     fit = fit_host_parts(HostPredictor(MODEL, HW), steps, HostParams(), "decode", {3, 6, 12})
     hp = fit.host
     assert hp.scheduler == "central"
-    for name in ("schedule_step_s", "schedule_per_seq_s", "output_per_token_s", "dp_sync_s", "sample_per_draft_s",
-                 "spec_sync_s"):
+    for name in ("schedule_step_s", "schedule_per_rank_s", "schedule_per_seq_s", "schedule_per_admit_s",
+                 "schedule_spec_s", "output_per_token_s", "output_per_finish_s", "output_spec_s", "dp_sync_s",
+                 "sample_per_draft_s", "spec_sync_s"):
         assert getattr(hp, name) == pytest.approx(getattr(TRUE, name), rel=0.1), name
     assert set(fit.held_error) == {"host.schedule", "host.prepare", "host.sample", "host.output", "host.dp_sync"}
     assert max(fit.held_error.values()) < 3.0 and max(fit.fit_error.values()) < 3.0  # 2% noise
@@ -76,3 +80,16 @@ def test_a_part_without_enough_shapes_keeps_the_base():
     base = dataclasses.replace(HostParams(), output_step_s=7e-3)
     fit = fit_host_parts(HostPredictor(MODEL, HW), steps, base, "decode")
     assert fit.host.output_step_s == 7e-3 and "host.output" not in fit.fit_error
+
+
+@pytest.mark.parametrize("admitted, extra_us", [((0, 0, 0, 2, 2), 0.0), ((2, 2, 2, 0, 0), 50.0)])
+def test_a_shape_is_predicted_from_its_steps_as_it_is_measured(admitted, extra_us):
+    # five steps of one shape (DP 1, 4 sequences), two or three of them admitting 2 requests (25 us each):
+    # the median step costs 120 + 30 + 4 x 9 = 186 us, + 50 us where most steps admit
+    recs = [{"op": "host.schedule", "role": "decode", "step": i, "rank": 0, "instance_dp": 1, "source": "measured",
+             "seconds": 1e-4, "shape": {"batch": 4, "tokens": 4, "seqs_global": 4, "tokens_global": 4,
+                                        "emitted_global": 4, "admitted_global": a, "instance": "d"}}
+            for i, a in enumerate(admitted)]
+    (shape,) = medians(host_steps(recs))
+    got = HostPredictor(MODEL, HW).shape_part(TRUE, shape, "host.schedule", {})
+    assert got == pytest.approx((186.0 + extra_us) * 1e-6)

@@ -188,10 +188,11 @@ def test_planner_tries_frontends_and_keeps_those_that_change_a_step():
 
 
 def test_central_scheduler_counts_every_rank_of_the_instance():
-    # the CPU executor's leader schedules and books all 4 ranks: 4 x 100 + 32 x 10 us; 4 x 50 + 32 x 12 us
-    central = dataclasses.replace(PROF, host=dataclasses.replace(HP, scheduler="central"))
+    # the CPU executor's leader schedules and books all 4 ranks: its fixed 100 us once + 4 x 20 us per
+    # rank + 32 x 10 us = 500 us; output: 4 x 50 + 32 x 12 us
+    central = dataclasses.replace(PROF, host=dataclasses.replace(HP, scheduler="central", schedule_per_rank_s=20e-6))
     c = cost(8, prof=central, dp=4)
-    assert c.host.part("host.schedule") == pytest.approx(4 * 100e-6 + 32 * 10e-6)
+    assert c.host.part("host.schedule") == pytest.approx(100e-6 + 4 * 20e-6 + 32 * 10e-6)
     assert c.host.part("host.output") == pytest.approx(4 * 50e-6 + 32 * 12e-6)
     assert c.host.part("host.prepare") == cost(8, dp=4).host.part("host.prepare")  # still per rank
 
@@ -224,3 +225,63 @@ def test_async_scheduling_and_cuda_graphs_never_price_worse(batch, dp):
         assert cost(batch, dp=dp, **lay).seconds >= best
     assert space.host_features(GB300) == {"cuda_graphs": True, "async_scheduling": True}
     assert space.host_features(load_hardware("cpu-local")) == {"cuda_graphs": False, "async_scheduling": False}
+
+
+TURN = dataclasses.replace(HP, schedule_per_rank_s=20e-6, schedule_per_admit_s=30e-6, schedule_spec_s=40e-6,
+                           output_per_finish_s=7e-6, output_spec_s=3e-6)
+
+
+def _turnover_time(hp, admitted, finished, dp=2, spec=None):
+    lay = Layout(role="decode", dp=dp, speculation=spec, async_scheduling=False)
+    hm = host.HostModel(hp, lay, V3.num_layers, GB300.gpus_per_node)
+    rank = hm.rank(8, 0, 0, admitted / dp, finished / dp)
+    return hm.time([rank] * dp, 1e-3, True, 0.0, hm.rank(8 * dp, 0, 0, admitted, finished)), hm
+
+
+def test_schedule_per_rank_admitted_request_and_speculative_step():
+    # one rank's scheduler: 100 + 20 (its rank) + 8 x 10 + 3 admitted x 30 = 290 us; speculative: + 40 us
+    t, hm = _turnover_time(TURN, admitted=6, finished=0)
+    assert hm.turnover and t.part("host.schedule") == pytest.approx(290e-6)
+    t, _ = _turnover_time(TURN, admitted=6, finished=0, spec=SPEC)
+    assert t.part("host.schedule") == pytest.approx(330e-6)
+    # central (the CPU executor's leader, DP 2): 100 + 2 x 20 + 16 x 10 + 6 x 30 + 40 = 520 us
+    t, _ = _turnover_time(dataclasses.replace(TURN, scheduler="central"), admitted=6, finished=0, spec=SPEC)
+    assert t.part("host.schedule") == pytest.approx(520e-6)
+
+
+def test_output_per_finished_request():
+    # 8 emitted tokens + 2 finished of the rank's 4: 50 + 8 x 12 + 2 x 7 = 160 us; central: 2 x 50 + 16 x 12 + 4 x 7
+    t, _ = _turnover_time(TURN, admitted=0, finished=4)
+    assert t.part("host.output") == pytest.approx(160e-6)
+    t, _ = _turnover_time(dataclasses.replace(TURN, scheduler="central"), admitted=0, finished=4)
+    assert t.part("host.output") == pytest.approx(100e-6 + 192e-6 + 28e-6)
+    # speculative (acceptance 2.5): 8 x 2.5 = 20 tokens: 50 + 20 x 12 + 2 x 7 + 3 = 307 us
+    t, _ = _turnover_time(TURN, admitted=0, finished=4, spec=SPEC)
+    assert t.part("host.output") == pytest.approx(307e-6)
+
+
+def test_turnover_terms_default_to_nothing():
+    # the datasheet and GPU profiles never measured them: admissions and finishes leave the step as it was
+    t0, hm = _turnover_time(HP, admitted=0, finished=0)
+    t1, _ = _turnover_time(HP, admitted=6, finished=4)
+    assert not hm.turnover and t0.parts == t1.parts
+
+
+def test_the_simulator_prices_a_decode_steps_admissions_and_finishes():
+    from rackplan.sim.decode import DecodeRanks
+    from rackplan.sim.pricer import StepPricer
+
+    layout = Layout(role="decode", dp=2, async_scheduling=False)
+    pr = StepPricer(CostContext(V3, GB300, layout, dataclasses.replace(PROF, host=TURN)))
+    assert pr.turnover
+    base = pr.decode([4, 4], [4000, 4000], 8)
+    # synchronous scheduling: each rank pays its share, 1 admitted x 30 us + 1 finished x 7 us (of 2, 2)
+    assert pr.decode([4, 4], [4000, 4000], 8, 2, 2) - base == pytest.approx(30e-6 + 7e-6)
+    plain = StepPricer(CostContext(V3, GB300, layout, PROF))  # no per-request terms: the same step
+    assert not plain.turnover and plain.decode([4, 4], [4000, 4000], 8, 2, 2) == plain.decode([4, 4], [4000, 4000], 8)
+    ranks = DecodeRanks(2, 8, 1e6, 1.0)  # the sequences the next step finishes, as its heap will pop them
+    ranks.admit(0, 0, 100, 1, 101)
+    ranks.admit(1, 1, 100, 3, 103)
+    assert ranks.finishing == 1 and ranks.advance() == [0]
+    assert ranks.finishing == 0 and ranks.advance() == []
+    assert ranks.finishing == 1 and ranks.advance() == [1]

@@ -1,0 +1,59 @@
+"""Which host-model terms the CPU executor's host parts need: the saved runs of
+benchmarks/host_sweep.py refitted with each term of host.schedule and host.output left out in
+turn (held at 0), side by side with the full model, fit and held-out MAPE per part.
+
+    python benchmarks/host_terms.py --out runs/host_sweep    # the sweep's runs; a few minutes on 2 cores
+
+Rows: `full` (calibration/host_fit.py's PART_PARAMS); `fixed x DP` (the form before the per-rank
+term: the central scheduler's fixed part paid once per DP rank, schedule_step_s held at 0 so
+schedule_per_rank_s is that fixed part); one row per left-out term.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from rackplan.calibration.host_fit import PART_PARAMS, HostPredictor, fit_host_parts, host_steps
+from rackplan.calibration.io import read_measurements
+from rackplan.specs import load_hardware, load_model, load_profile
+
+HOLDOUT = {3, 6, 12, 24}  # as benchmarks/host_sweep.py
+VARIANTS = {  # name -> (part, parameters of that part held at 0)
+    "fixed x DP": ("host.schedule", ("schedule_step_s", "schedule_per_admit_s", "schedule_spec_s")),
+    "no schedule_per_rank_s": ("host.schedule", ("schedule_per_rank_s",)),
+    "no schedule_per_admit_s": ("host.schedule", ("schedule_per_admit_s",)),
+    "no schedule_spec_s": ("host.schedule", ("schedule_spec_s",)),
+    "no output_per_finish_s": ("host.output", ("output_per_finish_s",)),
+    "no output_spec_s": ("host.output", ("output_spec_s",)),
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="runs/host_sweep", help="a host_sweep.py output folder (its runs/)")
+    args = ap.parse_args()
+    records = []
+    for i, folder in enumerate(sorted((Path(args.out) / "runs").glob("*/"))):
+        records += [dict(r, _run=i) for r in read_measurements(folder)]
+    steps = [s for s in host_steps(records) if s.role == "decode"]
+    pred = HostPredictor(load_model("tiny-moe-mtp"), load_hardware("cpu-local"))
+    base = load_profile("cpu-local").host
+    zero = {n: 0.0 for names in PART_PARAMS.values() for n in names if n.endswith("_s")}
+    rows = [("full", fit_host_parts(pred, steps, base, "decode", HOLDOUT))]
+    for name, (part, off) in VARIANTS.items():
+        params = {part: tuple(n for n in PART_PARAMS[part] if n not in off)}
+        fit = fit_host_parts(pred, steps, dataclasses.replace(base, **zero), "decode", HOLDOUT, params)
+        rows.append((name, fit))
+    print(f"{len(steps)} decode steps; fit / held-out MAPE %")
+    print(f"{'model':26s} {'host.schedule':>14s} {'host.output':>14s}")
+    for name, fit in rows:
+        cells = [f"{fit.fit_error.get(p, float('nan')):5.1f} / {fit.held_error.get(p, float('nan')):4.1f}"
+                 for p in ("host.schedule", "host.output")]
+        print(f"{name:26s} {cells[0]:>14s} {cells[1]:>14s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
