@@ -100,6 +100,11 @@ class DecodeRanks:
         self._ends[self.step + steps] = self._ends.get(self.step + steps, 0) + 1
         self._seqs[rid] = (rank, ctx + steps * self.tps, kv_need)
 
+    def steps_left(self) -> dict[int, int]:
+        """Steps each running sequence still has to go (rid -> steps; a snapshot)."""
+        step = self.step
+        return {k & 0xFFFFFFFF: (k >> 32) - step for k in self._heap}
+
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
         batch, ctx, heap = self.batch, self.ctx, self._heap

@@ -38,6 +38,19 @@ class RequestLog:
     def done(self, rid: int, now: float) -> None:
         self.finish[rid] = now
 
+    def grow(self, n: int) -> None:
+        """Room for `n` more requests (NaN timestamps): a continued run's new arrivals."""
+        for name in ("arrival", "first_token", "finish", "prefill_done"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.full(n, np.nan)]))
+
+    def head(self, n: int) -> "RequestLog":
+        """The log of the first `n` requests (views, no copies) with every decode step so far."""
+        out = RequestLog.__new__(RequestLog)
+        out.__dict__.update(self.__dict__)
+        for name in ("arrival", "first_token", "finish", "prefill_done"):
+            setattr(out, name, getattr(self, name)[:n])
+        return out
+
     def measure(self, disaggregated: bool, closed_loop: bool) -> tuple[Window, Stability]:
         """The measurement window and stability verdict of the run so far (sim/steady.py)."""
         return measure(self.arrival, self.prefill_done, self.first_token, self.finish, disaggregated, closed_loop)
@@ -85,14 +98,17 @@ MAX_LAG1 = 0.5  # batch means' lag-1 autocorrelation used at most (from 20 batch
 
 
 def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
-    """p50/p90/p99 and mean of `arr` (window requests in arrival order), and the standard error of
-    the p90 by batch means (consecutive batches' p90s: their spread over sqrt(batches))."""
-    arr = arr[np.isfinite(arr)]
-    pcts = np.percentile(arr, (50, 90, 99)) if len(arr) else [float("nan")] * 3
+    """p50/p90/p99 and mean of `arr` (window requests in arrival order; NaN: none, +inf: longer
+    than any finite one, e.g. the E2E of a request still running), and the standard error of the
+    p90 by batch means (consecutive batches' p90s: their spread over sqrt(batches))."""
+    arr = arr[~np.isnan(arr)]
+    done = arr[np.isfinite(arr)]
+    with np.errstate(invalid="ignore"):  # between two +inf: NaN, which is +inf too
+        pcts = np.percentile(arr, (50, 90, 99)) if len(arr) else [float("nan")] * 3
     for q, val in zip((50, 90, 99), pcts):
-        m[f"{name}_p{q}_s"] = float(val)
-    m[f"{name}_mean_s"] = float(arr.mean()) if len(arr) else float("nan")
-    m[f"{name}_p90_se_s"] = p90_standard_error(arr)
+        m[f"{name}_p{q}_s"] = float(val) if len(done) == len(arr) or not np.isnan(val) else float("inf")
+    m[f"{name}_mean_s"] = float(done.mean()) if len(done) and len(done) == len(arr) else float("nan")
+    m[f"{name}_p90_se_s"] = p90_standard_error(arr) if len(done) == len(arr) else float("nan")
 
 
 def p90_standard_error(arr: np.ndarray) -> float:
@@ -121,11 +137,16 @@ def batch_standard_error(y: np.ndarray) -> float:
     return float(np.sqrt(var / n * (1.0 + r) / (1.0 - r)))
 
 
-def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Window, slo: SLO) -> None:
-    """Percentiles, goodput and per-user speed over the window's requests; ITL over its decode steps."""
+def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Window, slo: SLO,
+             tpot_running: np.ndarray | None = None) -> None:
+    """Percentiles, goodput and per-user speed over the window's requests; ITL over its decode
+    steps. `tpot_running`: [R] TPOT so far of requests still running (NaN elsewhere)."""
     ttft = log.first_token - log.arrival
     tpot = np.where(osl > 1, (log.finish - log.first_token) / np.maximum(osl - 1, 1), np.nan)
-    for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", log.finish - log.arrival)):
+    if tpot_running is not None:
+        tpot = np.where(np.isnan(log.finish), tpot_running, tpot)
+    e2e = np.where(np.isnan(log.finish), np.inf, log.finish - log.arrival)  # still running: +inf
+    for name, arr in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         _percentiles(m, name, arr[inw])
     steps = _in(np.asarray(log.step_end), win)  # decode steps that ended in the window
     itl_v, itl_w = np.asarray(log.step_durations)[steps], np.asarray(log.step_seqs, dtype=float)[steps]
@@ -133,7 +154,10 @@ def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Wi
         m[f"itl_p{q}_s"] = val
     m["itl_mean_s"] = float(np.dot(itl_v, itl_w) / itl_w.sum()) if itl_w.sum() > 0 else float("nan")
     ok = (ttft <= slo.ttft_p90_s) & ((osl <= 1) | (tpot <= slo.tpot_p90_s))
-    speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)[inw]
+    speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)
+    if tpot_running is not None:
+        speed = np.where(np.isnan(log.finish), 1.0 / tpot_running, speed)
+    speed = speed[inw]
     m["goodput_rps"] = float(ok[inw].sum()) / win.length_s
     m["slo_attainment"] = float(ok[inw].mean()) if inw.any() else float("nan")
     m["tps_per_user"] = float(np.nanmedian(speed)) if np.isfinite(speed).any() else float("nan")
@@ -185,11 +209,12 @@ def _mean_in_system(log: RequestLog, win: Window) -> float:
 
 def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, osl: np.ndarray,
               cached: np.ndarray, pools: Pools, slo: SLO, utilisation: dict[str, float], steps: dict[str, int],
-              disaggregated: bool, closed_loop: bool = False) -> SimResult:
-    """The steady-state summary of a run over its window: percentiles, throughput, goodput."""
+              disaggregated: bool, closed_loop: bool = False, tpot_running: np.ndarray | None = None) -> SimResult:
+    """The steady-state summary of a run over its window: percentiles, throughput, goodput
+    (`tpot_running`: the TPOT so far of requests still running, for a run measured while they run)."""
     inw = win.holds(log.arrival)
     m: dict[str, float] = {}
-    _latency(m, log, osl, inw, win, slo)
+    _latency(m, log, osl, inw, win, slo, tpot_running)
     _throughput(m, log, isl, cached, win, pools, disaggregated, closed_loop)
     done = np.isfinite(log.finish)
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(np.where(done, log.finish, log.arrival)))
@@ -198,6 +223,8 @@ def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, os
         window_start_s=win.start_s,
         window_end_s=win.end_s,
         window_requests=float(win.requests),
+        # of them still running when measured (a continued run's longest outputs: sim/continued.py)
+        window_unfinished=float(np.isnan(log.finish[inw]).sum()),
         last_arrival_s=win.last_arrival_s,
         stable=float(stab.stable),
         converged=float(stab.converged),

@@ -27,7 +27,6 @@ from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
 from .steady import GROWTH_TOL, Window
-from .warm import Warm, seat, warm_sequences
 from .workload import Requests, make_requests
 
 # Peak RSS growth per simulated request (request table, log, per-request state in the instances):
@@ -99,7 +98,7 @@ class _Deployment:
         isl, osl = _ints(reqs.isl), _ints(reqs.osl)
         # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
         self.cached = cached = _ints(reqs.cached)
-        self.isl = isl
+        self.isl, self.osl = isl, osl
         self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
@@ -139,6 +138,12 @@ class _Deployment:
                                                          lay.max_tokens_per_step, q, log, self.need_of,
                                                          osl.__getitem__, self._done,
                                                          self._prefixes(f"aggregated[{i}]", lay)))
+
+    def extend(self, reqs: Requests) -> None:
+        """Requests of a continued run (sim/continued.py) take the next rids."""
+        self.isl.extend(_ints(reqs.isl))
+        self.osl.extend(_ints(reqs.osl))
+        self.cached.extend(_ints(reqs.cached))
 
     def _prefixes(self, pool: str, lay) -> InstancePrefixes | None:
         """[prefix cache] With block hashes, an instance's cache holds its KV capacity (all DP ranks)."""
@@ -219,6 +224,10 @@ class _Deployment:
     def steps(self) -> dict[str, int]:
         return {inst.name: inst.steps for inst in self.front + self.decoders}
 
+    def result(self) -> "_Run":
+        """What the run left so far besides the request log."""
+        return _Run(self.steps(), self.usage(), np.frombuffer(self.cached, dtype=np.int64).copy())
+
 
 def _ints(a: np.ndarray) -> array:
     out = array("q")
@@ -271,35 +280,47 @@ PRECISION = 0.01  # `simulate` and `whatif`: standard errors at most 1% of the t
 
 def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
                     seed: int | None = None, first: int | None = None, most: int = MAX_STEADY,
-                    precision: float | None = None) -> SimResult:
+                    precision: float | None = None, run=None) -> SimResult:
     """Simulate long enough to judge steady state: start with `first` requests (default: the
     workload's count), and while the run never settled (sim/steady.py: warm-up not over in its
-    first half) run again with at least twice the requests, or enough arrivals to span SETTLE_E2E
-    p90 E2E, and while a pool ran fewer than MIN_WINDOW_STEPS steps in the window, with twice
-    the requests. With `precision`, also until the standard error of each PRECISE figure is at
-    most `precision` x its scale of it (sim/metrics.py: batch means, floored by independent
-    samples). An unstable run stops there: its growing queue is the verdict. Every run is seeded
-    alike, so a run of the same `first` and `most` repeats exactly."""
+    first half) go on to at least twice the requests, or enough arrivals to span SETTLE_E2E p90
+    E2E, and while a pool ran fewer than MIN_WINDOW_STEPS steps in the window, to twice the
+    requests. With `precision`, also until the standard error of each PRECISE figure is at most
+    `precision` x its scale of it (sim/metrics.py: batch means, floored by independent samples).
+    An unstable run stops there: its growing queue is the verdict. Open-loop runs are continued,
+    not restarted (sim/continued.py; `run`: a ContinuedRun to go on with, which the caller
+    closes); closed loops rerun from empty. Every run is seeded alike, so a run of the same
+    `first` and `most` repeats exactly."""
+    from .continued import ContinuedRun
+
     closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
     n = max(max(MIN_CLOSED, 10 * workload.arrival.concurrency) if closed else MIN_STEADY,
             first or workload.num_requests)
-    warm = warm_sequences(plan, model, hw, profile, workload, validate_plan(plan, model, hw),
-                          workload.seed if seed is None else seed)
-    while True:
-        reqs = make_requests(workload, min(n, most), seed)
-        res = _simulate(plan, model, hw, workload, profile, reqs, True, seed, warm)
-        if len(reqs) < min(n, most) or n >= most:
-            return res
-        if res.metrics["window_steps"] < MIN_WINDOW_STEPS:  # a few big steps: rates are step-quantised
-            n = min(most, 2 * n)
-        elif not res.stable:
-            return res
-        elif not res.stability.converged:
-            n = min(most, max(2 * n, _settling_requests(res)))
-        elif precision and (worst := _relative_error(res)) > precision:
-            n = min(most, max(2 * n, math.ceil(n * (worst / precision) ** 2)))  # errors fall as 1/sqrt(n)
-        else:
-            return res
+    own = run is None and not closed
+    if own:
+        run = ContinuedRun(plan, model, hw, workload, profile, seed)
+    try:
+        while True:
+            if closed:
+                res = _simulate(plan, model, hw, workload, profile, make_requests(workload, min(n, most), seed), True,
+                                seed)
+            else:
+                res = run.result(min(n, most))
+            if res.metrics["num_requests"] < min(n, most) or n >= most:
+                return res
+            if res.metrics["window_steps"] < MIN_WINDOW_STEPS:  # a few big steps: rates are step-quantised
+                n = min(most, 2 * n)
+            elif not res.stable:
+                return res
+            elif not res.stability.converged:
+                n = min(most, max(2 * n, _settling_requests(res)))
+            elif precision and (worst := _relative_error(res)) > precision:
+                n = min(most, max(2 * n, math.ceil(n * (worst / precision) ** 2)))  # errors fall as 1/sqrt(n)
+            else:
+                return res
+    finally:
+        if own:
+            run.close()
 
 
 def _relative_error(res: SimResult) -> float:
@@ -313,9 +334,12 @@ def _relative_error(res: SimResult) -> float:
 
 
 def _settling_requests(res: SimResult) -> int:
-    """Requests whose arrivals span SETTLE_E2E p90 E2E at the run's offered rate."""
+    """Requests whose arrivals span SETTLE_E2E p90 E2E at the run's offered rate (none when the
+    p90 is not known: a continued run's requests still decoding reach it)."""
     m = res.metrics
-    e2e = m["e2e_p90_s"] if np.isfinite(m["e2e_p90_s"]) else m["duration_s"]
+    if not np.isfinite(m["e2e_p90_s"]):
+        return 0
+    e2e = m["e2e_p90_s"]
     return int(math.ceil(m["offered_rps"] * SETTLE_E2E * e2e))
 
 
@@ -369,43 +393,41 @@ def pools_of(plan: Plan) -> Pools:
                  sum(lay.total_gpus for lay in plan.decode))
 
 
-def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool,
-              seed: int | None = None, warm: Warm | None = None) -> SimResult:
-    """One run of `reqs`; with `settle`, an open-loop run judged unstable when arrivals end is not
-    drained (its latencies mean nothing; its throughput window is complete). `warm`: sequences
-    seated on the decode instances at t = 0 (sim/warm.py), logged after the requests (rids from
-    len(reqs)); they never arrive, so only the running series and the served tokens see them."""
+def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool, seed: int | None = None) -> SimResult:
+    """One run of `reqs` from empty pools; with `settle`, an open-loop run judged unstable when
+    arrivals end is not drained (its latencies mean nothing; its throughput window is complete)."""
     check_requests_fit(plan, model, hw, workload, reqs)
-    n, w = len(reqs), len(warm) if warm is not None else 0
-    log = RequestLog(n + w)
+    log = RequestLog(len(reqs))
     closed = workload.arrival.kind == "concurrency"
     with _no_cyclic_gc():
         run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed,
-                   workload.seed if seed is None else seed, warm)
+                   workload.seed if seed is None else seed)
+    return summary(plan, workload, log, reqs.isl, reqs.osl, run, 0)
+
+
+def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, osl: np.ndarray, run: _Run,
+            warm: int, tpot_running: np.ndarray | None = None) -> SimResult:
+    """The steady-state result of a run's log: [R] `isl`, `osl` in rid order, the first `warm` rids
+    sequences seated at t = 0 (sim/warm.py: they never arrive, so only the running series and the
+    served tokens see them; the per-request arrays and counts leave them out)."""
+    closed = workload.arrival.kind == "concurrency"
     win, stab = log.measure(plan.disaggregated, closed)
-    isl, osl, cached = reqs.isl, reqs.osl, run.cached
-    if w:
-        isl, osl = np.concatenate([isl, warm.isl]), np.concatenate([osl, warm.left])
-        cached = np.concatenate([cached, np.zeros(w, dtype=np.int64)])
-    res = summarise(log, win, stab, isl, osl, cached, pools_of(plan), plan.slo,
-                    run.utilisation(win), run.steps, plan.disaggregated, closed)
-    if w:
-        res = dataclasses.replace(res, ttft_s=res.ttft_s[:n], tpot_s=res.tpot_s[:n], e2e_s=res.e2e_s[:n])
-        res.metrics.update(num_requests=float(n), input_tokens=float(reqs.isl.sum()))
-    res.metrics["warm_sequences"] = float(w)
+    res = summarise(log, win, stab, isl, osl, run.cached[:len(isl)], pools_of(plan), plan.slo,
+                    run.utilisation(win), run.steps, plan.disaggregated, closed, tpot_running)
+    if warm:
+        res = dataclasses.replace(res, ttft_s=res.ttft_s[warm:], tpot_s=res.tpot_s[warm:], e2e_s=res.e2e_s[warm:])
+        res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float(isl[warm:].sum()))
+    res.metrics["warm_sequences"] = float(warm)
     res.metrics["window_steps"] = float(run.fewest_steps(win))
     res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
     return res
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0,
-         warm: Warm | None = None) -> _Run:
+def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
     """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
-    draws (sim/pricer.py); `warm`: sequences seated at t = 0 (sim/warm.py)."""
+    draws (sim/pricer.py)."""
     env = simpy.Environment()
     dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
-    if warm is not None:
-        seat(dep.decoders, warm, len(reqs), log)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
         dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]
@@ -413,7 +435,7 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, se
             dep.submit(next(nxt))
     else:
         env.process(_open_loop(env, dep, reqs.arrival_s))
-    drain = not settle or _settles(env, log, reqs.arrival_s, plan.disaggregated)
+    drain = not settle or _settles(env, lambda: log, reqs.arrival_s, plan.disaggregated)
     if drain:
         env.run()
         unfinished = int(np.isnan(log.finish).sum())
@@ -421,30 +443,40 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, se
             dep.close()
             raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
                                "than any rank's KV capacity?)")
-    out = _Run(dep.steps(), dep.usage(), np.frombuffer(dep.cached, dtype=np.int64).copy())
+    out = dep.result()
     dep.close()
     return out
 
 
 EARLY_CHECKS = (16, 8, 4, 2)  # settling runs: look at the queues after 1/16 ... 1/2 of the arrivals
 EARLY_GROWTH = 3 * GROWTH_TOL  # ... and stop before the end only on clear growth at two checks in a row
+EARLY_LIFETIMES = 1.0  # ... once the run has lasted this many median E2E (queues filling from empty are no growth)
 
 
-def _settles(env, log: RequestLog, arrivals: np.ndarray, disaggregated: bool) -> bool:
+def _settles(env, head, arrivals: np.ndarray, disaggregated: bool) -> bool:
     """Run an open-loop simulation to its last arrival; False (and stop there) as soon as a pool's
     queue clearly grows at two checks in a row (an unstable run need not go on, nor drain; a
-    queue that grows once may be the start-up filling batches)."""
+    queue that grows once may be the start-up filling batches), a check only once the run has
+    lasted EARLY_LIFETIMES median E2E of the requests finished so far (before that, queues are
+    still filling from empty). `head()`: the request log of the run so far (checks already
+    behind `env.now`, in a continued run, are not looked at again)."""
     n, growing = len(arrivals), set()
     for k in EARLY_CHECKS:
-        if n // k >= MIN_STEADY // 2:
-            env.run(until=float(arrivals[n // k - 1]) + 1e-9)
-            st = log.measure(disaggregated, False)[1]
-            now = {p for p, g in st.growth.items() if g > EARLY_GROWTH}
+        until = float(arrivals[n // k - 1]) + 1e-9 if n // k else 0.0
+        if n // k >= MIN_STEADY // 2 and until > env.now:
+            env.run(until=until)
+            log = head()
+            done = np.isfinite(log.finish) & np.isfinite(log.arrival)
+            if not done.any() or env.now < EARLY_LIFETIMES * float(np.median(log.finish[done] - log.arrival[done])):
+                continue
+            now = {p for p, g in log.measure(disaggregated, False)[1].growth.items() if g > EARLY_GROWTH}
             if now & growing:
                 return False
             growing = now
-    env.run(until=float(np.nextafter(arrivals[-1], np.inf)))
-    return log.measure(disaggregated, False)[1].stable
+    end = float(np.nextafter(arrivals[-1], np.inf))
+    if end > env.now:
+        env.run(until=end)
+    return head().measure(disaggregated, False)[1].stable
 
 
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,

@@ -124,9 +124,7 @@ def measure(arrival, prefill_done, first_token, finish, disaggregated: bool,
     stab = Stability(True, (), {}, converged) if closed_loop else \
         _stability(t[drop:], arrival, prefill_done, first_token, disaggregated, converged)
     after = arrival >= start
-    e2e = (finish - arrival)[after]
-    e2e = e2e[np.isfinite(e2e)]
-    cool = float(np.percentile(e2e, COOLDOWN_Q)) if len(e2e) and stab.stable else 0.0
+    cool = _cooldown(arrival, finish, after, (start + t_end) / 2) if stab.stable else 0.0
     end = max(t_end - cool, start + (t_end - start) / 2) if stab.stable else float(np.nextafter(t_end, np.inf))
     win = Window(start, end, t_end, int((after & (arrival < end)).sum()))
     if win.requests < MIN_WINDOW:  # the whole run, to its last finish
@@ -134,6 +132,24 @@ def measure(arrival, prefill_done, first_token, finish, disaggregated: bool,
         win = Window(start, float(np.nextafter(last, np.inf)), t_end, int(after.sum()))
         stab = dataclasses.replace(stab, converged=False)
     return win, stab
+
+
+def _cooldown(arrival, finish, after: np.ndarray, mid_s: float) -> float:
+    """COOLDOWN_Q percentile of E2E of the requests after the warm-up. In a run measured while
+    arrivals go on (sim/continued.py) the latest ones are still running: then of those that
+    arrived before `mid_s` (half-way), the ones still running counting as longer than any
+    finished one (+inf when they reach the percentile: no cool-down leaves them out)."""
+    e2e = finish - arrival
+    if np.isnan(e2e[after]).any():
+        early = after & (arrival < mid_s)
+        e2e = np.where(np.isnan(finish), np.inf, e2e)[early]
+    else:
+        e2e = e2e[after]
+    if not len(e2e):
+        return 0.0
+    with np.errstate(invalid="ignore"):  # between two +inf: NaN
+        cool = float(np.percentile(e2e, COOLDOWN_Q))
+    return cool if not np.isnan(cool) else np.inf
 
 
 def _stability(ts: np.ndarray, arrival, prefill_done, first_token, disaggregated: bool, converged: bool) -> Stability:

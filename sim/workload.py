@@ -54,10 +54,15 @@ def make_requests(wl: Workload, num_requests: int | None = None, seed: int | Non
         trace = load_trace(wl, limit=n)
     if trace is not None:
         n = min(n, len(trace))
+    return _draw(wl, n, rng, trace, 0.0)
+
+
+def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float) -> Requests:
+    """n requests: lengths from `rng` (or the trace's first n), Poisson arrivals after `t0_s`."""
     isl = trace.isl[:n] if wl.isl.kind == "trace" else _sample_lengths(wl.isl, n, rng)
     osl = trace.osl[:n] if wl.osl.kind == "trace" else _sample_lengths(wl.osl, n, rng)
     if wl.arrival.kind == "poisson":
-        arrival = np.cumsum(rng.exponential(1.0 / wl.arrival.rate, size=n))
+        arrival = t0_s + np.cumsum(rng.exponential(1.0 / wl.arrival.rate, size=n))
     elif wl.arrival.kind == "trace":
         if trace.arrival_s is None:
             raise SpecError(wl.name, "arrival.kind", "poisson or concurrency (this trace has no arrival times)",
@@ -73,3 +78,35 @@ def make_requests(wl: Workload, num_requests: int | None = None, seed: int | Non
     cached = np.minimum(cached, isl - 1)  # at least one token is always computed
     return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached, blocks,
                     trace.block_size if blocks is not None else 0)
+
+
+STREAM_CHUNK = 8192  # requests a stream draws at a time (each chunk from its own seeded generator)
+STREAM_SALT = 16  # salt of a stream's chunk generators (a stream apart from make_requests' draws)
+
+
+class RequestStream:
+    """The open-loop requests of a steady-state run, drawn STREAM_CHUNK at a time, chunk k from its
+    own generator seeded [salt, seed, k]: the first n requests never depend on how many are drawn
+    after them, so a run continued from n to 2n requests is the run of 2n (sim/continued.py). A
+    trace workload is one chunk: the trace itself, up to `limit` requests."""
+
+    def __init__(self, wl: Workload, seed: int | None, limit: int):
+        self.wl, self.seed, self.limit = wl, wl.seed if seed is None else seed, limit
+        self.drawn, self.t_last_s = 0, 0.0
+
+    def next(self) -> Requests | None:
+        """The next chunk of requests (None once the stream is done)."""
+        if self.drawn >= self.limit or (self.wl.trace and self.drawn):
+            return None
+        rng = np.random.default_rng([STREAM_SALT, self.seed, self.drawn // STREAM_CHUNK])
+        if self.wl.trace:
+            from .traces import load_trace
+
+            trace = load_trace(self.wl, limit=self.limit)
+            out = _draw(self.wl, min(self.limit, len(trace)), rng, trace, 0.0)
+        else:
+            out = _draw(self.wl, STREAM_CHUNK, rng, None, self.t_last_s)
+        self.drawn += len(out)
+        if len(out):
+            self.t_last_s = float(out.arrival_s[-1])
+        return out if len(out) else None

@@ -25,6 +25,8 @@ BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacit
 # front points verified besides the contenders (spread over the front) while their simulated requests +
 # steps stay under COVER_WORK, each to COVER_TOL in at most COVER_PROBES probes
 COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
+# live runs kept for confirmation hold at most this many requests together (~70 MB at 576 GPUs)
+LIVE_REQUESTS = 150_000
 
 
 @dataclass
@@ -96,12 +98,14 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
             out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=best * c.gpus / c.osl))
             if out[id(c)].passed:
                 best = max(best, out[id(c)].tps_gpu)
+            _keep_best_run(points, out)
         advance()
     _confirm_best(req, plan_of, points, out, done)
     while redo := [c for c in order if out[id(c)].skipped and _bound(c) > _best(points, out)]:
         for c in redo:  # the confirmation moved the best below their bound: they may win after all
             give_up = _best(points, out) * c.gpus / c.osl
             out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=give_up))
+            _keep_best_run(points, out)
         _confirm_best(req, plan_of, points, out, done)
     best = _best(points, out)
     for c in points:
@@ -115,7 +119,28 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
         out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, tol=COVER_TOL, longer=0,
                                            max_probes=COVER_PROBES))
         work += out[id(c)].check.work
+        out[id(c)].check.release()
+    for v in out.values():
+        if v.check is not None:
+            v.check.release()
     return [out[id(c)] for c in points]
+
+
+def _keep_best_run(points: list[Candidate], out: dict) -> None:
+    """The best passing points keep their verified runs live (what verify.confirm goes on with;
+    the runner-up is confirmed when the best falls below it), best first while their requests
+    stay within LIVE_REQUESTS (memory); every other point's run is dropped."""
+    ok = [c for c in points if id(c) in out and out[id(c)].check is not None and out[id(c)].passed]
+    ok.sort(key=lambda c: (-round(out[id(c)].tps_gpu, 6), c.sort_key()))
+    keep, held = set(), 0
+    for c in ok:
+        held += out[id(c)].check.requests
+        if held > LIVE_REQUESTS:
+            break
+        keep.add(id(c))
+    for c in points:
+        if id(c) in out and out[id(c)].check is not None and id(c) not in keep:
+            out[id(c)].check.release()
 
 
 def _bound(c: Candidate) -> float:

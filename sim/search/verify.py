@@ -30,21 +30,38 @@ PILOT = 4  # the first probe (at the estimate) starts with this fraction of the 
 CONFIRM = 2  # the chosen deployment's verified rate is run again this many times as long
 Z_SE = 2.0  # a p90 passes when it is this many standard errors (batch means) under its SLO
 LONGER = 1  # a probe whose p90 is within its noise of the SLO runs again this many times, 2x longer each
-SETTLE_E2E = 4.0  # a first probe's arrivals span this many estimated p90 E2E
+SETTLE_E2E = 2.0  # a first probe's arrivals span this many estimated p90 E2E (a warm-started run settles fast)
+# ... and hold at most this many requests: p90s of 100k requests have standard errors near 1%, and a run
+# that has not settled or not decided by then goes on (sim/continued.py), paying only for what it adds
+FIRST_MAX = 100_000
+# requests of a probe's run at most (576 GPUs: ~100 MB of run state, 2 minutes of arrivals, ~8 lifetimes);
+# `simulate` and `whatif` runs go on to simulator.MAX_STEADY
+PROBE_MOST = 200_000
 
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
                    num_requests: int | None = None, seed: int | None = None, first: int | None = None,
-                   precision: float | None = None, most: int | None = None):
+                   precision: float | None = None, most: int | None = None, run=None):
     """A steady-state simulation of `plan` on `workload` (the one call site): a SimResult.
     `num_requests`: exactly that many requests, drained; None: as many as steady state needs
-    (sim/simulator.simulate_steady), from `first` up to `most`, to `precision` when given."""
+    (sim/simulator.simulate_steady), from `first` up to `most`, to `precision` when given,
+    continuing `run` (a sim/continued.ContinuedRun of this plan and workload) when given."""
     from ..simulator import MAX_STEADY, simulate_specs, simulate_steady
 
     if num_requests is not None:
         return simulate_specs(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
     return simulate_steady(plan, model, hw, workload, profile, seed=seed, first=first, precision=precision,
-                           most=most or MAX_STEADY)
+                           most=most or MAX_STEADY, run=run)
+
+
+def open_run(plan: Plan, model, hw, workload: Workload, profile, seed: int | None):
+    """A run of `plan` on `workload` that later probes at the same rate continue (None for closed
+    loops, which rerun)."""
+    from ..continued import ContinuedRun
+
+    if workload.arrival.kind == "concurrency":
+        return None
+    return ContinuedRun(plan, model, hw, workload, profile, seed)
 
 
 def at_rate(workload: Workload, rate_rps: float) -> Workload:
@@ -92,6 +109,13 @@ class Probe:
     work: int = 0  # requests + steps of every run this probe made (its CPU cost, deterministically)
     settled: int = 0  # requests of its first steady-state run (before any longer run to decide)
     judged: bool = True  # False: a pilot too short to vouch for a rate (it can only bound one)
+    run: object = field(default=None, repr=False, compare=False)  # its live run, while a longer one may follow
+
+    def release(self) -> None:
+        """Drop the live run (no longer run goes on from this probe)."""
+        if self.run is not None:
+            self.run.close()
+            self.run = None
 
     @property
     def passed(self) -> bool:
@@ -100,10 +124,13 @@ class Probe:
     @property
     def over_capacity(self) -> bool:
         """Saturated: a pool's queue grows, or the prefill pool served fewer prompts per busy second
-        than arrived (a busy pool that keeps up serves at least the offered rate; this sees a pool
-        just past saturation before its queue has grown beyond the noise)."""
+        than arrived, by more than the arrivals' own noise (Z_SE standard errors of the window's
+        Poisson count: a pool that batches whatever waits is busy all the time below saturation
+        too, and then serves the offered rate give or take that noise); this sees a pool just past
+        saturation before its queue has grown beyond the noise."""
         cap = self.metrics.get("prefill_capacity_rps", 0.0)
-        return not self.stable or 0.0 < cap < self.metrics.get("offered_rps", 0.0)
+        margin = Z_SE / math.sqrt(max(self.metrics.get("window_requests", 1.0), 1.0))
+        return not self.stable or 0.0 < cap < self.metrics.get("offered_rps", 0.0) * (1.0 - margin)
 
     @property
     def capacity_rps(self) -> float:
@@ -139,6 +166,11 @@ class Check:
     def runs(self) -> int:
         return len(self.probes)
 
+    def release(self) -> None:
+        """Drop every probe's live run."""
+        for p in self.probes:
+            p.release()
+
     @property
     def work(self) -> int:
         """Requests + steps simulated (the verification's deterministic cost)."""
@@ -155,23 +187,27 @@ class Check:
 
 def probe(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO,
           num_requests: int | None, seed: int | None, first: int | None = None, longer: int = LONGER,
-          most: int | None = None) -> Probe:
+          most: int | None = None, run=None) -> Probe:
     """Simulate at `rate_rps` until steady state can be judged, and judge it; while a p90 is within
-    its noise of the SLO, run again twice as long (`longer` times at most). `most`: requests of a
-    steady-state run at most (default simulator.MAX_STEADY)."""
+    its noise of the SLO, go on twice as long (`longer` times at most). `most`: requests of a
+    steady-state run at most (default PROBE_MOST). `run`: a live run at this rate to continue
+    (default: a new one); the probe keeps it (Probe.release drops it)."""
+    most = most or PROBE_MOST
     wl = at_rate(workload, rate_rps)
-    res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first, most=most)
-    work, settled = _work(res), int(res.metrics["num_requests"])
-    from ..simulator import MAX_STEADY
-
+    if run is None and num_requests is None:
+        run = open_run(plan, model, hw, wl, profile, seed)
+    before = run.work if run is not None else 0
+    res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first, most=most, run=run)
+    settled = int(res.metrics["num_requests"])
     for _ in range(longer if num_requests is None else 0):
-        if not (res.stable and _undecided(res.metrics, slo)) or res.metrics["num_requests"] >= MAX_STEADY:
+        if not (res.stable and _undecided(res.metrics, slo)) or res.metrics["num_requests"] >= most:
             break
-        res = run_simulation(plan, model, hw, wl, profile, None, seed, 2 * int(res.metrics["num_requests"]))
-        work += _work(res)
+        res = run_simulation(plan, model, hw, wl, profile, None, seed, 2 * int(res.metrics["num_requests"]),
+                             most=most, run=run)
+    work = run.work - before if run is not None else _work(res)
     m = dict(res.metrics)
     return Probe(rate_rps, m, res.stable, res.stability.saturated, slo_misses(m, slo), int(m["num_requests"]),
-                 work, settled)
+                 work, settled, run=run)
 
 
 def _work(res) -> int:
@@ -211,6 +247,10 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
         else:
             p = probe(plan, model, hw, workload, profile, rate, slo, num_requests, seed, first, longer)
         probes.append(p)
+        if p.passed and lo is not None:
+            lo.release()  # only the highest passing probe's run may go on (confirm)
+        elif not p.passed:
+            p.release()
         if p.passed:  # lifetimes barely change with rate: keep a passing run's length in seconds
             span_s = p.settled / p.rate_rps
         if workload.arrival.kind == "concurrency":
@@ -221,9 +261,10 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
         else:
             hi = min(hi or math.inf, rate)
         if p.over_capacity:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
-            cap = min(cap, UTIL_MAX * p.capacity_rps * (1.0 + tol))
+            cap = min(cap, UTIL_MAX * p.capacity_rps)  # (and a passing rate within `tol` under it ends the search)
             hi = min(math.inf if hi is None else hi, cap)
             if lo is not None and lo.rate_rps > cap:
+                lo.release()
                 lo = None
         if lo is not None and hi is not None and hi <= lo.rate_rps * (1.0 + tol):
             break
@@ -233,6 +274,9 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
         rate = _next_rate(lo, hi, p, bound_rps)
         if lo is None and rate < MIN_SHARE * est_rps:
             break
+    for q in probes:
+        if q is not lo:
+            q.release()
     best = lo or probes[-1]
     return Check(best.rate_rps, best.metrics, lo is not None, best.misses, probes, best.stable, best.requests,
                  hi if hi is not None else math.inf, given_up)
@@ -256,8 +300,8 @@ def _piloted(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float
     if p0.stable and p0.metrics.get("converged", 0.0) and not _undecided(p0.metrics, slo) \
             and p0.metrics.get("window_steps", 0.0) >= MIN_WINDOW_STEPS:
         return p0
-    p = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer)
-    p.work += p0.work
+    p = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer, run=p0.run)
+    p.work += p0.work  # the pilot's run goes on: the probe's first `short` requests are the pilot's
     return p
 
 
@@ -266,12 +310,14 @@ def confirm(plan: Plan, model, hw, workload: Workload, profile, chk: Check, slo:
     """Run a verified rate again `factor` times as long: a queue near saturation can pass a short
     run by luck. The longer run's figures become the reported ones; when it fails, the bisection
     goes on below that rate with runs as long. A run already as long as a steady-state run gets
-    (simulator.MAX_STEADY) stands."""
-    from ..simulator import MAX_STEADY
-
-    if chk.requests >= MAX_STEADY:
+    (PROBE_MOST) stands."""
+    if chk.requests >= PROBE_MOST:
         return chk
-    p = probe(plan, model, hw, workload, profile, chk.rate_rps, slo, None, seed, factor * chk.requests, 0)
+    live = next((q.run for q in chk.probes if q.run is not None and q.rate_rps == chk.rate_rps
+                 and q.requests == chk.requests), None)  # go on from the verified run when it is still live
+    p = probe(plan, model, hw, workload, profile, chk.rate_rps, slo, None, seed, factor * chk.requests, 0, run=live)
+    chk.release()
+    p.release()
     if p.passed:
         return Check(p.rate_rps, p.metrics, True, {}, chk.probes + [p], True, p.requests, chk.ceiling_rps)
     below = max_rate(plan, model, hw, workload, profile, UTIL_MAX * p.rate_rps, slo, None, seed, p.requests,
@@ -284,9 +330,11 @@ def check_at(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float
              num_requests: int | None = None, seed: int | None = None, first: int | None = None) -> Check:
     """One probe at a fixed rate (min-gpus / latency objectives serve a given load)."""
     p = probe(plan, model, hw, workload, profile, rate_rps, slo, num_requests, seed, first)
+    p.release()
     return Check(p.rate_rps, p.metrics, p.passed, p.misses, [p], p.stable, p.requests)
 
 
 def first_requests(rate_rps: float, e2e_p90_s: float) -> int:
-    """Requests of a first probe: arrivals over SETTLE_E2E estimated p90 E2E."""
-    return int(math.ceil(rate_rps * SETTLE_E2E * e2e_p90_s))
+    """Requests of a first probe: arrivals over SETTLE_E2E estimated p90 E2E, at most FIRST_MAX
+    (a run that needs more goes on: sim/continued.py)."""
+    return min(int(math.ceil(rate_rps * SETTLE_E2E * e2e_p90_s)), FIRST_MAX)

@@ -1,0 +1,67 @@
+"""A steady-state run continued from n to 2n requests (sim/continued.py) is the run of 2n: the
+request stream's first n never depend on what follows, so the simulation repeats event for event
+and the figures are identical, not only close. Explicit datasheet profile, tiny seeded runs."""
+import numpy as np
+import pytest
+
+from rackplan.sim.continued import ContinuedRun
+from rackplan.sim.simulator import simulate_steady
+from rackplan.sim.workload import STREAM_CHUNK, RequestStream
+from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
+
+pytestmark = pytest.mark.integration
+PROF = load_profile("datasheet")
+MODEL = load_model("deepseek-v3")
+HW = load_hardware("h200-sxm")
+PLAN = Plan(name="t", model="deepseek-v3", hardware="h200-sxm", num_gpus=16,
+            prefill=(Layout(role="prefill", dp=8, max_tokens_per_step=8192),),
+            decode=(Layout(role="decode", dp=8, max_batch_per_rank=64),))
+WL = Workload(name="w", arrival=Arrival(kind="poisson", rate=20.0), isl=LengthDist(kind="fixed", value=1024),
+              osl=LengthDist(kind="lognormal", mean=400, sigma=0.6, max=4096), num_requests=1000, seed=0)
+
+
+def same(a: dict, b: dict) -> bool:
+    """The same figures (NaN where both have none)."""
+    return a.keys() == b.keys() and all(a[k] == b[k] or (np.isnan(a[k]) and np.isnan(b[k])) for k in a)
+
+
+def test_a_streams_first_requests_do_not_depend_on_how_many_follow():
+    one, two = RequestStream(WL, 3, 10 * STREAM_CHUNK), RequestStream(WL, 3, 10 * STREAM_CHUNK)
+    a, b = one.next(), two.next()
+    assert np.array_equal(a.arrival_s, b.arrival_s) and np.array_equal(a.osl, b.osl)
+    c = one.next()
+    assert c.arrival_s[0] > a.arrival_s[-1]  # arrivals go on from the last one
+    assert not np.array_equal(RequestStream(WL, 4, STREAM_CHUNK).next().osl, a.osl)  # another seed, other draws
+    assert RequestStream(WL, 3, len(a)).next() is not None and one.drawn == 2 * STREAM_CHUNK
+
+
+def test_a_continued_run_measures_exactly_what_a_fresh_longer_run_does():
+    live = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
+    short = live.result(1500)
+    go_on = live.result(3000)
+    live.close()
+    fresh = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
+    long = fresh.result(3000)
+    fresh.close()
+    assert short.metrics["num_requests"] == 1500 and go_on.metrics["num_requests"] == 3000
+    assert same(go_on.metrics, long.metrics) and go_on.steps == long.steps
+    assert np.array_equal(go_on.ttft_s, long.ttft_s, equal_nan=True)
+    # the first 1,500 requests' latencies are the same in both (those it had seen): only what came after was added
+    seen = np.isfinite(short.ttft_s)
+    assert seen.mean() > 0.95 and np.array_equal(short.ttft_s[seen], long.ttft_s[:1500][seen])
+    # every request of the window has its first token; those still decoding count with their TPOT so far
+    assert np.isfinite(go_on.ttft_s[:int(go_on.metrics["window_requests"])]).all()
+    assert short.metrics["window_unfinished"] > 0 and short.metrics["e2e_p99_s"] == np.inf
+    assert short.metrics["tpot_p90_s"] == pytest.approx(go_on.metrics["tpot_p90_s"], rel=0.03)
+    assert short.stable and go_on.stable and go_on.metrics["warm_sequences"] > 0
+
+
+def test_simulate_steady_goes_on_with_a_given_run():
+    live = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
+    simulate_steady(PLAN, MODEL, HW, WL, PROF, first=1200, most=1200, run=live)
+    before = live.work
+    res = simulate_steady(PLAN, MODEL, HW, WL, PROF, first=2400, run=live)
+    live.close()
+    alone = simulate_steady(PLAN, MODEL, HW, WL, PROF, first=2400)
+    assert same(res.metrics, alone.metrics)
+    assert 0 < before < live.work  # the second call only simulated what the first had not
