@@ -29,8 +29,9 @@ COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
 # ... and under this share of what verifying the contenders simulated: points that cannot change the plan
 # never cost more than deciding it did (H200 32 GPUs: 3 x TP8-EP8 decode would have tripled it)
 COVER_SHARE = 0.5
-# live runs kept for confirmation hold at most this many requests together (~70 MB at 576 GPUs)
-LIVE_REQUESTS = 150_000
+# live runs kept for confirmation hold at most this many requests x GPUs together: a run's state grows with
+# both (its running sequences fill the decode seats; 150k requests on 576 GPUs: ~75 MB of peak RSS)
+LIVE_REQUEST_GPUS = 150_000 * 72
 
 
 @dataclass
@@ -134,13 +135,14 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
 def _keep_best_run(points: list[Candidate], out: dict) -> None:
     """The best passing points keep their verified runs live (what verify.confirm goes on with;
     the runner-up is confirmed when the best falls below it), best first while their requests
-    stay within LIVE_REQUESTS (memory); every other point's run is dropped."""
+    stay within LIVE_REQUEST_GPUS (memory); every other point's run is dropped (a confirmation then
+    runs afresh: the same figures, sim/continued.py)."""
     ok = [c for c in points if id(c) in out and out[id(c)].check is not None and out[id(c)].passed]
     ok.sort(key=lambda c: (-round(out[id(c)].tps_gpu, 6), c.sort_key()))
     keep, held = set(), 0
     for c in ok:
-        held += out[id(c)].check.requests
-        if held > LIVE_REQUESTS:
+        held += out[id(c)].check.requests * c.gpus
+        if held > LIVE_REQUEST_GPUS:
             break
         keep.add(id(c))
     for c in points:

@@ -121,6 +121,7 @@ def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str) -> list:
         for t in tasks:
             out.append(fn(t))
             advance()
+        _W.clear()  # (the pricing stage's step models and memos: nothing later reads them)
         return out
     out = []
     for r in process_map(fn, tasks, req.workers, _init, init_args, chunksize=max(1, len(tasks) // (8 * req.workers))):
