@@ -7,17 +7,10 @@ import pytest
 from rackplan.sim.continued import ContinuedRun
 from rackplan.sim.simulator import simulate_steady
 from rackplan.sim.workload import STREAM_CHUNK, RequestStream
-from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
+
+from .tiny_h200 import HW, MODEL, PLAN, PROF, WL
 
 pytestmark = pytest.mark.integration
-PROF = load_profile("datasheet")
-MODEL = load_model("deepseek-v3")
-HW = load_hardware("h200-sxm")
-PLAN = Plan(name="t", model="deepseek-v3", hardware="h200-sxm", num_gpus=16,
-            prefill=(Layout(role="prefill", dp=8, max_tokens_per_step=8192),),
-            decode=(Layout(role="decode", dp=8, max_batch_per_rank=64),))
-WL = Workload(name="w", arrival=Arrival(kind="poisson", rate=20.0), isl=LengthDist(kind="fixed", value=1024),
-              osl=LengthDist(kind="lognormal", mean=400, sigma=0.6, max=4096), num_requests=1000, seed=0)
 
 
 def same(a: dict, b: dict) -> bool:

@@ -9,17 +9,10 @@ from rackplan.sim.pricer import StepPricer
 from rackplan.sim.simulator import _simulate, validate_plan
 from rackplan.sim.warm import steady_occupancy, warm_sequences
 from rackplan.sim.workload import make_requests
-from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
+
+from .tiny_h200 import HW, MODEL, PLAN, PROF, WL
 
 pytestmark = pytest.mark.integration
-PROF = load_profile("datasheet")
-MODEL = load_model("deepseek-v3")
-HW = load_hardware("h200-sxm")
-PLAN = Plan(name="t", model="deepseek-v3", hardware="h200-sxm", num_gpus=16,
-            prefill=(Layout(role="prefill", dp=8, max_tokens_per_step=8192),),
-            decode=(Layout(role="decode", dp=8, max_batch_per_rank=64),))
-WL = Workload(name="w", arrival=Arrival(kind="poisson", rate=20.0), isl=LengthDist(kind="fixed", value=1024),
-              osl=LengthDist(kind="lognormal", mean=400, sigma=0.6, max=4096), num_requests=1000, seed=0)
 
 
 def run(n: int, warm: bool):
