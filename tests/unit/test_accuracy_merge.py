@@ -92,3 +92,23 @@ def test_moe_tp_check_runs_on_the_op_database(capsys):
 
     assert moe_tp_check.main(["--dtype", "nvfp4", "--tokens", "512", "--moe-tp", "4"]) == 0
     assert "moe_tp 4" in capsys.readouterr().out
+
+
+def test_admission_whatif_rules_agree_with_room_and_differ_without():
+    # 4 requests of 2,048 + 1,024 tokens (48 blocks of 64 each at the end). With room for all
+    # (4 x 48 blocks) neither rule preempts and both run the same steps. With 96 blocks (two
+    # requests' worth) the reserve rule runs two at a time and never preempts; vLLM's admits a third
+    # prompt (3 x 32 blocks) and must preempt once the three grow past 96 blocks.
+    from dataclasses import replace
+
+    import admission_whatif
+    from accuracy_cases import load_cases
+
+    case = replace(next(c for c in load_cases() if c.id == "v32-gb300-mixed-tp4-fp4"), num_requests=4)
+    roomy = [admission_whatif.run(case, 4 * 3072, rule) for rule in ("reserve", "vllm")]
+    assert roomy[0]["steps"] == roomy[1]["steps"] and roomy[0]["preemptions"] == roomy[1]["preemptions"] == 0
+    assert roomy[0]["out_tps_per_gpu"] == pytest.approx(roomy[1]["out_tps_per_gpu"])
+    tight = {rule: admission_whatif.run(case, 2 * 3072, rule) for rule in ("reserve", "vllm")}
+    assert tight["reserve"]["preemptions"] == 0 and tight["vllm"]["preemptions"] > 0
+    assert tight["vllm"]["recomputed_tokens"] >= 2048 * tight["vllm"]["preemptions"]
+    assert tight["reserve"]["seconds"] > roomy[0]["seconds"]  # two at a time: more steps
