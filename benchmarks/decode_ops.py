@@ -5,15 +5,57 @@ sequences per DP rank, every rank alike, at the workload's mean decode context, 
 op's milliseconds per profile, the step, and the TPOT it implies (step / acceptance length under
 speculation). Default: the README's H200 case (DeepSeek-V3, decode DEP16 with MTP 1 on h200-sxm).
 
+With --case (repeatable) it prices accuracy cases instead (benchmarks/cases/*.yaml: the case's
+model with its `model_overrides`, its first decode or aggregated layout, its workload's mean
+decode context), side by side, under one profile (the first case hardware's default, or
+--profile): e.g. the V3.2 GB300 TP2 and TP4 instances of the vLLM post.
+
 Run:  python benchmarks/decode_ops.py [--dp 16] [--mtp 1] [--batch 1 8 32 64 128]
+      python benchmarks/decode_ops.py --case v32-gb300-mixed-tp2 --case v32-gb300-mixed-tp4-fp8 --batch 64 512
 """
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from rackplan.sim.cost.step import CostContext, decode_step
-from rackplan.specs import load_hardware, load_model, load_profile, load_workload
-from rackplan.specs.layout import Layout, Speculation
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accuracy_cases import load_cases, resolve  # noqa: E402
+
+from rackplan.sim.cost.step import CostContext, decode_step  # noqa: E402
+from rackplan.specs import SpecError, load_hardware, load_model, load_profile, load_workload  # noqa: E402
+from rackplan.specs.layout import Layout, Speculation  # noqa: E402
+
+
+def _print_table(label: str, columns: list[tuple[str, CostContext, float]], batches: list[int]) -> None:
+    """Each batch's step per column (ms), its TPOT, and every op's ms, largest (last column) first."""
+    print(label + "; ms per step: " + " | ".join(name for name, _, _ in columns))
+    for b in batches:
+        steps = [decode_step(cx, b, b * ctx) for _, cx, ctx in columns]
+        parts = [s.breakdown() for s in steps]
+        names = sorted({k for d in parts for k in d}, key=lambda k: -parts[-1].get(k, 0.0))
+        tpot = [s.seconds / cx.layout.tokens_per_step for s, (_, cx, _) in zip(steps, columns)]
+        print(f"batch {b}/rank: step " + " | ".join(f"{s.seconds * 1e3:.2f}" for s in steps)
+              + " ms; TPOT " + " | ".join(f"{t * 1e3:.1f}" for t in tpot) + " ms")
+        for k in names:
+            print(f"   {k:16s}" + "".join(f"{d.get(k, 0.0) * 1e3:9.3f}" for d in parts))
+
+
+def _case_columns(ids: list[str], profile: str | None) -> tuple[str, list[tuple[str, CostContext, float]]]:
+    """(label, columns) for accuracy cases: each case's model variant, decode layout and context."""
+    cases = {c.id: c for c in load_cases()}
+    cols, prof = [], None
+    for cid in ids:
+        if cid not in cases or not cases[cid].plan:
+            raise SpecError("", "--case", "the id of a case with a plan in benchmarks/cases", cid)
+        sc = resolve(cases[cid])
+        lay = (sc.plan.decode or sc.plan.aggregated)[0]
+        prof = prof or load_profile(profile or sc.hw.default_profile)
+        ctx = sc.workload.isl.expected + sc.workload.osl.expected / 2
+        cx = CostContext(sc.model, sc.hw, lay, prof, sc.workload.routing_skew)
+        cols.append((f"{cid} (tp{lay.tp} dp{lay.dp})", cx, ctx))
+    return f"decode step under {prof.name}, each case at its mean decode context", cols
 
 
 def main(argv=None) -> int:
@@ -26,23 +68,23 @@ def main(argv=None) -> int:
     p.add_argument("--acceptance", type=float, default=1.8, help="mean tokens per step under speculation")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     p.add_argument("--profile", action="append", help="profile names (default: datasheet and the hardware's)")
+    p.add_argument("--case", action="append", help="accuracy case ids to price side by side (one profile)")
     args = p.parse_args(argv)
+    if args.case:
+        try:
+            label, cols = _case_columns(args.case, (args.profile or [None])[0])
+        except SpecError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        _print_table(label, cols, args.batch)
+        return 0
     model, hw, wl = load_model(args.model), load_hardware(args.hardware), load_workload(args.workload)
     spec = Speculation(args.mtp, args.acceptance) if args.mtp else None
     lay = Layout(role="decode", dp=args.dp, speculation=spec)
     ctx = wl.isl.expected + wl.osl.expected / 2
     profs = [load_profile(n) for n in (args.profile or ["datasheet", hw.default_profile])]
-    accept = lay.tokens_per_step
-    print(f"{model.name} decode DEP{args.dp}{f' MTP{args.mtp}' if spec else ''} on {hw.name}, context {ctx:,.0f}; "
-          "ms per step: " + " | ".join(pr.name for pr in profs))
-    for b in args.batch:
-        steps = [decode_step(CostContext(model, hw, lay, pr, wl.routing_skew), b, b * ctx) for pr in profs]
-        parts = [s.breakdown() for s in steps]
-        names = sorted({k for d in parts for k in d}, key=lambda k: -parts[-1].get(k, 0.0))
-        print(f"batch {b}/rank: step " + " | ".join(f"{s.seconds * 1e3:.2f}" for s in steps)
-              + " ms; TPOT " + " | ".join(f"{s.seconds / accept * 1e3:.1f}" for s in steps) + " ms")
-        for k in names:
-            print(f"   {k:16s}" + "".join(f"{d.get(k, 0.0) * 1e3:9.3f}" for d in parts))
+    label = (f"{model.name} decode DEP{args.dp}{f' MTP{args.mtp}' if spec else ''} on {hw.name}, context {ctx:,.0f}")
+    _print_table(label, [(pr.name, CostContext(model, hw, lay, pr, wl.routing_skew), ctx) for pr in profs], args.batch)
     return 0
 
 

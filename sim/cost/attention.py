@@ -49,11 +49,15 @@ def _heads_per_rank(model: ModelSpec, tp: int) -> float:
 def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -> float:
     """Query heads per rank the kernel computes: the rank's heads, padded up to whole tiles when
     the component runs on FlashMLA's sparse kernels (prefill: hw.sparse_prefill_head_tile, 128 on
-    Blackwell; decode: 64), e.g. V3.2 at TP4 on Blackwell: 32 heads computed as 128 in prefill."""
+    Blackwell; decode: 64), e.g. V3.2 at TP4 on Blackwell: 32 heads computed as 128 in prefill.
+    The FP8 decode kernel reads only vLLM's FP8 cache (fp8_ds_mla): with a BF16 cache every token,
+    decode included, runs on the BF16 prefill kernel and its tile (vLLM flashmla_sparse.py:
+    `forward` calls `_forward_bf16_kv` -> `flash_mla_sparse_prefill` unless the cache is fp8_ds_mla)."""
     heads = _heads_per_rank(model, tp)
     if not comp.padded_heads:
         return heads
-    tile = hw.sparse_prefill_head_tile if phase == "prefill" else SPARSE_DECODE_HEAD_TILE
+    prefill_kernel = phase == "prefill" or model.dtypes.kv_cache == "bf16"
+    tile = hw.sparse_prefill_head_tile if prefill_kernel else SPARSE_DECODE_HEAD_TILE
     return float(math.ceil(heads / tile) * tile)
 
 

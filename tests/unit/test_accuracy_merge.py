@@ -51,3 +51,64 @@ def test_kv_capacity_replicates_the_latent_over_tp():
     assert r["kv_tokens"] * 48_068 / 1e9 + r["weights_gb"] + r["reserve_gb"] == pytest.approx(279.0)
     assert r["sequences"] == pytest.approx(r["kv_tokens"] / 3072)
     assert kv_capacity.row(case, 0.9, 1152, simulate=False)["kv_bytes_per_token"] == 61 * (1152 + 132)
+
+
+def test_sweep_override_merges_case_fields():
+    # --override deep-merges into the case: the named KV component gets the new field, the rest stays
+    import accuracy_sweep
+    from accuracy_cases import load_cases
+
+    case = next(c for c in load_cases() if c.id == "v32-gb300-mixed-tp4-fp8")
+    out = accuracy_sweep.overridden(case, {"model_overrides": {"attention": {"kv": [
+        {"name": "mla_latent_sparse", "padded_heads": False}]}}, "plan": {"num_gpus": 4}})
+    assert out.model_overrides["attention"]["kv"] == [
+        {"name": "mla_latent_sparse", "scans_full_topk": True, "padded_heads": False}]
+    assert out.plan == case.plan and out.workload == case.workload
+
+
+@pytest.mark.parametrize("override, field", [('{"workload": {}}', "workload"), ("[1]", "JSON mapping"),
+                                             ("{oops", "JSON mapping")])
+def test_sweep_rejects_bad_overrides(capsys, override, field):
+    import accuracy_sweep
+
+    assert accuracy_sweep.main(["--case", "v32-gb300-mixed-tp2", "--concurrency", "1", "--override", override]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_decode_ops_prices_cases_side_by_side(capsys):
+    # the V3.2 GB300 TP2 and TP4 instances at one sequence per rank: every op of both steps printed
+    import decode_ops
+
+    assert decode_ops.main(["--case", "v32-gb300-mixed-tp2", "--case", "v32-gb300-mixed-tp4-fp8", "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "v32-gb300-mixed-tp2 (tp2 dp1) | v32-gb300-mixed-tp4-fp8 (tp4 dp1)" in out
+    assert "attn.allreduce" in out and "moe.experts" in out
+    assert decode_ops.main(["--case", "no-such-case"]) == 2
+
+
+def test_moe_tp_check_runs_on_the_op_database(capsys):
+    pytest.importorskip("aiconfigurator_core")
+    import moe_tp_check
+
+    assert moe_tp_check.main(["--dtype", "nvfp4", "--tokens", "512", "--moe-tp", "4"]) == 0
+    assert "moe_tp 4" in capsys.readouterr().out
+
+
+def test_admission_whatif_rules_agree_with_room_and_differ_without():
+    # 4 requests of 2,048 + 1,024 tokens (48 blocks of 64 each at the end). With room for all
+    # (4 x 48 blocks) neither rule preempts and both run the same steps. With 96 blocks (two
+    # requests' worth) the reserve rule runs two at a time and never preempts; vLLM's admits a third
+    # prompt (3 x 32 blocks) and must preempt once the three grow past 96 blocks.
+    from dataclasses import replace
+
+    import admission_whatif
+    from accuracy_cases import load_cases
+
+    case = replace(next(c for c in load_cases() if c.id == "v32-gb300-mixed-tp4-fp4"), num_requests=4)
+    roomy = [admission_whatif.run(case, 4 * 3072, rule) for rule in ("reserve", "vllm")]
+    assert roomy[0]["steps"] == roomy[1]["steps"] and roomy[0]["preemptions"] == roomy[1]["preemptions"] == 0
+    assert roomy[0]["out_tps_per_gpu"] == pytest.approx(roomy[1]["out_tps_per_gpu"])
+    tight = {rule: admission_whatif.run(case, 2 * 3072, rule) for rule in ("reserve", "vllm")}
+    assert tight["reserve"]["preemptions"] == 0 and tight["vllm"]["preemptions"] > 0
+    assert tight["vllm"]["recomputed_tokens"] >= 2048 * tight["vllm"]["preemptions"]
+    assert tight["reserve"]["seconds"] > roomy[0]["seconds"]  # two at a time: more steps

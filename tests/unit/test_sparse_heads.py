@@ -67,3 +67,25 @@ def test_v32_indexer_projections_are_replicated():
     extra = V32.attention.projection_params(7168) - V3.attention.projection_params(7168)
     assert extra == 1536 * 8192 + 7168 * 128 + 7168 * 64 == 13_959_168
     assert not any(name.startswith("idx_") for name, _, _ in V3.attention.projections(7168))
+
+
+@pytest.mark.parametrize("tp, hw, decode", [(1, GB300, 128), (2, GB300, 128), (4, GB300, 128), (4, H200, 64),
+                                            (2, H200, 64)])
+def test_bf16_cache_decodes_on_the_prefill_kernel(tp, hw, decode):
+    # with a BF16 cache vLLM sends decode tokens through the BF16 sparse prefill kernel too, so
+    # decode pads to the prefill tile: TP4 on Blackwell computes its 32 heads as 128, not 64
+    import dataclasses
+
+    bf16 = dataclasses.replace(V32, dtypes=dataclasses.replace(V32.dtypes, kv_cache="bf16"))
+    assert attn.kernel_heads(bf16, bf16.attention.kv[0], tp, "decode", hw) == decode
+
+
+def test_bf16_cache_decode_flops_at_tp4_count_128_heads():
+    # the FP8-cache decode case above with a BF16 cache: 128 padded heads instead of 64 over the
+    # same top-2,048 entries x (576 + 512); the indexer (its own FP8 keys) is unchanged
+    import dataclasses
+
+    bf16 = dataclasses.replace(V32, dtypes=dataclasses.replace(V32.dtypes, kv_cache="bf16"))
+    comp, prof = bf16.attention.kv[0], load_profile("datasheet")
+    _, flops, _ = attn.decode_component(bf16, comp, 8.0, 8.0 * 4096, 1.0, 4, 1, GB300, prof)
+    assert flops == pytest.approx(2 * 8 * 128 * 2048 * 1088 + 2 * 8 * 64 * 128 * 4096)

@@ -1,0 +1,93 @@
+"""Routed experts under tensor parallelism: the cost model's price against the op database's MoE-TP rows.
+
+A TP instance without expert parallelism shards every expert's intermediate width over its ranks
+(DeepSeek-V3/V3.2: 2,048 -> 512 per rank at TP4). The op database fits its experts curves on
+`moe_tp_size 1` rows only (calibration/opdb.md); this script checks the TP shapes it did not fit
+on. For each `moe_tp_size` row of the system's vLLM `moe_perf` table at the DeepSeek shape
+(hidden 7168, inter 2048, top-8 of 256, balanced routing, no EP) it prices the same layer as the
+simulator does (sim/cost/step.py `StepModel._price_moe`: moe.experts + moe.route, one MoE layer,
+every token entering the rank) with the system's measured profile, and prints measured, priced and
+their ratio. Needs the `opdb` extra (aiconfigurator-core).
+
+Run:  python benchmarks/moe_tp_check.py [--system gb300] [--hardware gb300-nvl72] [--tokens 64 512 2048]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+import numpy as np
+
+from rackplan.calibration.opdb import data_root, locate, most_rows, read
+from rackplan.sim.cost.step import CostContext
+from rackplan.specs import SpecError, load_hardware, load_model, load_profile
+from rackplan.specs.layout import Layout
+
+# the op database's MoE dtype -> (expert weights, expert compute) of the model variant priced
+DTYPES = {"fp8_block": ("fp8_block", "fp8_block"), "nvfp4": ("nvfp4", "fp4")}
+SHAPE = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256, "moe_ep_size": 1}
+
+
+def table_rows(system: str, dtype: str) -> dict[tuple[int, int], float]:
+    """{(moe_tp_size, num_tokens): seconds} of the system's vLLM moe_perf rows at the DeepSeek shape."""
+    c = read(locate(data_root(), system, "vllm")["moe_perf"])
+    sel = (c["distribution"] == "balanced") & (c["moe_dtype"] == dtype)
+    for key, val in SHAPE.items():
+        sel &= c[key] == val
+    if not sel.any():
+        raise SpecError("--dtype", "moe_dtype", f"a dtype with rows at the DeepSeek shape on {system}", dtype)
+    sel &= c["kernel_source"] == most_rows(c["kernel_source"][sel])
+    return {(int(t), int(n)): float(s) for t, n, s in zip(c["moe_tp_size"][sel], c["num_tokens"][sel],
+                                                          c["seconds"][sel])}
+
+
+def priced(hw_name: str, dtype: str, moe_tp: int, tokens: int) -> float:
+    """Seconds of one DeepSeek-V3 MoE layer (experts + routing) on a TP`moe_tp` rank, as the simulator prices it."""
+    hw = load_hardware(hw_name)
+    base = load_model("deepseek-v3")
+    weights, compute = DTYPES[dtype]
+    model = dataclasses.replace(base, dtypes=dataclasses.replace(base.dtypes, expert_weights=weights,
+                                                                 expert_compute=compute))
+    lay = Layout(role="both", dp=1, tp=moe_tp, expert_parallel=False)
+    sm = CostContext(model, hw, lay, load_profile(hw.default_profile)).step_model
+    t_exp, t_route = sm._price_moe(float(tokens), float(tokens), 1, "low_latency", "decode", 0.0)[:2]
+    return t_exp + t_route
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="moe_tp_check.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--system", default="gb300", help="op database system")
+    p.add_argument("--hardware", default="gb300-nvl72", help="rackplan hardware (its default profile prices)")
+    p.add_argument("--dtype", nargs="+", default=["nvfp4", "fp8_block"], choices=sorted(DTYPES))
+    p.add_argument("--tokens", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048, 8192])
+    p.add_argument("--moe-tp", type=int, nargs="+", default=[1, 2, 4, 8], help="moe_tp_size rows to check")
+    args = p.parse_args(argv)
+    try:
+        tables = {dt: table_rows(args.system, dt) for dt in args.dtype}
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"one MoE layer (DeepSeek shape, balanced, no EP), {args.system} vLLM moe_perf vs "
+          f"{load_hardware(args.hardware).default_profile}: measured / priced ms (priced / measured)")
+    for dt, rows in tables.items():
+        tps = [t for t in sorted({t for t, _ in rows}) if t in args.moe_tp]
+        print(f"{dt}: tokens " + "".join(f"{'moe_tp ' + str(t):>24}" for t in tps))
+        ratios = {t: [] for t in tps}
+        for n in args.tokens:
+            cells = []
+            for t in tps:
+                if (t, n) not in rows:
+                    cells.append(f"{'-':>24}")
+                    continue
+                got, want = priced(args.hardware, dt, t, n), rows[(t, n)]
+                ratios[t].append(got / want)
+                cells.append(f"{want * 1e3:>10.3f} / {got * 1e3:.3f} ({got / want:.2f})")
+            print(f"{'':>4}{n:>7} " + "".join(cells))
+        print("    geo-mean priced / measured: " + ", ".join(
+            f"moe_tp {t}: {float(np.exp(np.mean(np.log(r)))):.2f}" for t, r in ratios.items() if r))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
