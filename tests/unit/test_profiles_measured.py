@@ -49,6 +49,32 @@ def test_curve_scalar_equals_array_and_best_config_wins():
     assert np.allclose(both, np.maximum(arr, alone)) and both[0] > arr[0] and both[-1] == pytest.approx(arr[-1])
 
 
+def test_dispatched_configurations_and_tile_padding_by_hand():
+    """Curves with x ranges are a dispatch: each prices only its own x (x_min < x <= x_max); x_tile pads
+    the compute term to whole tiles. q = 1: eff = eff_max / (pad + x_half / x), pad = ceil(x / t) t / x."""
+    small = Curve(eff_max=0.5, x_half=10.0, x_tile=16.0, x_max=16.0)
+    big = Curve(eff_max=0.8, x_half=100.0, x_tile=128.0, x_min=16.0)
+    assert efficiency.evaluate((small, big), 8.0) == pytest.approx(0.5 / (2.0 + 10.0 / 8.0))  # 8 rows in a 16-row tile
+    assert efficiency.evaluate((small, big), 16.0) == pytest.approx(0.5 / (1.0 + 10.0 / 16.0))
+    assert efficiency.evaluate((small, big), 200.0) == pytest.approx(0.8 / (256.0 / 200.0 + 0.5))  # only `big`
+    assert efficiency.evaluate((big,), 8.0) == 0.0  # outside its range it does not run
+    m = np.array([1.0, 8.0, 16.0, 17.0, 200.0, 4097.0])
+    arr = efficiency.evaluate((small, big), m, 7168.0, 2048.0, 2 * m * 7168 * 2048)
+    one = [efficiency.evaluate((small, big), float(x), 7168.0, 2048.0, 2 * x * 7168 * 2048) for x in m]
+    assert np.allclose(arr, one) and np.all(arr > 0)
+    with pytest.raises(SpecError, match="x_max"):
+        Curve(eff_max=0.5, x_min=64.0, x_max=16.0)
+
+
+def test_attention_cost_per_sequence_and_head_by_hand():
+    """The attention curve's z-term is a cost per (sequence, query head): z = FLOPs / (batch x heads);
+    heads unknown (0) drops it, as every curve fitted without it."""
+    prof = Profile(name="p", curves={"attn.prefill.gqa.bf16": (Curve(eff_max=0.5, y_half=4e6, z_half=1e6),)})
+    # 2 sequences x 2 heads, 8 MFLOP: y = 4e6 per sequence (term 1), z = 2e6 per sequence-head (term 0.5)
+    assert efficiency.attention(prof, "prefill", "gqa", "bf16", 2.0, 100.0, 8e6, 2.0) == pytest.approx(0.5 / 2.5)
+    assert efficiency.attention(prof, "prefill", "gqa", "bf16", 2.0, 100.0, 8e6) == pytest.approx(0.5 / 2.0)
+
+
 def test_datasheet_profile_prices_as_before():
     """No curves: the saturating datasheet form, exactly as before curves existed."""
     ds = load_profile("datasheet")
