@@ -188,13 +188,15 @@ def gemm_seconds(prof: Profile, dtype: str, rows) -> np.ndarray:
 def test_measured_profile_prices_fp8_gemms_near_their_table_rows():
     """The first row is the issue's example: 2 x 16384 x 7168 x 2048 FLOPs in 226.8 us is 2.12 PFLOP/s,
     42% of the 5 PF fp8 peak; the datasheet's 70% of peak prices it at 140 us. The measured profile is
-    within 25% on every row (10% on average) where the datasheet is 30-64% optimistic on every one."""
+    within 25% on every row (12% on average) where the datasheet is 30-64% optimistic on every one, and
+    within 10% on the issue's example (its m > 256 configuration: 128 x 56 tiles of 256 x 128, no padding;
+    before the curves followed the kernel's dispatch by m: 15.8% slow)."""
     table = np.array([r[3] for r in GB300_FP8_ROWS]) * 1e-6
     measured = gemm_seconds(load_profile("gb300-nvl72-vllm"), "fp8", GB300_FP8_ROWS) / table - 1
     datasheet = gemm_seconds(load_profile("datasheet"), "fp8", GB300_FP8_ROWS) / table - 1
     eff = 0.7 * 16384 / (16384 + 32)  # datasheet gemm_eff_max, gemm_m_half
     assert datasheet[0] == pytest.approx((2 * 16384 * 7168 * 2048 / (eff * 5e15) + 2e-6) / 226.78e-6 - 1, abs=1e-4)
-    assert np.all(np.abs(measured) < 0.25) and np.mean(np.abs(measured)) < 0.12
+    assert np.all(np.abs(measured) < 0.25) and np.mean(np.abs(measured)) < 0.12 and abs(measured[0]) < 0.10
     assert np.all(datasheet < -0.25)
 
 
