@@ -119,6 +119,9 @@ def _fixed_terms(c: Curve, y, z) -> tuple:
 
 def _one(c: Curve, fixed: tuple, x, work):
     """One curve's efficiency at x and work, its y and z terms `fixed` (see rackplan.specs.Curve)."""
+    ranged = c.x_min or c.x_max
+    if ranged and isinstance(x, (int, float)) and ((c.x_min and x <= c.x_min) or (c.x_max and x > c.x_max)):
+        return 0.0  # (scalar x outside the curve's range: not evaluated)
     b, tiles_y = fixed
     a = _term(c.x_half, x)
     q = c.sharpness
@@ -128,7 +131,7 @@ def _one(c: Curve, fixed: tuple, x, work):
     if c.tiles_half:
         tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)
-    if c.x_min or c.x_max:
+    if ranged and not isinstance(x, (int, float)):
         eff = _in_range(c, x, eff)
     return eff
 
@@ -143,8 +146,6 @@ def _pad(tile: float, x):
 
 def _in_range(c: Curve, x, eff):
     """eff where x_min < x <= x_max (a zero bound open), else 0: the configuration does not run there."""
-    if isinstance(x, (int, float)) and isinstance(eff, (int, float)):
-        return eff if not ((c.x_min and x <= c.x_min) or (c.x_max and x > c.x_max)) else 0.0
     x = np.asarray(x, float)
     ok = np.ones(x.shape, bool)
     if c.x_min:
