@@ -111,7 +111,8 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
 
 def roughness(m, n, k, seconds) -> float:
     """The table's own scatter: MAPE % of predicting each row from its two neighbours in m (same n, k)
-    by log-log interpolation, a floor no smooth curve in m can beat."""
+    by log-log interpolation, a floor for a curve smooth in m; a kernel switch between two neighbours
+    (a dispatch by m, FP8_DISPATCH) counts in it, so curves that follow the dispatch can beat it."""
     errs = []
     for nk in set(zip(n, k)):
         rows = np.flatnonzero((n == nk[0]) & (k == nk[1]))
