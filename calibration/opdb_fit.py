@@ -47,12 +47,30 @@ class ClassRows:
     scalars: tuple[tuple[str, float, float, float], ...] = ()
     configs: int = 1  # curves of `key` (kernel configurations; the class runs at the best of them)
     notes: dict = field(default_factory=dict)  # recorded with the fit (e.g. the table's own roughness)
+    # kernel configurations dispatched by the shape measure x instead (`configs` unused): one curve per
+    # (x_min, x_max, x_tile), each fitted on the rows whose x (`x`, [N]) falls in its range
+    ranges: tuple[tuple[float, float, float], ...] = ()
+    x: np.ndarray | None = None
+    # fields of `free` that start at 0 and are kept only where they help: the fit also starts from the
+    # best fit without them (so adding the term never ends in a worse fit-set minimum)
+    optional: tuple[str, ...] = ()
 
     def parts(self):
         """(curve key, config index, start, free fields) of every curve fitted."""
-        own = tuple((self.key, j, _config_start(self.start, j), self.free) for j in range(self.configs)) \
-            if self.start is not None else ()
+        if self.start is None:
+            own = ()
+        elif self.ranges:
+            own = tuple((self.key, j, dataclasses.replace(self.start, x_min=lo, x_max=hi, x_tile=tile), self.free)
+                        for j, (lo, hi, tile) in enumerate(self.ranges))
+        else:
+            own = tuple((self.key, j, _config_start(self.start, j), self.free) for j in range(self.configs))
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
+
+    def in_range(self, j: int) -> np.ndarray:
+        """[N] whether each row's x falls in range j (x_min < x <= x_max, a zero bound open)."""
+        lo, hi, _ = self.ranges[j]
+        x = np.asarray(self.x, float)
+        return (x > lo if lo else np.ones(x.shape, bool)) & (x <= hi if hi else True)
 
 
 def _config_start(c: Curve, j: int) -> Curve:
@@ -111,21 +129,45 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
     with one fewer (so a configuration can only help)."""
     fit_idx, held_idx = split(len(rows.seconds), seed)
     warm = []
-    if rows.configs > 1:
-        _, fewer = fit_class(dataclasses.replace(rows, configs=rows.configs - 1), prof, seed)
-        warm = [_vector(rows, fewer)]
-    fitted, err_fit = _fit(rows, prof, fit_idx, warm)
+    if rows.ranges:
+        fitted, err_fit = _fit_ranges(rows, prof, fit_idx)
+    else:
+        if rows.configs > 1:
+            _, fewer = fit_class(dataclasses.replace(rows, configs=rows.configs - 1), prof, seed)
+            warm = [_vector(rows, fewer)]
+        if rows.optional:
+            without = dataclasses.replace(rows, optional=(), free=tuple(f for f in rows.free if f not in rows.optional),
+                                          start=dataclasses.replace(rows.start, **dict.fromkeys(rows.optional, 0.0)))
+            warm.append(_vector(rows, fit_class(without, prof, seed)[1]))
+        fitted, err_fit = _fit(rows, prof, fit_idx, warm)
     held = mape(rows.predict(fitted, held_idx), rows.seconds[held_idx]) if len(held_idx) else float("nan")
     extra = dict(rows.notes)
     if rows.also:
         extra["fitted_with"] = [k for k, _, _ in rows.also]
-    if rows.configs > 1:
+    if rows.ranges:
+        extra["configs"] = len(rows.ranges)
+        extra["dispatch_by_rows"] = [[lo, hi or "inf", tile] for lo, hi, tile in rows.ranges]
+    elif rows.configs > 1:
         extra["configs"] = rows.configs
     if rows.scalars:
         extra["scalars"] = {f: getattr(fitted, f) for f, *_ in rows.scalars}
     fit = ClassFit(rows.key, rows.table, len(fit_idx), len(held_idx), err_fit, held, rows.selection,
                    rows.kernel, curve=fitted.curves.get(rows.key), extra=extra)
     return fit, fitted
+
+
+def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float]:
+    """Configurations dispatched by x: each range's curve fitted alone on the fit rows in its range
+    (no other curve prices them), then all of them written into `prof` (the class has no `also` or
+    scalars here); the fit-set MAPE over all fit rows."""
+    curves = []
+    for j in range(len(rows.ranges)):
+        one = dataclasses.replace(rows, ranges=(rows.ranges[j],), x=rows.x)
+        idx = fit_idx[rows.in_range(j)[fit_idx]]
+        fitted, _ = _fit(one, prof, idx)
+        curves += fitted.curves[rows.key]
+    out = dataclasses.replace(prof, curves={**prof.curves, rows.key: tuple(curves)})
+    return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx])
 
 
 def _specs(rows: ClassRows) -> list[tuple[str, float, float, float]]:

@@ -32,9 +32,25 @@ GQA_SHAPES = (6404, 3202, 1601, 801)
 MIN_WEIGHT_DIM = 256  # smallest weight-GEMM edge of the embedded models (the router: 256 experts)
 GEMM_START = Curve(eff_max=0.7, x_half=300.0, y_half=100.0, z_half=100.0, work_half=1e9, sharpness=1.5,
                    tiles_half=10.0)
-ATTN_START = Curve(eff_max=0.5, x_half=100.0, y_half=1e8, work_half=1e9, sharpness=1.5)
+ATTN_START = Curve(eff_max=0.5, x_half=100.0, y_half=1e8, z_half=1e6, work_half=1e9, sharpness=1.5)
+ATTN_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness")  # z_half: per (sequence, head)
 STREAM_START = Curve(eff_max=0.6, x_half=10.0, y_half=100.0, work_half=1e6)
 ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness", "tiles_half")
+# vLLM's per-tensor FP8 GEMM (the tables' kernel_source CutlassFP8ScaledMMLinearKernel: cutlass_scaled_mm)
+# picks its CUTLASS configuration by m alone (and on SM90 by n <= 1280 within m <= 64, which this leaves
+# out: the n > 1280 tile is taken), per GPU architecture: (m_min, m_max, tile rows m is padded to), m_min < m
+# <= m_max, 0 open. Tile rows = the tile's extent along m (its N side where the kernel swaps A and B) times
+# the cluster's CTAs along m on SM90; on SM100 the 2-SM tile already spans its cluster pair.
+# SM90 (H100, H200): vllm csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh:
+#   m <= 16: tile 64x16x256 swapped (16 rows); (16, 64]: 64x64x256 swapped (64); (64, 128]: 64x128x128,
+#   cluster 2x1 (128); above: 128x128x128, cluster 2x1 (256).
+# SM100 (B200, GB200, GB300/B300 run the sm100f kernels): .../scaled_mm_sm100_fp8_dispatch.cuh:
+#   m <= 16: 128x32x128 swapped (32); (16, 64]: 128x64x256 swapped (64); (64, 256]: 128x128x128 (128);
+#   above: 256x128x128, cluster 2x2 (256).
+FP8_DISPATCH = {"sm90": ((0.0, 16.0, 16.0), (16.0, 64.0, 64.0), (64.0, 128.0, 128.0), (128.0, 0.0, 256.0)),
+                "sm100": ((0.0, 16.0, 32.0), (16.0, 64.0, 64.0), (64.0, 256.0, 128.0), (256.0, 0.0, 256.0))}
+ARCH = {"h100-sxm": "sm90", "h200-sxm": "sm90", "h800": "sm90", "b200": "sm100", "b300": "sm100",
+        "gb200-nvl72": "sm100", "gb300-nvl72": "sm100"}  # hardware -> CUDA architecture of its GPU
 
 
 def _gemm_table(tables: dict[str, Table]):
@@ -83,8 +99,11 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         sel = c["gemm_dtype"] == tdt
         m, n, k = (c[x][sel].astype(float) for x in "mnk")
         kernels = ", ".join(sorted(set(c["kernel_source"][sel].astype(str))))
+        ranges = FP8_DISPATCH.get(ARCH.get(hw.name, ""), ()) if kernels == "CutlassFP8ScaledMMLinearKernel" else ()
         out.append(ClassRows(f"gemm.{dt}", t, c["seconds"][sel], _gemm_predict(dt, m, n, k, hw), GEMM_START,
-                             ALL_FIELDS, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}", kernels, configs=2,
+                             ALL_FIELDS, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}"
+                             + (", one curve per cutlass_scaled_mm configuration by m" if ranges else ""),
+                             kernels, configs=2, ranges=ranges, x=m,
                              notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel]),
                                     "fastest_row_us": round(float(c["seconds"][sel].min()) * 1e6, 1)}))
     return out
@@ -92,7 +111,8 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
 
 def roughness(m, n, k, seconds) -> float:
     """The table's own scatter: MAPE % of predicting each row from its two neighbours in m (same n, k)
-    by log-log interpolation, a floor no smooth curve in m can beat."""
+    by log-log interpolation, a floor for a curve smooth in m; a kernel switch between two neighbours
+    (a dispatch by m, FP8_DISPATCH) counts in it, so curves that follow the dispatch can beat it."""
     errs = []
     for nk in set(zip(n, k)):
         rows = np.flatnonzero((n == nk[0]) & (k == nk[1]))
@@ -191,24 +211,25 @@ def attention_rows(tables: dict[str, Table], hw: HardwareSpec, prof: Profile) ->
 
 
 def _core_shapes(model, comp, phase: str, batch, ctx, tp: float, hw) -> np.ndarray:
-    """[N, 4] per row: FLOPs, bytes, efficiency batch and context, exactly as attention.py forms them."""
+    """[N, 5] per row: FLOPs, bytes, efficiency batch, context and heads, exactly as attention.py forms them."""
     ds = Profile(name="shape-only")
+    heads = attn.kernel_heads(model, comp, tp, phase, hw)
     rows = []
     for b, s in zip(batch, ctx):
         if phase == "prefill":  # b sequences of s new tokens, nothing cached
             _, fl, by = attn.prefill_component(model, comp, ((float(b), float(s), 0.0),), tp, 1, hw, ds)
         else:  # b sequences at context s
             _, fl, by = attn.decode_component(model, comp, float(b), float(b) * s, 1.0, tp, 1, hw, ds)
-        rows.append((float(fl), float(by), float(b), float(s)))
+        rows.append((float(fl), float(by), float(b), float(s), heads))
     return np.array(rows)
 
 
 def _core_predict(kind: str, phase: str, shapes: np.ndarray, hw, fixed=None):
-    flops, nbytes, batch, ctx = shapes.T
+    flops, nbytes, batch, ctx, heads = shapes.T
     peak = hw.flops_for("bf16")
 
     def predict(prof, i):
-        eff = efficiency.attention(prof, phase, kind, "bf16", batch[i], ctx[i], flops[i])
+        eff = efficiency.attention(prof, phase, kind, "bf16", batch[i], ctx[i], flops[i], heads[i])
         sec = price(flops[i], nbytes[i], peak, eff, hw, prof)
         return sec if fixed is None else sec + fixed[i]
     return predict
@@ -224,15 +245,15 @@ def _gqa_rows(t: Table, phase: str, hw) -> ClassRows | None:
     kernel = most_rows(c["kernel_source"][base])
     sel = base & (c["kernel_source"] == kernel)
     keys = list(zip(c["num_heads"][sel], c["num_key_value_heads"][sel]))
-    shapes = np.empty((int(sel.sum()), 4))
+    shapes = np.empty((int(sel.sum()), 5))
     for hk in sorted(set(keys)):
         rows = np.array([key == hk for key in keys])
         model, comp = _gqa(int(hk[0]), int(hk[1]), 128, 2.0)
         shapes[rows] = _core_shapes(model, comp, phase, c["batch_size"][sel][rows], c[ctx_col][sel][rows], 1, hw)
     return ClassRows(f"attn.{phase}.gqa.bf16", t, c["seconds"][sel], _core_predict("gqa", phase, shapes, hw),
-                     ATTN_START, ("eff_max", "x_half", "y_half", "work_half", "sharpness"),
+                     ATTN_START, ATTN_FIELDS,
                      "Qwen3-235B heads per rank at TP 1-8 (64/4, 32/2, 16/1, 8/1), head_dim 128, BF16 KV, no window",
-                     kernel, configs=2)
+                     kernel, configs=2, optional=("z_half",))
 
 
 def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
@@ -248,17 +269,17 @@ def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
     sel = base & (c["kernel_source"] == kernel)
     model, comp = _mla(2.0)
     heads, batch, ctx = (c[x][sel].astype(float) for x in ("num_heads", "batch_size", ctx_col))
-    shapes = np.empty((len(heads), 4))
+    shapes = np.empty((len(heads), 5))
     for h in sorted(set(heads)):
         rows = heads == h
         shapes[rows] = _core_shapes(model, comp, phase, batch[rows], ctx[rows], model.attention.num_heads / h, hw)
     tokens = batch * ctx if phase == "prefill" else batch
     proj = projection_seconds(model, tokens, model.attention.num_heads / heads, "bf16", hw, prof)
     return ClassRows(f"attn.{phase}.mla.bf16", t, c["seconds"][sel], _core_predict("mla", phase, shapes, hw, proj),
-                     ATTN_START, ("eff_max", "x_half", "y_half", "work_half", "sharpness"),
+                     ATTN_START, ATTN_FIELDS,
                      "DeepSeek-V3, all 128 heads on the rank (DP attention), BF16 MLA, KV and projections; "
                      "module = attn.proj (gemm curves) + attn.core",
-                     kernel, configs=2)
+                     kernel, configs=2, optional=("z_half",))
 
 
 def projection_seconds(model: ModelSpec, tokens, tp, dtype: str, hw, prof: Profile) -> np.ndarray:

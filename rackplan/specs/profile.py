@@ -39,8 +39,14 @@ class Curve:
     """Efficiency of one op class over shape: the fraction of a peak (FLOP/s, HBM or link B/s) it
     reaches, saturating in a shape measure x and in the work of one kernel:
 
-        eff = eff_max * occ / ((1 + (x_half/x)^q + (y_half/y + z_half/z)^q)^(1/q) + work_half/work)
+        eff = eff_max * occ / ((pad^q + (x_half/x)^q + (y_half/y + z_half/z)^q)^(1/q) + work_half/work)
         occ = tiles / (tiles + tiles_half),  tiles = ceil(x/128) * ceil(y/128)
+        pad = ceil(x/x_tile) * x_tile / x  (1 without x_tile)
+
+    for x_min < x <= x_max (a zero bound is open); outside it the curve does not run (efficiency 0),
+    so the curves of one op class can be a kernel dispatch's configurations by x (vLLM's FP8 GEMM
+    picks its tile by m: calibration/opdb_ops.py names the thresholds), each padding its x to its
+    own tile edge x_tile (rows a tile computes whether or not they are there).
 
     What x, y, z and work are depends on the op class (sim/cost/efficiency.py says which: e.g. a
     weight GEMM has x = rows m, y = n, z = k, work = FLOPs). Each half-term adds the time that
@@ -56,12 +62,16 @@ class Curve:
     work_half: float = 0.0
     sharpness: float = 1.0  # q
     tiles_half: float = 0.0
+    x_tile: float = 0.0  # tile edge along x the compute term pads x to (0: no padding)
+    x_min: float = 0.0  # the curve runs for x_min < x <= x_max (0: unbounded)
+    x_max: float = 0.0
 
     def __post_init__(self):
         check(0 < self.eff_max <= 1.0, "eff_max", "a fraction in (0, 1]", self.eff_max)
-        for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half"):
+        for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half", "x_tile", "x_min", "x_max"):
             non_negative(getattr(self, name), name)
         check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)
+        check(not self.x_max or self.x_max > self.x_min, "x_max", f"above x_min ({self.x_min}) or 0", self.x_max)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, que
         flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
         nbytes = nbytes + batch * idx * comp.indexer_key_bytes
     sec = price(flops, nbytes, hw.flops_for(dtype),
-                efficiency.attention(prof, "decode", model.attention.kind, dtype, batch, avg, flops=flops), hw, prof)
+                efficiency.attention(prof, "decode", model.attention.kind, dtype, batch, avg, flops, heads), hw, prof)
     return sec * layers, flops * layers, nbytes * layers
 
 
@@ -118,7 +118,7 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
     if comp.has_indexer:
         flops += 2.0 * comp.indexer_heads * comp.indexer_dim * idx_pairs
         nbytes += idx_read * comp.indexer_key_bytes
-    eff = efficiency.attention(prof, "prefill", model.attention.kind, dtype, seqs, longest, flops=flops)
+    eff = efficiency.attention(prof, "prefill", model.attention.kind, dtype, seqs, longest, flops, heads)
     sec = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
     return sec * layers, flops * layers, nbytes * layers
 

@@ -2,7 +2,8 @@
 
 These functions are the only readers of a profile's efficiency parameters. A measured profile
 (`rackplan calibrate --op-database`, configs/profiles/*-vllm.yaml) holds per op class one `Curve`
-or a few (kernel configurations: the class runs at the best of them), fitted from per-op kernel
+or a few (kernel configurations: the class runs at the best of them, or, where the curves carry x
+ranges, at the one its dispatch picks for that x), fitted from per-op kernel
 tables (calibration/opdb.md); an op class without curves uses the ones its profile's
 `fallbacks` names, then the dtype family's curve (fp8_block -> fp8, nvfp4/mxfp4 -> fp4), then the
 scalar datasheet form (gemm_eff_max, gemm_m_half, attn_eff, mem_eff, mem_bytes_half). Arguments are
@@ -14,7 +15,7 @@ What a curve's x, y, z and work are, per op class (formula in rackplan.specs.Cur
   gemm.<dtype>                 rows m           n            k     2 m n k          peak FLOP/s
   experts.<dtype>              rows per expert  n            k     FLOPs on rank    peak FLOP/s
   moe.route.<dtype>            tokens in        hidden       -     bytes read       HBM B/s
-  attn.<phase>.<kind>.<dtype>  context          FLOPs/seq    -     FLOPs            peak FLOP/s
+  attn.<phase>.<kind>.<dtype>  context          FLOPs/seq    FLOPs/(seq x head)  FLOPs  peak FLOP/s
   allreduce.tp<N>              bytes reduced    -            -     bytes reduced    scale-up B/s
   quantize.<dtype>, mhc.<part> rows             columns      -     bytes moved      HBM B/s
 
@@ -23,8 +24,9 @@ reproduces the measured time; where a kernel runs below its bandwidth bound too 
 attention) the compute curve carries that. A weight GEMM's curve is the whole kernel
 (roofline.price_gemm): its x-term is the GEMM's own weight read, its y- and z-terms its activation
 traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) is not applied to it.
-The attention curve's y-term is a cost per sequence and its work term a fixed cost per kernel, both
-in FLOP units of the same peak.
+The attention curve's y-term is a cost per sequence, its z-term a cost per (sequence, query head) on
+the rank (FlashAttention-style kernels run a thread block per sequence, head and query tile) and its
+work term a fixed cost per kernel, all in FLOP units of the same peak.
 """
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ def _tiles(v):
 
 def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
     """Efficiency of an op class at shape (x, y, z) and work: the best of its curves (kernel
-    configurations; the engine runs the faster)."""
+    configurations; the engine runs the faster) among those whose x range holds x (a dispatch by x)."""
     eff = _one(cs[0], _fixed_terms(cs[0], y, z), x, work)
     for c in cs[1:]:
         other = _one(c, _fixed_terms(c, y, z), x, work)
@@ -117,15 +119,40 @@ def _fixed_terms(c: Curve, y, z) -> tuple:
 
 def _one(c: Curve, fixed: tuple, x, work):
     """One curve's efficiency at x and work, its y and z terms `fixed` (see rackplan.specs.Curve)."""
+    ranged = c.x_min or c.x_max
+    if ranged and isinstance(x, (int, float)) and ((c.x_min and x <= c.x_min) or (c.x_max and x > c.x_max)):
+        return 0.0  # (scalar x outside the curve's range: not evaluated)
     b, tiles_y = fixed
     a = _term(c.x_half, x)
     q = c.sharpness
-    base = 1.0 + a + b if q == 1.0 else (1.0 + a ** q + b ** q) ** (1.0 / q)
+    p = _pad(c.x_tile, x) if c.x_tile else 1.0
+    base = p + a + b if q == 1.0 else (p ** q + a ** q + b ** q) ** (1.0 / q)
     eff = c.eff_max / (base + _term(c.work_half, work))
     if c.tiles_half:
         tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)
+    if ranged and not isinstance(x, (int, float)):
+        eff = _in_range(c, x, eff)
     return eff
+
+
+def _pad(tile: float, x):
+    """x padded up to whole tiles of `tile`, over x: the compute the tiles do per useful row (1 for x <= 0)."""
+    if isinstance(x, (int, float)):
+        return math.ceil(x / tile) * tile / x if x > 0 else 1.0
+    x = np.asarray(x, float)
+    return np.divide(np.ceil(x / tile) * tile, x, out=np.ones(x.shape), where=x > 0)
+
+
+def _in_range(c: Curve, x, eff):
+    """eff where x_min < x <= x_max (a zero bound open), else 0: the configuration does not run there."""
+    x = np.asarray(x, float)
+    ok = np.ones(x.shape, bool)
+    if c.x_min:
+        ok &= x > c.x_min
+    if c.x_max:
+        ok &= x <= c.x_max
+    return np.where(ok, eff, 0.0)
 
 
 def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
@@ -172,15 +199,16 @@ def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.
     return evaluate(c, tokens_per_expert, n, k, flops)
 
 
-def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0, flops=0.0):
+def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0, flops=0.0, heads=0.0):
     """Attention core (prefill: FlashAttention/FlashMLA-style; decode: paged/absorbed reads) of
-    `batch` sequences at context `ctx` doing `flops` (0: unknown, the fixed-latency term drops)."""
+    `batch` sequences at context `ctx` doing `flops` over `heads` query heads per sequence (0:
+    unknown, the fixed-latency and per-head terms drop)."""
     c = curve(prof, f"attn.{phase}.{kind}.{dtype}") if prof.curves else None
     if c is None and prof.curves:
         c = curve(prof, f"attn.{phase}.{kind}.bf16")
     if c is None:
         return prof.attn_eff
-    return evaluate(c, ctx, _per(flops, batch), 0.0, flops)
+    return evaluate(c, ctx, _per(flops, batch), _per(flops, batch * heads), flops)
 
 
 def _per(total, count):

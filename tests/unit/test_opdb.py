@@ -282,3 +282,50 @@ def test_package_version_from_the_root_s_environment(tmp_path):
     root.mkdir(parents=True)
     assert _package_version(root) == "0.12.0"
     assert _package_version(tmp_path / "elsewhere") == "not installed (--op-database-root)"
+
+
+def test_fp8_gemm_curves_follow_the_cutlass_dispatch(imported):
+    """The CUTLASS fp8 table on an SM100 GPU gets one curve per cutlass_scaled_mm configuration by m."""
+    prof, _ = imported
+    assert [(c.x_min, c.x_max, c.x_tile) for c in prof.curves["gemm.fp8"]] == list(opdb_ops.FP8_DISPATCH["sm100"])
+    rec = prof.provenance["classes"]["gemm.fp8"]
+    assert rec["configs"] == 4 and rec["dispatch_by_rows"][-1] == [256.0, "inf", 256.0]
+
+
+def test_dispatched_fit_recovers_a_kernel_switch():
+    """Rows priced under two configurations switched at m = 64 (each padding m to its tile) are recovered on
+    held-out rows by a fit given that dispatch; two undispatched configurations (best of) cannot follow it."""
+    from pathlib import Path
+
+    from rackplan.calibration.opdb_fit import ClassRows, fit_class
+
+    truth = (Curve(eff_max=0.3, x_half=50.0, y_half=100.0, x_tile=64.0, x_max=64.0),
+             Curve(eff_max=0.7, x_half=300.0, y_half=300.0, z_half=150.0, x_tile=256.0, x_min=64.0))
+    m = np.array([1, 4, 16, 33, 64, 65, 96, 128, 129, 256, 257, 512, 513, 1024, 1025, 4096, 4097, 16384], float)
+    nk = [(1024, 1024), (2048, 7168), (7168, 2048), (4096, 16384), (16384, 4096), (1536, 7168), (7168, 7168)]
+    m, n, k = (np.array(x, float) for x in zip(*[(mm, a, b) for mm in m for a, b in nk]))
+    predict = opdb_ops._gemm_predict("fp8", m, n, k, HW)
+    sec = _noisy(predict(Profile(name="truth", curves={"gemm.fp8": truth}), np.arange(len(m))), 4)
+    table = opdb.Table("gemm_perf", "gemm", "0", Path("synthetic"))
+    rows = ClassRows("gemm.fp8", table, sec, predict, opdb_ops.GEMM_START, opdb_ops.ALL_FIELDS, "synthetic",
+                     ranges=((0.0, 64.0, 64.0), (64.0, 0.0, 256.0)), x=m)
+    fit, prof = fit_class(rows, Profile(name="p"))
+    plain, _ = fit_class(dataclasses.replace(rows, ranges=(), configs=2), Profile(name="p"))
+    assert fit.mape_held < 3.0 < plain.mape_held and fit.extra["configs"] == 2
+    assert [(c.x_min, c.x_max, c.x_tile) for c in prof.curves["gemm.fp8"]] == [(0.0, 64.0, 64.0), (64.0, 0.0, 256.0)]
+
+
+def test_prefill_reprice_matches_attention_component_with_a_per_head_cost():
+    """Prefill rows re-priced by the importer (heads per rank in the shapes) are attention.py's own price
+    under a curve with the per-(sequence, head) term."""
+    from rackplan.sim.cost import attention as attn
+
+    prof = Profile(name="p", curves={"attn.prefill.gqa.bf16": (dataclasses.replace(TRUE_ATTN, z_half=3e6),)})
+    model, comp = opdb_ops._gqa(16, 1, 128, 2.0)
+    b, s = np.array([1.0, 32.0, 256.0]), np.array([16.0, 512.0, 4096.0])
+    shapes = opdb_ops._core_shapes(model, comp, "prefill", b, s, 1, HW)
+    fast = opdb_ops._core_predict("gqa", "prefill", shapes, HW)(prof, np.arange(3))
+    slow = [attn.prefill_component(model, comp, ((bi, si, 0.0),), 1, 1, HW, prof)[0] for bi, si in zip(b, s)]
+    without = Profile(name="p", curves={"attn.prefill.gqa.bf16": (TRUE_ATTN,)})
+    no_head = [attn.prefill_component(model, comp, ((bi, si, 0.0),), 1, 1, HW, without)[0] for bi, si in zip(b, s)]
+    assert np.allclose(fast, slow, rtol=1e-12) and shapes[0, 4] == 16.0 and np.all(np.array(slow) > no_head)
