@@ -110,6 +110,32 @@ def warmup_profile(per_run: list[list], last: int = 12) -> dict[str, list[float]
             for k, by in sorted(ratios.items())}
 
 
+def run_levels(per_run: list[list]) -> tuple[dict[str, float], float]:
+    """How much of the spread is a whole run running faster or slower: per decode part, the standard
+    deviation (%) over runs of a run's level (median over its steady steps of the step's part time
+    over the median of every run's steps of that shape), and the mean correlation of the runs'
+    levels between parts."""
+    pooled: dict[tuple, list[float]] = {}
+    for steps in per_run:
+        for s in steady(steps):
+            for part, v in s.parts.items():
+                pooled.setdefault((part, s.key), []).append(v)
+    ref = {k: float(np.median(v)) for k, v in pooled.items()}
+    parts = [p for p in PART_PARAMS]
+    levels = np.full((len(per_run), len(parts)), np.nan)
+    for i, steps in enumerate(per_run):
+        for j, part in enumerate(parts):
+            r = [s.parts[part] / ref[(part, s.key)] for s in steady(steps) if s.role == "decode"
+                 and ref.get((part, s.key), 0) > 0 and part in s.parts]
+            if r:
+                levels[i, j] = np.median(r)
+    logs = np.log(levels)
+    sd = {p: round(100 * float(np.nanstd(logs[:, j])), 1) for j, p in enumerate(parts)}
+    pairs = [np.corrcoef(logs[ok, a], logs[ok, b])[0, 1] for a in range(len(parts)) for b in range(a)
+             for ok in [~np.isnan(logs[:, a]) & ~np.isnan(logs[:, b])] if ok.sum() > 2]
+    return sd, float(np.mean(pairs)) if pairs else float("nan")
+
+
 def spread(per_run: list[list]) -> tuple[dict[str, float], list[float]]:
     """Per part: median over shapes of the relative spread (max - min) / median of the per-run
     medians (steps after the warm-up); and the decode DP wait of each shape (median over runs of
@@ -166,6 +192,9 @@ def main() -> int:
         held = res["host_held_out_error_pct"].get(part, float("nan"))
         cpu, wall = (f"{n.get(part, float('nan')):.1f}" for n in (noise, wall_noise))
         print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {f'{cpu} / {wall}':>26s}")
+    sd, corr = run_levels(per_run)
+    print("run level (a whole run faster or slower), sd over runs %: " + ", ".join(f"{k} {v}" for k, v in sd.items())
+          + f"; mean correlation between parts {corr:.2f}")
     if waits:
         print(f"{DP_WAIT} (not fitted: the OS scheduling the ranks): median {np.median(waits) * 1e6:.0f} us over "
               f"{len(waits)} shapes ({np.percentile(waits, 10) * 1e6:.0f}-{np.percentile(waits, 90) * 1e6:.0f} us), "

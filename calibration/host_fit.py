@@ -153,9 +153,9 @@ def _rank(shape: dict, role: str, depth: int, admitted: float, finished: float) 
     return RankHost(seqs, tokens, emitted, seqs * depth if role == "decode" else 0.0, admitted, finished)
 
 
-def steady(steps: list[HostStep]) -> list[HostStep]:
-    """The steps after each instance's warm-up (WARMUP_STEPS)."""
-    return [s for s in steps if s.index >= WARMUP_STEPS]
+def steady(steps: list[HostStep], warmup: int = WARMUP_STEPS) -> list[HostStep]:
+    """The steps after each instance's first `warmup` steps."""
+    return [s for s in steps if s.index >= warmup]
 
 
 def medians(steps: list[HostStep]) -> list[HostStep]:
@@ -238,12 +238,13 @@ class HostPredictor:
 
 
 def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
-                   held_sizes: set[int] = frozenset(), params: dict[str, tuple[str, ...]] | None = None) -> HostFit:
+                   held_sizes: set[int] = frozenset(), params: dict[str, tuple[str, ...]] | None = None,
+                   warmup: int = WARMUP_STEPS) -> HostFit:
     """Each part's parameters (`params`, default PART_PARAMS; the others keep `base`'s values) on the
     `role` step shapes whose size is not in `held_sizes` (shapes of at least MIN_STEPS steps after
-    the warm-up), errors on both sets."""
+    each instance's first `warmup`), errors on both sets."""
     hp = dataclasses.replace(base, scheduler="central")
-    shapes = [s for s in medians([s for s in steady(steps) if s.role == role]) if s.steps >= MIN_STEPS]
+    shapes = [s for s in medians([s for s in steady(steps, warmup) if s.role == role]) if s.steps >= MIN_STEPS]
     fit_set = [s for s in shapes if s.size not in held_sizes]
     held = [s for s in shapes if s.size in held_sizes]
     out = HostFit(hp)
