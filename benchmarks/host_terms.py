@@ -7,7 +7,7 @@ left out in turn (held at 0), side by side with the full model, fit and held-out
 
 Rows: `full` (calibration/host_fit.py's PART_PARAMS); `fixed x DP` (the form before the per-rank
 term: the central scheduler's fixed part paid once per DP rank, schedule_step_s held at 0 so
-schedule_per_rank_s is that fixed part); one row per left-out term; `with warm-up` (the full model
+schedule_per_rank_s is that fixed part); one row per left-out term; `warm-up kept` (the full model
 on every step, the instances' first WARMUP_STEPS included).
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main() -> int:
         params = {part: tuple(n for n in PART_PARAMS[part] if n not in off)}
         fit = fit_host_parts(pred, steps, dataclasses.replace(base, **zero), "decode", HOLDOUT, params)
         rows.append((name, fit))
-    rows.append(("with warm-up", fit_host_parts(pred, steps, base, "decode", HOLDOUT, warmup=0)))
+    rows.append(("warm-up kept", fit_host_parts(pred, steps, base, "decode", HOLDOUT, warmup=0)))
     print(f"{sum(s.role == 'decode' for s in steps)} decode steps; fit / held-out MAPE %")
     print(f"{'model':26s} " + " ".join(f"{p:>14s}" for p in PARTS))
     for name, fit in rows:
@@ -62,7 +62,7 @@ def main() -> int:
         print(f"{name:26s} " + " ".join(f"{c:>14s}" for c in cells))
     pre = load_profile("cpu-local").host_for("prefill")
     print("prefill loop, fit / held-out MAPE % (fit / held-out shapes)")
-    for name, warmup in (("full", host_fit.WARMUP_STEPS), ("with warm-up", 0)):
+    for name, warmup in (("full", host_fit.WARMUP_STEPS), ("warm-up kept", 0)):
         fit = fit_host_parts(pred, steps, pre, "prefill", HOLDOUT, warmup=warmup)
         print(f"{name:26s} " + " ".join(f"{p}: {fit.fit_error[p]:.1f} / {fit.held_error.get(p, float('nan')):.1f} "
                                         f"({fit.points[p][0]}/{fit.points[p][1]})" for p in fit.fit_error))
