@@ -10,9 +10,9 @@ held-out shapes, plus the run-to-run spread of the same shape (the machine is sh
 per-run medians), the DP wait it does not fit (host.dp_sync's wall time less its CPU time) and the
 warm-up profile that WARMUP_STEPS (calibration/host_fit.py) is read from.
 
-    python benchmarks/host_sweep.py --out runs/host_sweep            # ~8 min idle, ~25 on 2 busy cores
+    python benchmarks/host_sweep.py --out runs/host_sweep            # 240 runs: ~16 min idle, ~50 busy
     python benchmarks/host_sweep.py --out runs/host_sweep --fit-only # refit the runs already there
-    python benchmarks/host_sweep.py --out runs/b --fit-only --with runs/a  # both sweeps' runs: 4 repeats
+    python benchmarks/host_sweep.py --out runs/b --fit-only --with runs/a  # both sweeps' runs together
 """
 from __future__ import annotations
 
@@ -162,7 +162,9 @@ def spread(per_run: list[list]) -> tuple[dict[str, float], list[float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/host_sweep")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=4,
+                    help="runs per plan and concurrency: a whole run is 7-15%% faster or slower than another "
+                         "(run level), so a shape's target needs several (2 repeats: 120 runs, ~8 min idle)")
     ap.add_argument("--fit-only", action="store_true", help="fit the runs under --out without running more")
     ap.add_argument("--with", dest="also", action="append", default=[], metavar="DIR",
                     help="fit the runs of another sweep's --out DIR too (more repeats per shape)")

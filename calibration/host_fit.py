@@ -289,7 +289,8 @@ def _fit_part(pred: HostPredictor, hp: HostParams, part: str, names: tuple[str, 
     x0 = [max(getattr(hp, n) + (getattr(hp, SIGNED[n]) if n in SIGNED else 0.0), 1e-7) for n in names]
     p, _ = fit_relative(predict, x0, [0.0] * len(names), [1.0] * len(names), meas, "measurements",
                         f"{part} seconds")
-    return make([float(f"{v:.4g}") if v > 1e-12 else 0.0 for v in p])  # below a picosecond: nothing
+    fitted = make([v if v > 1e-12 else 0.0 for v in p])  # below a picosecond: nothing
+    return dataclasses.replace(fitted, **{n: float(f"{getattr(fitted, n):.4g}") for n in names})
 
 
 def _err(pred: HostPredictor, hp: HostParams, part: str, steps: list[HostStep]) -> float:
