@@ -112,7 +112,8 @@ class HostParams:
         for f in dataclasses.fields(self):
             if f.name not in ("kernels_per_layer", "scheduler", "prepare_spec_s"):
                 non_negative(getattr(self, f.name), f.name)
-        non_negative(self.prepare_step_s + self.prepare_spec_s, "prepare_spec_s")  # a step's fixed part stays >= 0
+        check(self.prepare_step_s + self.prepare_spec_s >= 0, "prepare_spec_s",
+              "a difference that keeps a speculative step's fixed part >= 0 (>= -prepare_step_s)", self.prepare_spec_s)
         positive(self.kernels_per_layer, "kernels_per_layer")
 
     def scaled(self, parts: tuple[str, ...], factor: float) -> "HostParams":
