@@ -61,7 +61,7 @@ SIGNED = {"prepare_spec_s": "prepare_step_s"}
 MIN_SHAPES = 3  # step shapes a part needs before it is fitted (else it keeps the base value)
 MIN_STEPS = 5  # steps behind a shape's medians before it counts (fill and drain pass sizes once)
 # An instance's first steps run its host code cold (first calls, allocator growth, caches): the
-# parts' per-step times over those of later steps of the same run and shape are 1.5-2.8x at step 0
+# parts' per-step times over those of later steps of the same run and shape are 1.3-3.4x at step 0
 # and settle within ~5% from step 8 on (benchmarks/host_sweep.py prints the profile). Fit and
 # held-out shapes both leave them out; a serving engine pays them once, at start-up.
 WARMUP_STEPS = 8
