@@ -7,10 +7,12 @@ every smaller size while it fills and drains. Every step records its host parts 
 host.prepare, host.dp_sync, host.sample, host.output: executor/disagg.py). The fit holds out the
 step sizes --holdout (sequences on the busiest rank) and prints each part's MAPE on the fit and
 held-out shapes, plus the run-to-run spread of the same shape (the machine is shared: medians of
-per-run medians), and the DP wait it does not fit (host.dp_sync's wall time less its CPU time).
+per-run medians), the DP wait it does not fit (host.dp_sync's wall time less its CPU time) and the
+warm-up profile that WARMUP_STEPS (calibration/host_fit.py) is read from.
 
-    python benchmarks/host_sweep.py --out runs/host_sweep            # ~10-15 min on 2 busy cores
+    python benchmarks/host_sweep.py --out runs/host_sweep            # 240 runs: ~16 min idle, ~50 busy
     python benchmarks/host_sweep.py --out runs/host_sweep --fit-only # refit the runs already there
+    python benchmarks/host_sweep.py --out runs/b --fit-only --with runs/a  # both sweeps' runs together
 """
 from __future__ import annotations
 
@@ -23,7 +25,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rackplan.calibration.host_fit import DP_WAIT, host_steps, medians
+from rackplan.calibration.host_fit import (
+    DP_WAIT,
+    MIN_STEPS,
+    PART_PARAMS,
+    WARMUP_STEPS,
+    HostStep,
+    host_steps,
+    medians,
+    steady,
+)
 from rackplan.calibration.io import read_measurements
 from rackplan.specs import load_profile
 
@@ -71,34 +82,96 @@ def run_all(out: Path, repeats: int) -> list[Path]:
     return runs
 
 
-def spread(runs: list[Path]) -> tuple[dict[str, float], list[float]]:
+def read_steps(runs: list[Path], wall: bool = False) -> list[list]:
+    """Each run's HostSteps (every step, warm-up included): each part's thread CPU time, as the fit
+    reads it, or (`wall`) its wall time."""
+    def rec(r, i):
+        return {k: v for k, v in r.items() if k != "cpu_s"} | {"_run": i} if wall else dict(r, _run=i)
+    return [host_steps([rec(r, i) for r in read_measurements(folder)]) for i, folder in enumerate(runs)]
+
+
+def warmup_profile(per_run: list[list], last: int = 12) -> dict[str, list[float]]:
+    """Per role/part: for step index k < `last`, the median over runs and shapes of a step's part
+    time over the median of the same run's steps of that shape from index `last` on (what
+    WARMUP_STEPS is read from)."""
+    ratios: dict[str, dict[int, list[float]]] = {}
+    for steps in per_run:
+        ref: dict[tuple, list[HostStep]] = {}
+        for s in steps:
+            if s.index >= last:
+                ref.setdefault(s.key, []).append(s)
+        for s in steps:
+            if s.index < last and s.key in ref:
+                for part, v in s.parts.items():
+                    base = np.median([r.parts[part] for r in ref[s.key] if part in r.parts] or [0.0])
+                    if part in PART_PARAMS and base > 0:
+                        ratios.setdefault(f"{s.role}/{part}", {}).setdefault(s.index, []).append(v / base)
+    return {k: [float(np.median(by[i])) if i in by else float("nan") for i in range(last)]
+            for k, by in sorted(ratios.items())}
+
+
+def run_levels(per_run: list[list]) -> tuple[dict[str, float], float]:
+    """How much of the spread is a whole run running faster or slower: per decode part, the standard
+    deviation (%) over runs of a run's level (median over its steady steps of the step's part time
+    over the median of every run's steps of that shape), and the mean correlation of the runs'
+    levels between parts."""
+    pooled: dict[tuple, list[float]] = {}
+    for steps in per_run:
+        for s in steady(steps):
+            for part, v in s.parts.items():
+                pooled.setdefault((part, s.key), []).append(v)
+    ref = {k: float(np.median(v)) for k, v in pooled.items()}
+    parts = [p for p in PART_PARAMS]
+    levels = np.full((len(per_run), len(parts)), np.nan)
+    for i, steps in enumerate(per_run):
+        for j, part in enumerate(parts):
+            r = [s.parts[part] / ref[(part, s.key)] for s in steady(steps) if s.role == "decode"
+                 and ref.get((part, s.key), 0) > 0 and part in s.parts]
+            if r:
+                levels[i, j] = np.median(r)
+    logs = np.log(levels)
+    sd = {p: round(100 * float(np.nanstd(logs[:, j])), 1) for j, p in enumerate(parts)}
+    pairs = [np.corrcoef(logs[ok, a], logs[ok, b])[0, 1] for a in range(len(parts)) for b in range(a)
+             for ok in [~np.isnan(logs[:, a]) & ~np.isnan(logs[:, b])] if ok.sum() > 2]
+    return sd, float(np.mean(pairs)) if pairs else float("nan")
+
+
+def spread(per_run: list[list]) -> tuple[dict[str, float], list[float]]:
     """Per part: median over shapes of the relative spread (max - min) / median of the per-run
-    medians; and the decode DP wait of each shape (median over runs of the per-run medians)."""
+    medians (steps after the warm-up); and the decode DP wait of each shape (median over runs of
+    the per-run medians)."""
     per: dict[str, list[float]] = {}
     shapes: dict[tuple, dict[int, list]] = {}
-    for i, folder in enumerate(runs):
-        for s in medians(host_steps([dict(r, _run=i) for r in read_measurements(folder)])):
-            shapes.setdefault(s.key, {})[i] = s
+    for i, steps in enumerate(per_run):
+        for s in medians(steady(steps)):
+            if s.steps >= MIN_STEPS:  # a per-run median of one or two steps is no run's level
+                shapes.setdefault(s.key, {})[i] = s
     waits = [float(np.median([s.parts[DP_WAIT] for s in by_run.values()])) for key, by_run in shapes.items()
              if key[0] == "decode" and all(DP_WAIT in s.parts for s in by_run.values())]
-    for by_run in shapes.values():
+    for key, by_run in shapes.items():
         if len(by_run) < 2:
             continue
         for part in next(iter(by_run.values())).parts:
             vals = [s.parts[part] for s in by_run.values() if part in s.parts]
+            name = part if key[0] == "decode" else f"{key[0]}/{part}"  # as calibrate names the parts
             if len(vals) >= 2 and np.median(vals) > 0:
-                per.setdefault(part, []).append((max(vals) - min(vals)) / float(np.median(vals)))
+                per.setdefault(name, []).append((max(vals) - min(vals)) / float(np.median(vals)))
     return {k: round(100 * float(np.median(v)), 1) for k, v in per.items()}, waits
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/host_sweep")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=4,
+                    help="runs per plan and concurrency: a whole run is 7-15%% faster or slower than another "
+                         "(run level), so a shape's target needs several (2 repeats: 120 runs, ~8 min idle)")
     ap.add_argument("--fit-only", action="store_true", help="fit the runs under --out without running more")
+    ap.add_argument("--with", dest="also", action="append", default=[], metavar="DIR",
+                    help="fit the runs of another sweep's --out DIR too (more repeats per shape)")
     args = ap.parse_args()
     out = Path(args.out)
     runs = sorted((out / "runs").glob("*/")) if args.fit_only else run_all(out, args.repeats)
+    runs += [r for d in args.also for r in sorted((Path(d) / "runs").glob("*/"))]
     prof_path = out / "host-cpu-local.yaml"
     cmd = [sys.executable, "-m", "rackplan.cli", "calibrate", "--host-sweep", "--base", "cpu-local",
            "--holdout", "decode:" + ",".join(map(str, HOLDOUT)), "--out", str(prof_path), "--json"]
@@ -106,13 +179,24 @@ def main() -> int:
         cmd += ["--measurements", str(folder)]
     res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["profile"]
     prov = load_profile(prof_path).provenance["host_fit"]
-    noise, waits = spread(runs)
+    per_run = read_steps(runs)
+    noise, waits = spread(per_run)
+    wall_noise, _ = spread(read_steps(runs, wall=True))
+    print(f"warm-up: a step's part time / the same run and shape from step 12 on, by step index (the fit "
+          f"leaves out steps 0-{WARMUP_STEPS - 1})")
+    for name, ratios in warmup_profile(per_run).items():
+        print(f"  {name:22s} " + " ".join(f"{r:4.2f}" for r in ratios))
     print(f"{len(runs)} runs, {prov['steps']} steps; held-out sizes {prov['held_out_sizes']}")
-    print(f"{'part':14s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'shapes fit/held':>16s} {'run spread %':>13s}")
+    print(f"{'part':22s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'shapes fit/held':>16s} "
+          f"{'run spread % (CPU / wall)':>26s}")
     for part, err in res["host_fit_error_pct"].items():
         n_fit, n_held = prov["shapes_fit_held"][part]
         held = res["host_held_out_error_pct"].get(part, float("nan"))
-        print(f"{part:14s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {noise.get(part, float('nan')):13.1f}")
+        cpu, wall = (f"{n.get(part, float('nan')):.1f}" for n in (noise, wall_noise))
+        print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {f'{cpu} / {wall}':>26s}")
+    sd, corr = run_levels(per_run)
+    print("run level (a whole run faster or slower), sd over runs %: " + ", ".join(f"{k} {v}" for k, v in sd.items())
+          + f"; mean correlation between parts {corr:.2f}")
     if waits:
         print(f"{DP_WAIT} (not fitted: the OS scheduling the ranks): median {np.median(waits) * 1e6:.0f} us over "
               f"{len(waits)} shapes ({np.percentile(waits, 10) * 1e6:.0f}-{np.percentile(waits, 90) * 1e6:.0f} us), "

@@ -205,7 +205,7 @@ def _from_measurements(args, base, name):
 
 def _from_host_sweep(args, base, name):
     """The base profile with its host block fitted from a host-loop sweep (calibration/host_fit.py)."""
-    from .host_fit import MIN_STEPS, HostPredictor, fit_host_parts, host_steps
+    from .host_fit import MIN_STEPS, WARMUP_STEPS, HostPredictor, fit_host_parts, host_steps
 
     records = []
     for i, m in enumerate(args.measurements):
@@ -229,7 +229,8 @@ def _from_host_sweep(args, base, name):
     extra = {"hardware": hw.name, "host_fit": {
         "method": "per part and role: HostParams of sim/cost/host.py, soft-L1 relative least squares on medians of "
                   "per-run medians of the steps of one shape (role, DP size, draft depth, sequences on the busiest "
-                  f"rank) with at least {MIN_STEPS} steps, each shape predicted from its steps the same way; "
+                  f"rank) with at least {MIN_STEPS} steps after each instance's first {WARMUP_STEPS} (its host "
+                  "code cold), each shape predicted from its steps the same way; "
                   "each part's thread CPU time on the busiest rank (host.dp_sync: the collective's own work; "
                   "its wait for the other ranks, OS scheduling on the CPU executor, is not fitted)",
         "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,

@@ -11,7 +11,8 @@ machine running three ranks it is the OS scheduling the ranks (its medians over 
 spread 150-190%), not host work that dp_jitter's straggle model could price.
 One `HostStep` per (run, instance, step) holds each part's seconds (for the per-rank parts the
 busiest rank's: _busiest) and what the step ran on every rank, with the requests the instance
-admitted and finished in it. Steps of one shape (role, DP size, draft depth, sequences on the
+admitted and finished in it. Each instance's first WARMUP_STEPS steps (its host code cold) are
+left out of fit and held-out shapes alike. Steps of one shape (role, DP size, draft depth, sequences on the
 busiest rank) collapse to medians: per run, then over runs (the machine is shared: a neighbour's
 burst slows whole stretches of a run); the model's value for a shape is its per-step predictions
 collapsed the same way (a shape mixes steps that admit or finish requests with steps that do not).
@@ -21,12 +22,15 @@ nothing re-derived here):
   host.schedule  schedule_step_s, schedule_per_rank_s, schedule_per_seq_s, schedule_per_admit_s,
                  schedule_spec_s (the instance's ranks, sequences and admitted requests: the
                  executor's leader schedules every DP rank, HostParams.scheduler 'central')
-  host.prepare   prepare_step_s, prepare_per_seq_s, prepare_per_token_s
+  host.prepare   prepare_step_s, prepare_per_seq_s, prepare_per_token_s, prepare_spec_s (signed: a
+                 speculative step's difference; on the CPU executor its first torch call runs
+                 warmer than a plain step's, so it comes out < 0, SIGNED)
   host.sample    sample_step_s, sample_per_seq_s, sample_per_draft_s, spec_sync_s (a speculative
                  step's host work that waits for its device result: on CPU the rejection
                  sampler's fixed cost after the verify forward; 0 without speculation)
-  host.output    output_step_s, output_per_token_s, output_per_finish_s, output_spec_s (emitted
-                 tokens and finished requests of the instance)
+  host.output    output_step_s, output_per_seq_s, output_per_token_s, output_per_finish_s,
+                 output_spec_s (sequences booked, emitted tokens and finished requests of the
+                 instance: the executor's booking updates each seat once, whatever it emitted)
   host.dp_sync   dp_sync_s (steps of instances with DP > 1; dp_jitter keeps the base's value)
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
 base profile's values.
@@ -46,13 +50,21 @@ from .robust import fit_relative, mape
 PART_PARAMS = {  # the HostParams fields each part is fitted by (upper bound: 1 s each)
     "host.schedule": ("schedule_step_s", "schedule_per_rank_s", "schedule_per_seq_s", "schedule_per_admit_s",
                       "schedule_spec_s"),
-    "host.prepare": ("prepare_step_s", "prepare_per_seq_s", "prepare_per_token_s"),
+    "host.prepare": ("prepare_step_s", "prepare_per_seq_s", "prepare_per_token_s", "prepare_spec_s"),
     "host.sample": ("sample_step_s", "sample_per_seq_s", "sample_per_draft_s", "spec_sync_s"),
-    "host.output": ("output_step_s", "output_per_token_s", "output_per_finish_s", "output_spec_s"),
+    "host.output": ("output_step_s", "output_per_seq_s", "output_per_token_s", "output_per_finish_s", "output_spec_s"),
     "host.dp_sync": ("dp_sync_s",),
 }
+# a signed difference between two kinds of step -> the fixed part it adds to: the fit varies their
+# sum (that kind of step's fixed part, >= 0 as every other term) and writes the difference
+SIGNED = {"prepare_spec_s": "prepare_step_s"}
 MIN_SHAPES = 3  # step shapes a part needs before it is fitted (else it keeps the base value)
 MIN_STEPS = 5  # steps behind a shape's medians before it counts (fill and drain pass sizes once)
+# An instance's first steps run its host code cold (first calls, allocator growth, caches): the
+# parts' per-step times over those of later steps of the same run and shape are 1.3-3.4x at step 0
+# and settle within ~5% from step 8 on (benchmarks/host_sweep.py prints the profile). Fit and
+# held-out shapes both leave them out; a serving engine pays them once, at start-up.
+WARMUP_STEPS = 8
 DP_WAIT = "host.dp_sync.wait"  # a step's DP wait: host.dp_sync's wall less its CPU time (reported, not fitted)
 
 
@@ -67,6 +79,7 @@ class HostStep:
     whole: RankHost  # what the instance ran (the central scheduler's work)
     parts: dict[str, float]  # measured seconds per host part
     run: int = 0
+    index: int = 0  # the step's number in its instance's loop (0: the first step it ran)
     steps: int = 1  # steps behind the medians
     members: tuple = ()  # a shape's steps, per run (tuples of HostSteps): what its medians came from
 
@@ -88,14 +101,14 @@ def host_steps(records: list[dict]) -> list[HostStep]:
             key = (r.get("_run", 0), r["shape"].get("instance", r["role"]), r["role"], r["step"])
             by_step.setdefault(key, []).append(r)
     out = []
-    for (run, _, role, _), recs in sorted(by_step.items()):
-        step = _one(run, role, recs)
+    for (run, _, role, index), recs in sorted(by_step.items()):
+        step = _one(run, role, index, recs)
         if step is not None:
             out.append(step)
     return out
 
 
-def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
+def _one(run: int, role: str, index: int, recs: list[dict]) -> HostStep | None:
     per_part: dict[str, list[tuple[int, float]]] = {}
     per_rank: dict[int, dict] = {}
     for r in recs:
@@ -115,7 +128,7 @@ def _one(run: int, role: str, recs: list[dict]) -> HostStep | None:
     tokens = float(shp.get("tokens_global", 0))
     whole = RankHost(float(shp["seqs_global"]), tokens, float(shp.get("emitted_global", 0)),
                      float(shp["seqs_global"]) * depth if role == "decode" else 0.0, admitted, finished)
-    return HostStep(role, dp, depth, ranks, whole, parts, run)
+    return HostStep(role, dp, depth, ranks, whole, parts, run, index)
 
 
 def _busiest(vals: list[tuple[int, float]]) -> float:
@@ -138,6 +151,11 @@ def _rank(shape: dict, role: str, depth: int, admitted: float, finished: float) 
     seqs, tokens = float(shape.get("batch", 0)), float(shape.get("tokens", 0))
     emitted = float(shape.get("tokens_emitted", seqs)) if role == "decode" else float(len(shape.get("prefill_new", [])))
     return RankHost(seqs, tokens, emitted, seqs * depth if role == "decode" else 0.0, admitted, finished)
+
+
+def steady(steps: list[HostStep], warmup: int = WARMUP_STEPS) -> list[HostStep]:
+    """The steps after each instance's first `warmup` steps."""
+    return [s for s in steps if s.index >= warmup]
 
 
 def medians(steps: list[HostStep]) -> list[HostStep]:
@@ -220,12 +238,13 @@ class HostPredictor:
 
 
 def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
-                   held_sizes: set[int] = frozenset(), params: dict[str, tuple[str, ...]] | None = None) -> HostFit:
+                   held_sizes: set[int] = frozenset(), params: dict[str, tuple[str, ...]] | None = None,
+                   warmup: int = WARMUP_STEPS) -> HostFit:
     """Each part's parameters (`params`, default PART_PARAMS; the others keep `base`'s values) on the
-    `role` step shapes whose size is not in `held_sizes` (shapes of at least MIN_STEPS steps), errors
-    on both sets."""
+    `role` step shapes whose size is not in `held_sizes` (shapes of at least MIN_STEPS steps after
+    each instance's first `warmup`), errors on both sets."""
     hp = dataclasses.replace(base, scheduler="central")
-    shapes = [s for s in medians([s for s in steps if s.role == role]) if s.steps >= MIN_STEPS]
+    shapes = [s for s in medians([s for s in steady(steps, warmup) if s.role == role]) if s.steps >= MIN_STEPS]
     fit_set = [s for s in shapes if s.size not in held_sizes]
     held = [s for s in shapes if s.size in held_sizes]
     out = HostFit(hp)
@@ -257,16 +276,21 @@ def _fit_part(pred: HostPredictor, hp: HostParams, part: str, names: tuple[str, 
     meas = np.array([s.parts[part] for s in fs])
 
     def make(p):
-        return dataclasses.replace(hp, **{n: float(v) for n, v in zip(names, p)})
+        vals = {n: float(v) for n, v in zip(names, p)}
+        for n, base in SIGNED.items():
+            if n in vals:  # the fit's variable is the sum
+                vals[n] -= vals.get(base, getattr(hp, base))
+        return dataclasses.replace(hp, **vals)
 
     def predict(p):
         h, memo = make(p), {}
         return np.array([pred.shape_part(h, s, part, memo) for s in fs])
 
-    x0 = [max(getattr(hp, n), 1e-7) for n in names]
+    x0 = [max(getattr(hp, n) + (getattr(hp, SIGNED[n]) if n in SIGNED else 0.0), 1e-7) for n in names]
     p, _ = fit_relative(predict, x0, [0.0] * len(names), [1.0] * len(names), meas, "measurements",
                         f"{part} seconds")
-    return make([float(f"{v:.4g}") if v > 1e-12 else 0.0 for v in p])  # below a picosecond: nothing
+    fitted = make([v if v > 1e-12 else 0.0 for v in p])  # below a picosecond: nothing
+    return dataclasses.replace(fitted, **{n: float(f"{getattr(fitted, n):.4g}") for n in names})
 
 
 def _err(pred: HostPredictor, hp: HostParams, part: str, steps: list[HostStep]) -> float:

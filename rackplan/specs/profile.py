@@ -96,6 +96,9 @@ class HostParams:
     prepare_step_s: float = 100e-6  # input preparation (positions, block tables, metadata): per step
     prepare_per_seq_s: float = 10e-6  # ... per sequence
     prepare_per_token_s: float = 0.0  # ... per token the step runs (prompt tokens, 1 + drafts per seq)
+    # ... a speculative decode step's difference from a plain one, signed (0 where not measured):
+    # the code path before the inputs differs (the CPU executor measures < 0, sim/cost/host.py)
+    prepare_spec_s: float = 0.0
     launch_s: float = 4e-6  # one kernel launch without CUDA graphs
     kernels_per_layer: int = 24  # kernel launches per layer of a step
     graph_launch_s: float = 50e-6  # one CUDA-graph replay
@@ -109,6 +112,7 @@ class HostParams:
     spec_sync_s: float = 300e-6
     output_step_s: float = 50e-6  # output processing in the engine: per step
     output_per_token_s: float = 12e-6  # ... per emitted token
+    output_per_seq_s: float = 0.0  # ... per running sequence (its request's state; 0 where not measured)
     output_per_finish_s: float = 0.0  # ... per request finished this step (0 where not measured)
     output_spec_s: float = 0.0  # ... per speculative decode step (accepted counts; 0 where not measured)
     api_per_token_s: float = 15e-6  # API server (its own processes): detokenise one emitted token
@@ -116,8 +120,10 @@ class HostParams:
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
-            if f.name not in ("kernels_per_layer", "scheduler"):
+            if f.name not in ("kernels_per_layer", "scheduler", "prepare_spec_s"):
                 non_negative(getattr(self, f.name), f.name)
+        check(self.prepare_step_s + self.prepare_spec_s >= 0, "prepare_spec_s",
+              "a difference that keeps a speculative step's fixed part >= 0 (>= -prepare_step_s)", self.prepare_spec_s)
         positive(self.kernels_per_layer, "kernels_per_layer")
 
     def scaled(self, parts: tuple[str, ...], factor: float) -> "HostParams":

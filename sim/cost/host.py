@@ -6,16 +6,18 @@ profile's `host:` block, rackplan.specs.HostParams):
                  it admits this step (new request state, cache blocks, the prompt's bookkeeping) +
                  a speculative step's draft bookkeeping (a per-rank scheduler schedules its own
                  rank; a central one, HostParams.scheduler, every rank and sequence of the instance)
-  host.prepare   input preparation: fixed + per sequence + per token the step runs
+  host.prepare   input preparation: fixed + per sequence + per token the step runs + a speculative
+                 step's difference (signed: a GPU engine builds the drafts' metadata, > 0; the CPU
+                 executor measures < 0: its plain step's first torch call runs colder)
   host.launch    one CUDA-graph replay, or every kernel of every layer when eager
   host.dp_sync   DP coordination: the collective that lines the ranks up (per doubling of DP) and
                  the wait for the slowest rank (work x jitter x expected max of DP normal draws);
                  an idle rank runs a dummy step (the fixed parts only), so it never sets the max
   host.sample    sampling + rejection sampling per draft token (+ the accepted-count readback of a
                  speculative step)
-  host.output    output processing: fixed + per emitted token + per request that finishes (its
-                 state and blocks freed) + a speculative step's accepted-count bookkeeping (rank
-                 or instance, as the scheduler)
+  host.output    output processing: fixed + per sequence booked (its request's state) + per emitted
+                 token + per request that finishes (its state and blocks freed) + a speculative
+                 step's accepted-count bookkeeping (rank or instance, as the scheduler)
 The API server (host.api_server) runs in its own processes beside the engine: it detokenises
 every emitted token and sends one chunk per request per stream interval, shared by the API-server
 processes of an endpoint (one endpoint per host the instance spans). It never delays the engine,
@@ -101,7 +103,8 @@ def schedule_seconds(hp: HostParams, w: RankHost, ranks: int) -> float:
 def rank_parts(hp: HostParams, w: RankHost) -> tuple[float, float, float, float]:
     """(schedule, prepare, sample, output) seconds of one rank's step."""
     schedule = schedule_seconds(hp, w, 1)
-    prepare = hp.prepare_step_s + hp.prepare_per_seq_s * w.seqs + hp.prepare_per_token_s * w.tokens
+    prepare = (hp.prepare_step_s + hp.prepare_per_seq_s * w.seqs + hp.prepare_per_token_s * w.tokens
+               + (hp.prepare_spec_s if w.drafts > 0 else 0.0))
     sample = hp.sample_step_s + hp.sample_per_seq_s * w.seqs + hp.sample_per_draft_s * w.drafts
     output = output_seconds(hp, w, 1)
     return schedule, prepare, sample, output
@@ -117,7 +120,8 @@ def central_parts(hp: HostParams, whole: RankHost, dp: int) -> tuple[float, floa
 def output_seconds(hp: HostParams, w: RankHost, ranks: int) -> float:
     """Output processing of a step that books the work `w` of `ranks` DP ranks."""
     spec = hp.output_spec_s if w.drafts > 0 else 0.0
-    return hp.output_step_s * ranks + hp.output_per_token_s * w.emitted + hp.output_per_finish_s * w.finished + spec
+    return (hp.output_step_s * ranks + hp.output_per_seq_s * w.seqs + hp.output_per_token_s * w.emitted
+            + hp.output_per_finish_s * w.finished + spec)
 
 
 def launch_seconds(hp: HostParams, num_layers: int, graphs: bool) -> float:

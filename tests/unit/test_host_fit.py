@@ -5,7 +5,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rackplan.calibration.host_fit import DP_WAIT, HostPredictor, fit_host_parts, host_steps, medians
+from rackplan.calibration.host_fit import (
+    DP_WAIT,
+    WARMUP_STEPS,
+    HostPredictor,
+    fit_host_parts,
+    host_steps,
+    medians,
+    steady,
+)
 from rackplan.specs import HostParams, load_hardware, load_model
 
 pytestmark = pytest.mark.unit
@@ -14,7 +22,8 @@ TRUE = HostParams(scheduler="central", schedule_step_s=120e-6, schedule_per_rank
                   schedule_per_admit_s=25e-6, schedule_spec_s=40e-6, prepare_step_s=20e-6,
                   prepare_per_seq_s=2e-6, prepare_per_token_s=0.5e-6, dp_sync_s=400e-6, dp_jitter=0.0,
                   sample_step_s=5e-6, sample_per_seq_s=1e-6, sample_per_draft_s=3e-6, spec_sync_s=8e-6,
-                  output_step_s=15e-6, output_per_token_s=4e-6, output_per_finish_s=6e-6, output_spec_s=5e-6)
+                  output_step_s=15e-6, output_per_token_s=4e-6, output_per_finish_s=6e-6, output_spec_s=5e-6,
+                  prepare_spec_s=-6e-6, output_per_seq_s=1.5e-6)
 
 
 def _records(sizes=(1, 2, 3, 4, 6, 8, 12, 16), dps=(1, 2), depths=(0, 1, 2), steps=6, noise=0.02, seed=0):
@@ -26,7 +35,7 @@ def _records(sizes=(1, 2, 3, 4, 6, 8, 12, 16), dps=(1, 2), depths=(0, 1, 2), ste
             acc = 1.0 + 0.7 * depth
             for b in sizes:
                 for k in range(steps):
-                    step = len(out)
+                    step = WARMUP_STEPS + len(out)  # every step after its instance's warm-up
                     shape = {"batch": b, "tokens": b * (1 + depth), "tokens_emitted": b * acc, "spec_depth": depth,
                              "seqs_global": b * dp, "tokens_global": b * dp * (1 + depth),
                              "emitted_global": b * dp * acc, "instance": f"decode-dp{dp}",
@@ -68,11 +77,23 @@ def test_fit_recovers_the_generating_parts_and_holds_out_sizes():
     assert hp.scheduler == "central"
     for name in ("schedule_step_s", "schedule_per_rank_s", "schedule_per_seq_s", "schedule_per_admit_s",
                  "schedule_spec_s", "output_per_token_s", "output_per_finish_s", "output_spec_s", "dp_sync_s",
-                 "sample_per_draft_s", "spec_sync_s"):
+                 "sample_per_draft_s", "spec_sync_s", "prepare_spec_s", "output_per_seq_s"):
         assert getattr(hp, name) == pytest.approx(getattr(TRUE, name), rel=0.1), name
     assert set(fit.held_error) == {"host.schedule", "host.prepare", "host.sample", "host.output", "host.dp_sync"}
     assert max(fit.held_error.values()) < 3.0 and max(fit.fit_error.values()) < 3.0  # 2% noise
     assert fit.points["host.schedule"] == (5 * 6, 3 * 6)  # 5 fit sizes x (dp, depth), 3 held out
+
+
+def test_each_instances_warm_up_steps_are_left_out():
+    # steps 0 .. WARMUP_STEPS - 1 of an instance run its host code cold: 3x slower here, left out
+    recs = [{"op": "host.prepare", "role": "decode", "step": i, "rank": 0, "instance_dp": 1, "source": "measured",
+             "seconds": 3e-5 if i < WARMUP_STEPS else 1e-5,
+             "shape": {"batch": 4, "tokens": 4, "seqs_global": 4, "instance": "d"}} for i in range(WARMUP_STEPS + 6)]
+    steps = host_steps(recs)
+    assert len(steps) == WARMUP_STEPS + 6
+    assert [s.index for s in steady(steps)] == list(range(WARMUP_STEPS, WARMUP_STEPS + 6))
+    (shape,) = medians(steady(steps))
+    assert shape.steps == 6 and shape.parts["host.prepare"] == pytest.approx(1e-5)
 
 
 def test_a_part_without_enough_shapes_keeps_the_base():

@@ -9,7 +9,16 @@ import pytest
 from rackplan.sim.cost import host
 from rackplan.sim.cost.step import CostContext, RankWork, Step, decode_step, prefill_step
 from rackplan.sim.search import whatif
-from rackplan.specs import HostParams, Layout, Speculation, load_hardware, load_model, load_plan, load_profile
+from rackplan.specs import (
+    HostParams,
+    Layout,
+    SpecError,
+    Speculation,
+    load_hardware,
+    load_model,
+    load_plan,
+    load_profile,
+)
 
 pytestmark = pytest.mark.unit
 V3, GB300 = load_model("deepseek-v3"), load_hardware("gb300-nvl72")  # 61 layers; 4 GPUs per host
@@ -258,6 +267,25 @@ def test_output_per_finished_request():
     # speculative (acceptance 2.5): 8 x 2.5 = 20 tokens: 50 + 20 x 12 + 2 x 7 + 3 = 307 us
     t, _ = _turnover_time(TURN, admitted=0, finished=4, spec=SPEC)
     assert t.part("host.output") == pytest.approx(307e-6)
+
+
+def test_prepare_of_a_speculative_step_and_output_per_sequence():
+    # prepare: 8 sequences, 1 + 2 drafts = 24 tokens: 50 + 8 x 5 + 24 x 1 = 114 us, a speculative
+    # step's difference -20 us (signed: the CPU executor's plain step runs colder) -> 94 us; plain: 50 + 40 + 8
+    hp = dataclasses.replace(HP, prepare_spec_s=-20e-6, output_per_seq_s=2e-6)
+    t, _ = _turnover_time(hp, admitted=0, finished=0, spec=SPEC)
+    assert t.part("host.prepare") == pytest.approx(94e-6)
+    t, _ = _turnover_time(hp, admitted=0, finished=0)
+    assert t.part("host.prepare") == pytest.approx(98e-6)
+    # output: 50 + 8 sequences x 2 + 8 tokens x 12 = 162 us; central (DP 2): 2 x 50 + 16 x 2 + 16 x 12 = 324 us
+    assert t.part("host.output") == pytest.approx(162e-6)
+    t, _ = _turnover_time(dataclasses.replace(hp, scheduler="central"), admitted=0, finished=0)
+    assert t.part("host.output") == pytest.approx(324e-6)
+
+
+def test_a_speculative_steps_prepare_difference_keeps_the_fixed_part_non_negative():
+    with pytest.raises(SpecError, match="prepare_spec_s"):
+        dataclasses.replace(HP, prepare_spec_s=-60e-6)  # 50 - 60 us: a negative fixed part
 
 
 def test_turnover_terms_default_to_nothing():
