@@ -175,12 +175,26 @@ def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.
 def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0, flops=0.0):
     """Attention core (prefill: FlashAttention/FlashMLA-style; decode: paged/absorbed reads) of
     `batch` sequences at context `ctx` doing `flops` (0: unknown, the fixed-latency term drops)."""
+    return attention_at(prof, phase, kind, dtype)(batch, ctx, flops)
+
+
+def attention_at(prof: Profile, phase: str, kind: str, dtype: str):
+    """`attention` of one phase, kind and dtype as a function of (batch, ctx, flops) (its curves
+    found once; a partial, as gemm_at)."""
     c = curve(prof, f"attn.{phase}.{kind}.{dtype}") if prof.curves else None
     if c is None and prof.curves:
         c = curve(prof, f"attn.{phase}.{kind}.bf16")
     if c is None:
-        return prof.attn_eff
-    return evaluate(c, ctx, _per(flops, batch), 0.0, flops)
+        return partial(_attention_datasheet, prof.attn_eff)
+    return partial(_attention_curve, c)
+
+
+def _attention_curve(cs: tuple[Curve, ...], batch, ctx, flops):
+    return evaluate(cs, ctx, _per(flops, batch), 0.0, flops)
+
+
+def _attention_datasheet(eff: float, batch, ctx, flops):
+    return eff
 
 
 def _per(total, count):

@@ -42,7 +42,7 @@ class Group:
     n_dense: int
     n_moe: int
     gemms: tuple["GemmOp", ...]
-    attention: tuple  # (KV component, layers)
+    attention: tuple  # (attention.Component of a KV component, layers)
     prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
     quant_widths: tuple  # (columns of each quantised GEMM input, layers) per op (quant_widths)
     first: bool  # starts at layer 0 (the Engram layers and the embedding are here)
@@ -136,7 +136,9 @@ class LayerPricer:
         listed = ops.layer_gemms(m, cx.layout, n_dense, n_moe)
         gemms = tuple(GemmOp(op, cx.hw, cx.prof, m.dtypes.activation_bytes) for op in listed)
         scale = n_layers / m.num_layers
-        layers = tuple((c, max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
+        dtype = m.dtypes.attention_compute_dtype
+        layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype),
+                        max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
         widths = quant_widths(listed, m.hidden_size) if m.dtypes.activations not in QUANTIZED else ()
         return Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens, widths, first)
 
@@ -233,15 +235,11 @@ class LayerPricer:
         return out
 
     def _attention(self, out: dict, g: Group, w) -> None:
-        cx = self.cx
-        m, hw, prof, tp = cx.model, cx.hw, cx.prof, cx.layout.tp
-        dtype = m.dtypes.attention_compute_dtype
         for comp, layers in g.attention:
             if w.dec_seqs > 0:
-                _add(out, "attn.core", *attn.decode_component(m, comp, w.dec_seqs, w.dec_ctx, self.q, tp, layers,
-                                                              hw, prof, dtype))
+                _add(out, "attn.core", *comp.decode(w.dec_seqs, w.dec_ctx, self.q, layers))
             if g.prefill_tokens and w.chunks:
-                _add(out, "attn.core", *attn.prefill_component(m, comp, w.chunks, tp, layers, hw, prof, dtype))
+                _add(out, "attn.core", *comp.prefill(w.chunks, layers))
 
     def _engram(self, tokens: float) -> tuple[float, float, float]:
         """Seconds, flops, bytes of the Engram rows (V4.1): per token, one row per Engram layer from
