@@ -349,8 +349,11 @@ class StepModel:
     def _host(self, step: Step, gpu: float, graphs: bool) -> HostTime:
         """Host parts of the step (CUDA graphs for decode-only steps, as vLLM's FULL_DECODE_ONLY)."""
         cx, hm = self.cx, self.host
-        dec = sum(w.dec_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
-        pre = sum(w.pre_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
+        dec = pre = 0.0  # the works' sums over the ranks (one loop)
+        for w, r in zip(step.works, step.ranks):
+            dec += w.dec_seqs * r
+            pre += w.pre_seqs * r
+        dec, pre = dec / cx.layout.dp, pre / cx.layout.dp
         api = api_seconds(hm.hp, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
         n = cx.layout.dp
         adm, fin = step.admitted / n, step.finished / n  # per rank: the instance's turnover spread evenly
