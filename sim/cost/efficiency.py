@@ -166,10 +166,24 @@ def expert_dtype(weights: str, compute: str) -> str:
 def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0):
     """Routed-expert grouped GEMM: rows per expert play the part of m (n, k: one expert's GEMM);
     `flops`: the whole op's FLOPs on the rank (0: unknown, the fixed-latency term drops)."""
+    return experts_at(prof, dtype, n, k)(tokens_per_expert, flops)
+
+
+def experts_at(prof: Profile, dtype: str, n=0.0, k=0.0):
+    """`experts` of one expert GEMM shape (n, k) as a function of (rows per expert, flops) (its
+    curves found and bound once, as gemm_at)."""
     c = dtype_curve(prof, "experts", dtype)
     if c is None:
-        return gemm(prof, dtype, tokens_per_expert, n, k)
-    return evaluate(c, tokens_per_expert, n, k, flops)
+        return partial(_experts_gemm, gemm_at(prof, dtype, n, k))
+    return partial(_experts_curve, bind(c, n, k))
+
+
+def _experts_curve(bound: tuple, tokens_per_expert, flops=0.0):
+    return evaluate_bound(bound, tokens_per_expert, flops)
+
+
+def _experts_gemm(gemm_of_m, tokens_per_expert, flops=0.0):
+    return gemm_of_m(tokens_per_expert)
 
 
 def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0, flops=0.0):

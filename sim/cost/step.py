@@ -109,6 +109,12 @@ class StepModel:
         off = offloaded_bytes(m, lay)
         self.offload_s = off / (hw.host_link_bw * efficiency.memory(prof, off)) if off else 0.0
         self.gap_s = prof.eager_kernel_gap_s * prof.host.kernels_per_layer  # per layer of an eager step
+        # the routed experts' kernel: its peak, its efficiency curves bound to one expert's GEMM (n, k:
+        # fixed per layout, moe.expert_work) and its routing's op class
+        compute = m.dtypes.expert_compute_dtype
+        dtype = efficiency.expert_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
+        _, _, _, n, k = expert_work(m, 1.0, 1.0, lay.moe_tp)
+        self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k), f"moe.route.{dtype}")
 
     def variant(self, layout: Layout) -> "StepModel":
         """This model for `layout`, a layout that differs only in host settings (frontend, async
@@ -149,18 +155,16 @@ class StepModel:
     def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
         cx = self.cx
         m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-        ep, moe_tp = lay.ep_size, lay.moe_tp
+        ep = self.ep_size
         f = self.imbalance_at(t_global, n_moe, z)
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
         distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
-        flops, nbytes, rows, n, k = expert_work(m, busiest, distinct, moe_tp)
-        compute = m.dtypes.expert_compute_dtype
-        dtype = efficiency.expert_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
-        eff = efficiency.experts(prof, dtype, rows, n, k, flops=flops)
-        t_exp = price(flops, nbytes, hw.flops_for(compute), eff, hw, prof)
+        flops, nbytes, rows, _, _ = expert_work(m, busiest, distinct, lay.moe_tp)
+        peak, experts_eff, route_class = self._experts
+        t_exp = price(flops, nbytes, peak, experts_eff(rows, flops), hw, prof)
         h = m.hidden_size
         r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
-        t_route = self.layers.stream_seconds(f"moe.route.{dtype}", r_bytes, t_max, h)
+        t_route = self.layers.stream_seconds(route_class, r_bytes, t_max, h)
         send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
