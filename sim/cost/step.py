@@ -102,6 +102,8 @@ class StepModel:
         self._rank_stages: dict = {}  # (rank work, phase) -> its ops' seconds per stage (_stages)
         self.ep_size = lay.ep_size
         self.n_moe = sum(g.n_moe for g in self.layers.groups_decode)  # MoE layers of a step
+        n_dense, n_moe = m.layers_in("decode")
+        self._dense_layers = n_dense, max(n_dense + n_moe, 1)  # (dense layers, all layers at least one): _stages
         # per phase, (MoE layers, whether prompt tokens run them) of the layer groups with MoE layers
         self._moe_groups = {pre: tuple((g.n_moe, g.prefill_tokens) for g in groups if g.n_moe)
                             for pre, groups in ((False, self.layers.groups_decode), (True, self.layers.groups_prefill))}
@@ -218,8 +220,13 @@ class StepModel:
             if total > slowest:
                 slowest, rank_ops, work = total, out, w
         moe = self._ep_group(step, z)
-        extra = self._draft(step) if self.drafter is not None else []
-        total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
+        group_s = 0.0  # the EP group's seconds (a loop: sum() over a generator costs more, per priced step)
+        for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
+            group_s += t_exp + t_route + t_disp + t_comb
+        total = slowest + group_s
+        if self.drafter is None:
+            return Device(rank_ops, moe, [], total, _kernel(step), work)
+        extra = self._draft(step)
         return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step), work)
 
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
@@ -254,9 +261,9 @@ class StepModel:
             by["ffn"] += t_exp + t_route
             disp += t_disp
             comb += t_comb
-        n_dense, n_moe = self.cx.model.layers_in("decode")
+        n_dense, n_layers = self._dense_layers
         dense_ffn = rank_ops.get("dense_ffn", (0.0,))[0]
-        dense_attn = by["attn"] * n_dense / max(n_dense + n_moe, 1)
+        dense_attn = by["attn"] * n_dense / n_layers
         return dbo_.Stages(dense=dense_attn + dense_ffn, attn=by["attn"] - dense_attn, ffn=by["ffn"] - dense_ffn,
                            dispatch=disp, combine=comb, tail=by["tail"] + by["none"])
 
