@@ -232,8 +232,8 @@ class StepModel:
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
         """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
         layer group of the step with tokens (Device.moe)."""
-        has_pre, q = step.has_prefill, self.q
-        phase, kernel = "prefill" if has_pre else "decode", _kernel(step)
+        has_pre, q, memo = step.has_prefill, self.q, self._moes
+        phase, kernel = "prefill" if has_pre else "decode", KERNEL[has_pre]
         moe = []
         for n_moe, prompts in self._moe_groups[has_pre]:
             t_global = t_max = 0.0  # DP ranks hold distinct tokens: the EP group's sum, the busiest rank's
@@ -242,7 +242,10 @@ class StepModel:
                 t_global += t * r
                 t_max = t if t > t_max else t_max
             if t_global > 0:
-                moe.append((n_moe,) + self._moe(t_global, t_max, n_moe, kernel, phase, z))
+                hit = memo.get((t_global, t_max, n_moe, kernel, phase, z))  # _moe, its memo read inlined
+                if hit is None:
+                    hit = self._moe(t_global, t_max, n_moe, kernel, phase, z)
+                moe.append((n_moe, *hit))
         return moe
 
     def _stages(self, dev: Device) -> dbo_.Stages:
@@ -253,18 +256,20 @@ class StepModel:
         by = self._rank_stages.get(key)
         if by is None:
             by = memo_get(self._rank_stages, key, lambda: _stage_sums(rank_ops))
-        by = dict(by)
-        for name, sec, _, _ in extra:
-            by[STAGE[name]] += sec
+        if extra:
+            by = dict(by)
+            for name, sec, _, _ in extra:
+                by[STAGE[name]] += sec
+        attn, ffn = by["attn"], by["ffn"]  # (locals, not a copy of the remembered sums, per priced step)
         disp = comb = 0.0
         for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
-            by["ffn"] += t_exp + t_route
+            ffn += t_exp + t_route
             disp += t_disp
             comb += t_comb
         n_dense, n_layers = self._dense_layers
         dense_ffn = rank_ops.get("dense_ffn", (0.0,))[0]
-        dense_attn = by["attn"] * n_dense / n_layers
-        return dbo_.Stages(dense=dense_attn + dense_ffn, attn=by["attn"] - dense_attn, ffn=by["ffn"] - dense_ffn,
+        dense_attn = attn * n_dense / n_layers
+        return dbo_.Stages(dense=dense_attn + dense_ffn, attn=attn - dense_attn, ffn=ffn - dense_ffn,
                            dispatch=disp, combine=comb, tail=by["tail"] + by["none"])
 
     def price(self, step: Step, z: float = 0.0) -> StepCost:
@@ -395,7 +400,10 @@ def _stage_sums(rank_ops: dict) -> dict[str, float]:
 def _kernel(step: Step) -> str:
     """The all-to-all kernel kind of a step: DeepEP's high-throughput kernels with prompt tokens,
     the low-latency ones for decode-only steps."""
-    return "high_throughput" if step.has_prefill else "low_latency"
+    return KERNEL[step.has_prefill]
+
+
+KERNEL = {True: "high_throughput", False: "low_latency"}  # whether a step has prompt tokens -> its kernel kind
 
 
 def _scaled(step: Step, pp: int) -> Step:
