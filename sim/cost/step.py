@@ -322,7 +322,7 @@ class StepModel:
         return Step(tuple(first), step.ranks), Step(tuple(second), step.ranks)
 
     def _half_pair(self, w: RankWork) -> tuple[RankWork, RankWork]:
-        return memo_get(self._half_memo, w, lambda: (w.half(0), w.half(1)))
+        return memo_get(self._half_memo, w, w.halves)
 
     def _evaluate(self, step: Step, z: float = 0.0, breakdown: bool = True) -> "_Evaluated":
         """The step's seconds: device work (split in two micro-batches where DBO applies), the
