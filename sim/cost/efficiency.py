@@ -90,7 +90,10 @@ def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
     eff = _one(cs[0], _fixed_terms(cs[0], y, z), x, work)
     for c in cs[1:]:
         other = _one(c, _fixed_terms(c, y, z), x, work)
-        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
+        if eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
+            eff = other if other > eff else eff
+        else:
+            eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
     return eff
 
 
@@ -106,7 +109,10 @@ def evaluate_bound(bound: tuple, x, work=0.0):
     eff = _one(c, fixed, x, work)
     for c, fixed in bound[1:]:
         other = _one(c, fixed, x, work)
-        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
+        if eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
+            eff = other if other > eff else eff
+        else:
+            eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
     return eff
 
 
