@@ -6,6 +6,7 @@ unknown and missing keys, and raises `SpecError` with the dotted path of the off
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -114,8 +115,7 @@ def from_dict(cls: type, data: Any, where: str = "", prefix: str = ""):
     """Build dataclass `cls` from a mapping, checking keys and types; errors name the dotted field."""
     if not isinstance(data, dict):
         raise SpecError(where, prefix.rstrip(".") or cls.__name__, f"a mapping ({cls.__name__})", data)
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, known = _fields_of(cls)
     for key in data:
         if key not in known:
             raise SpecError(where, prefix + str(key), "one of the known keys: " + ", ".join(known))
@@ -131,6 +131,13 @@ def from_dict(cls: type, data: Any, where: str = "", prefix: str = ""):
         if exc.where:
             raise
         raise SpecError(where, prefix + exc.field, exc.expected) from None
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """(field types, init fields by name) of dataclass `cls`, worked out once per class (its string
+    annotations are evaluated by get_type_hints: most of a spec's loading time when done per call)."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init}
 
 
 def to_dict(obj: Any) -> Any:

@@ -74,20 +74,7 @@ def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, que
     batch, ctx_sum: the rank's running sequences and the sum of their contexts (taken at the mean);
     dtype: the attention math's dtype (ModelSpec.dtypes.attention_compute_dtype: its peak FLOP/s).
     """
-    if batch <= 0:
-        return 0.0, 0.0, 0.0
-    avg = ctx_sum / max(batch, 1.0)
-    att = attended(comp, avg)
-    heads = kernel_heads(model, comp, tp, "decode", hw)
-    flops = 2.0 * batch * queries_per_seq * heads * computed(comp, avg) * (comp.qk_dim + comp.v_dim)
-    nbytes = batch * att * comp.entry_bytes / _kv_split(model, tp)
-    if comp.has_indexer:
-        idx = indexed(comp, avg)
-        flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
-        nbytes = nbytes + batch * idx * comp.indexer_key_bytes
-    sec = price(flops, nbytes, hw.flops_for(dtype),
-                efficiency.attention(prof, "decode", model.attention.kind, dtype, batch, avg, flops, heads), hw, prof)
-    return sec * layers, flops * layers, nbytes * layers
+    return Component(model, comp, tp, hw, prof, dtype).decode(batch, ctx_sum, queries_per_seq, layers)
 
 
 def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw, prof,
@@ -98,29 +85,70 @@ def prefill_component(model, comp: KVComponent, chunks, tp: int, layers: int, hw
     tokens (cached + earlier chunks). Each query is priced at its chunk's mean query position
     p + n/2 (exact for dense causal).
     """
-    pairs = idx_pairs = read = idx_read = seqs = longest = 0.0
-    for count, n, p in chunks:
-        mid = p + n / 2.0
-        pairs += count * n * computed(comp, mid)
-        read += count * (attended(comp, p + n) + n)
+    return Component(model, comp, tp, hw, prof, dtype).prefill(chunks, layers)
+
+
+class Component:
+    """The attention core of one KV component on one layout's rank: what decode_component and
+    prefill_component price, with the kernel's heads, dims, peak and efficiency curves found once
+    (a layer pricer keeps one per component)."""
+
+    __slots__ = ("comp", "hw", "prof", "peak", "kv_split", "heads", "prefill_heads", "two_prefill_heads", "qkv",
+                 "prefill_qkv",
+                 "two_indexer", "decode_eff", "prefill_eff")
+
+    def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16"):
+        self.comp, self.hw, self.prof = comp, hw, prof
+        self.peak = hw.flops_for(dtype)
+        self.kv_split = _kv_split(model, tp)
+        self.heads = kernel_heads(model, comp, tp, "decode", hw)
+        self.prefill_heads = kernel_heads(model, comp, tp, "prefill", hw)
+        self.two_prefill_heads = 2.0 * self.prefill_heads
+        self.qkv = comp.qk_dim + comp.v_dim
+        self.prefill_qkv = (comp.prefill_qk_dim or comp.qk_dim) + (comp.prefill_v_dim or comp.v_dim)
+        self.two_indexer = 2.0 * comp.indexer_heads * comp.indexer_dim if comp.has_indexer else 0.0
+        self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype)
+        self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
+
+    def decode(self, batch: float, ctx_sum: float, queries_per_seq: float, layers: int) -> tuple[float, float, float]:
+        """decode_component of this component."""
+        if batch <= 0:
+            return 0.0, 0.0, 0.0
+        comp = self.comp
+        avg = ctx_sum / max(batch, 1.0)
+        att = attended(comp, avg)
+        flops = 2.0 * batch * queries_per_seq * self.heads * computed(comp, avg) * self.qkv
+        nbytes = batch * att * comp.entry_bytes / self.kv_split
         if comp.has_indexer:
-            idx_pairs += count * n * indexed(comp, mid)
-            idx_read += count * indexed(comp, p + n)
-        seqs += count
-        longest = max(longest, p + n) if count else longest
-    if pairs <= 0:
-        return 0.0, 0.0, 0.0
-    heads = kernel_heads(model, comp, tp, "prefill", hw)
-    qk = comp.prefill_qk_dim or comp.qk_dim
-    v = comp.prefill_v_dim or comp.v_dim
-    flops = 2.0 * heads * pairs * (qk + v)
-    nbytes = read * comp.entry_bytes / _kv_split(model, tp)
-    if comp.has_indexer:
-        flops += 2.0 * comp.indexer_heads * comp.indexer_dim * idx_pairs
-        nbytes += idx_read * comp.indexer_key_bytes
-    eff = efficiency.attention(prof, "prefill", model.attention.kind, dtype, seqs, longest, flops, heads)
-    sec = price(flops, nbytes, hw.flops_for(dtype), eff, hw, prof)
-    return sec * layers, flops * layers, nbytes * layers
+            idx = indexed(comp, avg)
+            flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
+            nbytes = nbytes + batch * idx * comp.indexer_key_bytes
+        sec = price(flops, nbytes, self.peak, self.decode_eff(batch, avg, flops, self.heads), self.hw, self.prof)
+        return sec * layers, flops * layers, nbytes * layers
+
+    def prefill(self, chunks, layers: int) -> tuple[float, float, float]:
+        """prefill_component of this component."""
+        comp = self.comp
+        pairs = idx_pairs = read = idx_read = seqs = longest = 0.0
+        for count, n, p in chunks:
+            mid = p + n / 2.0
+            pairs += count * n * computed(comp, mid)
+            read += count * (attended(comp, p + n) + n)
+            if comp.has_indexer:
+                idx_pairs += count * n * indexed(comp, mid)
+                idx_read += count * indexed(comp, p + n)
+            seqs += count
+            longest = max(longest, p + n) if count else longest
+        if pairs <= 0:
+            return 0.0, 0.0, 0.0
+        flops = self.two_prefill_heads * pairs * self.prefill_qkv
+        nbytes = read * comp.entry_bytes / self.kv_split
+        if comp.has_indexer:
+            flops += self.two_indexer * idx_pairs
+            nbytes += idx_read * comp.indexer_key_bytes
+        eff = self.prefill_eff(seqs, longest, flops, self.prefill_heads)
+        sec = price(flops, nbytes, self.peak, eff, self.hw, self.prof)
+        return sec * layers, flops * layers, nbytes * layers
 
 
 def phase_layers(model: ModelSpec, comp: KVComponent, phase: str) -> int:

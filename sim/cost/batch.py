@@ -46,6 +46,10 @@ class RankWork:
         half the prefill tokens, cut in chunk order at half their count the way vLLM cuts a batch's
         tokens (v1/worker/ubatch_utils.py): a chunk across the cut is split, its second part
         coming after the first as prefix."""
+        return self.halves()[second]
+
+    def halves(self) -> tuple["RankWork", "RankWork"]:
+        """Both DBO micro-batches (`half`), cut in one pass."""
         cut, taken, first, rest = self.pre_tokens / 2.0, 0.0, [], []
         for c, n, p in self.chunks:
             if taken >= cut or n <= 0:
@@ -65,7 +69,8 @@ class RankWork:
                 taken += part
             if left > 0:
                 rest.append((left, n, p))
-        return RankWork(self.dec_seqs / 2.0, self.dec_ctx / 2.0, tuple(rest if second else first))
+        dec, ctx = self.dec_seqs / 2.0, self.dec_ctx / 2.0
+        return RankWork(dec, ctx, tuple(first)), RankWork(dec, ctx, tuple(rest))
 
     def scaled(self, share: float) -> "RankWork":
         """`share` of this work (a pipeline-parallel micro-batch: 1 / pp of the sequences)."""

@@ -92,7 +92,10 @@ def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
     eff = _one(cs[0], _fixed_terms(cs[0], y, z), x, work)
     for c in cs[1:]:
         other = _one(c, _fixed_terms(c, y, z), x, work)
-        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
+        if eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
+            eff = other if other > eff else eff
+        else:
+            eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
     return eff
 
 
@@ -108,7 +111,10 @@ def evaluate_bound(bound: tuple, x, work=0.0):
     eff = _one(c, fixed, x, work)
     for c, fixed in bound[1:]:
         other = _one(c, fixed, x, work)
-        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
+        if eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
+            eff = other if other > eff else eff
+        else:
+            eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
     return eff
 
 
@@ -193,22 +199,50 @@ def expert_dtype(weights: str, compute: str) -> str:
 def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0):
     """Routed-expert grouped GEMM: rows per expert play the part of m (n, k: one expert's GEMM);
     `flops`: the whole op's FLOPs on the rank (0: unknown, the fixed-latency term drops)."""
+    return experts_at(prof, dtype, n, k)(tokens_per_expert, flops)
+
+
+def experts_at(prof: Profile, dtype: str, n=0.0, k=0.0):
+    """`experts` of one expert GEMM shape (n, k) as a function of (rows per expert, flops) (its
+    curves found and bound once, as gemm_at)."""
     c = dtype_curve(prof, "experts", dtype)
     if c is None:
-        return gemm(prof, dtype, tokens_per_expert, n, k)
-    return evaluate(c, tokens_per_expert, n, k, flops)
+        return partial(_experts_gemm, gemm_at(prof, dtype, n, k))
+    return partial(_experts_curve, bind(c, n, k))
+
+
+def _experts_curve(bound: tuple, tokens_per_expert, flops=0.0):
+    return evaluate_bound(bound, tokens_per_expert, flops)
+
+
+def _experts_gemm(gemm_of_m, tokens_per_expert, flops=0.0):
+    return gemm_of_m(tokens_per_expert)
 
 
 def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0, flops=0.0, heads=0.0):
     """Attention core (prefill: FlashAttention/FlashMLA-style; decode: paged/absorbed reads) of
     `batch` sequences at context `ctx` doing `flops` over `heads` query heads per sequence (0:
     unknown, the fixed-latency and per-head terms drop)."""
+    return attention_at(prof, phase, kind, dtype)(batch, ctx, flops, heads)
+
+
+def attention_at(prof: Profile, phase: str, kind: str, dtype: str):
+    """`attention` of one phase, kind and dtype as a function of (batch, ctx, flops, heads) (its
+    curves found once; a partial, as gemm_at)."""
     c = curve(prof, f"attn.{phase}.{kind}.{dtype}") if prof.curves else None
     if c is None and prof.curves:
         c = curve(prof, f"attn.{phase}.{kind}.bf16")
     if c is None:
-        return prof.attn_eff
-    return evaluate(c, ctx, _per(flops, batch), _per(flops, batch * heads), flops)
+        return partial(_attention_datasheet, prof.attn_eff)
+    return partial(_attention_curve, c)
+
+
+def _attention_curve(cs: tuple[Curve, ...], batch, ctx, flops, heads=0.0):
+    return evaluate(cs, ctx, _per(flops, batch), _per(flops, batch * heads), flops)
+
+
+def _attention_datasheet(eff: float, batch, ctx, flops, heads=0.0):
+    return eff
 
 
 def _per(total, count):

@@ -39,16 +39,16 @@ prices none); prefill, colocated and the planner's steady-state steps carry none
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from statistics import NormalDist
+from typing import NamedTuple
 
 from rackplan.specs import HostParams, Layout
 from rackplan.specs.ops import HOST_PARTS
 
 
-@dataclass(frozen=True)
-class RankHost:
-    """What one rank's host work in a step depends on."""
+class RankHost(NamedTuple):
+    """What one rank's host work in a step depends on. (NamedTuples, as HostTime: built for every
+    priced step, where a frozen dataclass costs several times more.)"""
 
     seqs: float  # sequences it runs: decode seats + prompt chunks
     tokens: float  # tokens through the model: 1 + drafts per decode sequence, prompt tokens
@@ -58,8 +58,7 @@ class RankHost:
     finished: float = 0.0  # requests whose last token this step emits
 
 
-@dataclass(frozen=True)
-class HostTime:
+class HostTime(NamedTuple):
     """Host seconds of one step on its slowest rank, by part (HOST_PARTS order), and the pipeline."""
 
     parts: tuple[float, ...]

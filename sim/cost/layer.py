@@ -42,7 +42,7 @@ class Group:
     n_dense: int
     n_moe: int
     gemms: tuple["GemmOp", ...]
-    attention: tuple  # (KV component, layers)
+    attention: tuple  # (attention.Component of a KV component, layers)
     prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
     quant_widths: tuple  # (columns of each quantised GEMM input, layers) per op (quant_widths)
     first: bool  # starts at layer 0 (the Engram layers and the embedding are here)
@@ -127,6 +127,8 @@ class LayerPricer:
         self._ranks: dict = {}
         self._streams: dict = {}  # (op class, columns) -> stream_seconds_at
         self._engrams: dict[float, tuple[float, float, float]] = {}  # tokens -> Engram seconds, flops, bytes
+        self._tails: dict[float, tuple] = {}  # logit rows -> LM head and sampler records
+        self.engram = bool(m.engram_layers)
         self.quant_dtype = m.dtypes.compute
 
     def _group(self, n_dense: int, n_moe: int, first: bool, prefill_tokens: bool) -> Group:
@@ -136,7 +138,9 @@ class LayerPricer:
         listed = ops.layer_gemms(m, cx.layout, n_dense, n_moe)
         gemms = tuple(GemmOp(op, cx.hw, cx.prof, m.dtypes.activation_bytes) for op in listed)
         scale = n_layers / m.num_layers
-        layers = tuple((c, max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
+        dtype = m.dtypes.attention_compute_dtype
+        layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype),
+                        max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
         widths = quant_widths(listed, m.hidden_size) if m.dtypes.activations not in QUANTIZED else ()
         return Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens, widths, first)
 
@@ -161,16 +165,19 @@ class LayerPricer:
         for g in groups:
             tokens = dec_tokens + w.pre_tokens if g.prefill_tokens else dec_tokens
             if tokens > 0 and g.n_layers:
-                for rec in self._group_ops(g, tokens):
-                    _add(out, *rec)
+                recs, summed = self._group_ops(g, tokens)
+                if out:
+                    for rec in recs:
+                        _add(out, *rec)
+                else:  # the same sums, added up once per token count
+                    out = {name: [sec, fl, by] for name, sec, fl, by in summed}
             self._attention(out, g, w)
-            if g.first and tokens > 0 and self.cx.model.engram_layers:
+            if g.first and tokens > 0 and self.engram:
                 _add(out, "engram", *self._engram_at(tokens))
         rows = dec_tokens + w.pre_seqs  # positions whose logits are computed: every decode token, each chunk's last
         if rows > 0:
-            _add(out, "lm_head", *self.lm_head.at(rows))
-            nbytes = sample_bytes(self.cx.model, rows)
-            _add(out, "sample", self._stream("sample", nbytes, rows, self.cx.model.vocab_size, 2), 0.0, nbytes)
+            for rec in self._tail_at(rows):
+                _add(out, *rec)
         total = 0.0
         if self._corrections:
             for name, rec in out.items():
@@ -181,10 +188,21 @@ class LayerPricer:
                 total += rec[0]
         return total, out
 
-    def _group_ops(self, g: Group, tokens: float) -> list[tuple[str, float, float, float]]:
-        """_layer_ops of group g at `tokens` tokens on the rank, remembered."""
+    def _group_ops(self, g: Group, tokens: float) -> tuple[list, list]:
+        """_layer_ops of group g at `tokens` tokens on the rank, and the same records with each op
+        name's summed in order (what _add makes of them in an empty rank), remembered."""
         hit = g.memo.get(tokens)
-        return hit if hit is not None else memo_get(g.memo, tokens, lambda: self._layer_ops(g, tokens))
+        return hit if hit is not None else memo_get(g.memo, tokens, lambda: _with_sums(self._layer_ops(g, tokens)))
+
+    def _tail_at(self, rows: float) -> tuple[tuple[str, float, float, float], ...]:
+        """(name, seconds, flops, bytes) of the LM head and the sampler at `rows` logit rows, remembered."""
+        hit = self._tails.get(rows)
+        return hit if hit is not None else memo_get(self._tails, rows, lambda: self._tail(rows))
+
+    def _tail(self, rows: float) -> tuple[tuple[str, float, float, float], ...]:
+        nbytes = sample_bytes(self.cx.model, rows)
+        return (("lm_head", *self.lm_head.at(rows)),
+                ("sample", self._stream("sample", nbytes, rows, self.cx.model.vocab_size, 2), 0.0, nbytes))
 
     def _engram_at(self, tokens: float) -> tuple[float, float, float]:
         """_engram at `tokens` tokens on the rank, remembered."""
@@ -233,15 +251,11 @@ class LayerPricer:
         return out
 
     def _attention(self, out: dict, g: Group, w) -> None:
-        cx = self.cx
-        m, hw, prof, tp = cx.model, cx.hw, cx.prof, cx.layout.tp
-        dtype = m.dtypes.attention_compute_dtype
         for comp, layers in g.attention:
             if w.dec_seqs > 0:
-                _add(out, "attn.core", *attn.decode_component(m, comp, w.dec_seqs, w.dec_ctx, self.q, tp, layers,
-                                                              hw, prof, dtype))
+                _add(out, "attn.core", *comp.decode(w.dec_seqs, w.dec_ctx, self.q, layers))
             if g.prefill_tokens and w.chunks:
-                _add(out, "attn.core", *attn.prefill_component(m, comp, w.chunks, tp, layers, hw, prof, dtype))
+                _add(out, "attn.core", *comp.prefill(w.chunks, layers))
 
     def _engram(self, tokens: float) -> tuple[float, float, float]:
         """Seconds, flops, bytes of the Engram rows (V4.1): per token, one row per Engram layer from
@@ -268,6 +282,14 @@ class LayerPricer:
         cx = self.cx
         nbytes = tokens * cx.model.hidden_size * self.act
         return nbytes / (cx.hw.scaleup_bw * efficiency.memory(cx.prof, nbytes)) + cx.prof.op_fixed_s
+
+
+def _with_sums(recs: list[tuple[str, float, float, float]]) -> tuple[list, list]:
+    """(recs, [(name, seconds, flops, bytes)] with each name's records added up in order, as _add does)."""
+    out: dict[str, list] = {}
+    for rec in recs:
+        _add(out, *rec)
+    return recs, [(name, *rec) for name, rec in out.items()]
 
 
 def _add(out: dict, name: str, sec: float, fl: float, by: float) -> None:

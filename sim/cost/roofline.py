@@ -76,7 +76,9 @@ def price(flops: float, nbytes: float, peak_flops: float, eff_compute: float, hw
     per-kernel time (the one roofline of the cost model). Floats in, float out on the pricing path;
     numpy arrays of kernels (one per row of a measured table, calibration/opdb_ops.py) go through
     the same expression elementwise."""
-    if isinstance(flops, np.ndarray) or isinstance(nbytes, np.ndarray) or isinstance(eff_compute, np.ndarray):
+    # (three floats, the pricing path's case, skip the array checks)
+    if not (flops.__class__ is float and nbytes.__class__ is float and eff_compute.__class__ is float) and (
+            isinstance(flops, np.ndarray) or isinstance(nbytes, np.ndarray) or isinstance(eff_compute, np.ndarray)):
         return _price_rows(flops, nbytes, peak_flops, eff_compute, hw, prof)
     t_compute = flops / (peak_flops * (eff_compute if eff_compute > 1e-9 else 1e-9))
     t_mem = 0.0

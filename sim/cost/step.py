@@ -102,6 +102,8 @@ class StepModel:
         self._rank_stages: dict = {}  # (rank work, phase) -> its ops' seconds per stage (_stages)
         self.ep_size = lay.ep_size
         self.n_moe = sum(g.n_moe for g in self.layers.groups_decode)  # MoE layers of a step
+        n_dense, n_moe = m.layers_in("decode")
+        self._dense_layers = n_dense, max(n_dense + n_moe, 1)  # (dense layers, all layers at least one): _stages
         # per phase, (MoE layers, whether prompt tokens run them) of the layer groups with MoE layers
         self._moe_groups = {pre: tuple((g.n_moe, g.prefill_tokens) for g in groups if g.n_moe)
                             for pre, groups in ((False, self.layers.groups_decode), (True, self.layers.groups_prefill))}
@@ -109,6 +111,12 @@ class StepModel:
         off = offloaded_bytes(m, lay)
         self.offload_s = off / (hw.host_link_bw * efficiency.memory(prof, off)) if off else 0.0
         self.gap_s = prof.eager_kernel_gap_s * prof.host.kernels_per_layer  # per layer of an eager step
+        # the routed experts' kernel: its peak, its efficiency curves bound to one expert's GEMM (n, k:
+        # fixed per layout, moe.expert_work) and its routing's op class
+        compute = m.dtypes.expert_compute_dtype
+        dtype = efficiency.expert_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
+        _, _, _, n, k = expert_work(m, 1.0, 1.0, lay.moe_tp)
+        self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k), f"moe.route.{dtype}")
 
     def variant(self, layout: Layout) -> "StepModel":
         """This model for `layout`, a layout that differs only in host settings (frontend, async
@@ -149,18 +157,16 @@ class StepModel:
     def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
         cx = self.cx
         m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
-        ep, moe_tp = lay.ep_size, lay.moe_tp
+        ep = self.ep_size
         f = self.imbalance_at(t_global, n_moe, z)
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
         distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
-        flops, nbytes, rows, n, k = expert_work(m, busiest, distinct, moe_tp)
-        compute = m.dtypes.expert_compute_dtype
-        dtype = efficiency.expert_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
-        eff = efficiency.experts(prof, dtype, rows, n, k, flops=flops)
-        t_exp = price(flops, nbytes, hw.flops_for(compute), eff, hw, prof)
+        flops, nbytes, rows, _, _ = expert_work(m, busiest, distinct, lay.moe_tp)
+        peak, experts_eff, route_class = self._experts
+        t_exp = price(flops, nbytes, peak, experts_eff(rows, flops), hw, prof)
         h = m.hidden_size
         r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
-        t_route = self.layers.stream_seconds(f"moe.route.{dtype}", r_bytes, t_max, h)
+        t_route = self.layers.stream_seconds(route_class, r_bytes, t_max, h)
         send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
         t_disp = disp.seconds(send) if disp else 0.0
@@ -214,15 +220,20 @@ class StepModel:
             if total > slowest:
                 slowest, rank_ops, work = total, out, w
         moe = self._ep_group(step, z)
-        extra = self._draft(step) if self.drafter is not None else []
-        total = slowest + sum(t_exp + t_route + t_disp + t_comb for _, t_exp, t_route, t_disp, t_comb, *_ in moe)
+        group_s = 0.0  # the EP group's seconds (a loop: sum() over a generator costs more, per priced step)
+        for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
+            group_s += t_exp + t_route + t_disp + t_comb
+        total = slowest + group_s
+        if self.drafter is None:
+            return Device(rank_ops, moe, [], total, _kernel(step), work)
+        extra = self._draft(step)
         return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step), work)
 
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
         """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
         layer group of the step with tokens (Device.moe)."""
-        has_pre, q = step.has_prefill, self.q
-        phase, kernel = "prefill" if has_pre else "decode", _kernel(step)
+        has_pre, q, memo = step.has_prefill, self.q, self._moes
+        phase, kernel = "prefill" if has_pre else "decode", KERNEL[has_pre]
         moe = []
         for n_moe, prompts in self._moe_groups[has_pre]:
             t_global = t_max = 0.0  # DP ranks hold distinct tokens: the EP group's sum, the busiest rank's
@@ -231,7 +242,10 @@ class StepModel:
                 t_global += t * r
                 t_max = t if t > t_max else t_max
             if t_global > 0:
-                moe.append((n_moe,) + self._moe(t_global, t_max, n_moe, kernel, phase, z))
+                hit = memo.get((t_global, t_max, n_moe, kernel, phase, z))  # _moe, its memo read inlined
+                if hit is None:
+                    hit = self._moe(t_global, t_max, n_moe, kernel, phase, z)
+                moe.append((n_moe, *hit))
         return moe
 
     def _stages(self, dev: Device) -> dbo_.Stages:
@@ -242,18 +256,20 @@ class StepModel:
         by = self._rank_stages.get(key)
         if by is None:
             by = memo_get(self._rank_stages, key, lambda: _stage_sums(rank_ops))
-        by = dict(by)
-        for name, sec, _, _ in extra:
-            by[STAGE[name]] += sec
+        if extra:
+            by = dict(by)
+            for name, sec, _, _ in extra:
+                by[STAGE[name]] += sec
+        attn, ffn = by["attn"], by["ffn"]  # (locals, not a copy of the remembered sums, per priced step)
         disp = comb = 0.0
         for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
-            by["ffn"] += t_exp + t_route
+            ffn += t_exp + t_route
             disp += t_disp
             comb += t_comb
-        n_dense, n_moe = self.cx.model.layers_in("decode")
+        n_dense, n_layers = self._dense_layers
         dense_ffn = rank_ops.get("dense_ffn", (0.0,))[0]
-        dense_attn = by["attn"] * n_dense / max(n_dense + n_moe, 1)
-        return dbo_.Stages(dense=dense_attn + dense_ffn, attn=by["attn"] - dense_attn, ffn=by["ffn"] - dense_ffn,
+        dense_attn = attn * n_dense / n_layers
+        return dbo_.Stages(dense=dense_attn + dense_ffn, attn=attn - dense_attn, ffn=ffn - dense_ffn,
                            dispatch=disp, combine=comb, tail=by["tail"] + by["none"])
 
     def price(self, step: Step, z: float = 0.0) -> StepCost:
@@ -306,7 +322,7 @@ class StepModel:
         return Step(tuple(first), step.ranks), Step(tuple(second), step.ranks)
 
     def _half_pair(self, w: RankWork) -> tuple[RankWork, RankWork]:
-        return memo_get(self._half_memo, w, lambda: (w.half(0), w.half(1)))
+        return memo_get(self._half_memo, w, w.halves)
 
     def _evaluate(self, step: Step, z: float = 0.0, breakdown: bool = True) -> "_Evaluated":
         """The step's seconds: device work (split in two micro-batches where DBO applies), the
@@ -349,8 +365,11 @@ class StepModel:
     def _host(self, step: Step, gpu: float, graphs: bool) -> HostTime:
         """Host parts of the step (CUDA graphs for decode-only steps, as vLLM's FULL_DECODE_ONLY)."""
         cx, hm = self.cx, self.host
-        dec = sum(w.dec_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
-        pre = sum(w.pre_seqs * r for w, r in zip(step.works, step.ranks)) / cx.layout.dp
+        dec = pre = 0.0  # the works' sums over the ranks (one loop)
+        for w, r in zip(step.works, step.ranks):
+            dec += w.dec_seqs * r
+            pre += w.pre_seqs * r
+        dec, pre = dec / cx.layout.dp, pre / cx.layout.dp
         api = api_seconds(hm.hp, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
         n = cx.layout.dp
         adm, fin = step.admitted / n, step.finished / n  # per rank: the instance's turnover spread evenly
@@ -381,7 +400,10 @@ def _stage_sums(rank_ops: dict) -> dict[str, float]:
 def _kernel(step: Step) -> str:
     """The all-to-all kernel kind of a step: DeepEP's high-throughput kernels with prompt tokens,
     the low-latency ones for decode-only steps."""
-    return "high_throughput" if step.has_prefill else "low_latency"
+    return KERNEL[step.has_prefill]
+
+
+KERNEL = {True: "high_throughput", False: "low_latency"}  # whether a step has prompt tokens -> its kernel kind
 
 
 def _scaled(step: Step, pp: int) -> Step:

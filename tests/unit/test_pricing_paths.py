@@ -6,6 +6,8 @@ period alone, skips the unsplit device work of a step DBO splits. None of that m
 the same steps priced in a shuffled order by one StepModel (its memos warm, hits and misses mixed)
 and each by a fresh one (every memo empty) agree to the last bit, in seconds, op breakdown and
 period, on random layouts and batches of every embedded model (test_step_scalar's cases).
+Curves bound once (GEMMs, attention per phase and kind, routed experts per GEMM shape) give what the
+plain curves give.
 The shipped configs parse to the same data through libyaml as through the checking loader.
 """
 import random
@@ -72,3 +74,26 @@ def test_shipped_configs_parse_the_same_through_libyaml():
     with pytest.raises(SpecError, match="unique keys"):
         parse_yaml("a: 1\nb: 2\na: 3\n", "x.yaml", shipped=True)
     assert parse_yaml("x: 1e6\n", "x.yaml", shipped=True) == {"x": 1e6}
+
+
+@pytest.mark.parametrize("name", ["gb300-nvl72-vllm", "h200-sxm-vllm", "datasheet"])
+def test_bound_attention_and_expert_curves_equal_evaluate(name):
+    """efficiency.attention_at and experts_at (what attention.Component and the StepModel keep) give
+    what the plain curves give: evaluate at (ctx, flops per sequence) and at (rows, n, k, flops)."""
+    prof = profile(name)
+    for phase in ("prefill", "decode"):
+        for kind in ("mla", "gqa", "csa"):
+            at = efficiency.attention_at(prof, phase, kind, "bf16")
+            cs = efficiency.curve(prof, f"attn.{phase}.{kind}.bf16") if prof.curves else None
+            for batch, ctx, flops in ((1.0, 128.0, 3e9), (8.0, 4096.0, 7e11), (64.0, 70000.0, 2e14)):
+                want = efficiency.evaluate(cs, ctx, flops / batch, 0.0, flops) if cs else prof.attn_eff
+                assert at(batch, ctx, flops) == want == efficiency.attention(prof, phase, kind, "bf16", batch, ctx,
+                                                                             flops)
+    for dtype in ("fp4", "fp8", "fp8_block", "bf16"):
+        at = efficiency.experts_at(prof, dtype, 4096.0, 7168.0)
+        cs = efficiency.dtype_curve(prof, "experts", dtype)
+        for rows in (1.0, 3.7, 96.0, 2048.0):
+            flops = 2.0 * rows * 4096.0 * 7168.0
+            want = (efficiency.evaluate(cs, rows, 4096.0, 7168.0, flops) if cs
+                    else efficiency.gemm(prof, dtype, rows, 4096.0, 7168.0))
+            assert at(rows, flops) == want
