@@ -46,12 +46,21 @@ class ClassRows:
     also: tuple[tuple[str, Curve, tuple[str, ...]], ...] = ()
     scalars: tuple[tuple[str, float, float, float], ...] = ()
     configs: int = 1  # curves of `key` (kernel configurations; the class runs at the best of them)
+    # or one curve of `key` per regime [work_min, work_max) of its work (kernels the engine dispatches by
+    # size, a working set in or out of L2), each fitted on the rows in its range
+    regimes: tuple[tuple[float, float], ...] = ()
+    bounds: dict = field(default_factory=dict)  # per-parameter (low, high) replacing BOUNDS for this class
     notes: dict = field(default_factory=dict)  # recorded with the fit (e.g. the table's own roughness)
 
     def parts(self):
         """(curve key, config index, start, free fields) of every curve fitted."""
-        own = tuple((self.key, j, _config_start(self.start, j), self.free) for j in range(self.configs)) \
-            if self.start is not None else ()
+        if self.start is None:
+            own = ()
+        elif self.regimes:
+            own = tuple((self.key, j, dataclasses.replace(self.start, work_min=lo, work_max=hi), self.free)
+                        for j, (lo, hi) in enumerate(self.regimes))
+        else:
+            own = tuple((self.key, j, _config_start(self.start, j), self.free) for j in range(self.configs))
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
 
 
@@ -121,6 +130,8 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
         extra["fitted_with"] = [k for k, _, _ in rows.also]
     if rows.configs > 1:
         extra["configs"] = rows.configs
+    if rows.regimes:
+        extra["regimes"] = [[lo, hi] for lo, hi in rows.regimes]
     if rows.scalars:
         extra["scalars"] = {f: getattr(fitted, f) for f, *_ in rows.scalars}
     fit = ClassFit(rows.key, rows.table, len(fit_idx), len(held_idx), err_fit, held, rows.selection,
@@ -130,7 +141,8 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
 
 def _specs(rows: ClassRows) -> list[tuple[str, float, float, float]]:
     """(name, start, low, high) of every fitted parameter, in the order _apply reads them."""
-    return [(f, getattr(start, f), *BOUNDS[f]) for _, _, start, free in rows.parts() for f in free] + list(rows.scalars)
+    own = [(f, getattr(start, f), *rows.bounds.get(f, BOUNDS[f])) for _, _, start, free in rows.parts() for f in free]
+    return own + list(rows.scalars)
 
 
 def _vector(rows: ClassRows, prof: Profile) -> np.ndarray:
@@ -180,7 +192,8 @@ def _apply(rows: ClassRows, prof: Profile, p, clip: bool = False) -> Profile:
     for key, _, start, free in rows.parts():
         vals = {f: float(v) for f, v in zip(free, p[i:i + len(free)])}
         if clip:
-            vals = {f: min(max(v, BOUNDS[f][0]), BOUNDS[f][1]) for f, v in vals.items()}
+            vals = {f: min(max(v, rows.bounds.get(f, BOUNDS[f])[0]), rows.bounds.get(f, BOUNDS[f])[1])
+                    for f, v in vals.items()}
         built.setdefault(key, []).append(dataclasses.replace(start, **vals))
         i += len(free)
     scal = {f: min(max(float(v), low), high) if clip else float(v)

@@ -9,6 +9,7 @@ say so in `fallbacks`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -34,6 +35,12 @@ class A2AParams:
         check(0 < self.bw_eff <= 1.5, "bw_eff", "a fraction of the link bandwidth in (0, 1.5]", self.bw_eff)
 
 
+# The highest eff_max of a curve bounded to a regime of work: a streaming op's working set that fits the
+# L2 cache is served faster than the HBM peak its efficiency is a fraction of (H100: several times HBM
+# bandwidth from L2, Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023)
+REGIME_EFF_MAX = 2.0
+
+
 @dataclass(frozen=True)
 class Curve:
     """Efficiency of one op class over shape: the fraction of a peak (FLOP/s, HBM or link B/s) it
@@ -56,12 +63,17 @@ class Curve:
     work_half: float = 0.0
     sharpness: float = 1.0  # q
     tiles_half: float = 0.0
+    work_min: float = 0.0
+    work_max: float = math.inf
 
     def __post_init__(self):
-        check(0 < self.eff_max <= 1.0, "eff_max", "a fraction in (0, 1]", self.eff_max)
+        cap = REGIME_EFF_MAX if self.work_min or self.work_max != math.inf else 1.0
+        check(0 < self.eff_max <= cap, "eff_max", f"a fraction in (0, {cap:g}]", self.eff_max)
         for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half"):
             non_negative(getattr(self, name), name)
         check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)
+        non_negative(self.work_min, "work_min")
+        check(self.work_max > self.work_min, "work_max", f"above work_min ({self.work_min:g})", self.work_max)
 
 
 @dataclass(frozen=True)

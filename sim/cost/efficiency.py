@@ -86,12 +86,8 @@ def _tiles(v):
 
 def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
     """Efficiency of an op class at shape (x, y, z) and work: the best of its curves (kernel
-    configurations; the engine runs the faster)."""
-    eff = _one(cs[0], _fixed_terms(cs[0], y, z), x, work)
-    for c in cs[1:]:
-        other = _one(c, _fixed_terms(c, y, z), x, work)
-        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
-    return eff
+    configurations; the engine runs the faster) among those whose regime [work_min, work_max) holds work."""
+    return evaluate_bound(bind(cs, y, z), x, work)
 
 
 def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
@@ -102,12 +98,24 @@ def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
 
 def evaluate_bound(bound: tuple, x, work=0.0):
     """`evaluate` of bound curves (`bind`) at x and work."""
-    c, fixed = bound[0]
-    eff = _one(c, fixed, x, work)
-    for c, fixed in bound[1:]:
+    eff = None
+    for c, fixed in bound:
         other = _one(c, fixed, x, work)
-        eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
+        if c.work_min or c.work_max != math.inf:
+            other = _in_regime(c, work, other)
+        if eff is None:
+            eff = other
+        else:
+            eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
     return eff
+
+
+def _in_regime(c: Curve, work, eff):
+    """eff where work lies in curve c's regime [work_min, work_max), else 0 (another curve prices it)."""
+    if isinstance(work, (int, float)):
+        return eff if c.work_min <= work < c.work_max else 0.0
+    work = np.asarray(work, float)
+    return np.where((work >= c.work_min) & (work < c.work_max), eff, 0.0)
 
 
 def _fixed_terms(c: Curve, y, z) -> tuple:
