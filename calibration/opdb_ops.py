@@ -16,9 +16,9 @@ from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.collective import allreduce_seconds
 from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
-from rackplan.sim.cost.moe import distinct_experts_per_rank, expert_work
+from rackplan.sim.cost.moe import expert_work
 from rackplan.sim.cost.roofline import price, price_gemm
-from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, Layout, ModelSpec, Profile, load_model
+from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, ModelSpec, Profile, load_model
 from rackplan.specs.profile import REGIME_EFF_MAX
 
 from .opdb import Table, most_rows, read
@@ -129,13 +129,18 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         dt = TABLE_DTYPE[tdt]
         kernel = most_rows(c["kernel_source"][base & (c["moe_dtype"] == tdt)])
         sel = base & (c["moe_dtype"] == tdt) & (c["kernel_source"] == kernel)
-        tokens, h = c["num_tokens"][sel].astype(float), c["hidden_size"][sel].astype(float)
         shape = np.array([_expert_shape(*r, dt) for r in zip(*(c[x][sel] for x in (
             "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")))])  # [N, 5]
+        # a row faster than moving its weights and activations at the HBM peak does not time the shape
+        # it names (benchmarks/RESULTS.md, 2026-12-01 "vLLM's all-reduce dispatch and the L2 regime")
+        physical = shape[:, 1] / hw.hbm_bw <= c["seconds"][sel]
+        shape, rows = shape[physical], np.flatnonzero(sel)[physical]
+        tokens, h = c["num_tokens"][rows].astype(float), c["hidden_size"][rows].astype(float)
         route = f"moe.route.{dt}"
         predict = _expert_predict(dt, shape, tokens, h, route, hw)
-        out.append(ClassRows(f"experts.{dt}", t, c["seconds"][sel], predict, GEMM_START, ALL_FIELDS,
-                             f"moe_dtype {tdt}, balanced, moe_tp_size 1; fitted with {route} (routing, "
+        out.append(ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
+                             f"moe_dtype {tdt}, balanced, moe_tp_size 1, rows no faster than their bytes at "
+                             f"the HBM peak ({int(np.sum(~physical))} dropped); fitted with {route} (routing, "
                              "permute and quantisation of every token entering the rank)", kernel,
                              also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2))
     return out
@@ -158,9 +163,27 @@ def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw):
 
 def _expert_shape(tokens, h, inter, topk, experts, ep, dt):
     model = _moe_model(int(h), int(inter), int(topk), int(experts), dt)
-    busiest = float(tokens) * int(topk) / int(ep)
-    distinct = max(distinct_experts_per_rank(model, Layout(role="decode", dp=int(ep)), float(tokens)), 1.0)
-    return expert_work(model, busiest, distinct)
+    pairs, distinct = balanced_routing(int(tokens), int(experts), int(topk), int(ep))
+    return expert_work(model, float(pairs), float(max(distinct, 1)))
+
+
+@lru_cache(maxsize=None)
+def balanced_routing(tokens: int, experts: int, topk: int, ep: int) -> tuple[int, int]:
+    """(token-expert pairs, distinct experts) on the rank the table times under its "balanced"
+    distribution: aiconfigurator's collector (collector/helper.py balanced_logits) sends token i's
+    j-th pick to expert (i + j s) mod E, s = ceil(E / k), when T >= s, else to (i s / T + j s) mod E
+    truncated, and the timed rank holds experts [0, E / ep) (vLLM determine_expert_map, rank 0). The
+    picks are spread, not drawn at random: at T k = E every expert gets one token, where random routing
+    (sim/cost/moe.py, what serving sees) leaves a third of them idle, so pricing the rows with the random
+    expectation reads too few weights there (benchmarks/RESULTS.md, 2026-12-01 "vLLM's all-reduce dispatch
+    and the L2 regime")."""
+    stride = -(-experts // topk)
+    i = np.arange(tokens, dtype=np.float32)[:, None]  # [T, 1] (the collector's picks are float32)
+    j = np.arange(topk, dtype=np.float32)[None, :] * stride  # [1, k]
+    picks = (i + j) % experts if tokens >= stride else (i * stride / tokens + j) % experts
+    local = picks.astype(np.int64).ravel()
+    local = local[local < experts // ep]
+    return len(local), len(np.unique(local))
 
 
 def _gqa(heads: int, kv_heads: int, head_dim: int, kv_bytes: float) -> tuple[ModelSpec, object]:
