@@ -24,7 +24,10 @@ attention) the compute curve carries that. A weight GEMM's curve is the whole ke
 (roofline.price_gemm): its x-term is the GEMM's own weight read, its y- and z-terms its activation
 traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) is not applied to it.
 The attention curve's y-term is a cost per sequence and its work term a fixed cost per kernel, both
-in FLOP units of the same peak.
+in FLOP units of the same peak. A curve bounded to a regime of work (Curve.work_min / work_max) prices
+only ops whose work lies in it: the kernels vLLM's all-reduce dispatches by message size (one-shot,
+two-shot, symmetric memory, NCCL), a streaming op's working set in or out of L2 (its efficiency, a
+fraction of HBM, may then exceed 1).
 """
 from __future__ import annotations
 
