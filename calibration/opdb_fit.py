@@ -10,6 +10,7 @@ through) finds the curve. Rows are split by a seeded draw: HOLDOUT of them never
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -57,11 +58,16 @@ class ClassRows:
         if self.start is None:
             own = ()
         elif self.regimes:
-            own = tuple((self.key, j, dataclasses.replace(self.start, work_min=lo, work_max=hi), self.free)
+            own = tuple((self.key, j, dataclasses.replace(self.start, work_min=lo, work_max=_bound(hi)), self.free)
                         for j, (lo, hi) in enumerate(self.regimes))
         else:
             own = tuple((self.key, j, _config_start(self.start, j), self.free) for j in range(self.configs))
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
+
+
+def _bound(hi: float) -> float:
+    """A regime's upper edge as a Curve holds it (0: none)."""
+    return hi if math.isfinite(hi) else 0.0
 
 
 def _config_start(c: Curve, j: int) -> Curve:
@@ -130,8 +136,6 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
         extra["fitted_with"] = [k for k, _, _ in rows.also]
     if rows.configs > 1:
         extra["configs"] = rows.configs
-    if rows.regimes:
-        extra["regimes"] = [[lo, hi] for lo, hi in rows.regimes]
     if rows.scalars:
         extra["scalars"] = {f: getattr(fitted, f) for f, *_ in rows.scalars}
     fit = ClassFit(rows.key, rows.table, len(fit_idx), len(held_idx), err_fit, held, rows.selection,

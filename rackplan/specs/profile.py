@@ -9,7 +9,6 @@ say so in `fallbacks`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -64,16 +63,18 @@ class Curve:
     sharpness: float = 1.0  # q
     tiles_half: float = 0.0
     work_min: float = 0.0
-    work_max: float = math.inf
+    work_max: float = 0.0  # 0: no upper bound
 
     def __post_init__(self):
-        cap = REGIME_EFF_MAX if self.work_min or self.work_max != math.inf else 1.0
+        cap = REGIME_EFF_MAX if self.work_min or self.work_max else 1.0
         check(0 < self.eff_max <= cap, "eff_max", f"a fraction in (0, {cap:g}]", self.eff_max)
         for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half"):
             non_negative(getattr(self, name), name)
         check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)
         non_negative(self.work_min, "work_min")
-        check(self.work_max > self.work_min, "work_max", f"above work_min ({self.work_min:g})", self.work_max)
+        non_negative(self.work_max, "work_max")
+        check(not self.work_max or self.work_max > self.work_min, "work_max",
+              f"0 (no bound) or above work_min ({self.work_min:g})", self.work_max)
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def evaluate_bound(bound: tuple, x, work=0.0):
     eff = None
     for c, fixed in bound:
         other = _one(c, fixed, x, work)
-        if c.work_min or c.work_max != math.inf:
+        if c.work_min or c.work_max:
             other = _in_regime(c, work, other)
         if eff is None:
             eff = other
@@ -115,10 +115,11 @@ def evaluate_bound(bound: tuple, x, work=0.0):
 
 def _in_regime(c: Curve, work, eff):
     """eff where work lies in curve c's regime [work_min, work_max), else 0 (another curve prices it)."""
+    hi = c.work_max or math.inf
     if isinstance(work, (int, float)):
-        return eff if c.work_min <= work < c.work_max else 0.0
+        return eff if c.work_min <= work < hi else 0.0
     work = np.asarray(work, float)
-    return np.where((work >= c.work_min) & (work < c.work_max), eff, 0.0)
+    return np.where((work >= c.work_min) & (work < hi), eff, 0.0)
 
 
 def _fixed_terms(c: Curve, y, z) -> tuple:

@@ -29,6 +29,7 @@ def test_a_curve_prices_only_its_regime_of_work():
 def test_regime_bounds_are_checked():
     with pytest.raises(SpecError, match="work_max"):
         Curve(eff_max=0.5, work_min=10.0, work_max=10.0)
+    assert Curve(eff_max=0.5, work_min=10.0).work_max == 0.0  # no upper bound
     with pytest.raises(SpecError, match="eff_max"):
         Curve(eff_max=1.5)  # above the peak: only a bounded regime (a working set in L2) may
     assert Curve(eff_max=1.5, work_max=50e6).eff_max == 1.5
@@ -88,5 +89,5 @@ def test_quantize_takes_an_l2_regime_where_the_hardware_says_its_size():
     assert h100.l2_bytes == 50e6 and b200.l2_bytes == 0.0
     got = _in_l2(rows, h100)
     assert got.regimes == ((0.0, 50e6), (50e6, math.inf)) and got.bounds["eff_max"][1] == 2.0
-    assert [c.work_max for _, _, c, _ in got.parts()] == [50e6, math.inf]
+    assert [c.work_max for _, _, c, _ in got.parts()] == [50e6, 0.0]  # 0: no upper bound
     assert _in_l2(rows, b200) is rows
