@@ -10,6 +10,7 @@ through) finds the curve. Rows are split by a seeded draw: HOLDOUT of them never
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -46,6 +47,10 @@ class ClassRows:
     also: tuple[tuple[str, Curve, tuple[str, ...]], ...] = ()
     scalars: tuple[tuple[str, float, float, float], ...] = ()
     configs: int = 1  # curves of `key` (kernel configurations; the class runs at the best of them)
+    # or one curve of `key` per regime [work_min, work_max) of its work (kernels the engine dispatches by
+    # size, a working set in or out of L2), each fitted on the rows in its range
+    regimes: tuple[tuple[float, float], ...] = ()
+    bounds: dict = field(default_factory=dict)  # per-parameter (low, high) replacing BOUNDS for this class
     notes: dict = field(default_factory=dict)  # recorded with the fit (e.g. the table's own roughness)
     # kernel configurations dispatched by the shape measure x instead (`configs` unused): one curve per
     # (x_min, x_max, x_tile), each fitted on the rows whose x (`x`, [N]) falls in its range
@@ -62,6 +67,9 @@ class ClassRows:
         elif self.ranges:
             own = tuple((self.key, j, dataclasses.replace(self.start, x_min=lo, x_max=hi, x_tile=tile), self.free)
                         for j, (lo, hi, tile) in enumerate(self.ranges))
+        elif self.regimes:
+            own = tuple((self.key, j, dataclasses.replace(self.start, work_min=lo, work_max=_bound(hi)), self.free)
+                        for j, (lo, hi) in enumerate(self.regimes))
         else:
             own = tuple((self.key, j, _config_start(self.start, j), self.free) for j in range(self.configs))
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
@@ -71,6 +79,11 @@ class ClassRows:
         lo, hi, _ = self.ranges[j]
         x = np.asarray(self.x, float)
         return (x > lo if lo else np.ones(x.shape, bool)) & (x <= hi if hi else True)
+
+
+def _bound(hi: float) -> float:
+    """A regime's upper edge as a Curve holds it (0: none)."""
+    return hi if math.isfinite(hi) else 0.0
 
 
 def _config_start(c: Curve, j: int) -> Curve:
@@ -172,7 +185,8 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
 
 def _specs(rows: ClassRows) -> list[tuple[str, float, float, float]]:
     """(name, start, low, high) of every fitted parameter, in the order _apply reads them."""
-    return [(f, getattr(start, f), *BOUNDS[f]) for _, _, start, free in rows.parts() for f in free] + list(rows.scalars)
+    own = [(f, getattr(start, f), *rows.bounds.get(f, BOUNDS[f])) for _, _, start, free in rows.parts() for f in free]
+    return own + list(rows.scalars)
 
 
 def _vector(rows: ClassRows, prof: Profile) -> np.ndarray:
@@ -222,7 +236,8 @@ def _apply(rows: ClassRows, prof: Profile, p, clip: bool = False) -> Profile:
     for key, _, start, free in rows.parts():
         vals = {f: float(v) for f, v in zip(free, p[i:i + len(free)])}
         if clip:
-            vals = {f: min(max(v, BOUNDS[f][0]), BOUNDS[f][1]) for f, v in vals.items()}
+            vals = {f: min(max(v, rows.bounds.get(f, BOUNDS[f])[0]), rows.bounds.get(f, BOUNDS[f])[1])
+                    for f, v in vals.items()}
         built.setdefault(key, []).append(dataclasses.replace(start, **vals))
         i += len(free)
     scal = {f: min(max(float(v), low), high) if clip else float(v)

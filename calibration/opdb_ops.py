@@ -7,6 +7,7 @@ computed once per row; the fit then re-prices every row under each trial curve.
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -15,9 +16,10 @@ from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.collective import allreduce_seconds
 from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
-from rackplan.sim.cost.moe import distinct_experts_per_rank, expert_work
+from rackplan.sim.cost.moe import expert_work
 from rackplan.sim.cost.roofline import price, price_gemm
-from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, Layout, ModelSpec, Profile, load_model
+from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, ModelSpec, Profile, load_model
+from rackplan.specs.profile import REGIME_EFF_MAX
 
 from .opdb import Table, most_rows, read
 from .opdb_fit import ClassRows
@@ -147,13 +149,18 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         dt = TABLE_DTYPE[tdt]
         kernel = most_rows(c["kernel_source"][base & (c["moe_dtype"] == tdt)])
         sel = base & (c["moe_dtype"] == tdt) & (c["kernel_source"] == kernel)
-        tokens, h = c["num_tokens"][sel].astype(float), c["hidden_size"][sel].astype(float)
         shape = np.array([_expert_shape(*r, dt) for r in zip(*(c[x][sel] for x in (
             "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")))])  # [N, 5]
+        # a row faster than moving its weights and activations at the HBM peak does not time the shape
+        # it names (benchmarks/RESULTS.md, 2026-12-01 "vLLM's all-reduce dispatch and the L2 regime")
+        physical = shape[:, 1] / hw.hbm_bw <= c["seconds"][sel]
+        shape, rows = shape[physical], np.flatnonzero(sel)[physical]
+        tokens, h = c["num_tokens"][rows].astype(float), c["hidden_size"][rows].astype(float)
         route = f"moe.route.{dt}"
         predict = _expert_predict(dt, shape, tokens, h, route, hw)
-        out.append(ClassRows(f"experts.{dt}", t, c["seconds"][sel], predict, GEMM_START, ALL_FIELDS,
-                             f"moe_dtype {tdt}, balanced, moe_tp_size 1; fitted with {route} (routing, "
+        out.append(ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
+                             f"moe_dtype {tdt}, balanced, moe_tp_size 1, rows no faster than their bytes at "
+                             f"the HBM peak ({int(np.sum(~physical))} dropped); fitted with {route} (routing, "
                              "permute and quantisation of every token entering the rank)", kernel,
                              also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2))
     return out
@@ -176,9 +183,27 @@ def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw):
 
 def _expert_shape(tokens, h, inter, topk, experts, ep, dt):
     model = _moe_model(int(h), int(inter), int(topk), int(experts), dt)
-    busiest = float(tokens) * int(topk) / int(ep)
-    distinct = max(distinct_experts_per_rank(model, Layout(role="decode", dp=int(ep)), float(tokens)), 1.0)
-    return expert_work(model, busiest, distinct)
+    pairs, distinct = balanced_routing(int(tokens), int(experts), int(topk), int(ep))
+    return expert_work(model, float(pairs), float(max(distinct, 1)))
+
+
+@lru_cache(maxsize=None)
+def balanced_routing(tokens: int, experts: int, topk: int, ep: int) -> tuple[int, int]:
+    """(token-expert pairs, distinct experts) on the rank the table times under its "balanced"
+    distribution: aiconfigurator's collector (collector/helper.py balanced_logits) sends token i's
+    j-th pick to expert (i + j s) mod E, s = ceil(E / k), when T >= s, else to (i s / T + j s) mod E
+    truncated, and the timed rank holds experts [0, E / ep) (vLLM determine_expert_map, rank 0). The
+    picks are spread, not drawn at random: at T k = E every expert gets one token, where random routing
+    (sim/cost/moe.py, what serving sees) leaves a third of them idle, so pricing the rows with the random
+    expectation reads too few weights there (benchmarks/RESULTS.md, 2026-12-01 "vLLM's all-reduce dispatch
+    and the L2 regime")."""
+    stride = -(-experts // topk)
+    i = np.arange(tokens, dtype=np.float32)[:, None]  # [T, 1] (the collector's picks are float32)
+    j = np.arange(topk, dtype=np.float32)[None, :] * stride  # [1, k]
+    picks = (i + j) % experts if tokens >= stride else (i * stride / tokens + j) % experts
+    local = picks.astype(np.int64).ravel()
+    local = local[local < experts // ep]
+    return len(local), len(np.unique(local))
 
 
 def _gqa(heads: int, kv_heads: int, head_dim: int, kv_bytes: float) -> tuple[ModelSpec, object]:
@@ -295,8 +320,49 @@ def projection_seconds(model: ModelSpec, tokens, tp, dtype: str, hw, prof: Profi
     return total
 
 
+# vLLM's all-reduce dispatch (CudaCommunicator.all_reduce, which the collector calls through
+# tensor_model_parallel_all_reduce inside a CUDA graph: aiconfigurator collector/collect_all_reduce.py):
+# the custom all-reduce below its size limit, then symmetric memory below its own, then NCCL. Limits in
+# bytes by compute capability and group size: vllm/distributed/device_communicators/all_reduce_utils.py
+# (CUSTOM_ALL_REDUCE_MAX_SIZES, SYMM_MEM_ALL_REDUCE_MAX_SIZES; the custom kernel serves 2, 4, 6, 8 GPUs);
+# inside the custom kernel one-shot (1-stage) below 512 KiB at <= 4 GPUs and 256 KiB at <= 8, two-shot
+# above, always one-shot at 2 GPUs (csrc/custom_all_reduce.cuh). Compute capability per system: the
+# tables' collection_meta.yaml (`compute_capability`).
+MIB = 1024.0 * 1024.0
+CUSTOM_AR_MAX = {"9.0": {2: 64 * MIB, 4: 32 * MIB, 6: MIB / 2, 8: MIB / 4},
+                 "10.0": {2: 2 * MIB, 4: 2 * MIB, 6: 1 * MIB, 8: 1 * MIB},
+                 "10.3": {2: 4 * MIB, 4: 4 * MIB, 6: 8 * MIB, 8: 4 * MIB}}
+SYMM_MEM_MAX = {"9.0": {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB, 8: 64 * MIB},
+                "10.0": {2: 8 * MIB, 4: 32 * MIB, 6: 128 * MIB, 8: 128 * MIB},
+                "10.3": {2: 4 * MIB, 4: 32 * MIB, 6: 32 * MIB, 8: 64 * MIB}}
+COMPUTE_CAPABILITY = {"h100-sxm": "9.0", "h200-sxm": "9.0", "b200": "10.0", "gb200-nvl72": "10.0",
+                      "gb300-nvl72": "10.3"}
+ALLREDUCE_MIN_ROWS = 3  # a regime with fewer table rows than this joins its neighbour
+
+
+def allreduce_regimes(hw_name: str, gpus: int, nbytes) -> tuple[tuple[float, float], ...]:
+    """[lo, hi) byte ranges of the kernels vLLM dispatches an all-reduce of `gpus` GPUs to, each holding
+    at least ALLREDUCE_MIN_ROWS of the rows' sizes `nbytes`; one range for a system or group size the
+    dispatch table does not list (NCCL only)."""
+    cc = COMPUTE_CAPABILITY.get(hw_name)
+    if cc is None or gpus not in CUSTOM_AR_MAX[cc]:
+        return ((0.0, math.inf),)
+    custom, symm = CUSTOM_AR_MAX[cc][gpus], max(SYMM_MEM_MAX[cc][gpus], CUSTOM_AR_MAX[cc][gpus])
+    one_shot = custom if gpus == 2 else min(custom, 512 * 1024.0 if gpus <= 4 else 256 * 1024.0)
+    edges = [0.0] + sorted({one_shot, custom, symm}) + [math.inf]
+    nbytes = np.asarray(nbytes, float)
+    kept = [0.0]
+    for lo, hi in zip(edges[1:-1], edges[2:]):  # drop an edge whose range above holds too few rows
+        if np.sum((nbytes >= lo) & (nbytes < hi)) >= ALLREDUCE_MIN_ROWS and \
+                np.sum((nbytes >= kept[-1]) & (nbytes < lo)) >= ALLREDUCE_MIN_ROWS:
+            kept.append(lo)
+    bounds = kept + [math.inf]
+    return tuple(zip(bounds[:-1], bounds[1:]))
+
+
 def comm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
-    """allreduce.tp<N>: vLLM custom all-reduce inside a CUDA graph, group sizes within one domain."""
+    """allreduce.tp<N>: vLLM's all-reduce inside a CUDA graph, group sizes within one domain; one curve
+    per kernel regime of vLLM's dispatch by message size (allreduce_regimes), alpha-beta in each."""
     t = tables.get("custom_allreduce_perf")
     if t is None:
         return []
@@ -311,10 +377,13 @@ def comm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         def predict(prof, i, nbytes=nbytes, gpus=gpus):
             return allreduce_seconds(hw, prof, nbytes[i], gpus)
 
+        regimes = allreduce_regimes(hw.name, gpus, nbytes)
         out.append(ClassRows(f"allreduce.tp{gpus}", t, c["seconds"][sel], predict,
                              Curve(eff_max=0.5, x_half=1e6, work_half=1e5, sharpness=2.0),
                              ("eff_max", "x_half", "work_half", "sharpness"),
-                             f"backend vllm_graph, {gpus} GPUs, BF16 messages", "vLLM_custom_graph", configs=2))
+                             f"backend vllm_graph, {gpus} GPUs, BF16 messages; regimes (bytes) "
+                             + ", ".join(f"[{lo:g}, {hi:g})" for lo, hi in regimes), "vLLM_custom_graph",
+                             regimes=regimes if len(regimes) > 1 else ()))
     return out
 
 
@@ -326,8 +395,9 @@ def stream_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         c = read(t)
         sel = c["quant_dtype"] == "fp8"
         m, k = c["m"][sel].astype(float), c["k"][sel].astype(float)
-        out.append(_stream(t, "quantize.fp8", c["seconds"][sel], quantize_bytes(m, k, "fp8"), m, k, hw,
-                           "quant_dtype fp8 (static scale)"))
+        q = _stream(t, "quantize.fp8", c["seconds"][sel], quantize_bytes(m, k, "fp8"), m, k, hw,
+                    "quant_dtype fp8 (static scale)")
+        out.append(_in_l2(q, hw))
     if "mhc_module_perf" in tables:
         t = tables["mhc_module_perf"]
         c = read(t)
@@ -342,6 +412,18 @@ def stream_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
             out.append(_stream(t, f"mhc.{part}", c["seconds"][sel] / sites, mhc_bytes(tok, h, hc, part), tok, h, hw,
                                f"op_name {part}, latency / num_sites (one site)"))
     return out
+
+
+def _in_l2(rows: ClassRows, hw: HardwareSpec) -> ClassRows:
+    """`rows` with two regimes of bytes moved, in and out of the L2 cache, where the hardware says its
+    size: the collector replays one tensor, so a working set that fits L2 is read from it (on H100 the
+    quantize rows of 20-40 MB run at 1.2-1.3x the HBM peak, those above 50 MB at 0.83; benchmarks/RESULTS.md
+    2026-12-01 "vLLM's all-reduce dispatch and the L2 regime"); eff_max up to REGIME_EFF_MAX in L2."""
+    if not hw.l2_bytes:
+        return rows
+    return dataclasses.replace(rows, regimes=((0.0, hw.l2_bytes), (hw.l2_bytes, math.inf)),
+                               bounds={"eff_max": (1e-4, REGIME_EFF_MAX)},
+                               selection=f"{rows.selection}; regimes in / out of L2 ({hw.l2_bytes / 1e6:g} MB moved)")
 
 
 def _stream(t, key, seconds, nbytes, rows, cols, hw, selection) -> ClassRows:

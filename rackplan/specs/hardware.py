@@ -26,6 +26,9 @@ class HardwareSpec:
     source: str = ""
     num_sms: int = 0  # streaming multiprocessors per GPU (0: unknown; comm kernels then take none from compute)
     host_link_bw: float = 0.0  # host memory -> GPU B/s per GPU for offloaded weights (0: no offload path)
+    # L2 cache bytes per GPU (0: unknown): a streaming op whose working set fits runs from L2, faster than
+    # HBM (the measured profile's stream curves then carry an in-L2 regime, calibration/opdb_ops.py)
+    l2_bytes: float = 0.0
     # query heads per rank a sparse-MLA prefill kernel computes in one tile: FlashMLA's BF16 sparse
     # prefill (flash_mla_sparse_fwd) needs a multiple of 64 heads on Hopper (SM90) and of 128 on
     # Blackwell (SM100); vLLM pads the rest with zero heads (vllm flashmla_sparse.py)
@@ -47,6 +50,7 @@ class HardwareSpec:
             positive(getattr(self, name), name)
         non_negative(self.num_sms, "num_sms")
         non_negative(self.host_link_bw, "host_link_bw")
+        non_negative(self.l2_bytes, "l2_bytes")
         positive(self.sparse_prefill_head_tile, "sparse_prefill_head_tile")
         check(len(self.peak_flops) > 0, "peak_flops", "at least one dtype")
         for k, v in self.peak_flops.items():

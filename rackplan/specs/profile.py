@@ -34,6 +34,12 @@ class A2AParams:
         check(0 < self.bw_eff <= 1.5, "bw_eff", "a fraction of the link bandwidth in (0, 1.5]", self.bw_eff)
 
 
+# The highest eff_max of a curve bounded to a regime of work: a streaming op's working set that fits the
+# L2 cache is served faster than the HBM peak its efficiency is a fraction of (H100: several times HBM
+# bandwidth from L2, Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023)
+REGIME_EFF_MAX = 2.0
+
+
 @dataclass(frozen=True)
 class Curve:
     """Efficiency of one op class over shape: the fraction of a peak (FLOP/s, HBM or link B/s) it
@@ -63,15 +69,21 @@ class Curve:
     sharpness: float = 1.0  # q
     tiles_half: float = 0.0
     x_tile: float = 0.0  # tile edge along x the compute term pads x to (0: no padding)
-    x_min: float = 0.0  # the curve runs for x_min < x <= x_max (0: unbounded)
+    x_min: float = 0.0  # the curve runs for x_min < x <= x_max (0: unbounded; a dispatch by x, e.g. GEMM rows)
     x_max: float = 0.0
+    work_min: float = 0.0  # ... and for work_min <= work < work_max (0: no upper bound; a dispatch by work,
+    work_max: float = 0.0  # e.g. all-reduce message size, or a working set in or out of L2)
 
     def __post_init__(self):
-        check(0 < self.eff_max <= 1.0, "eff_max", "a fraction in (0, 1]", self.eff_max)
-        for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half", "x_tile", "x_min", "x_max"):
+        cap = REGIME_EFF_MAX if self.work_min or self.work_max else 1.0
+        check(0 < self.eff_max <= cap, "eff_max", f"a fraction in (0, {cap:g}]", self.eff_max)
+        for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half", "x_tile", "x_min", "x_max",
+                     "work_min", "work_max"):
             non_negative(getattr(self, name), name)
         check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)
         check(not self.x_max or self.x_max > self.x_min, "x_max", f"above x_min ({self.x_min}) or 0", self.x_max)
+        check(not self.work_max or self.work_max > self.work_min, "work_max",
+              f"0 (no bound) or above work_min ({self.work_min:g})", self.work_max)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,11 @@ attention) the compute curve carries that. A weight GEMM's curve is the whole ke
 traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) is not applied to it.
 The attention curve's y-term is a cost per sequence, its z-term a cost per (sequence, query head) on
 the rank (FlashAttention-style kernels run a thread block per sequence, head and query tile) and its
-work term a fixed cost per kernel, all in FLOP units of the same peak.
+work term a fixed cost per kernel, all in FLOP units of the same peak. A curve bounded to a range of x
+(Curve.x_min / x_max) or of work (work_min / work_max) prices only ops inside it (`_in_ranges`, the one
+range check): a dispatch's kernel configurations, e.g. vLLM's FP8 GEMM tiles by m, the kernels vLLM's
+all-reduce picks by message size (one-shot, two-shot, symmetric memory, NCCL), a streaming op's working
+set in or out of L2 (its efficiency, a fraction of HBM, may then exceed 1).
 """
 from __future__ import annotations
 
@@ -88,15 +92,8 @@ def _tiles(v):
 
 def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
     """Efficiency of an op class at shape (x, y, z) and work: the best of its curves (kernel
-    configurations; the engine runs the faster) among those whose x range holds x (a dispatch by x)."""
-    eff = _one(cs[0], _fixed_terms(cs[0], y, z), x, work)
-    for c in cs[1:]:
-        other = _one(c, _fixed_terms(c, y, z), x, work)
-        if eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
-            eff = other if other > eff else eff
-        else:
-            eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
-    return eff
+    configurations; the engine runs the faster) among those whose x and work ranges hold the op."""
+    return evaluate_bound(bind(cs, y, z), x, work)
 
 
 def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
@@ -107,11 +104,12 @@ def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
 
 def evaluate_bound(bound: tuple, x, work=0.0):
     """`evaluate` of bound curves (`bind`) at x and work."""
-    c, fixed = bound[0]
-    eff = _one(c, fixed, x, work)
-    for c, fixed in bound[1:]:
+    eff = None
+    for c, fixed in bound:
         other = _one(c, fixed, x, work)
-        if eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
+        if eff is None:
+            eff = other
+        elif eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
             eff = other if other > eff else eff
         else:
             eff = max(eff, other) if isinstance(eff, float) and isinstance(other, float) else np.maximum(eff, other)
@@ -125,9 +123,9 @@ def _fixed_terms(c: Curve, y, z) -> tuple:
 
 def _one(c: Curve, fixed: tuple, x, work):
     """One curve's efficiency at x and work, its y and z terms `fixed` (see rackplan.specs.Curve)."""
-    ranged = c.x_min or c.x_max
-    if ranged and isinstance(x, (int, float)) and ((c.x_min and x <= c.x_min) or (c.x_max and x > c.x_max)):
-        return 0.0  # (scalar x outside the curve's range: not evaluated)
+    ranged = c.x_min or c.x_max or c.work_min or c.work_max
+    if ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and not _in_ranges(c, x, work):
+        return 0.0  # (a scalar op outside the curve's ranges: not evaluated)
     b, tiles_y = fixed
     a = _term(c.x_half, x)
     q = c.sharpness
@@ -137,8 +135,8 @@ def _one(c: Curve, fixed: tuple, x, work):
     if c.tiles_half:
         tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)
-    if ranged and not isinstance(x, (int, float)):
-        eff = _in_range(c, x, eff)
+    if ranged and not (isinstance(x, (int, float)) and isinstance(work, (int, float))):
+        eff = np.where(_in_ranges(c, np.asarray(x, float), np.asarray(work, float)), eff, 0.0)
     return eff
 
 
@@ -150,16 +148,17 @@ def _pad(tile: float, x):
     return np.divide(np.ceil(x / tile) * tile, x, out=np.ones(x.shape), where=x > 0)
 
 
-def _in_range(c: Curve, x, eff):
-    """eff where x_min < x <= x_max (a zero bound open), else 0: the configuration does not run there."""
-    x = np.asarray(x, float)
-    ok = np.ones(x.shape, bool)
-    if c.x_min:
-        ok &= x > c.x_min
+def _in_ranges(c: Curve, x, work):
+    """Whether (x, work) lies in curve c's ranges: x_min < x <= x_max and work_min <= work < work_max
+    (a zero bound open; each side as its dispatch compares, calibration/opdb_ops.py), scalar or array."""
+    ok = (x > c.x_min) if c.x_min else True
     if c.x_max:
-        ok &= x <= c.x_max
-    return np.where(ok, eff, 0.0)
-
+        ok = ok & (x <= c.x_max)
+    if c.work_min:
+        ok = ok & (work >= c.work_min)
+    if c.work_max:
+        ok = ok & (work < c.work_max)
+    return ok
 
 def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
     """Weight GEMM [m, k] x [k, n] in `dtype`: saturating in the row count m (skinny decode GEMMs

@@ -329,3 +329,47 @@ def test_prefill_reprice_matches_attention_component_with_a_per_head_cost():
     without = Profile(name="p", curves={"attn.prefill.gqa.bf16": (TRUE_ATTN,)})
     no_head = [attn.prefill_component(model, comp, ((bi, si, 0.0),), 1, 1, HW, without)[0] for bi, si in zip(b, s)]
     assert np.allclose(fast, slow, rtol=1e-12) and shapes[0, 4] == 16.0 and np.all(np.array(slow) > no_head)
+
+def test_allreduce_regimes_recover_a_dispatch_switch(tmp_path):
+    """B200 all-reduce over 8 GPUs timed from three kernels switched by size as vLLM dispatches them
+    (custom below 1 MiB, symmetric memory to 128 MiB, NCCL above; opdb_ops.allreduce_regimes): the
+    faster symmetric-memory kernel from 1 MiB makes the time drop where the size grows, which one curve
+    cannot follow. The fit writes one curve per regime and prices held-out rows within the scatter."""
+    from rackplan.calibration.opdb_ops import MIB
+    from rackplan.sim.cost.collective import allreduce_seconds
+
+    hw = load_hardware("b200")
+    truth = (Curve(eff_max=0.05, work_half=2e4, work_max=MIB), Curve(eff_max=0.5, work_half=5e5, work_min=MIB,
+                                                                     work_max=128 * MIB),
+             Curve(eff_max=0.6, work_half=1e6, work_min=128 * MIB))
+    size = 128.0 * 2.0 ** np.arange(23)
+    sec = allreduce_seconds(hw, Profile(name="truth", curves={"allreduce.tp8": truth}), size * 2.0, 8)
+    assert sec[12] < sec[11]  # 1 MiB is faster than 512 KiB
+    n = len(size)
+    _write(tmp_path, "sw", "comm", "0.24.0", "custom_allreduce_perf",
+           {"num_gpus": [8] * n, "message_size": size.astype(int), "backend": ["vllm_graph"] * n,
+            "latency": _noisy(sec, 5) * 1e3})
+    prof, fits = import_profile("sw", "vllm", None, hw, load_profile("datasheet"), "sw-vllm", tmp_path)
+    fit = {f.key: f for f in fits}["allreduce.tp8"]
+    assert fit.mape_held < 5.0, fit.mape_held
+    assert [(c.work_min, c.work_max) for c in prof.curves["allreduce.tp8"]] == [
+        (0.0, MIB), (MIB, 128 * MIB), (128 * MIB, 0.0)]
+
+
+def test_quantize_in_and_out_of_l2(tmp_path):
+    """H100 quantize rows whose working set fits the 50 MB L2 run at 1.25x the HBM peak, those above
+    at 0.85 (the shape of h100_sxm's scale_matrix_perf): the in-L2 regime's curve may exceed 1, and
+    the fit prices held-out rows within the scatter on both sides of the edge."""
+    from rackplan.sim.cost.elementwise import quantize_bytes, stream_seconds
+
+    hw = load_hardware("h100-sxm")
+    truth = (Curve(eff_max=1.25, work_half=2e6, work_max=50e6), Curve(eff_max=0.85, work_half=2e6, work_min=50e6))
+    m, k = (x.ravel() for x in np.meshgrid(2.0 ** np.arange(0, 16), [512.0, 2048.0, 7168.0, 16384.0]))
+    nbytes = quantize_bytes(m, k, "fp8")
+    sec = stream_seconds(hw, Profile(name="truth", curves={"quantize.fp8": truth}), "quantize.fp8", nbytes, m, k)
+    _write(tmp_path, "l2", "quantize", "0.24.0", "scale_matrix_perf",
+           {"m": m.astype(int), "k": k.astype(int), "quant_dtype": ["fp8"] * len(m), "latency": _noisy(sec, 6) * 1e3})
+    prof, fits = import_profile("l2", "vllm", None, hw, load_profile("datasheet"), "l2-vllm", tmp_path)
+    assert {f.key: f for f in fits}["quantize.fp8"].mape_held < 5.0
+    inside, outside = prof.curves["quantize.fp8"]
+    assert (inside.work_max, outside.work_min) == (50e6, 50e6) and inside.eff_max > 1.0
