@@ -140,12 +140,25 @@ def autocorrelation_time(x: np.ndarray) -> float:
     var = float(np.dot(d, d))
     if n < 4 or var <= 0.0:
         return 1.0
-    f = np.fft.rfft(d, 2 * n)
-    acf = np.fft.irfft(f * np.conj(f), 2 * n)[1:n] / var  # [n-1] lags 1..n-1
+    size = _fast_length(2 * n)  # zero-padded past 2n: no wrap-around
+    f = np.fft.rfft(d, size)
+    acf = np.fft.irfft(f.real * f.real + f.imag * f.imag, size)[1:n] / var  # [n-1] lags 1..n-1
     taus = 1.0 + 2.0 * np.cumsum(acf)  # tau(M) summed to lag M
     within = np.arange(1, n) >= SOKAL_C * taus
     m = int(np.argmax(within)) if within.any() else n - 2
     return max(1.0, float(taus[m]))
+
+
+def _fast_length(n: int) -> int:
+    """The smallest 2^a 3^b 5^c >= n: an FFT length pocketfft does fast (2n itself may be near-prime)."""
+    best, p5 = 1 << (n - 1).bit_length(), 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            size = p35 << max(0, (-(-n // p35) - 1).bit_length())  # p35 x the power of two that reaches n
+            best, p35 = min(best, size), p35 * 3
+        p5 *= 5
+    return best
 
 
 def batch_standard_error(y: np.ndarray) -> float:
