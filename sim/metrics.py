@@ -100,7 +100,7 @@ MAX_LAG1 = 0.5  # batch means' lag-1 autocorrelation used at most (from 20 batch
 def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
     """p50/p90/p99 and mean of `arr` (window requests in arrival order; NaN: none, +inf: longer
     than any finite one, e.g. the E2E of a request still running), and the standard error of the
-    p90 by batch means (consecutive batches' p90s: their spread over sqrt(batches))."""
+    p90 (p90_standard_error: batch means, floored by the run's effective samples)."""
     arr = arr[~np.isnan(arr)]
     done = arr[np.isfinite(arr)]
     with np.errstate(invalid="ignore"):  # between two +inf: NaN, which is +inf too
