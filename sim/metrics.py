@@ -100,7 +100,7 @@ MAX_LAG1 = 0.5  # batch means' lag-1 autocorrelation used at most (from 20 batch
 def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
     """p50/p90/p99 and mean of `arr` (window requests in arrival order; NaN: none, +inf: longer
     than any finite one, e.g. the E2E of a request still running), and the standard error of the
-    p90 by batch means (consecutive batches' p90s: their spread over sqrt(batches))."""
+    p90 (p90_standard_error: batch means, floored by the run's effective samples)."""
     arr = arr[~np.isnan(arr)]
     done = arr[np.isfinite(arr)]
     with np.errstate(invalid="ignore"):  # between two +inf: NaN, which is +inf too
@@ -113,15 +113,52 @@ def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
 
 def p90_standard_error(arr: np.ndarray) -> float:
     """Standard error of the p90 of a series (in arrival order): by batch means over BATCHES
-    consecutive batches (batch_standard_error), and never below what as many independent samples
-    would give (half the distribution-free 68% interval: the order statistics n(0.9 +- sqrt(0.09/n)))."""
+    consecutive batches (batch_standard_error), and never below what its effective number of
+    independent samples would give (half the distribution-free 68% interval, the order statistics
+    n(0.9 +- sqrt(0.09/n_eff)), n_eff = n / tau, tau the integrated autocorrelation time of the
+    series' exceedances of its p90): near saturation one slow queue excursion delays dozens of
+    consecutive requests, so a run of 2k requests holds only ~20 independent looks at its tail."""
     n = len(arr)
     if n < 10 * BATCHES:
         return float("nan")
     srt = np.sort(arr)
-    half = np.sqrt(0.09 / n)
-    iid = (srt[min(n - 1, int(np.ceil(n * (0.9 + half))))] - srt[int(np.floor(n * (0.9 - half)))]) / 2.0
+    q90 = srt[int(np.floor(0.9 * (n - 1)))]
+    half = np.sqrt(0.09 * autocorrelation_time((arr > q90).astype(float)) / n)
+    iid = (srt[min(n - 1, int(np.ceil(n * (0.9 + half))))] - srt[max(0, int(np.floor(n * (0.9 - half))))]) / 2.0
     return max(float(iid), batch_standard_error(np.array([np.percentile(b, 90) for b in np.array_split(arr, BATCHES)])))
+
+
+SOKAL_C = 5.0  # automatic window: autocorrelations summed up to the first lag M >= SOKAL_C x tau(M) (Sokal 1997)
+
+
+def autocorrelation_time(x: np.ndarray) -> float:
+    """Integrated autocorrelation time of a series, 1 + 2 sum of its autocorrelations (at least 1):
+    the series holds len(x) / tau independent samples' worth. Summed over Sokal's automatic window
+    (Sokal 1997, "Monte Carlo methods in statistical mechanics", sec. 3), autocorrelations by FFT."""
+    n = len(x)
+    d = x - x.mean()
+    var = float(np.dot(d, d))
+    if n < 4 or var <= 0.0:
+        return 1.0
+    size = _fast_length(2 * n)  # zero-padded past 2n: no wrap-around
+    f = np.fft.rfft(d, size)
+    acf = np.fft.irfft(f.real * f.real + f.imag * f.imag, size)[1:n] / var  # [n-1] lags 1..n-1
+    taus = 1.0 + 2.0 * np.cumsum(acf)  # tau(M) summed to lag M
+    within = np.arange(1, n) >= SOKAL_C * taus
+    m = int(np.argmax(within)) if within.any() else n - 2
+    return max(1.0, float(taus[m]))
+
+
+def _fast_length(n: int) -> int:
+    """The smallest 2^a 3^b 5^c >= n: an FFT length pocketfft does fast (2n itself may be near-prime)."""
+    best, p5 = 1 << (n - 1).bit_length(), 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            size = p35 << max(0, (-(-n // p35) - 1).bit_length())  # p35 x the power of two that reaches n
+            best, p35 = min(best, size), p35 * 3
+        p5 *= 5
+    return best
 
 
 def batch_standard_error(y: np.ndarray) -> float:

@@ -28,7 +28,10 @@ MIN_SHARE = 0.2  # below this share of the estimated rate a deployment fails ver
 MAX_PROBES = 8
 PILOT = 4  # the first probe (at the estimate) starts with this fraction of the hinted run length
 CONFIRM = 2  # the chosen deployment's verified rate is run again this many times as long
-Z_SE = 2.0  # a p90 passes when it is this many standard errors (batch means) under its SLO
+# a p90 passes when it is this many standard errors under its SLO (sim/metrics.p90_standard_error: batch
+# means, floored by the run's effective samples, so a bursty tail near saturation gets the margin its few
+# independent looks at the tail deserve)
+Z_SE = 2.0
 LONGER = 1  # a probe whose p90 is within its noise of the SLO runs again this many times, 2x longer each
 SETTLE_E2E = 2.0  # a first probe's arrivals span this many estimated p90 E2E (a warm-started run settles fast)
 # ... and hold at most this many requests: p90s of 100k requests have standard errors near 1%, and a run
@@ -72,7 +75,8 @@ def at_rate(workload: Workload, rate_rps: float) -> Workload:
 
 
 def _bounds(metrics: dict, key: str) -> tuple[float, float]:
-    """(low, high) confidence bounds of a p90: Z_SE standard errors (batch means) either side."""
+    """(low, high) confidence bounds of a p90: Z_SE standard errors (sim/metrics.p90_standard_error)
+    either side."""
     value = metrics.get(key, math.inf)
     se = metrics.get(key.replace("_s", "_se_s"), math.nan)
     half = Z_SE * se if math.isfinite(se) else 0.0
