@@ -336,7 +336,7 @@ SYMM_MEM_MAX = {"9.0": {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB, 8: 64 * MIB},
                 "10.0": {2: 8 * MIB, 4: 32 * MIB, 6: 128 * MIB, 8: 128 * MIB},
                 "10.3": {2: 4 * MIB, 4: 32 * MIB, 6: 32 * MIB, 8: 64 * MIB}}
 COMPUTE_CAPABILITY = {"h100-sxm": "9.0", "h200-sxm": "9.0", "b200": "10.0", "gb200-nvl72": "10.0",
-                      "gb300-nvl72": "10.3"}
+                      "gb300-nvl72": "10.3", "b300": "10.3"}
 ALLREDUCE_MIN_ROWS = 3  # a regime with fewer table rows than this joins its neighbour
 
 
