@@ -502,6 +502,19 @@ class Engine:
             inst.model.expert_counts.clear()
 
 
+def shared_epoch() -> float:
+    """This rank's perf_counter reading at rank 0's start instant, so that every rank's `Engine.clock()`
+    counts from one instant: a request's prefill_done (its prefill rank's clock) and first_token (its
+    decode rank's) compare. Each rank taking its own perf_counter after the barrier offset them by how
+    far apart the ranks left it (milliseconds on a loaded host). Rank 0 broadcasts its wall time at
+    start; each rank maps it through its own wall - perf_counter offset (exact on one host, NTP's
+    precision across hosts)."""
+    wall, mono = time.time(), time.perf_counter()
+    start = [wall]
+    dist.broadcast_object_list(start, src=0)
+    return mono - (wall - start[0])
+
+
 def serve_disaggregated(me) -> list[dict]:
     """One rank's disaggregated serving run; rank 0 gets every rank's records plus the requests'."""
     wl = load_workload(me.cfg.workload)
@@ -512,7 +525,7 @@ def serve_disaggregated(me) -> list[dict]:
     gc.freeze()  # the startup heap (model, caches, torch) is never garbage: collections skip it (vLLM's workers
     # freeze theirs after warm-up too: freeze_gc_heap); each step's records count the collections it ran
     dist.barrier()
-    eng.t0 = time.perf_counter()
+    eng.t0 = shared_epoch()
     if eng.loop is not None:
         eng.loop.run()
         if isinstance(eng.loop, DecodeLoop):
