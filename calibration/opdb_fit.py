@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from rackplan.sim.cost.efficiency import in_ranges
 from rackplan.specs import Curve, Profile
 
 from .opdb import Table
@@ -75,10 +76,9 @@ class ClassRows:
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
 
     def in_range(self, j: int) -> np.ndarray:
-        """[N] whether each row's x falls in range j (x_min < x <= x_max, a zero bound open)."""
-        lo, hi, _ = self.ranges[j]
+        """[N] whether each row's x falls in range j's curve (efficiency.in_ranges, the one range check)."""
         x = np.asarray(self.x, float)
-        return (x > lo if lo else np.ones(x.shape, bool)) & (x <= hi if hi else True)
+        return np.broadcast_to(in_ranges(self.parts()[j][2], x, 0.0), x.shape)
 
 
 def _bound(hi: float) -> float:

@@ -27,7 +27,7 @@ traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) i
 The attention curve's y-term is a cost per sequence, its z-term a cost per (sequence, query head) on
 the rank (FlashAttention-style kernels run a thread block per sequence, head and query tile) and its
 work term a fixed cost per kernel, all in FLOP units of the same peak. A curve bounded to a range of x
-(Curve.x_min / x_max) or of work (work_min / work_max) prices only ops inside it (`_in_ranges`, the one
+(Curve.x_min / x_max) or of work (work_min / work_max) prices only ops inside it (`in_ranges`, the one
 range check): a dispatch's kernel configurations, e.g. vLLM's FP8 GEMM tiles by m, the kernels vLLM's
 all-reduce picks by message size (one-shot, two-shot, symmetric memory, NCCL), a streaming op's working
 set in or out of L2 (its efficiency, a fraction of HBM, may then exceed 1).
@@ -124,7 +124,7 @@ def _fixed_terms(c: Curve, y, z) -> tuple:
 def _one(c: Curve, fixed: tuple, x, work):
     """One curve's efficiency at x and work, its y and z terms `fixed` (see rackplan.specs.Curve)."""
     ranged = c.x_min or c.x_max or c.work_min or c.work_max
-    if ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and not _in_ranges(c, x, work):
+    if ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and not in_ranges(c, x, work):
         return 0.0  # (a scalar op outside the curve's ranges: not evaluated)
     b, tiles_y = fixed
     a = _term(c.x_half, x)
@@ -136,7 +136,7 @@ def _one(c: Curve, fixed: tuple, x, work):
         tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)
     if ranged and not (isinstance(x, (int, float)) and isinstance(work, (int, float))):
-        eff = np.where(_in_ranges(c, np.asarray(x, float), np.asarray(work, float)), eff, 0.0)
+        eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float)), eff, 0.0)
     return eff
 
 
@@ -148,7 +148,7 @@ def _pad(tile: float, x):
     return np.divide(np.ceil(x / tile) * tile, x, out=np.ones(x.shape), where=x > 0)
 
 
-def _in_ranges(c: Curve, x, work):
+def in_ranges(c: Curve, x, work):
     """Whether (x, work) lies in curve c's ranges: x_min < x <= x_max and work_min <= work < work_max
     (a zero bound open; each side as its dispatch compares, calibration/opdb_ops.py), scalar or array."""
     ok = (x > c.x_min) if c.x_min else True
