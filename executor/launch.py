@@ -3,7 +3,9 @@
 Ranks meet through a TCPStore the parent serves on a free loopback port (a private temp folder
 holds the records, error and heartbeat files), with an explicit collective timeout.
 The parent waits on the children's sentinels: the first rank to raise or die (a signal, e.g.
-SIGKILL) fails the run at once, with a message naming the rank and the reason; the others are
+SIGKILL) fails the run at once, with a message naming the rank and the reason (the rank that caused
+it: a rank killed by a signal, else the earliest time-stamped error, not a peer whose collective saw
+that rank's sockets close and which the parent happened to notice first); the others are
 terminated (SIGTERM, then SIGKILL) and joined, so no process outlives `execute`. A rank whose
 heartbeat (a file it touches every HEARTBEAT_S from a thread) goes stale - stopped (SIGSTOP),
 swapped out, deadlocked in C - is named and the run fails well inside the collective timeout.
@@ -86,9 +88,16 @@ def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> Non
         import torch.distributed as dist
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
-        Path(f"{tmp}/rank{rank}.err").write_text(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+        _write_error(tmp, rank, exc)
         code = 1
     os._exit(code)
+
+
+def _write_error(tmp: str, rank: int, exc: BaseException) -> None:
+    """The rank's error, stamped with the system-wide monotonic clock: when one rank fails, its peers
+    fail too (their collectives see its sockets close), and the parent may notice a peer first."""
+    msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    Path(f"{tmp}/rank{rank}.err").write_text(f"{time.monotonic_ns()} {msg}")
 
 
 def launch(cfg, world: int) -> list[dict]:
@@ -148,11 +157,40 @@ def _watch(procs, timeout_s: float, tmp: str) -> None:
             r, p = running.pop(s)
             p.join()
             if p.exitcode != 0:
-                raise RunFailed(f"rank {r} failed: {_reason(r, p.exitcode, tmp)}")
+                r, code = _cause(r, p.exitcode, running, len(procs), tmp)
+                raise RunFailed(f"rank {r} failed: {_reason(r, code, tmp)}")
         hung = _hung(sorted(r for r, _ in running.values()), tmp, start, stale_s)
         if hung:
             raise RunFailed(f"rank(s) {', '.join(map(str, hung))} stopped responding: no heartbeat for "
                             f"{stale_s:g} s (stopped, hung or starved; collective timeout {timeout_s:g} s) (killed)")
+
+
+def _cause(rank: int, exitcode: int, running: dict, world: int, tmp: str) -> tuple[int, int]:
+    """(rank, exit code) of the failure that caused the others: a rank killed by a signal, else the
+    rank whose error was stamped first; `rank` (the one the parent noticed) when neither tells."""
+    failed = {rank: exitcode}
+    for s in wait(list(running), timeout=0):  # ranks already gone
+        r, p = running[s]
+        p.join()
+        if p.exitcode != 0:
+            failed[r] = p.exitcode
+    killed = sorted(r for r, code in failed.items() if code < 0)
+    if killed:
+        return killed[0], failed[killed[0]]
+    stamps = {r: t for r in range(world) if (t := _error(r, tmp)[0]) is not None}
+    if not stamps:
+        return rank, exitcode
+    first = min(stamps, key=lambda r: (stamps[r], r))
+    return first, failed.get(first, 1)
+
+
+def _error(rank: int, tmp: str) -> tuple[int | None, str | None]:
+    """(monotonic stamp in ns, message) of a rank's error file; (None, None) when it wrote none."""
+    try:
+        stamp, _, msg = Path(f"{tmp}/rank{rank}.err").read_text().partition(" ")
+        return int(stamp), msg
+    except (FileNotFoundError, ValueError):
+        return None, None
 
 
 def _hung(ranks: list[int], tmp: str, start: float, stale_s: float) -> list[int]:
@@ -170,9 +208,9 @@ def _hung(ranks: list[int], tmp: str, start: float, stale_s: float) -> list[int]
 
 
 def _reason(rank: int, exitcode: int, tmp: str) -> str:
-    err = Path(f"{tmp}/rank{rank}.err")
-    if err.exists():
-        return err.read_text()
+    msg = _error(rank, tmp)[1]
+    if msg is not None:
+        return msg
     if exitcode < 0:
         return f"killed by {signal.Signals(-exitcode).name}"
     return f"exit code {exitcode}"
