@@ -39,18 +39,19 @@ def test_bench_rates_closed_loop_whole_run_open_loop_window():
 
 
 def test_kv_capacity_replicates_the_latent_over_tp():
-    """V3.2 FP8 at TP4 on GB300: every rank holds 61 x (656 latent + 132 indexer) = 48,068 B per token
-    (TP does not divide it), in the HBM (279 GB) its weights and reserve leave; a BF16 latent: 61 x 1,284."""
+    """V3.2 FP8 at TP4 on GB300 (vLLM v0.14.1's `auto`: a BF16 latent): every rank holds 61 x (1,152
+    latent + 132 indexer) = 78,324 B per token (TP does not divide it), in the HBM (279 GB) its weights
+    and reserve leave; with vLLM's fp8_ds_mla latent (--latent-bytes 656): 61 x 788 = 48,068."""
     import accuracy_cases
     import kv_capacity
 
     (case,) = [c for c in accuracy_cases.load_cases() if c.id == "v32-gb300-mixed-tp4-fp8"]
     r = kv_capacity.row(case, 0.9, None, simulate=False)
-    assert r["kv_bytes_per_token"] == 61 * (656 + 132)
+    assert r["kv_bytes_per_token"] == 61 * (1152 + 132)
     assert r["reserve_gb"] == pytest.approx(0.1 * 279 + 8192 * 7168 * 32 / 1e9)  # 10% + one step's activations
-    assert r["kv_tokens"] * 48_068 / 1e9 + r["weights_gb"] + r["reserve_gb"] == pytest.approx(279.0)
+    assert r["kv_tokens"] * 78_324 / 1e9 + r["weights_gb"] + r["reserve_gb"] == pytest.approx(279.0)
     assert r["sequences"] == pytest.approx(r["kv_tokens"] / 3072)
-    assert kv_capacity.row(case, 0.9, 1152, simulate=False)["kv_bytes_per_token"] == 61 * (1152 + 132)
+    assert kv_capacity.row(case, 0.9, 656, simulate=False)["kv_bytes_per_token"] == 61 * (656 + 132)
 
 
 def test_sweep_override_merges_case_fields():
@@ -62,7 +63,7 @@ def test_sweep_override_merges_case_fields():
     out = accuracy_sweep.overridden(case, {"model_overrides": {"attention": {"kv": [
         {"name": "mla_latent_sparse", "padded_heads": False}]}}, "plan": {"num_gpus": 4}})
     assert out.model_overrides["attention"]["kv"] == [
-        {"name": "mla_latent_sparse", "scans_full_topk": True, "padded_heads": False}]
+        {"name": "mla_latent_sparse", "scans_full_topk": True, "entry_bytes": 1152, "padded_heads": False}]
     assert out.plan == case.plan and out.workload == case.workload
 
 
