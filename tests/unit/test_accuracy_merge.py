@@ -113,3 +113,27 @@ def test_admission_whatif_rules_agree_with_room_and_differ_without():
     assert tight["reserve"]["preemptions"] == 0 and tight["vllm"]["preemptions"] > 0
     assert tight["vllm"]["recomputed_tokens"] >= 2048 * tight["vllm"]["preemptions"]
     assert tight["reserve"]["seconds"] > roomy[0]["seconds"]  # two at a time: more steps
+
+
+@pytest.mark.parametrize("case_id, entry, heads", [
+    ("v32-gb300-mixed-tp4-fp8", 1152, 128), ("v32-gb300-prefill-tp4-fp8", 1152, 128),  # FP8 checkpoint: BF16 cache
+    ("v32-gb300-mixed-tp4-fp4", 656, 64), ("v32-gb300-mixed-tp2", 656, 64),  # NVFP4 checkpoint: fp8_ds_mla
+])
+def test_v32_cases_decode_on_the_cache_vllm_0141_gives_them(case_id, entry, heads):
+    """vLLM v0.14.1 resolves `--kv-cache-dtype auto` to BF16 for the FP8 checkpoint (cases' header):
+    8 sequences at context 4,096 read 2,048 latents of 1,152 B (576 BF16) and run the sparse prefill
+    kernel's 128 heads at TP4; the NVFP4 rows' fp8_ds_mla reads 656 B on the decode kernel's 64. The
+    indexer adds 4,096 keys x 132 B and 64 x 128 x 4,096 MACs per sequence either way."""
+    from accuracy_cases import load_cases, resolve
+
+    from rackplan.sim.cost import attention as attn
+    from rackplan.specs import load_profile
+
+    case = next(c for c in load_cases() if c.id == case_id)
+    sc = resolve(case)
+    comp = sc.model.attention.kv[0]
+    tp = sc.plan.aggregated[0].tp
+    _, flops, nbytes = attn.decode_component(sc.model, comp, 8.0, 8.0 * 4096, 1.0, tp, 1, sc.hw,
+                                             load_profile("datasheet"))
+    assert nbytes == pytest.approx(8 * 2048 * entry + 8 * 4096 * 132)
+    assert flops == pytest.approx(2 * 8 * heads * 2048 * 1088 + 2 * 8 * 64 * 128 * 4096)
