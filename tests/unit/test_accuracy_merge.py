@@ -39,18 +39,19 @@ def test_bench_rates_closed_loop_whole_run_open_loop_window():
 
 
 def test_kv_capacity_replicates_the_latent_over_tp():
-    """V3.2 FP8 at TP4 on GB300: every rank holds 61 x (656 latent + 132 indexer) = 48,068 B per token
-    (TP does not divide it), in the HBM (279 GB) its weights and reserve leave; a BF16 latent: 61 x 1,284."""
+    """V3.2 FP8 at TP4 on GB300 (vLLM v0.14.1's `auto`: a BF16 latent): every rank holds 61 x (1,152
+    latent + 132 indexer) = 78,324 B per token (TP does not divide it), in the HBM (279 GB) its weights
+    and reserve leave; with vLLM's fp8_ds_mla latent (--latent-bytes 656): 61 x 788 = 48,068."""
     import accuracy_cases
     import kv_capacity
 
     (case,) = [c for c in accuracy_cases.load_cases() if c.id == "v32-gb300-mixed-tp4-fp8"]
     r = kv_capacity.row(case, 0.9, None, simulate=False)
-    assert r["kv_bytes_per_token"] == 61 * (656 + 132)
+    assert r["kv_bytes_per_token"] == 61 * (1152 + 132)
     assert r["reserve_gb"] == pytest.approx(0.1 * 279 + 8192 * 7168 * 32 / 1e9)  # 10% + one step's activations
-    assert r["kv_tokens"] * 48_068 / 1e9 + r["weights_gb"] + r["reserve_gb"] == pytest.approx(279.0)
+    assert r["kv_tokens"] * 78_324 / 1e9 + r["weights_gb"] + r["reserve_gb"] == pytest.approx(279.0)
     assert r["sequences"] == pytest.approx(r["kv_tokens"] / 3072)
-    assert kv_capacity.row(case, 0.9, 1152, simulate=False)["kv_bytes_per_token"] == 61 * (1152 + 132)
+    assert kv_capacity.row(case, 0.9, 656, simulate=False)["kv_bytes_per_token"] == 61 * (656 + 132)
 
 
 def test_sweep_override_merges_case_fields():
@@ -62,7 +63,7 @@ def test_sweep_override_merges_case_fields():
     out = accuracy_sweep.overridden(case, {"model_overrides": {"attention": {"kv": [
         {"name": "mla_latent_sparse", "padded_heads": False}]}}, "plan": {"num_gpus": 4}})
     assert out.model_overrides["attention"]["kv"] == [
-        {"name": "mla_latent_sparse", "scans_full_topk": True, "padded_heads": False}]
+        {"name": "mla_latent_sparse", "scans_full_topk": True, "entry_bytes": 1152, "padded_heads": False}]
     assert out.plan == case.plan and out.workload == case.workload
 
 
@@ -112,3 +113,27 @@ def test_admission_whatif_rules_agree_with_room_and_differ_without():
     assert tight["reserve"]["preemptions"] == 0 and tight["vllm"]["preemptions"] > 0
     assert tight["vllm"]["recomputed_tokens"] >= 2048 * tight["vllm"]["preemptions"]
     assert tight["reserve"]["seconds"] > roomy[0]["seconds"]  # two at a time: more steps
+
+
+@pytest.mark.parametrize("case_id, entry, heads", [
+    ("v32-gb300-mixed-tp4-fp8", 1152, 128), ("v32-gb300-prefill-tp4-fp8", 1152, 128),  # FP8 checkpoint: BF16 cache
+    ("v32-gb300-mixed-tp4-fp4", 656, 64), ("v32-gb300-mixed-tp2", 656, 64),  # NVFP4 checkpoint: fp8_ds_mla
+])
+def test_v32_cases_decode_on_the_cache_vllm_0141_gives_them(case_id, entry, heads):
+    """vLLM v0.14.1 resolves `--kv-cache-dtype auto` to BF16 for the FP8 checkpoint (cases' header):
+    8 sequences at context 4,096 read 2,048 latents of 1,152 B (576 BF16) and run the sparse prefill
+    kernel's 128 heads at TP4; the NVFP4 rows' fp8_ds_mla reads 656 B on the decode kernel's 64. The
+    indexer adds 4,096 keys x 132 B and 64 x 128 x 4,096 MACs per sequence either way."""
+    from accuracy_cases import load_cases, resolve
+
+    from rackplan.sim.cost import attention as attn
+    from rackplan.specs import load_profile
+
+    case = next(c for c in load_cases() if c.id == case_id)
+    sc = resolve(case)
+    comp = sc.model.attention.kv[0]
+    tp = sc.plan.aggregated[0].tp
+    _, flops, nbytes = attn.decode_component(sc.model, comp, 8.0, 8.0 * 4096, 1.0, tp, 1, sc.hw,
+                                             load_profile("datasheet"))
+    assert nbytes == pytest.approx(8 * 2048 * entry + 8 * 4096 * 132)
+    assert flops == pytest.approx(2 * 8 * heads * 2048 * 1088 + 2 * 8 * 64 * 128 * 4096)
