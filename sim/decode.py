@@ -34,6 +34,9 @@ class DecodeRanks:
     def __init__(self, ranks: int, max_batch: int, kv_capacity: float, tokens_per_step: float):
         self.batch = np.zeros(ranks)  # [R] running sequences
         self.ctx = np.zeros(ranks)  # [R] sum of their contexts
+        # the same two arrays element by element (a memoryview reads and writes a rank's float in place
+        # without a numpy scalar: per sequence that starts or finishes)
+        self._batch, self._ctx = memoryview(self.batch), memoryview(self.ctx)
         self.kv_used = [0.0] * ranks  # reserved KV tokens per rank
         self.seats = [0] * ranks  # running + reserved sequences per rank
         self.max_batch = max_batch
@@ -97,8 +100,8 @@ class DecodeRanks:
         """Start decoding `new_tokens` tokens for a sequence with `ctx` tokens of context (on a seat
         and KV room it reserved, or taking them now)."""
         steps = max(1, math.ceil(new_tokens / self.tps))
-        self.batch[rank] += 1
-        self.ctx[rank] += ctx
+        self._batch[rank] += 1
+        self._ctx[rank] += ctx
         if not reserved:
             self.reserve(rank, kv_need)
         ending = self._ending.get(self.step + steps)
@@ -115,8 +118,9 @@ class DecodeRanks:
 
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
-        batch, ctx = self.batch, self.ctx
-        ctx += batch if self.tps == 1.0 else batch * self.tps  # (x 1.0 is exact: no temporary array)
+        ctx = self.ctx
+        ctx += self.batch if self.tps == 1.0 else self.batch * self.tps  # (x 1.0 is exact: no temporary array)
+        batch, ctx = self._batch, self._ctx
         self.step += 1
         done = self._ending.pop(self.step, [])
         if len(done) > 1:
@@ -124,7 +128,7 @@ class DecodeRanks:
         for rid in done:
             rank, end_ctx, kv = self._seqs.pop(rid)
             batch[rank] -= 1
-            ctx[rank] = max(ctx.item(rank) - end_ctx, 0.0)
+            ctx[rank] = max(ctx[rank] - end_ctx, 0.0)
             self.release(rank, kv)
         return done
 

@@ -125,7 +125,8 @@ def p90_standard_error(arr: np.ndarray) -> float:
     q90 = srt[int(np.floor(0.9 * (n - 1)))]
     half = np.sqrt(0.09 * autocorrelation_time((arr > q90).astype(float)) / n)
     iid = (srt[min(n - 1, int(np.ceil(n * (0.9 + half))))] - srt[max(0, int(np.floor(n * (0.9 - half))))]) / 2.0
-    return max(float(iid), batch_standard_error(np.array([percentiles(b, (90,))[0] for b in np.array_split(arr, BATCHES)])))
+    p90s = np.array([percentiles(b, (90,))[0] for b in np.array_split(arr, BATCHES)])  # [BATCHES]
+    return max(float(iid), batch_standard_error(p90s))
 
 
 SOKAL_C = 5.0  # automatic window: autocorrelations summed up to the first lag M >= SOKAL_C x tau(M) (Sokal 1997)
