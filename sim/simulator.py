@@ -1,7 +1,8 @@
 """The discrete-event simulator of a (disaggregated or aggregated) serving deployment.
 
-SimPy processes: the router (arrivals, open or closed loop), prefill instances, KV transfers,
-decode instances, or aggregated instances. Events are per batch step, never per token.
+SimPy processes: prefill instances, decode instances, or aggregated instances; the router's
+arrivals (open loop: a chain of timeouts; closed loop: a submit per finished request) and KV
+transfers are timeouts with callbacks. Events are per batch step, never per token.
 """
 from __future__ import annotations
 
