@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 
@@ -36,6 +37,11 @@ COMMANDS = {
     "hardware": Command("rackplan.sim.commands.listing", "list the embedded hardware"),
 }
 DEFAULT = "simulate"  # bare `rackplan` runs the main job on the embedded defaults
+# Commands whose numpy work is small arrays (the simulator, the planner, listings): OpenBLAS starts a
+# pool of threads when numpy loads, which they never use (~30-60 ms of CPU a process on 2 cores, most
+# of `import numpy`; benchmarks/RESULTS.md, simspeed4). They load it with one thread unless the
+# environment says otherwise; their worker processes inherit that.
+SERIAL_BLAS = ("simulate", "plan", "whatif", "models", "hardware")
 
 
 class UsageError(Exception):
@@ -75,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = [DEFAULT] + argv  # `rackplan --requests 200` simulates the embedded defaults
     command = argv[0] if argv[0] in COMMANDS else None
+    if command in SERIAL_BLAS and "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         args = build_parser(command).parse_args(argv)
     except UsageError as exc:

@@ -1,8 +1,9 @@
 """Decode instance: continuous batching over DP ranks, one SimPy event per step.
 
 Per-rank state: running sequences and context sums in numpy arrays (a step advances them all),
-seats and reserved KV per rank in lists; finishing steps sit in a heap and free seats in another,
-so a step costs O(ranks) vector work + O(log) per sequence that starts or finishes.
+seats and reserved KV per rank in lists; running sequences sit in lists by the step they finish
+at, free seats in a heap, so a step costs O(ranks) vector work + O(1) per sequence that starts or
+finishes (+ O(log) per seat change).
 Every running sequence emits `tokens_per_step` tokens a step (the speculation acceptance length).
 """
 from __future__ import annotations
@@ -18,6 +19,9 @@ from .instance import Instance
 from .metrics import RequestLog
 from .pricer import StepPricer
 
+RANK_BITS = 20  # a free-seat heap key: seats << RANK_BITS | rank (an int compares faster than a tuple)
+RANK_MASK = (1 << RANK_BITS) - 1
+
 
 class DecodeRanks:
     """Running sequences of one instance per DP rank, and the seats and KV room they hold.
@@ -30,34 +34,38 @@ class DecodeRanks:
     def __init__(self, ranks: int, max_batch: int, kv_capacity: float, tokens_per_step: float):
         self.batch = np.zeros(ranks)  # [R] running sequences
         self.ctx = np.zeros(ranks)  # [R] sum of their contexts
+        # the same two arrays element by element (a memoryview reads and writes a rank's float in place
+        # without a numpy scalar: per sequence that starts or finishes)
+        self._batch, self._ctx = memoryview(self.batch), memoryview(self.ctx)
         self.kv_used = [0.0] * ranks  # reserved KV tokens per rank
         self.seats = [0] * ranks  # running + reserved sequences per rank
         self.max_batch = max_batch
         self.kv_capacity = kv_capacity
         self.tps = tokens_per_step
         self.step = 0
-        # finishing sequences: a heap of finish step << 32 | rid (ints compare faster than tuples)
-        # and per rid its (rank, context at the end, KV tokens)
-        self._heap: list[int] = []
+        # running sequences: the rids that finish at each step (a step's last token), and per rid its
+        # (rank, context at the end, KV tokens)
+        self._ending: dict[int, list[int]] = {}
         self._seqs: dict[int, tuple[int, float, float]] = {}
-        self._free = [(0, r) for r in range(ranks)]  # (seats, rank), least loaded first
-        self._ends: dict[int, int] = {}  # finish step -> sequences that finish by it (heap keys' counts)
+        # ranks by (seats, rank), least loaded first, as one int each: seats << RANK_BITS | rank
+        assert ranks <= RANK_MASK, "DP ranks beyond a free-seat key's rank bits"
+        self._free = list(range(ranks))
 
     @property
     def running(self) -> int:
-        return len(self._heap)
+        return len(self._seqs)
 
     @property
     def finishing(self) -> int:
         """Sequences whose last token the next step emits."""
-        return self._ends.get(self.step + 1, 0)
+        return len(self._ending.get(self.step + 1, ()))
 
     def pick_rank(self, kv_need: float) -> int | None:
         """Least-loaded rank (fewest seats, then lowest index) with a free seat and room for
         `kv_need` tokens, or None."""
         free, seats, skipped, found = self._free, self.seats, [], None
         while free:
-            s, r = free[0]
+            s, r = free[0] >> RANK_BITS, free[0] & RANK_MASK
             if s != seats[r]:
                 heapq.heappop(free)  # stale entry
                 continue
@@ -73,9 +81,9 @@ class DecodeRanks:
 
     def _seat(self, rank: int, delta: int) -> None:
         self.seats[rank] += delta
-        heapq.heappush(self._free, (self.seats[rank], rank))
+        heapq.heappush(self._free, self.seats[rank] << RANK_BITS | rank)
         if len(self._free) > 4 * len(self.seats) + 64:  # drop stale entries now and then
-            self._free = sorted({(s, r) for r, s in enumerate(self.seats)})
+            self._free = sorted({s << RANK_BITS | r for r, s in enumerate(self.seats)})
 
     def reserve(self, rank: int, kv_need: float) -> None:
         """Hold a seat and KV room on a rank for a sequence still in prefill (aggregated serving)."""
@@ -92,34 +100,36 @@ class DecodeRanks:
         """Start decoding `new_tokens` tokens for a sequence with `ctx` tokens of context (on a seat
         and KV room it reserved, or taking them now)."""
         steps = max(1, math.ceil(new_tokens / self.tps))
-        self.batch[rank] += 1
-        self.ctx[rank] += ctx
+        self._batch[rank] += 1
+        self._ctx[rank] += ctx
         if not reserved:
             self.reserve(rank, kv_need)
-        heapq.heappush(self._heap, (self.step + steps) << 32 | rid)
-        self._ends[self.step + steps] = self._ends.get(self.step + steps, 0) + 1
+        ending = self._ending.get(self.step + steps)
+        if ending is None:
+            self._ending[self.step + steps] = [rid]
+        else:
+            ending.append(rid)
         self._seqs[rid] = (rank, ctx + steps * self.tps, kv_need)
 
     def steps_left(self) -> dict[int, int]:
         """Steps each running sequence still has to go (rid -> steps; a snapshot)."""
         step = self.step
-        return {k & 0xFFFFFFFF: (k >> 32) - step for k in self._heap}
+        return {rid: end - step for end, rids in self._ending.items() for rid in rids}
 
     def advance(self) -> list[int]:
         """One step done: contexts grow; returns the ids of sequences that finished."""
-        batch, ctx, heap = self.batch, self.ctx, self._heap
-        ctx += batch if self.tps == 1.0 else batch * self.tps  # (x 1.0 is exact: no temporary array)
+        ctx = self.ctx
+        ctx += self.batch if self.tps == 1.0 else self.batch * self.tps  # (x 1.0 is exact: no temporary array)
+        batch, ctx = self._batch, self._ctx
         self.step += 1
-        self._ends.pop(self.step, None)
-        done = []
-        last = (self.step + 1) << 32  # keys below it finish by this step
-        while heap and heap[0] < last:
-            rid = heapq.heappop(heap) & 0xFFFFFFFF
+        done = self._ending.pop(self.step, [])
+        if len(done) > 1:
+            done.sort()  # in rid order
+        for rid in done:
             rank, end_ctx, kv = self._seqs.pop(rid)
             batch[rank] -= 1
-            ctx[rank] = max(ctx.item(rank) - end_ctx, 0.0)
+            ctx[rank] = max(ctx[rank] - end_ctx, 0.0)
             self.release(rank, kv)
-            done.append(rid)
         return done
 
 

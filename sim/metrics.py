@@ -15,7 +15,7 @@ import numpy as np
 
 from rackplan.specs import SLO
 
-from .steady import Stability, Window, measure
+from .steady import Stability, Window, measure, median, percentiles
 
 
 class RequestLog:
@@ -104,7 +104,7 @@ def _percentiles(m: dict, name: str, arr: np.ndarray) -> None:
     arr = arr[~np.isnan(arr)]
     done = arr[np.isfinite(arr)]
     with np.errstate(invalid="ignore"):  # between two +inf: NaN, which is +inf too
-        pcts = np.percentile(arr, (50, 90, 99)) if len(arr) else [float("nan")] * 3
+        pcts = percentiles(arr, (50, 90, 99)) if len(arr) else [float("nan")] * 3
     for q, val in zip((50, 90, 99), pcts):
         m[f"{name}_p{q}_s"] = float(val) if len(done) == len(arr) or not np.isnan(val) else float("inf")
     m[f"{name}_mean_s"] = float(done.mean()) if len(done) and len(done) == len(arr) else float("nan")
@@ -125,7 +125,8 @@ def p90_standard_error(arr: np.ndarray) -> float:
     q90 = srt[int(np.floor(0.9 * (n - 1)))]
     half = np.sqrt(0.09 * autocorrelation_time((arr > q90).astype(float)) / n)
     iid = (srt[min(n - 1, int(np.ceil(n * (0.9 + half))))] - srt[max(0, int(np.floor(n * (0.9 - half))))]) / 2.0
-    return max(float(iid), batch_standard_error(np.array([np.percentile(b, 90) for b in np.array_split(arr, BATCHES)])))
+    p90s = np.array([percentiles(b, (90,))[0] for b in np.array_split(arr, BATCHES)])  # [BATCHES]
+    return max(float(iid), batch_standard_error(p90s))
 
 
 SOKAL_C = 5.0  # automatic window: autocorrelations summed up to the first lag M >= SOKAL_C x tau(M) (Sokal 1997)
@@ -197,7 +198,7 @@ def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Wi
     speed = speed[inw]
     m["goodput_rps"] = float(ok[inw].sum()) / win.length_s
     m["slo_attainment"] = float(ok[inw].mean()) if inw.any() else float("nan")
-    m["tps_per_user"] = float(np.nanmedian(speed)) if np.isfinite(speed).any() else float("nan")
+    m["tps_per_user"] = median(speed[~np.isnan(speed)]) if np.isfinite(speed).any() else float("nan")
 
 
 def _in(t: np.ndarray, win: Window) -> np.ndarray:

@@ -17,12 +17,14 @@ from .pricer import StepPricer
 
 
 def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int, max_seqs: int, on_first=None):
-    """Chunks for one step: per rank a list of (rid, new tokens, prefix tokens already computed).
-    They are the first requests of the queue, in order. `on_first(rid)` runs when a request is first
-    scheduled (the prefix cache decides its hit then)."""
+    """Chunks for one step: per rank a list of (rid, new tokens, prefix tokens already computed),
+    and the rids whose last chunk this is (rank by rank, in chunk order). They are the first
+    requests of the queue, in order. `on_first(rid)` runs when a request is first scheduled (the
+    prefix cache decides its hit then)."""
     left = [budget] * ranks
     seqs = [0] * ranks
     chunks: list[list[tuple[int, int, int]]] = [[] for _ in range(ranks)]
+    last: list[list[int]] = [[] for _ in range(ranks)]
     for rid in queue:
         r, most = -1, 0
         for i in range(ranks):  # the open rank with the most budget left (lowest index on ties)
@@ -36,9 +38,11 @@ def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int
         start = cached + done_tokens.get(rid, 0)
         take = min(total - start, most)
         chunks[r].append((rid, take, start))
+        if start + take >= total:
+            last[r].append(rid)
         left[r] -= take
         seqs[r] += 1
-    return chunks
+    return chunks, [rid for rids in last for rid in rids]
 
 
 class PrefillInstance(Instance):
@@ -78,10 +82,9 @@ class PrefillInstance(Instance):
             turn = self.take_turn()
             if turn is not None:
                 yield turn
-            chunks = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget, self.max_seqs,
-                                self._first_scheduled if self.prefix is not None else None)
+            chunks, finished = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget,
+                                          self.max_seqs, self._first_scheduled if self.prefix is not None else None)
             dt = self.pricer.step(chunks)
-            finished = [rid for ch in chunks for rid, take, start in ch if start + take >= self.need_of(rid)[1]]
             if self.handoff_s is not None and finished:
                 dt += self.handoff_s(finished)
             self.prompts_done.append(len(finished))

@@ -50,6 +50,9 @@ class StepPricer:
         self.ranks = cx.layout.dp
         self._exact: dict[Step, StepCost] = {}
         self._cache: dict = {}
+        # a prefill step's rank work per rank key (step's key part): the same object each time, so the
+        # StepModel's memos keyed on rank works find it by identity (no field-by-field comparison)
+        self._works: dict[tuple, RankWork] = {}
         self.calls = 0
         self.misses = 0
         self._rng = rng
@@ -138,14 +141,23 @@ class StepPricer:
             return self._value(hit)
         self.misses += 1
         works = []
-        for dec_b, dec_c, qt, nseq, qp in key:
-            tok, pairs = _unq(qt, LOG_STEP_PREFILL), _unq(qp, LOG_STEP_PREFILL)
-            n = tok / max(nseq, 1)
-            p = max(pairs / max(tok, 1e-9) - n / 2.0, 0.0)
-            chunks = ((nseq, n, p),) if nseq else ()
-            works.append((RankWork(float(dec_b), _unq(dec_c, LOG_STEP) * dec_b, chunks), 1))
+        for rank_key in key:
+            w = self._works.get(rank_key)
+            if w is None:
+                w = self._works[rank_key] = _rank_work(*rank_key)
+            works.append((w, 1))
         hit = self._cache[key] = self._period(_merged(works))
         return self._value(hit)
+
+
+def _rank_work(dec_b: int, dec_c: int, qt: int, nseq: int, qp: int) -> RankWork:
+    """The representative rank work of one rank's part of a prefill / mixed step's key: its decode
+    sequences at the bucket's mean context, `nseq` equal chunks with the bucket's tokens and pairs."""
+    tok, pairs = _unq(qt, LOG_STEP_PREFILL), _unq(qp, LOG_STEP_PREFILL)
+    n = tok / max(nseq, 1)
+    p = max(pairs / max(tok, 1e-9) - n / 2.0, 0.0)
+    chunks = ((nseq, n, p),) if nseq else ()
+    return RankWork(float(dec_b), _unq(dec_c, LOG_STEP) * dec_b, chunks)
 
 
 def _slowest_rank(batch, ctx) -> int:

@@ -1,7 +1,8 @@
 """The discrete-event simulator of a (disaggregated or aggregated) serving deployment.
 
-SimPy processes: the router (arrivals, open or closed loop), prefill instances, KV transfers,
-decode instances, or aggregated instances. Events are per batch step, never per token.
+SimPy processes: prefill instances, decode instances, or aggregated instances; the router's
+arrivals (open loop: a chain of timeouts; closed loop: a submit per finished request) and KV
+transfers are timeouts with callbacks. Events are per batch step, never per token.
 """
 from __future__ import annotations
 
@@ -235,13 +236,29 @@ def _ints(a: np.ndarray) -> array:
     return out
 
 
-def _open_loop(env, dep: _Deployment, arrivals: np.ndarray, chunk: int = 4096):
-    """Submit each request at its arrival time (times read a chunk at a time: no list of N floats)."""
-    for lo in range(0, len(arrivals), chunk):
-        for rid, t in enumerate(arrivals[lo:lo + chunk].tolist(), lo):
+class _OpenLoop:
+    """The router's open loop: each request submitted at its arrival time (times read a chunk at a
+    time: no list of N floats). One timeout per arrival, whose callback submits the request and sets
+    the next: the events a generator process would make, in the same order, without a process
+    resumed per request."""
+
+    def __init__(self, env, dep: _Deployment, arrivals: np.ndarray, chunk: int = 4096):
+        self.env, self.dep = env, dep
+        self._times = (pair for lo in range(0, len(arrivals), chunk)  # (rid, arrival s)
+                       for pair in enumerate(arrivals[lo:lo + chunk].tolist(), lo))
+        self._due = -1  # the request the pending timeout submits
+        self._next()
+
+    def _next(self, _event=None) -> None:
+        env = self.env
+        if _event is not None:
+            self.dep.submit(self._due)
+        for rid, t in self._times:
             if t > env.now:
-                yield env.timeout(t - env.now)
-            dep.submit(rid)
+                self._due = rid
+                env.timeout(t - env.now).callbacks.append(self._next)
+                return
+            self.dep.submit(rid)
 
 
 @contextmanager
@@ -434,7 +451,7 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, se
         for _ in range(min(workload.arrival.concurrency, len(reqs))):
             dep.submit(next(nxt))
     else:
-        env.process(_open_loop(env, dep, reqs.arrival_s))
+        _OpenLoop(env, dep, reqs.arrival_s)
     drain = not settle or _settles(env, lambda: log, reqs.arrival_s, plan.disaggregated)
     if drain:
         env.run()

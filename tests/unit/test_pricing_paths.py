@@ -7,7 +7,8 @@ the same steps priced in a shuffled order by one StepModel (its memos warm, hits
 and each by a fresh one (every memo empty) agree to the last bit, in seconds, op breakdown and
 period, on random layouts and batches of every embedded model (test_step_scalar's cases).
 Curves bound once (GEMMs, attention per phase and kind, routed experts per GEMM shape) give what the
-plain curves give.
+plain curves give. The simulator's pricer reuses one rank work per prefill rank key: a warm pricer
+prices each step as a fresh one does.
 The shipped configs parse to the same data through libyaml as through the checking loader.
 """
 import random
@@ -18,6 +19,7 @@ import pytest
 
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.step import CostContext, StepModel
+from rackplan.sim.pricer import StepPricer
 from rackplan.specs import CONFIG_DIR, Curve, SpecError
 from rackplan.specs.reading import parse_yaml
 
@@ -97,3 +99,26 @@ def test_bound_attention_and_expert_curves_equal_evaluate(name):
             want = (efficiency.evaluate(cs, rows, 4096.0, 7168.0, flops) if cs
                     else efficiency.gemm(prof, dtype, rows, 4096.0, 7168.0))
             assert at(rows, flops) == want
+
+
+@pytest.mark.parametrize("i", range(1, len(CASES), 4))
+def test_interned_prefill_works_price_as_fresh_ones(i):
+    """StepPricer.step reuses one rank work per rank key (so the StepModel's memos find it by
+    identity): a pricer that has priced many steps, in a shuffled order, gives each step the
+    period a fresh pricer gives it."""
+    name, hw, prof, skew, lay, _ = CASES[i]
+    cx = CostContext(model(name), hardware(hw), lay, profile(prof), skew)
+    rng = random.Random(SEED + i)
+    dp = lay.dp
+    steps = []
+    for _ in range(12):  # per rank: chunks (rid, new tokens, prefix), and the running decode sequences
+        chunks = [[(0, rng.choice((64, 700, 4096, 9000)), rng.choice((0, 0, 512, 30000)))
+                   for _ in range(rng.choice((0, 1, 1, 2, 3)))] for _ in range(dp)]
+        batch = np.array([float(rng.choice((0, 0, 3, 17))) for _ in range(dp)])
+        steps.append((chunks, batch, batch * rng.uniform(100.0, 20000.0)))
+    steps = steps * 2
+    rng.shuffle(steps)
+    warm = StepPricer(cx)
+    for chunks, batch, ctx in steps:
+        assert warm.step(chunks, batch, ctx) == StepPricer(cx).step(chunks, batch, ctx)
+        assert warm.step(chunks) == StepPricer(cx).step(chunks)

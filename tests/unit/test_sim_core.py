@@ -1,0 +1,97 @@
+"""The simulator core's own bookkeeping gives what the plain computation gives.
+
+Percentiles and medians of the summary are numpy's (np.percentile, linear method; np.nanmedian on
+what is not NaN), float for float, with +inf and NaN as numpy treats them. A decode instance's
+running sequences, kept by the step they finish at, finish in the steps and the order (rid order
+within a step) a heap of (finish step, rid) gives, and its free-seat heap finds the least-loaded
+rank with room, lowest index first.
+"""
+import heapq
+import math
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from rackplan.sim.decode import DecodeRanks
+from rackplan.sim.steady import median, percentiles
+
+pytestmark = pytest.mark.unit
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def test_percentiles_equal_numpys():
+    rng = np.random.default_rng(3)
+    for trial in range(3000):
+        n = int(rng.integers(1, 40)) if trial % 3 else int(rng.integers(1, 3000))
+        a = rng.lognormal(0.0, 2.0, n)
+        if trial % 5 == 1:
+            a[rng.integers(0, n, max(1, n // 4))] = np.inf
+        elif trial % 5 == 2:
+            a[rng.integers(0, n)] = np.nan
+        elif trial % 5 == 3:
+            a = np.round(a, 1)  # ties
+        qs = (50, 90, 99) if trial % 2 else (float(rng.uniform(0.0, 100.0)), 0, 100, 90.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = [float(v) for v in np.percentile(a, qs)]
+        got = percentiles(a, qs)
+        assert all(type(g) is float and _same(g, w) for g, w in zip(got, want)), (n, qs, got, want)
+
+
+def test_median_equals_numpys():
+    rng = np.random.default_rng(4)
+    for trial in range(3000):
+        n = int(rng.integers(1, 1500))
+        a = rng.lognormal(0.0, 2.0, n)
+        if trial % 3 == 1:
+            a[rng.integers(0, n, max(1, n // 4))] = np.inf
+        if trial % 3 == 2:
+            a = np.round(a, 1)
+        assert median(a) == float(np.median(a))
+
+
+def test_decode_sequences_finish_as_a_heap_orders_them():
+    rng = random.Random(5)
+    ranks = DecodeRanks(8, 64, 1e9, 1.0)
+    heap, rid = [], 0
+    for _ in range(400):
+        for _ in range(rng.choice((0, 1, 2, 5))):
+            rank = ranks.pick_rank(100.0)
+            if rank is None:
+                break
+            osl = rng.choice((1, 2, 3, 17, 40))
+            ranks.admit(rid, rank, 100.0, osl, 100.0 + osl)
+            heapq.heappush(heap, (ranks.step + osl, rid))
+            rid += 1
+        assert ranks.running == len(heap)
+        assert ranks.finishing == sum(1 for s, _ in heap if s == ranks.step + 1)
+        assert ranks.steps_left() == {r: s - ranks.step for s, r in heap}
+        want = []
+        while heap and heap[0][0] <= ranks.step + 1:
+            want.append(heapq.heappop(heap)[1])
+        assert ranks.advance() == want
+
+
+def test_free_seat_heap_picks_the_least_loaded_rank():
+    rng = random.Random(6)
+    ranks = DecodeRanks(5, 3, 500.0, 1.0)
+    kv = [0.0] * 5
+    for _ in range(300):
+        need = rng.choice((50.0, 120.0, 260.0))
+        room = [r for r in range(5) if ranks.seats[r] < 3 and kv[r] + need <= 500.0]
+        want = min(room, key=lambda r: (ranks.seats[r], r)) if room else None
+        got = ranks.pick_rank(need)
+        assert got == want
+        if got is not None and rng.random() < 0.6:
+            ranks.reserve(got, need)
+            kv[got] += need
+        held = [r for r in range(5) if ranks.seats[r]]
+        if held and rng.random() < 0.4:
+            r = rng.choice(held)
+            ranks.release(r, kv[r] / ranks.seats[r])
+            kv[r] -= kv[r] / (ranks.seats[r] + 1)
