@@ -52,6 +52,9 @@ def test_every_step_records_its_host_parts_where_they_run(run):
     for prev, cur in zip(steps, steps[1:]):
         assert cur.whole.seqs == prev.whole.seqs - prev.whole.finished + cur.whole.admitted
     assert all(isinstance(r["gc"], int) and r["gc"] >= 0 for r in recs if "cpu_s" in r)  # GC runs per step
+    # a closed loop's prefill waits idle between arrivals: the steps after such a wait say how long it was
+    pre = [s for s in host_steps(recs) if s.role == "prefill"]
+    assert all(s.idle_s >= 0 for s in pre + steps) and pre[0].idle_s == 0 and any(s.idle_s > 0 for s in pre)
 
 
 def test_host_sweep_calibration_writes_the_host_block(run):

@@ -1,0 +1,40 @@
+"""The host sweep's prefill part (benchmarks/host_sweep.py): a seeded burst trace the executor's
+trace reader takes as it is, with prompts short and long enough that the token budget chunks some."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import host_sweep as hs  # noqa: E402
+
+from rackplan.sim.workload import make_requests  # noqa: E402
+from rackplan.specs import load_workload  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+def test_burst_trace_is_a_stream_with_bursts_and_chunked_prompts(tmp_path):
+    b = hs.BURST
+    rows = hs.burst_trace(0)
+    assert rows == hs.burst_trace(0) and rows != hs.burst_trace(1)  # seeded
+    t = np.array([r["timestamp"] for r in rows])
+    isl = np.array([r["input_length"] for r in rows])
+    assert np.all(np.diff(t) >= 0) and t[-1] < 0.1 + b["bursts"] * b["burst_gap_s"]
+    _, counts = np.unique(t, return_counts=True)  # the stream's instants hold 1 (+ a burst) requests
+    bursts = counts[counts > 1] - 1
+    assert len(bursts) == b["bursts"] and bursts.min() >= b["burst_sizes"][0] - 1
+    assert bursts.max() <= b["burst_sizes"][1] and len(set(bursts)) > 15
+    assert ((isl >= b["short"][0]) & (isl <= b["long"][1])).all()
+    assert (isl > b["budget"]).sum() > 0 and (isl <= b["short"][1]).mean() > 0.9  # some span steps
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    wl = tmp_path / "wl.yaml"
+    wl.write_text(json.dumps(hs.burst_workload(trace, len(rows))))
+    reqs = make_requests(load_workload(wl))
+    assert len(reqs.isl) == len(rows) and list(reqs.isl) == list(isl)
+    assert np.allclose(reqs.arrival_s, t) and set(reqs.osl) == {b["osl"]}
