@@ -4,8 +4,9 @@ Serving runs of tiny-moe-mtp on cpu-local (one DEP1 prefill instance, a DEPd dec
 0, 1 or 2 draft tokens), each a closed loop of C requests in flight (16-token prompts, 32-token
 outputs), so that decode steps sit at C / d sequences per rank for most of the run and pass through
 every smaller size while it fills and drains. The prefill part (BURST) runs the prefill loop on
-open-loop bursts over a steady stream (a JSONL trace per repeat, the executor's trace arrivals), back
-to back at 1-32 prompt chunks a step, with prompts of varied length that the token budget chunks.
+bursts of 1-32 prompts (a JSONL trace per repeat), each released when the loop has started every
+earlier prompt (`execute --paced`): back to back at 1-32 prompt chunks a step, with prompts of varied
+length that the token budget chunks.
 Every step records its host parts (host.schedule,
 host.prepare, host.dp_sync, host.sample, host.output: executor/disagg.py). The fit holds out the
 step sizes --holdout (sequences on the busiest rank) and prints each part's MAPE on the fit and
@@ -47,15 +48,14 @@ DEPTHS = (0, 1, 2)
 CONCURRENCY = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 HOLDOUT = (3, 6, 12, 24)  # sequences on the busiest rank held out of the fit (prefill loop: prompt chunks)
 ACCEPTANCE = {1: 1.8, 2: 2.4}  # acceptance length per depth (drawn, executor/speculate.py)
-# Prefill part: open-loop bursts on a steady stream, so that the prefill loop runs back to back from its
-# first steps to its last (no idle wait between steps: a step after one runs colder) at many chunk counts:
-# a burst's head step takes the burst, the steps after it the stream that arrived meanwhile (a 30 ms step
-# of 28 prompts leaves ~10 for the next, then ~4, ...). Prompts of 2-8 tokens, a few of 100-300 that the
-# token budget chunks over two steps, so chunks, tokens and finished prompts are distinct features. About a
-# third of the prefill's capacity idle: a machine twice as slow still keeps up (a saturated loop's steps all
-# run the full budget, and its queue's waiting prompts stretch the scheduler).
-BURST = {"budget": 256, "max_seqs": 32, "stream_gap_s": 0.004, "burst_gap_s": 0.25, "bursts": 40,
-         "burst_sizes": (2, 30), "short": (2, 8), "long": (100, 300), "long_share": 0.02, "osl": 1}
+# Prefill part: bursts of 1-32 prompts, each arriving the moment the prefill loop has started every earlier
+# prompt (`execute --paced`): the loop runs back to back from its first step to its last (a step after an idle
+# wait runs colder and is left out) at many chunk counts, and the same steps on a fast or a slow host (wall-clock
+# arrivals saturate a loaded host: every step at the full budget). Prompts of 2-8 tokens, a few of 100-300 that
+# the token budget chunks over two steps, where the next burst joins them: chunks, tokens and finished prompts
+# are distinct features.
+BURST = {"budget": 256, "max_seqs": 32, "bursts": 300, "gap_s": 0.02, "burst_sizes": (1, 32), "short": (2, 8),
+         "long": (100, 300), "long_share": 0.05, "osl": 1}
 
 
 def plan_yaml(dp: int, depth: int, workload: Path, prefill: dict | None = None) -> dict:
@@ -77,18 +77,16 @@ def workload_yaml(c: int) -> dict:
 
 
 def burst_trace(seed: int, b: dict = BURST) -> list[dict]:
-    """The prefill part's requests (JSONL trace rows: timestamp s, input_length, output_length): a
-    stream every stream_gap_s, and `bursts` bursts of burst_sizes prompts (uniform, inclusive) every
-    burst_gap_s after the first 0.1 s (the loop's warm-up steps run on the stream)."""
+    """The prefill part's requests (JSONL trace rows: timestamp s, input_length, output_length): `bursts`
+    bursts of burst_sizes prompts (uniform, inclusive), one arrival instant each, gap_s apart (paced, the
+    instants only group the requests)."""
     rng = np.random.default_rng(seed)
-    end = 0.1 + b["bursts"] * b["burst_gap_s"]
-    times = list(np.arange(0.0, end, b["stream_gap_s"]))
-    for k in range(b["bursts"]):
-        times += [0.1 + k * b["burst_gap_s"]] * int(rng.integers(b["burst_sizes"][0], b["burst_sizes"][1] + 1))
+    sizes = rng.integers(b["burst_sizes"][0], b["burst_sizes"][1] + 1, b["bursts"])
+    times = np.repeat(np.arange(b["bursts"]) * b["gap_s"], sizes)
     lo, hi = np.array([b["short"], b["long"]])[(rng.random(len(times)) < b["long_share"]).astype(int)].T
     isl = rng.integers(lo, hi + 1)
     return [{"timestamp": round(float(t), 6), "input_length": int(n), "output_length": b["osl"]}
-            for t, n in sorted(zip(times, isl, strict=True))]
+            for t, n in zip(times, isl, strict=True)]
 
 
 def burst_workload(trace: Path, n: int) -> dict:
@@ -97,10 +95,10 @@ def burst_workload(trace: Path, n: int) -> dict:
             "seed": 0}
 
 
-def _execute(plan: Path, wl: Path, folder: Path, seed: int) -> None:
+def _execute(plan: Path, wl: Path, folder: Path, seed: int, paced: bool = False) -> None:
     subprocess.run([sys.executable, "-m", "rackplan.cli", "execute", "--plan", str(plan), "--device", "cpu",
-                    "--workload", str(wl), "--out", str(folder), "--seed", str(seed), "--timeout", "300"],
-                   check=True, stdout=subprocess.DEVNULL)
+                    "--workload", str(wl), "--out", str(folder), "--seed", str(seed), "--timeout", "300"]
+                   + ["--paced"] * paced, check=True, stdout=subprocess.DEVNULL)
 
 
 def run_all(out: Path, repeats: int, parts: tuple[str, ...] = ("decode", "prefill")) -> list[Path]:
@@ -131,7 +129,7 @@ def run_all(out: Path, repeats: int, parts: tuple[str, ...] = ("decode", "prefil
             pre = {"max_tokens_per_step": BURST["budget"], "max_batch_per_rank": BURST["max_seqs"]}
             plan.write_text(yaml.safe_dump(plan_yaml(1, 0, wl, pre)))
             print(f"[{i + 1}/{len(todo)}] prefill bursts repeat {rep} ({len(rows)} requests)", flush=True)
-        _execute(plan, wl, folder, rep)
+        _execute(plan, wl, folder, rep, paced=part == "prefill")
     return runs
 
 

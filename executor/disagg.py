@@ -213,7 +213,9 @@ class PrefillLoop(Loop):
     def plan(self):
         now = self.eng.clock()
         ctl = self.eng.control
-        with self.aside():
+        with self.aside():  # the load generator and the router: no scheduler work
+            if ctl.paced and all(rid in self.queue.bound for rid in self.queue.queue):
+                ctl.release(now)  # every queued prompt has started: the next burst arrives
             claimed = ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts))
         for rid, arrival in claimed:
             self.queue.add(rid)
@@ -436,7 +438,7 @@ class Engine:
         self.groups = make_groups(insts, me.rank)
         self.links = KVLinks(insts, me.rank)
         store = dist.PrefixStore("rackplan-serve", dist.distributed_c10d._get_default_store())
-        self.control = Control(store, reqs.arrival_s, concurrency)
+        self.control = Control(store, reqs.arrival_s, concurrency, me.cfg.paced)
         self.records: list[dict] = []
         self.kv_records: list[dict] = []
         self.expert_trace: list[dict] = []
