@@ -185,8 +185,8 @@ def idle_ratio(per_run: list[list]) -> dict[str, tuple[float, int]]:
     return {k: (float(np.median(v)), len(v)) for k, v in sorted(ratios.items())}
 
 
-def run_levels(per_run: list[list]) -> tuple[dict[str, float], float]:
-    """How much of the spread is a whole run running faster or slower: per decode part, the standard
+def run_levels(per_run: list[list], role: str = "decode") -> tuple[dict[str, float], float]:
+    """How much of the spread is a whole run running faster or slower: per `role` part, the standard
     deviation (%) over runs of a run's level (median over its steady steps of the step's part time
     over the median of every run's steps of that shape), and the mean correlation of the runs'
     levels between parts."""
@@ -200,7 +200,7 @@ def run_levels(per_run: list[list]) -> tuple[dict[str, float], float]:
     levels = np.full((len(per_run), len(parts)), np.nan)
     for i, steps in enumerate(per_run):
         for j, part in enumerate(parts):
-            r = [s.parts[part] / ref[(part, s.key)] for s in steady(steps) if s.role == "decode"
+            r = [s.parts[part] / ref[(part, s.key)] for s in steady(steps) if s.role == role
                  and ref.get((part, s.key), 0) > 0 and part in s.parts]
             if r:
                 levels[i, j] = np.median(r)
@@ -276,9 +276,11 @@ def main() -> int:
         held = res["host_held_out_error_pct"].get(part, float("nan"))
         cpu, wall = (f"{n.get(part, float('nan')):.1f}" for n in (noise, wall_noise))
         print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {f'{cpu} / {wall}':>26s}")
-    sd, corr = run_levels(per_run)
-    print("run level (a whole run faster or slower), sd over runs %: " + ", ".join(f"{k} {v}" for k, v in sd.items())
-          + f"; mean correlation between parts {corr:.2f}")
+    for role in ("decode", "prefill"):
+        sd, corr = run_levels(per_run, role)
+        print(f"{role} run level (a whole run faster or slower), sd over runs %: "
+              + ", ".join(f"{k} {v}" for k, v in sd.items() if not np.isnan(v))
+              + f"; mean correlation between parts {corr:.2f}")
     if waits:
         print(f"{DP_WAIT} (not fitted: the OS scheduling the ranks): median {np.median(waits) * 1e6:.0f} us over "
               f"{len(waits)} shapes ({np.percentile(waits, 10) * 1e6:.0f}-{np.percentile(waits, 90) * 1e6:.0f} us), "
