@@ -6,17 +6,18 @@ outputs), so that decode steps sit at C / d sequences per rank for most of the r
 every smaller size while it fills and drains. The prefill part (BURST) runs the prefill loop on
 bursts of 1-32 prompts (a JSONL trace per repeat), each released when the loop has started every
 earlier prompt (`execute --paced`): back to back at 1-32 prompt chunks a step, with prompts of varied
-length that the token budget chunks.
-Every step records its host parts (host.schedule,
-host.prepare, host.dp_sync, host.sample, host.output: executor/disagg.py). The fit holds out the
+length that the token budget chunks. Every step records its host parts (host.schedule, host.prepare,
+host.dp_sync, host.sample, host.output: executor/disagg.py). The fit holds out the
 step sizes --holdout (sequences on the busiest rank) and prints each part's MAPE on the fit and
 held-out shapes, plus the run-to-run spread of the same shape (the machine is shared: medians of
 per-run medians), the DP wait it does not fit (host.dp_sync's wall time less its CPU time) and the
-warm-up profile that WARMUP_STEPS (calibration/host_fit.py) is read from.
+warm-up profile that WARMUP_STEPS (calibration/host_fit.py) is read from, and how much slower the
+steps after an idle wait are (left out of the fit: host_fit.steady).
 
     python benchmarks/host_sweep.py --out runs/host_sweep            # 244 runs: ~18 min idle, ~60 busy
-    python benchmarks/host_sweep.py --out runs/host_sweep --part prefill  # the 4 burst runs only
+    python benchmarks/host_sweep.py --out runs/host_sweep --part prefill  # the 4 burst runs: ~1.5 min idle
     python benchmarks/host_sweep.py --out runs/host_sweep --fit-only # refit the runs already there
+    python benchmarks/host_sweep.py --out runs/host_sweep --fit-only --part decode   # decode gate: grid only
     python benchmarks/host_sweep.py --out runs/b --fit-only --with runs/a  # both sweeps' runs together
 """
 from __future__ import annotations
@@ -245,7 +246,10 @@ def main() -> int:
                     help="fit the runs of another sweep's --out DIR too (more repeats per shape)")
     ap.add_argument("--part", choices=("all", "decode", "prefill"), default="all",
                     help="decode: the closed-loop grid (its prefill instances run too); prefill: the burst runs "
-                         "of the prefill loop only (~1 min idle at 4 repeats); both are fitted together")
+                         "of the prefill loop only (~1.5 min idle at 4 repeats); all: both, fitted together. "
+                         "With --fit-only, only that part's runs are fitted: the decode gate reads --part decode, "
+                         "the prefill loop's --part prefill (the burst runs' decode instance serves one-token "
+                         "requests, not the decode grid)")
     args = ap.parse_args()
     out, parts = Path(args.out), ("decode", "prefill") if args.part == "all" else (args.part,)
     runs = [r for r in sorted((out / "runs").glob("*/")) if _part_of(r) in parts] if args.fit_only \
