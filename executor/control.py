@@ -41,8 +41,11 @@ class Control:
         return float(self.store.get(key)) if self.store.check([key]) else math.nan
 
     def release(self, now: float) -> int:
-        """Paced: the next arrival instant's requests (equal `arrival_s`) arrive now; how many."""
+        """Paced: the next arrival instant's requests (equal `arrival_s`) arrive now, once every request
+        released before has been claimed (a burst waits for room, and the next one for it); how many."""
         first = len(self.released)
+        if first >= self.n or self.next_unclaimed() < first:
+            return 0
         rid = first
         while rid < self.n and self.arrival_s[rid] == self.arrival_s[first]:
             self.released[rid] = now

@@ -38,3 +38,29 @@ def test_burst_trace_is_bursts_with_chunked_prompts(tmp_path):
     reqs = make_requests(load_workload(wl))
     assert len(reqs.isl) == len(rows) and list(reqs.isl) == list(isl)
     assert np.allclose(reqs.arrival_s, t) and set(reqs.osl) == {b["osl"]}
+
+
+class _Store:
+    """The one store call Control.release makes: the next unclaimed request."""
+
+    def __init__(self):
+        self.next = 0
+
+    def add(self, key, n):
+        assert key == "next"
+        self.next += n
+        return self.next
+
+
+def test_paced_release_takes_one_arrival_instant_after_the_last_is_claimed():
+    from rackplan.executor.control import Control
+
+    store = _Store()
+    ctl = Control(store, np.array([0.0, 0.0, 0.0, 0.1, 0.2, 0.2]), 0, paced=True)
+    assert np.isnan(ctl.arrival(0))
+    assert ctl.release(1.5) == 3 and [ctl.arrival(r) for r in range(3)] == [1.5] * 3 and np.isnan(ctl.arrival(3))
+    assert ctl.release(1.6) == 0  # the first burst is not claimed yet
+    store.next = 3
+    assert ctl.release(1.7) == 1 and ctl.arrival(3) == 1.7
+    store.next = 4
+    assert ctl.release(1.8) == 2 and ctl.release(1.9) == 0  # none left
