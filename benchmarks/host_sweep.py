@@ -3,15 +3,21 @@
 Serving runs of tiny-moe-mtp on cpu-local (one DEP1 prefill instance, a DEPd decode instance with
 0, 1 or 2 draft tokens), each a closed loop of C requests in flight (16-token prompts, 32-token
 outputs), so that decode steps sit at C / d sequences per rank for most of the run and pass through
-every smaller size while it fills and drains. Every step records its host parts (host.schedule,
-host.prepare, host.dp_sync, host.sample, host.output: executor/disagg.py). The fit holds out the
+every smaller size while it fills and drains. The prefill part (BURST) runs the prefill loop on
+bursts of 1-32 prompts (a JSONL trace per repeat), each released when the loop has started every
+earlier prompt (`execute --paced`): back to back at 1-32 prompt chunks a step, with prompts of varied
+length that the token budget chunks. Every step records its host parts (host.schedule, host.prepare,
+host.dp_sync, host.sample, host.output: executor/disagg.py). The fit holds out the
 step sizes --holdout (sequences on the busiest rank) and prints each part's MAPE on the fit and
 held-out shapes, plus the run-to-run spread of the same shape (the machine is shared: medians of
 per-run medians), the DP wait it does not fit (host.dp_sync's wall time less its CPU time) and the
-warm-up profile that WARMUP_STEPS (calibration/host_fit.py) is read from.
+warm-up profile that WARMUP_STEPS (calibration/host_fit.py) is read from, and how much slower the
+steps after an idle wait are (left out of the fit: host_fit.steady).
 
-    python benchmarks/host_sweep.py --out runs/host_sweep            # 240 runs: ~16 min idle, ~50 busy
+    python benchmarks/host_sweep.py --out runs/host_sweep            # 244 runs: ~18 min idle, ~60 busy
+    python benchmarks/host_sweep.py --out runs/host_sweep --part prefill  # the 4 burst runs: ~1.5 min idle
     python benchmarks/host_sweep.py --out runs/host_sweep --fit-only # refit the runs already there
+    python benchmarks/host_sweep.py --out runs/host_sweep --fit-only --part decode   # decode gate: grid only
     python benchmarks/host_sweep.py --out runs/b --fit-only --with runs/a  # both sweeps' runs together
 """
 from __future__ import annotations
@@ -41,16 +47,25 @@ from rackplan.specs import load_profile
 DPS = (1, 2)
 DEPTHS = (0, 1, 2)
 CONCURRENCY = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-HOLDOUT = (3, 6, 12, 24)  # sequences on the busiest rank held out of the fit
+HOLDOUT = (3, 6, 12, 24)  # sequences on the busiest rank held out of the fit (prefill loop: prompt chunks)
 ACCEPTANCE = {1: 1.8, 2: 2.4}  # acceptance length per depth (drawn, executor/speculate.py)
+# Prefill part: bursts of 1-32 prompts, each arriving the moment the prefill loop has started every earlier
+# prompt (`execute --paced`): the loop runs back to back from its first step to its last (a step after an idle
+# wait runs colder and is left out) at many chunk counts, and the same steps on a fast or a slow host (wall-clock
+# arrivals saturate a loaded host: every step at the full budget). Prompts of 2-8 tokens, a few of 100-300 that
+# the token budget chunks over two steps, where the next burst joins them: chunks, tokens and finished prompts
+# are distinct features.
+BURST = {"budget": 256, "max_seqs": 32, "bursts": 300, "gap_s": 0.02, "burst_sizes": (1, 32), "short": (2, 8),
+         "long": (100, 300), "long_share": 0.05, "osl": 1}
 
 
-def plan_yaml(dp: int, depth: int, workload: Path) -> dict:
+def plan_yaml(dp: int, depth: int, workload: Path, prefill: dict | None = None) -> dict:
     spec = {"num_tokens": depth, "acceptance_length": ACCEPTANCE[depth]} if depth else None
     host = {"cuda_graphs": False, "async_scheduling": False}
+    pre = prefill or {"max_tokens_per_step": 256, "max_batch_per_rank": 32}
     return {"name": f"host-dp{dp}-d{depth}", "model": "tiny-moe-mtp", "hardware": "cpu-local", "num_gpus": 1 + dp,
             "workload": str(workload), "profile": "cpu-local",
-            "prefill": [{"role": "prefill", "dp": 1, "max_tokens_per_step": 256, "max_batch_per_rank": 32, **host}],
+            "prefill": [{"role": "prefill", "dp": 1, **pre, **host}],
             "decode": [{"role": "decode", "dp": dp, "max_batch_per_rank": 32, "max_tokens_per_step": 128,
                         "speculation": spec, **host}],
             "slo": {"ttft_p90_s": 5.0, "tpot_p90_s": 1.0}}
@@ -62,24 +77,65 @@ def workload_yaml(c: int) -> dict:
             "num_requests": max(4 * c, 16), "seed": 0}
 
 
-def run_all(out: Path, repeats: int) -> list[Path]:
+def burst_trace(seed: int, b: dict = BURST) -> list[dict]:
+    """The prefill part's requests (JSONL trace rows: timestamp s, input_length, output_length): `bursts`
+    bursts of burst_sizes prompts (uniform, inclusive), one arrival instant each, gap_s apart (paced, the
+    instants only group the requests)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(b["burst_sizes"][0], b["burst_sizes"][1] + 1, b["bursts"])
+    times = np.repeat(np.arange(b["bursts"]) * b["gap_s"], sizes)
+    lo, hi = np.array([b["short"], b["long"]])[(rng.random(len(times)) < b["long_share"]).astype(int)].T
+    isl = rng.integers(lo, hi + 1)
+    return [{"timestamp": round(float(t), 6), "input_length": int(n), "output_length": b["osl"]}
+            for t, n in zip(times, isl, strict=True)]
+
+
+def burst_workload(trace: Path, n: int) -> dict:
+    return {"name": "prefill-bursts", "arrival": {"kind": "trace"}, "isl": {"kind": "trace"},
+            "osl": {"kind": "trace"}, "trace": str(trace.resolve()), "trace_format": "jsonl", "num_requests": n,
+            "seed": 0}
+
+
+def _execute(plan: Path, wl: Path, folder: Path, seed: int, paced: bool = False) -> None:
+    subprocess.run([sys.executable, "-m", "rackplan.cli", "execute", "--plan", str(plan), "--device", "cpu",
+                    "--workload", str(wl), "--out", str(folder), "--seed", str(seed), "--timeout", "300"]
+                   + ["--paced"] * paced, check=True, stdout=subprocess.DEVNULL)
+
+
+def run_all(out: Path, repeats: int, parts: tuple[str, ...] = ("decode", "prefill")) -> list[Path]:
+    """Runs the sweep's parts (decode: the closed-loop grid; prefill: the burst runs); a run whose
+    measurements are there already is not rerun."""
     specs, runs = out / "specs", []
     specs.mkdir(parents=True, exist_ok=True)
-    todo = [(dp, d, c, r) for r in range(repeats) for dp in DPS for d in DEPTHS for c in CONCURRENCY]
-    for i, (dp, depth, c, rep) in enumerate(todo):
-        folder = out / "runs" / f"dp{dp}-d{depth}-c{c}-r{rep}"
+    todo = [("decode", dp, d, c, r) for r in range(repeats) for dp in DPS for d in DEPTHS for c in CONCURRENCY
+            if "decode" in parts]
+    todo += [("prefill", 1, 0, 0, r) for r in range(repeats) if "prefill" in parts]
+    for i, (part, dp, depth, c, rep) in enumerate(todo):
+        folder = out / "runs" / (f"dp{dp}-d{depth}-c{c}-r{rep}" if part == "decode" else f"prefill-bursts-r{rep}")
         runs.append(folder)
         if (folder / "measurements.jsonl").is_file():
             continue
-        wl = specs / f"closed-c{c}.yaml"
-        wl.write_text(yaml.safe_dump(workload_yaml(c)))
-        plan = specs / f"host-dp{dp}-d{depth}.yaml"
-        plan.write_text(yaml.safe_dump(plan_yaml(dp, depth, wl)))
-        print(f"[{i + 1}/{len(todo)}] dp {dp} depth {depth} concurrency {c} repeat {rep}", flush=True)
-        subprocess.run([sys.executable, "-m", "rackplan.cli", "execute", "--plan", str(plan), "--device", "cpu",
-                        "--workload", str(wl), "--out", str(folder), "--seed", str(rep), "--timeout", "300"],
-                       check=True, stdout=subprocess.DEVNULL)
+        if part == "decode":
+            wl = specs / f"closed-c{c}.yaml"
+            wl.write_text(yaml.safe_dump(workload_yaml(c)))
+            plan = specs / f"host-dp{dp}-d{depth}.yaml"
+            plan.write_text(yaml.safe_dump(plan_yaml(dp, depth, wl)))
+            print(f"[{i + 1}/{len(todo)}] dp {dp} depth {depth} concurrency {c} repeat {rep}", flush=True)
+        else:
+            rows = burst_trace(rep)
+            trace, wl = specs / f"bursts-r{rep}.jsonl", specs / f"bursts-r{rep}.yaml"
+            trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            wl.write_text(yaml.safe_dump(burst_workload(trace, len(rows))))
+            plan = specs / f"host-bursts-r{rep}.yaml"
+            pre = {"max_tokens_per_step": BURST["budget"], "max_batch_per_rank": BURST["max_seqs"]}
+            plan.write_text(yaml.safe_dump(plan_yaml(1, 0, wl, pre)))
+            print(f"[{i + 1}/{len(todo)}] prefill bursts repeat {rep} ({len(rows)} requests)", flush=True)
+        _execute(plan, wl, folder, rep, paced=part == "prefill")
     return runs
+
+
+def _part_of(run: Path) -> str:
+    return "prefill" if run.name.startswith("prefill-bursts") else "decode"
 
 
 def read_steps(runs: list[Path], wall: bool = False) -> list[list]:
@@ -110,8 +166,28 @@ def warmup_profile(per_run: list[list], last: int = 12) -> dict[str, list[float]
             for k, by in sorted(ratios.items())}
 
 
-def run_levels(per_run: list[list]) -> tuple[dict[str, float], float]:
-    """How much of the spread is a whole run running faster or slower: per decode part, the standard
+def idle_ratio(per_run: list[list]) -> dict[str, tuple[float, int]]:
+    """Per role/part: the median over (run, shape) of the median part time of the steps after an idle
+    wait over that of the busy steps (after the warm-up both), and how many (run, shape) pairs had
+    both: what the fit's idle rule (calibration/host_fit.py, steady) is read from."""
+    ratios: dict[str, list[float]] = {}
+    for steps in per_run:
+        groups: dict[tuple, tuple[list, list]] = {}
+        for s in steady(steps, busy=False):
+            groups.setdefault(s.key, ([], []))[s.idle_s > 0].append(s)
+        for key, (busy, idle) in groups.items():
+            if len(busy) < 2 or not idle:
+                continue
+            for part in PART_PARAMS:
+                b = [x.parts[part] for x in busy if part in x.parts]
+                i = [x.parts[part] for x in idle if part in x.parts]
+                if b and i and np.median(b) > 0:
+                    ratios.setdefault(f"{key[0]}/{part}", []).append(float(np.median(i) / np.median(b)))
+    return {k: (float(np.median(v)), len(v)) for k, v in sorted(ratios.items())}
+
+
+def run_levels(per_run: list[list], role: str = "decode") -> tuple[dict[str, float], float]:
+    """How much of the spread is a whole run running faster or slower: per `role` part, the standard
     deviation (%) over runs of a run's level (median over its steady steps of the step's part time
     over the median of every run's steps of that shape), and the mean correlation of the runs'
     levels between parts."""
@@ -125,7 +201,7 @@ def run_levels(per_run: list[list]) -> tuple[dict[str, float], float]:
     levels = np.full((len(per_run), len(parts)), np.nan)
     for i, steps in enumerate(per_run):
         for j, part in enumerate(parts):
-            r = [s.parts[part] / ref[(part, s.key)] for s in steady(steps) if s.role == "decode"
+            r = [s.parts[part] / ref[(part, s.key)] for s in steady(steps) if s.role == role
                  and ref.get((part, s.key), 0) > 0 and part in s.parts]
             if r:
                 levels[i, j] = np.median(r)
@@ -168,10 +244,17 @@ def main() -> int:
     ap.add_argument("--fit-only", action="store_true", help="fit the runs under --out without running more")
     ap.add_argument("--with", dest="also", action="append", default=[], metavar="DIR",
                     help="fit the runs of another sweep's --out DIR too (more repeats per shape)")
+    ap.add_argument("--part", choices=("all", "decode", "prefill"), default="all",
+                    help="decode: the closed-loop grid (its prefill instances run too); prefill: the burst runs "
+                         "of the prefill loop only (~1.5 min idle at 4 repeats); all: both, fitted together. "
+                         "With --fit-only, only that part's runs are fitted: the decode gate reads --part decode, "
+                         "the prefill loop's --part prefill (the burst runs' decode instance serves one-token "
+                         "requests, not the decode grid)")
     args = ap.parse_args()
-    out = Path(args.out)
-    runs = sorted((out / "runs").glob("*/")) if args.fit_only else run_all(out, args.repeats)
-    runs += [r for d in args.also for r in sorted((Path(d) / "runs").glob("*/"))]
+    out, parts = Path(args.out), ("decode", "prefill") if args.part == "all" else (args.part,)
+    runs = [r for r in sorted((out / "runs").glob("*/")) if _part_of(r) in parts] if args.fit_only \
+        else run_all(out, args.repeats, parts)
+    runs += [r for d in args.also for r in sorted((Path(d) / "runs").glob("*/")) if _part_of(r) in parts]
     prof_path = out / "host-cpu-local.yaml"
     cmd = [sys.executable, "-m", "rackplan.cli", "calibrate", "--host-sweep", "--base", "cpu-local",
            "--holdout", "decode:" + ",".join(map(str, HOLDOUT)), "--out", str(prof_path), "--json"]
@@ -186,6 +269,9 @@ def main() -> int:
           f"leaves out steps 0-{WARMUP_STEPS - 1})")
     for name, ratios in warmup_profile(per_run).items():
         print(f"  {name:22s} " + " ".join(f"{r:4.2f}" for r in ratios))
+    idle = idle_ratio(per_run)
+    print("after an idle wait (left out of the fit): part time / busy steps of the same run and shape: "
+          + (", ".join(f"{k} {r:.2f} ({n})" for k, (r, n) in idle.items()) or "no such steps"))
     print(f"{len(runs)} runs, {prov['steps']} steps; held-out sizes {prov['held_out_sizes']}")
     print(f"{'part':22s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'shapes fit/held':>16s} "
           f"{'run spread % (CPU / wall)':>26s}")
@@ -194,9 +280,11 @@ def main() -> int:
         held = res["host_held_out_error_pct"].get(part, float("nan"))
         cpu, wall = (f"{n.get(part, float('nan')):.1f}" for n in (noise, wall_noise))
         print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {f'{cpu} / {wall}':>26s}")
-    sd, corr = run_levels(per_run)
-    print("run level (a whole run faster or slower), sd over runs %: " + ", ".join(f"{k} {v}" for k, v in sd.items())
-          + f"; mean correlation between parts {corr:.2f}")
+    for role in ("decode", "prefill"):
+        sd, corr = run_levels(per_run, role)
+        print(f"{role} run level (a whole run faster or slower), sd over runs %: "
+              + ", ".join(f"{k} {v}" for k, v in sd.items() if not np.isnan(v))
+              + f"; mean correlation between parts {corr:.2f}")
     if waits:
         print(f"{DP_WAIT} (not fitted: the OS scheduling the ranks): median {np.median(waits) * 1e6:.0f} us over "
               f"{len(waits)} shapes ({np.percentile(waits, 10) * 1e6:.0f}-{np.percentile(waits, 90) * 1e6:.0f} us), "

@@ -8,7 +8,8 @@ left out in turn (held at 0), side by side with the full model, fit and held-out
 Rows: `full` (calibration/host_fit.py's PART_PARAMS); `fixed x DP` (the form before the per-rank
 term: the central scheduler's fixed part paid once per DP rank, schedule_step_s held at 0 so
 schedule_per_rank_s is that fixed part); one row per left-out term; `warm-up kept` (the full model
-on every step, the instances' first WARMUP_STEPS included).
+on every step, the instances' first WARMUP_STEPS included); `idle kept` (the steps that follow an
+idle wait of their loop kept: host_fit.steady's busy rule off).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def main() -> int:
         fit = fit_host_parts(pred, steps, dataclasses.replace(base, **zero), "decode", HOLDOUT, params)
         rows.append((name, fit))
     rows.append(("warm-up kept", fit_host_parts(pred, steps, base, "decode", HOLDOUT, warmup=0)))
+    rows.append(("idle kept", fit_host_parts(pred, steps, base, "decode", HOLDOUT, busy=False)))
     print(f"{sum(s.role == 'decode' for s in steps)} decode steps; fit / held-out MAPE %")
     print(f"{'model':26s} " + " ".join(f"{p:>14s}" for p in PARTS))
     for name, fit in rows:
@@ -62,8 +64,9 @@ def main() -> int:
         print(f"{name:26s} " + " ".join(f"{c:>14s}" for c in cells))
     pre = load_profile("cpu-local").host_for("prefill")
     print("prefill loop, fit / held-out MAPE % (fit / held-out shapes)")
-    for name, warmup in (("full", host_fit.WARMUP_STEPS), ("warm-up kept", 0)):
-        fit = fit_host_parts(pred, steps, pre, "prefill", HOLDOUT, warmup=warmup)
+    for name, warmup, busy in (("full", host_fit.WARMUP_STEPS, True), ("warm-up kept", 0, True),
+                               ("idle kept", host_fit.WARMUP_STEPS, False)):
+        fit = fit_host_parts(pred, steps, pre, "prefill", HOLDOUT, warmup=warmup, busy=busy)
         print(f"{name:26s} " + " ".join(f"{p}: {fit.fit_error[p]:.1f} / {fit.held_error.get(p, float('nan')):.1f} "
                                         f"({fit.points[p][0]}/{fit.points[p][1]})" for p in fit.fit_error))
     return 0

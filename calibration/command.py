@@ -230,7 +230,8 @@ def _from_host_sweep(args, base, name):
         "method": "per part and role: HostParams of sim/cost/host.py, soft-L1 relative least squares on medians of "
                   "per-run medians of the steps of one shape (role, DP size, draft depth, sequences on the busiest "
                   f"rank) with at least {MIN_STEPS} steps after each instance's first {WARMUP_STEPS} (its host "
-                  "code cold), each shape predicted from its steps the same way; "
+                  "code cold) that do not follow an idle wait of their loop (cold again), each shape predicted "
+                  "from its steps the same way; "
                   "each part's thread CPU time on the busiest rank (host.dp_sync: the collective's own work; "
                   "its wait for the other ranks, OS scheduling on the CPU executor, is not fitted)",
         "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,

@@ -11,9 +11,10 @@ machine running three ranks it is the OS scheduling the ranks (its medians over 
 spread 150-190%), not host work that dp_jitter's straggle model could price.
 One `HostStep` per (run, instance, step) holds each part's seconds (for the per-rank parts the
 busiest rank's: _busiest) and what the step ran on every rank, with the requests the instance
-admitted and finished in it. Each instance's first WARMUP_STEPS steps (its host code cold) are
-left out of fit and held-out shapes alike. Steps of one shape (role, DP size, draft depth, sequences on the
-busiest rank) collapse to medians: per run, then over runs (the machine is shared: a neighbour's
+admitted and finished in it. Each instance's first WARMUP_STEPS steps (its host code cold), and every
+step that follows an idle wait of its loop (cold again), are left out of fit and held-out shapes
+alike. Steps of one shape (role, DP size, draft depth, sequences on the busiest rank) collapse to
+medians: per run, then over runs (the machine is shared: a neighbour's
 burst slows whole stretches of a run); the model's value for a shape is its per-step predictions
 collapsed the same way (a shape mixes steps that admit or finish requests with steps that do not).
 Each part is then fitted on the shapes of the fit set by calibration/robust.py's soft-L1 relative
@@ -65,6 +66,11 @@ MIN_STEPS = 5  # steps behind a shape's medians before it counts (fill and drain
 # and settle within ~5% from step 8 on (benchmarks/host_sweep.py prints the profile). Fit and
 # held-out shapes both leave them out; a serving engine pays them once, at start-up.
 WARMUP_STEPS = 8
+# A step that follows an idle wait (the loop found no work and slept: a closed loop's prefill between
+# arrivals, a decode loop waiting for its next KV) runs its host code cold too: prefill schedule and
+# prepare 1.3-2x a back-to-back step of the same size (benchmarks/host_sweep.py prints the ratio). Fit
+# and held-out shapes leave such steps out (records of loops that predate `idle_before_s` count as busy):
+# the host model prices a busy engine's steps, where host time decides throughput.
 DP_WAIT = "host.dp_sync.wait"  # a step's DP wait: host.dp_sync's wall less its CPU time (reported, not fitted)
 
 
@@ -80,6 +86,7 @@ class HostStep:
     parts: dict[str, float]  # measured seconds per host part
     run: int = 0
     index: int = 0  # the step's number in its instance's loop (0: the first step it ran)
+    idle_s: float = 0.0  # wall seconds the loop waited idle just before this step
     steps: int = 1  # steps behind the medians
     members: tuple = ()  # a shape's steps, per run (tuples of HostSteps): what its medians came from
 
@@ -128,7 +135,7 @@ def _one(run: int, role: str, index: int, recs: list[dict]) -> HostStep | None:
     tokens = float(shp.get("tokens_global", 0))
     whole = RankHost(float(shp["seqs_global"]), tokens, float(shp.get("emitted_global", 0)),
                      float(shp["seqs_global"]) * depth if role == "decode" else 0.0, admitted, finished)
-    return HostStep(role, dp, depth, ranks, whole, parts, run, index)
+    return HostStep(role, dp, depth, ranks, whole, parts, run, index, float(shp.get("idle_before_s", 0.0)))
 
 
 def _busiest(vals: list[tuple[int, float]]) -> float:
@@ -153,9 +160,9 @@ def _rank(shape: dict, role: str, depth: int, admitted: float, finished: float) 
     return RankHost(seqs, tokens, emitted, seqs * depth if role == "decode" else 0.0, admitted, finished)
 
 
-def steady(steps: list[HostStep], warmup: int = WARMUP_STEPS) -> list[HostStep]:
-    """The steps after each instance's first `warmup` steps."""
-    return [s for s in steps if s.index >= warmup]
+def steady(steps: list[HostStep], warmup: int = WARMUP_STEPS, busy: bool = True) -> list[HostStep]:
+    """The steps after each instance's first `warmup` steps (`busy`: and not after an idle wait)."""
+    return [s for s in steps if s.index >= warmup and not (busy and s.idle_s > 0)]
 
 
 def medians(steps: list[HostStep]) -> list[HostStep]:
@@ -239,12 +246,13 @@ class HostPredictor:
 
 def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
                    held_sizes: set[int] = frozenset(), params: dict[str, tuple[str, ...]] | None = None,
-                   warmup: int = WARMUP_STEPS) -> HostFit:
+                   warmup: int = WARMUP_STEPS, busy: bool = True) -> HostFit:
     """Each part's parameters (`params`, default PART_PARAMS; the others keep `base`'s values) on the
     `role` step shapes whose size is not in `held_sizes` (shapes of at least MIN_STEPS steps after
-    each instance's first `warmup`), errors on both sets."""
+    each instance's first `warmup`, `busy`: and not after an idle wait), errors on both sets."""
     hp = dataclasses.replace(base, scheduler="central")
-    shapes = [s for s in medians([s for s in steady(steps, warmup) if s.role == role]) if s.steps >= MIN_STEPS]
+    shapes = [s for s in medians([s for s in steady(steps, warmup, busy) if s.role == role])
+              if s.steps >= MIN_STEPS]
     fit_set = [s for s in shapes if s.size not in held_sizes]
     held = [s for s in shapes if s.size in held_sizes]
     out = HostFit(hp)

@@ -38,6 +38,10 @@ def add_arguments(p) -> None:
                    "configs/workloads) through prefill -> KV hand-off -> decode")
     p.add_argument("--requests", type=positive_int, help="serving mode: at most this many requests (default: the "
                    "workload's num_requests)")
+    p.add_argument("--paced", action="store_true", help="serving mode, open loop, one prefill instance: the "
+                   "requests of one arrival instant (a burst) arrive together the moment the prefill instance has "
+                   "started every earlier request, not on the wall clock: the same steps on a fast or a slow host, "
+                   "back to back (benchmarks/host_sweep.py's prefill part)")
     p.add_argument("--out", required=True, help="output folder for measurements.jsonl (serving mode also "
                    "writes expert_counts.jsonl)")
     p.add_argument("--ranks", type=positive_int,
@@ -149,6 +153,14 @@ def _check_serving(plan, workload, args) -> None:
     if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
         from rackplan.sim.traces import load_trace
         load_trace(workload)  # a missing or malformed trace fails here, not in every rank
+    if args.paced:
+        if workload.arrival.kind == "concurrency":
+            raise SpecError("execute", "--paced", "an open-loop workload (trace or poisson arrivals; a closed loop "
+                            "is paced by its finishes)", workload.arrival.kind)
+        fronts = sum(lay.replicas for lay in plan.prefill)
+        if plan.colocated or fronts != 1:
+            raise SpecError("execute", "--paced", "a disaggregated plan with one prefill instance (the instance "
+                            "that paces the arrivals)", f"{fronts} prefill instances" if fronts != 1 else "colocated")
     if plan.colocated:
         for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
             for field, val in (("replicas", lay.replicas), ("tp", lay.tp)):
@@ -179,7 +191,7 @@ def _config(args, plan):
                      skip_decode=args.skip_decode,
                      fault=os.environ.get("RACKPLAN_EXEC_FAULT"), model=args.model,
                      expert_counts=args.expert_counts, acceptance_rate=args.acceptance_rate, cores=cores,
-                     fp8=not args.no_fp8, step_gap_s=args.step_gap)
+                     fp8=not args.no_fp8, step_gap_s=args.step_gap, paced=args.paced)
 
 
 def _run_torchrun(cfg):

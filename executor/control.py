@@ -1,5 +1,6 @@
 """The control plane of disaggregated serving, on the run's c10d store (the TCPStore of the local
-launcher or of torchrun): arrivals (a closed loop's are published when a request finishes), the
+launcher or of torchrun): arrivals (a closed loop's are published when a request finishes; paced
+bursts are released by the prefill leader, the only one that reads them), the
 router's claims (request r is offered to prefill instance r mod n first, taken by another only
 while that one is busy; an atomic add on claim/<rid> decides a race), decode load per decode
 rank (running + staged), and one KV inbox per decode instance (headers: request, source rank,
@@ -19,19 +20,37 @@ INBOX_POLL_S = 0.0002  # an idle decode leader's look at its inbox (a store chec
 class Control:
     """The control plane on the run's c10d store: arrivals, the router, decode load, KV inboxes."""
 
-    def __init__(self, store, arrival_s: np.ndarray, concurrency: int):
-        """`arrival_s`: open-loop arrival times (seconds from the run start); `concurrency`: closed loop."""
+    def __init__(self, store, arrival_s: np.ndarray, concurrency: int, paced: bool = False):
+        """`arrival_s`: open-loop arrival times (seconds from the run start); `concurrency`: closed loop;
+        `paced`: the requests of one arrival instant arrive when the (one) prefill instance releases
+        them (`release`), not at that instant: its leader is the only reader of their arrivals."""
         self.store, self.n, self.concurrency = store, len(arrival_s), concurrency
         self.arrival_s = arrival_s
+        self.paced = paced
+        self.released: dict[int, float] = {}  # paced: rid -> the time its burst was released
 
     def arrival(self, rid: int) -> float:
-        """Arrival time of request `rid` (NaN while a closed loop has not released it)."""
+        """Arrival time of request `rid` (NaN while a closed loop, or pacing, has not released it)."""
+        if self.paced:
+            return self.released.get(rid, math.nan)
         if not self.concurrency:
             return float(self.arrival_s[rid])
         if rid < self.concurrency:
             return 0.0
         key = f"arr/{rid}"
         return float(self.store.get(key)) if self.store.check([key]) else math.nan
+
+    def release(self, now: float) -> int:
+        """Paced: the next arrival instant's requests (equal `arrival_s`) arrive now, once every request
+        released before has been claimed (a burst waits for room, and the next one for it); how many."""
+        first = len(self.released)
+        if first >= self.n or self.next_unclaimed() < first:
+            return 0
+        rid = first
+        while rid < self.n and self.arrival_s[rid] == self.arrival_s[first]:
+            self.released[rid] = now
+            rid += 1
+        return rid - first
 
     def next_unclaimed(self) -> int:
         return int(self.store.add("next", 0))

@@ -60,11 +60,13 @@ class Tick:
     accepted: dict = field(default_factory=dict)  # decode + speculation: rid -> drafts kept
     admitted: int = 0  # requests the scheduler took in this step (claimed prompts, newly seated decodes)
     waiting: int = 0  # requests it left waiting (queued prompts not scheduled, staged decodes without a seat)
+    idle_s: float = 0.0  # wall seconds the leader waited idle (no work) since its previous step
 
 
 def _counts(tick: Tick) -> dict:
-    """The step's request bookkeeping as record shape fields (untimed): admitted, left waiting."""
-    return {"admitted_global": tick.admitted, "waiting_global": tick.waiting}
+    """The step's request bookkeeping as record shape fields (untimed): admitted, left waiting, and the
+    idle wait before it (a step after one runs its host code colder: calibration/host_fit.py)."""
+    return {"admitted_global": tick.admitted, "waiting_global": tick.waiting, "idle_before_s": round(tick.idle_s, 6)}
 
 
 class _GCCount:
@@ -102,6 +104,7 @@ class Loop:
         self.ticks = 0
         self.exposed_s = 0.0
         self.aside_s = [0.0, 0.0]  # wall, CPU of the last plan's work that is no scheduler work (Loop.aside)
+        self.idle_s = 0.0  # the leader's idle waits since its last step
 
     def _plan_timed(self):
         """(the next tick or None, wall and CPU seconds the scheduler took): the tick's
@@ -134,7 +137,9 @@ class Loop:
                 msg = ("stop", None) if self.finished() else ("idle", None)
                 if msg[0] == "idle":
                     self.idle_wait()
+                    self.idle_s += time.perf_counter() - t0
             else:
+                tick.idle_s, self.idle_s = self.idle_s, 0.0
                 msg = ("tick", tick)
                 self.inst.clock.add("host.schedule", sched_s, sched_cpu)
             self.exposed_s = time.perf_counter() - t0
@@ -208,7 +213,9 @@ class PrefillLoop(Loop):
     def plan(self):
         now = self.eng.clock()
         ctl = self.eng.control
-        with self.aside():
+        with self.aside():  # the load generator and the router: no scheduler work
+            if ctl.paced and all(rid in self.queue.bound for rid in self.queue.queue):
+                ctl.release(now)  # every queued prompt has started: the next burst arrives
             claimed = ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts))
         for rid, arrival in claimed:
             self.queue.add(rid)
@@ -239,9 +246,11 @@ class PrefillLoop(Loop):
         self.queue.book(tick.work)
 
     def step(self, tick: Tick) -> float:
-        t0, c0 = time.perf_counter(), time.thread_time()
         me, chunks = self.me, tick.work[self.rg.dp_rank]
+        # the chunks' token ids: the request's input (a tokenizer's output in an engine), drawn here as a
+        # stand-in: no input preparation (drawing a whole prompt per chunk priced its full length, not the chunk's)
         parts = [self.eng.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
+        t0, c0 = time.perf_counter(), time.thread_time()
         toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
         slots = torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device)
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
@@ -429,7 +438,7 @@ class Engine:
         self.groups = make_groups(insts, me.rank)
         self.links = KVLinks(insts, me.rank)
         store = dist.PrefixStore("rackplan-serve", dist.distributed_c10d._get_default_store())
-        self.control = Control(store, reqs.arrival_s, concurrency)
+        self.control = Control(store, reqs.arrival_s, concurrency, me.cfg.paced)
         self.records: list[dict] = []
         self.kv_records: list[dict] = []
         self.expert_trace: list[dict] = []

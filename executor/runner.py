@@ -62,6 +62,7 @@ class RunConfig:
     cores: Optional[tuple] = None  # CPU core of each rank (serving mode pins by role); None: rank mod cores
     fp8: bool = True  # GPU: the spec's 8-bit-or-narrower weights as FP8 where the device supports it
     step_gap_s: float = 0.0  # idle seconds before each benchmark step (an instance waiting for arrivals)
+    paced: bool = False  # serving: each arrival instant's requests arrive once the prefill started every earlier one
 
 
 class Rank:

@@ -116,6 +116,8 @@ class PrefillQueue:
         seqs = [0] * self.ranks
         chunks: list[list[Chunk]] = [[] for _ in range(self.ranks)]
         for rid in list(self.queue):
+            if not any(left[r] > 0 and seqs[r] < self.max_seqs for r in range(self.ranks)):
+                break  # every rank's token budget or sequence cap is spent: the rest wait (as vLLM's scheduler)
             r = self._rank_for(rid, left, seqs)
             if r is None:
                 continue

@@ -1,5 +1,6 @@
 """A real serving run (real ranks, gloo) records every host part of every step, on the ranks that
 do that work, with wall and CPU time; `calibrate --host-sweep` reads them back as steps."""
+import json
 from collections import defaultdict
 
 import pytest
@@ -52,6 +53,9 @@ def test_every_step_records_its_host_parts_where_they_run(run):
     for prev, cur in zip(steps, steps[1:]):
         assert cur.whole.seqs == prev.whole.seqs - prev.whole.finished + cur.whole.admitted
     assert all(isinstance(r["gc"], int) and r["gc"] >= 0 for r in recs if "cpu_s" in r)  # GC runs per step
+    # a closed loop's prefill waits idle between arrivals: the steps after such a wait say how long it was
+    pre = [s for s in host_steps(recs) if s.role == "prefill"]
+    assert all(s.idle_s >= 0 for s in pre + steps) and pre[0].idle_s == 0 and any(s.idle_s > 0 for s in pre)
 
 
 def test_host_sweep_calibration_writes_the_host_block(run):
@@ -63,3 +67,48 @@ def test_host_sweep_calibration_writes_the_host_block(run):
     fit = prof.provenance["host_fit"]
     assert prof.host.scheduler == "central" and fit["steps"] > 10
     assert set(fit["fit_error_pct"]) <= set(prof.fit_error)
+
+
+def _paced_run(tmp, bursts, workload_arrival=None):
+    rows = [{"timestamp": 0.05 * k, "input_length": n, "output_length": 2} for k, burst in enumerate(bursts)
+            for n in burst]
+    trace = tmp / "bursts.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    wl = tmp / "wl.yaml"
+    arrival = workload_arrival or {"kind": "trace"}
+    wl.write_text(yaml.safe_dump({"name": "bursts", "arrival": arrival, "isl": {"kind": "trace"},
+                                  "osl": {"kind": "trace"}, "trace": str(trace), "trace_format": "jsonl",
+                                  "num_requests": len(rows)}))
+    plan = tmp / "plan.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "paced", "model": "tiny-moe-mtp", "hardware": "cpu-local", "num_gpus": 2, "workload": str(wl),
+        "profile": "cpu-local",
+        "prefill": [{"role": "prefill", "dp": 1, "max_tokens_per_step": 64, "max_batch_per_rank": 8, **HOST}],
+        "decode": [{"role": "decode", "dp": 1, "max_batch_per_rank": 8, "max_tokens_per_step": 32, **HOST}]}))
+    out = tmp / "run"
+    code = main(["execute", "--plan", str(plan), "--device", "cpu", "--workload", str(wl), "--out", str(out),
+                 "--paced", "--warmup", "0"])
+    return code, out
+
+
+def test_paced_bursts_arrive_when_the_prefill_started_every_earlier_prompt(tmp_path):
+    # bursts of 3, 1 (a 100-token prompt: two chunks of the 64-token budget), 5 and 2 prompts: each burst
+    # arrives at the plan where every queued prompt has started, so the third joins the long prompt's
+    # second chunk; the steps are the same on any host, back to back
+    code, out = _paced_run(tmp_path, [(4, 5, 6), (100,), (4, 4, 4, 4, 4), (3, 5)])
+    assert code == 0
+    recs = read_measurements(out)
+    pre = [s for s in host_steps(recs) if s.role == "prefill"]
+    assert [(s.size, s.whole.tokens, s.whole.emitted) for s in pre] == [(3, 15, 3), (1, 64, 0), (6, 56, 6), (2, 8, 2)]
+    assert all(s.idle_s == 0 for s in pre)
+    req = sorted((r for r in recs if r["op"] == "request"), key=lambda r: r["step"])
+    assert len(req) == 11 and all(r["e2e_s"] > 0 for r in req)
+    arrivals = [r["arrival_s"] for r in req]
+    assert len({*arrivals[:3]}) == 1 and len({*arrivals[4:9]}) == 1 and len({*arrivals[9:]}) == 1
+    assert arrivals[0] <= arrivals[3] <= arrivals[4] <= arrivals[9]
+    assert arrivals[4] >= req[3]["arrival_s"] + req[3]["queue_s"]  # after the long prompt started
+
+
+def test_paced_needs_an_open_loop(tmp_path, capsys):
+    code, _ = _paced_run(tmp_path, [(4,)], {"kind": "concurrency", "concurrency": 1})
+    assert code == 2 and "--paced" in capsys.readouterr().err

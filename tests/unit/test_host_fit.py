@@ -96,6 +96,23 @@ def test_each_instances_warm_up_steps_are_left_out():
     assert shape.steps == 6 and shape.parts["host.prepare"] == pytest.approx(1e-5)
 
 
+def test_steps_after_an_idle_wait_are_left_out():
+    # every third step follows an idle wait of its loop (idle_before_s > 0): 2x slower here, left out of
+    # the shapes; records without the field (loops that predate it) count as busy
+    recs = [{"op": "host.prepare", "role": "prefill", "step": i, "rank": 0, "instance_dp": 1, "source": "measured",
+             "seconds": 2e-5 if i % 3 == 0 else 1e-5,
+             "shape": {"batch": 4, "tokens": 40, "seqs_global": 4, "instance": "p",
+                       **({"idle_before_s": 0.02 * (i % 3 == 0)} if i < 20 else {})}}
+            for i in range(WARMUP_STEPS, 26)]
+    steps = host_steps(recs)
+    assert [s.idle_s > 0 for s in steps] == [s.index % 3 == 0 and s.index < 20 for s in steps]
+    busy = steady(steps)
+    assert [s.index for s in busy] == [i for i in range(WARMUP_STEPS, 26) if i % 3 or i >= 20]
+    (shape,) = medians(busy)
+    assert shape.parts["host.prepare"] == pytest.approx(1e-5)
+    assert len(steady(steps, busy=False)) == len(steps)
+
+
 def test_a_part_without_enough_shapes_keeps_the_base():
     steps = host_steps(_records(sizes=(1, 2), dps=(1,), depths=(0,)))
     base = dataclasses.replace(HostParams(), output_step_s=7e-3)
