@@ -20,7 +20,7 @@ from functools import cached_property
 from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
 
 from ..cost.memory import kv_capacity_tokens
-from ..cost.step import CostContext, RankWork, StepCost, host_only
+from ..cost.step import CostContext, RankWork, StepCost, host_only, price_key
 from ..cost.transfer import KVLink, kv_link
 from ..pricer import StepPricer
 
@@ -76,11 +76,12 @@ class Pricer:
         return CostContext(self.model, self.hw, layout, self.prof, self.skew)
 
     def pricer(self, layout: Layout) -> StepPricer:
-        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Replicas do
-        not change a step's price, nor does the role unless the profile gives prefill instances their
-        own host block, so decode and aggregated variants of a shape share it."""
+        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Replicas and
+        batch and token caps do not change a step's price (price_key), nor does the role unless the
+        profile gives prefill instances their own host block, so decode and aggregated variants of a
+        shape share it."""
         own = layout.role == "prefill" and self.prof.host_prefill is not None
-        key = replace(layout, role="prefill" if own else "decode", replicas=1)
+        key = price_key(replace(layout, role="prefill" if own else "decode"))
         hit = self._pricers.get(key)
         if hit is None:
             engine = host_only(key)  # host-setting variants of a shape share its device pricing
