@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from rackplan.specs import Workload
 
 from .combine import Candidate
-from .verify import UTIL_MAX, Check, confirm, first_requests, max_rate
+from .verify import LIVE_REQUEST_GPUS, UTIL_MAX, Check, confirm, first_requests, max_rate
 
 BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacity by this much
 # front points verified besides the contenders (spread over the front) while their simulated requests +
@@ -30,9 +30,6 @@ COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
 # never cost more than deciding it did (H200 32 GPUs: 3 x TP8-EP8 decode would have tripled it); a cover
 # point's bisection stops before a probe that would take it past what is left
 COVER_SHARE = 0.5
-# live runs kept for confirmation hold at most this many requests x GPUs together: a run's state grows with
-# both (its running sequences fill the decode seats; 150k requests on 576 GPUs: ~75 MB of peak RSS)
-LIVE_REQUEST_GPUS = 150_000 * 72
 
 
 @dataclass

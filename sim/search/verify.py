@@ -40,6 +40,11 @@ FIRST_MAX = 100_000
 # requests of a probe's run at most (576 GPUs: ~100 MB of run state, 2 minutes of arrivals, ~8 lifetimes);
 # `simulate` and `whatif` runs go on to simulator.MAX_STEADY
 PROBE_MOST = 200_000
+# live runs kept for confirmation hold at most this many requests x GPUs together: a run's state grows with
+# both (its running sequences fill the decode seats; 150k requests on 576 GPUs: ~75 MB of peak RSS); a
+# bisection drops a passing run beyond it at once (sim/search/front.py would drop it after the bisection
+# anyway), so it is not held while the next probe runs
+LIVE_REQUEST_GPUS = 150_000 * 72
 
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
@@ -263,6 +268,8 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
             break
         if p.passed:
             lo = p
+            if p.requests * plan.gpus_used > LIVE_REQUEST_GPUS:
+                p.release()  # too big to keep for a confirmation (memory): that reruns it from zero
         else:
             hi = min(hi or math.inf, rate)
         if p.over_capacity:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
