@@ -32,9 +32,11 @@ from .cost.step import CostContext, RankWork, Step, StepModel, price_key
 
 LOG_STEP = math.log(1.01)  # 1% buckets for the global batch and mean contexts
 LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention pairs
-# step models and step caches of this many layouts are kept for the next simulation in the process
-# (StepPricer.shared: a planner's or what-if study's runs price the same layouts again)
-KEPT = 8
+# step models and step caches of this many pricings are kept for the next simulation in the process
+# (StepPricer.shared: a planner's or what-if study's runs price the same layouts again): a disaggregated
+# plan's three (prefill, decode with draws, decode at mean periods for the warm start) and one more.
+# (H200 32-GPU plan: 5,278 priced steps with 4 or 8 kept, 9,583 with 2; 576 GPUs: the memos of 8 held ~18 MB)
+KEPT = 4
 _kept: OrderedDict = OrderedDict()
 
 
