@@ -52,9 +52,11 @@ def _unq(k: int, step: float) -> float:
 class StepPricer:
     """Prices steps of one instance layout; `decode` and `step` are cached, `price` is exact."""
 
-    def __init__(self, cx: CostContext, rng: np.random.Generator | None = None, model: StepModel | None = None):
+    def __init__(self, cx: CostContext, rng: np.random.Generator | None = None, model: StepModel | None = None,
+                 ops: bool = True):
         self.cx = cx
         self.model = model or cx.step_model  # a StepModel.variant shares another layout's device pricing
+        self._price = self.model.price if ops else self.model.cost  # (without ops: no op breakdown)
         self.ranks = cx.layout.dp
         self._exact: dict[Step, StepCost] = {}
         self._cache: dict = {}
@@ -97,10 +99,10 @@ class StepPricer:
         return p0 + slope * self._z.pop()
 
     def price(self, step: Step) -> StepCost:
-        """Exact price of a step, with its op breakdown."""
+        """Exact price of a step, with its op breakdown (unless the pricer was made without ops)."""
         hit = self._exact.get(step)
         if hit is None:
-            hit = self._exact[step] = self.model.price(step)
+            hit = self._exact[step] = self._price(step)
         return hit
 
     def uniform(self, work: RankWork) -> StepCost:

@@ -298,6 +298,12 @@ class StepModel:
         ops_.append(Op("host.exposed", "cpu", ev.seconds - ev.gpu))
         return StepCost(ev.seconds, tuple(ops_), ev.host)
 
+    def cost(self, step: Step, z: float = 0.0) -> StepCost:
+        """`price(step, z)` without its op breakdown: the step's seconds and host parts (all that
+        StepCost.period_s and api_wait_s read), at the period path's cost."""
+        ev = self._evaluate(step, z, breakdown=False)
+        return StepCost(ev.seconds, (), ev.host)
+
     def period(self, step: Step, z: float = 0.0) -> float:
         """StepCost.period_s of `price(step, z)`, without building its op breakdown."""
         ev = self._evaluate(step, z, breakdown=False)

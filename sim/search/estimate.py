@@ -65,10 +65,11 @@ def traffic_of(workload: Workload) -> Traffic:
 class Pricer:
     """Exact step costs of one (model, hardware, profile) for the planner: the simulator's step
     pricer (sim/pricer.py) of each layout, so both price a step the same way. Rates and latencies
-    use StepCost.period_s (the step plus the engine loop around it), as the simulator does."""
+    use StepCost.period_s (the step plus the engine loop around it), as the simulator does. `ops`:
+    whether step costs carry their op breakdown (the pricing stage reads periods only)."""
 
-    def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0):
-        self.model, self.hw, self.prof, self.skew = model, hw, prof, skew
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0, ops: bool = True):
+        self.model, self.hw, self.prof, self.skew, self.ops = model, hw, prof, skew, ops
         self._pricers: dict[Layout, StepPricer] = {}
         self._links: dict[bool, KVLink] = {}
 
@@ -87,9 +88,9 @@ class Pricer:
             engine = host_only(key)  # host-setting variants of a shape share its device pricing
             if engine != key:
                 model = self.pricer(engine).model.variant(key)
-                hit = self._pricers[key] = StepPricer(self.cx(key), model=model)
+                hit = self._pricers[key] = StepPricer(self.cx(key), model=model, ops=self.ops)
             else:
-                hit = self._pricers[key] = StepPricer(self.cx(key))
+                hit = self._pricers[key] = StepPricer(self.cx(key), ops=self.ops)
         return hit
 
     def transfer_s(self, context_tokens: float, same_domain: bool) -> float:

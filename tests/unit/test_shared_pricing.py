@@ -1,5 +1,6 @@
-"""Layouts equal under price_key price every step the same, and a pricer shared between runs
-(StepPricer.shared) gives what a fresh one gives.
+"""Layouts equal under price_key price every step the same, a step's cost without its op breakdown
+(StepModel.cost, the planner's pricing stage) has the same seconds and period, and a pricer shared
+between runs (StepPricer.shared) gives what a fresh one gives.
 
 price_key sets a layout's replicas and its batch and token caps to fixed values: they decide which
 steps an instance runs, not what a step costs. On random layouts and batches of every embedded model
@@ -37,6 +38,8 @@ def test_layouts_equal_under_price_key_price_every_step_the_same(i):
         assert pa.seconds == pb.seconds and pa.breakdown() == pb.breakdown()
         for z in (0.0, 1.0):
             assert a.period(step, z) == b.period(step, z)
+        light = a.cost(step)  # without the op breakdown: the same seconds, period and API-server wait
+        assert (light.seconds, light.period_s, light.api_wait_s) == (pa.seconds, pa.period_s, pa.api_wait_s)
 
 
 def _decode_periods(pr: StepPricer, rng: random.Random, n: int = 300) -> list[float]:
