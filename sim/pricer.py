@@ -22,14 +22,22 @@ stay at the mean, as the planner's estimate prices steps.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
 from .cost.roofline import StepCost
-from .cost.step import CostContext, RankWork, Step, StepModel
+from .cost.step import CostContext, RankWork, Step, StepModel, price_key
 
 LOG_STEP = math.log(1.01)  # 1% buckets for the global batch and mean contexts
 LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention pairs
+# step models and step caches of this many pricings are kept for the next simulation in the process
+# (StepPricer.shared: a planner's or what-if study's runs price the same layouts again): a disaggregated
+# plan's three (prefill, decode with draws, decode at mean periods for the warm start) and one more.
+# (H200 32-GPU plan: 5,278 priced steps with 4 or 8 kept, 9,583 with 2; 576 GPUs: the memos of 8 held ~18 MB)
+KEPT = 4
+_kept: OrderedDict = OrderedDict()
 
 
 def _qlog(x: float, step: float) -> int:
@@ -44,9 +52,11 @@ def _unq(k: int, step: float) -> float:
 class StepPricer:
     """Prices steps of one instance layout; `decode` and `step` are cached, `price` is exact."""
 
-    def __init__(self, cx: CostContext, rng: np.random.Generator | None = None, model: StepModel | None = None):
+    def __init__(self, cx: CostContext, rng: np.random.Generator | None = None, model: StepModel | None = None,
+                 ops: bool = True):
         self.cx = cx
         self.model = model or cx.step_model  # a StepModel.variant shares another layout's device pricing
+        self._price = self.model.price if ops else self.model.cost  # (without ops: no op breakdown)
         self.ranks = cx.layout.dp
         self._exact: dict[Step, StepCost] = {}
         self._cache: dict = {}
@@ -58,6 +68,23 @@ class StepPricer:
         self._rng = rng
         self._z: list[float] = []  # pre-drawn per-step imbalance draws, used from the end
         self.turnover = self.model.host.turnover  # admitted / finished requests change a step's price
+
+    @classmethod
+    def shared(cls, cx: CostContext, rng: np.random.Generator | None = None) -> "StepPricer":
+        """A pricer of `cx` whose step model and caches are shared with the earlier pricers of the
+        same pricing (model, hardware and profile objects, skew, price_key of the layout, with or
+        without draws) in this process, the last KEPT of them: a cached step's price is a function of
+        its key alone, so a simulation gives the same figures, only with fewer steps to price."""
+        key = (id(cx.model), id(cx.hw), id(cx.prof), cx.skew, price_key(cx.layout), rng is None)
+        hit = _kept.pop(key, None)
+        if hit is None:  # (the entry holds the specs through its model: their ids stay theirs)
+            hit = StepModel(replace(cx, layout=key[4])), {}, {}
+        _kept[key] = hit
+        while len(_kept) > KEPT:
+            _kept.popitem(last=False)
+        pr = cls(cx, rng, hit[0])
+        pr._cache, pr._exact = hit[1], hit[2]
+        return pr
 
     def _period(self, step: Step):
         """What the cache keeps for a step: its period, or (with draws) its period and spread."""
@@ -75,10 +102,10 @@ class StepPricer:
         return p0 + slope * self._z.pop()
 
     def price(self, step: Step) -> StepCost:
-        """Exact price of a step, with its op breakdown."""
+        """Exact price of a step, with its op breakdown (unless the pricer was made without ops)."""
         hit = self._exact.get(step)
         if hit is None:
-            hit = self._exact[step] = self.model.price(step)
+            hit = self._exact[step] = self._price(step)
         return hit
 
     def uniform(self, work: RankWork) -> StepCost:

@@ -104,8 +104,8 @@ class _Deployment:
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
         pools = iter(range(1 << 20))
-        mk = lambda lay: StepPricer(CostContext(model, hw, lay, prof, wl.routing_skew),
-                                    np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
+        mk = lambda lay: StepPricer.shared(CostContext(model, hw, lay, prof, wl.routing_skew),
+                                           np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
             n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))

@@ -76,7 +76,7 @@ def warm_sequences(plan, model, hw, profile, workload, caps: dict[str, float], s
         age = rng.random(DRAWS)  # [DRAWS] share of its life already behind it
         done = np.minimum(np.floor(age * steps) * tps, pool.osl - 1)
         ctx_mean = float(np.dot(steps, pool.isl + done) / steps.sum())  # length-biased mean context
-        pricer = StepPricer(CostContext(model, hw, lay, profile, workload.routing_skew))  # mean periods
+        pricer = StepPricer.shared(CostContext(model, hw, lay, profile, workload.routing_skew))  # mean periods
         kv_room = caps[f"decode[{i}]"] * lay.dp / float(np.dot(steps, pool.isl + pool.osl) / steps.sum())
         seats = WARM_FILL * min(lay.dp * lay.max_batch_per_rank, kv_room)
         n = steady_occupancy(pricer, lay.dp, workload.arrival.rate / instances, float(steps.mean()), ctx_mean, seats)

@@ -39,7 +39,7 @@ from .moe import distinct_experts_busiest, expert_work, holder_hit_probability
 from .roofline import Op, StepCost, price
 
 __all__ = ["CostContext", "RankBatch", "RankWork", "Step", "StepCost", "StepModel", "step_cost", "op_layers",
-           "decode_step", "prefill_step", "RANK_MEMO"]
+           "decode_step", "prefill_step", "RANK_MEMO", "price_key"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,14 @@ HOST_ONLY = {"api_servers": None, "stream_interval": 1, "async_scheduling": True
 def host_only(layout: Layout) -> Layout:
     """The layout with its host settings at their defaults: layouts equal here price the same device step."""
     return replace(layout, **HOST_ONLY)
+
+
+def price_key(layout: Layout) -> Layout:
+    """The layout with what never enters a step's price at fixed values: its replicas and its batch and
+    token caps (they bound which steps an instance runs, sim/decode.py and sim/prefill.py, and its KV room,
+    sim/cost/memory.py; not what a given step costs). Layouts equal here price every step the same."""
+    return replace(layout, replicas=1, max_batch_per_rank=Layout.max_batch_per_rank,
+                   max_tokens_per_step=Layout.max_tokens_per_step)
 
 
 class Device(NamedTuple):
@@ -289,6 +297,12 @@ class StepModel:
             ops_.append(Op(name, ops.BY_NAME[name].kind, sec))
         ops_.append(Op("host.exposed", "cpu", ev.seconds - ev.gpu))
         return StepCost(ev.seconds, tuple(ops_), ev.host)
+
+    def cost(self, step: Step, z: float = 0.0) -> StepCost:
+        """`price(step, z)` without its op breakdown: the step's seconds and host parts (all that
+        StepCost.period_s and api_wait_s read), at the period path's cost."""
+        ev = self._evaluate(step, z, breakdown=False)
+        return StepCost(ev.seconds, (), ev.host)
 
     def period(self, step: Step, z: float = 0.0) -> float:
         """StepCost.period_s of `price(step, z)`, without building its op breakdown."""

@@ -134,7 +134,7 @@ def run(args) -> int:
             doc["timings"] = res.timings
         print(json.dumps(doc, indent=2))
         return 0
-    from .report import console_table
+    from .report import cluster_fill, console_table
 
     print(f"profile {req.profile.name}: {req.profile.describe()}")
     print(console_table(res))
@@ -144,6 +144,8 @@ def run(args) -> int:
     else:
         note = f" (analytic estimate only, not simulated: {w.cand.tps_gpu:,.0f} output tokens/s/GPU)"
     print(f"\nplan: {res.plan.summary} -> {args.out}{note}")
+    if fill := cluster_fill(res):
+        print(fill)
     if args.report:
         print(f"report: {args.report}/report.md")
     return 0

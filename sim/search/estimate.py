@@ -20,7 +20,7 @@ from functools import cached_property
 from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
 
 from ..cost.memory import kv_capacity_tokens
-from ..cost.step import CostContext, RankWork, StepCost, host_only
+from ..cost.step import CostContext, RankWork, StepCost, host_only, price_key
 from ..cost.transfer import KVLink, kv_link
 from ..pricer import StepPricer
 
@@ -65,10 +65,11 @@ def traffic_of(workload: Workload) -> Traffic:
 class Pricer:
     """Exact step costs of one (model, hardware, profile) for the planner: the simulator's step
     pricer (sim/pricer.py) of each layout, so both price a step the same way. Rates and latencies
-    use StepCost.period_s (the step plus the engine loop around it), as the simulator does."""
+    use StepCost.period_s (the step plus the engine loop around it), as the simulator does. `ops`:
+    whether step costs carry their op breakdown (the pricing stage reads periods only)."""
 
-    def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0):
-        self.model, self.hw, self.prof, self.skew = model, hw, prof, skew
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0, ops: bool = True):
+        self.model, self.hw, self.prof, self.skew, self.ops = model, hw, prof, skew, ops
         self._pricers: dict[Layout, StepPricer] = {}
         self._links: dict[bool, KVLink] = {}
 
@@ -76,19 +77,20 @@ class Pricer:
         return CostContext(self.model, self.hw, layout, self.prof, self.skew)
 
     def pricer(self, layout: Layout) -> StepPricer:
-        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Replicas do
-        not change a step's price, nor does the role unless the profile gives prefill instances their
-        own host block, so decode and aggregated variants of a shape share it."""
+        """The step pricer of a layout (sim/pricer.py, as the simulator prices its steps). Replicas and
+        batch and token caps do not change a step's price (price_key), nor does the role unless the
+        profile gives prefill instances their own host block, so decode and aggregated variants of a
+        shape share it."""
         own = layout.role == "prefill" and self.prof.host_prefill is not None
-        key = replace(layout, role="prefill" if own else "decode", replicas=1)
+        key = price_key(replace(layout, role="prefill" if own else "decode"))
         hit = self._pricers.get(key)
         if hit is None:
             engine = host_only(key)  # host-setting variants of a shape share its device pricing
             if engine != key:
                 model = self.pricer(engine).model.variant(key)
-                hit = self._pricers[key] = StepPricer(self.cx(key), model=model)
+                hit = self._pricers[key] = StepPricer(self.cx(key), model=model, ops=self.ops)
             else:
-                hit = self._pricers[key] = StepPricer(self.cx(key))
+                hit = self._pricers[key] = StepPricer(self.cx(key), ops=self.ops)
         return hit
 
     def transfer_s(self, context_tokens: float, same_domain: bool) -> float:

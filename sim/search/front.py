@@ -20,18 +20,16 @@ from dataclasses import dataclass
 from rackplan.specs import Workload
 
 from .combine import Candidate
-from .verify import UTIL_MAX, Check, confirm, first_requests, max_rate
+from .verify import LIVE_REQUEST_GPUS, UTIL_MAX, Check, confirm, first_requests, max_rate
 
 BOUND_SLACK = 0.05  # the simulator may beat the cost model's mean-shape capacity by this much
 # front points verified besides the contenders (spread over the front) while their simulated requests +
 # steps stay under COVER_WORK, each to COVER_TOL in at most COVER_PROBES probes
 COVER, COVER_TOL, COVER_PROBES, COVER_WORK = 4, 0.10, 4, 400_000
 # ... and under this share of what verifying the contenders simulated: points that cannot change the plan
-# never cost more than deciding it did (H200 32 GPUs: 3 x TP8-EP8 decode would have tripled it)
+# never cost more than deciding it did (H200 32 GPUs: 3 x TP8-EP8 decode would have tripled it); a cover
+# point's bisection stops before a probe that would take it past what is left
 COVER_SHARE = 0.5
-# live runs kept for confirmation hold at most this many requests x GPUs together: a run's state grows with
-# both (its running sequences fill the decode seats; 150k requests on 576 GPUs: ~75 MB of peak RSS)
-LIVE_REQUEST_GPUS = 150_000 * 72
 
 
 @dataclass
@@ -123,7 +121,7 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
         if work + COVER_PROBES * _probe_work(c, first_probe(c, c.rate_rps, osl_p90)) > budget:
             continue  # too many steps for a point that cannot win (e.g. batch 1 on many instances)
         out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, tol=COVER_TOL, longer=0,
-                                           max_probes=COVER_PROBES))
+                                           max_probes=COVER_PROBES, max_work=budget - work))
         work += out[id(c)].check.work
         out[id(c)].check.release()
     for v in out.values():

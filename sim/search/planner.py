@@ -94,7 +94,7 @@ _W: dict = {}
 
 
 def _init(model, hw, prof, traffic, grid):
-    _W.update(pricer=Pricer(model, hw, prof, traffic.skew), traffic=traffic, grid=grid)
+    _W.update(pricer=Pricer(model, hw, prof, traffic.skew, ops=False), traffic=traffic, grid=grid)
 
 
 def _price(task: tuple[str, Layout]):

@@ -202,6 +202,27 @@ def _chosen(res: Result) -> list[str]:
             f"is {w.gap:+.0%} from it.", ""]
 
 
+def cluster_fill(res: Result) -> str:
+    """How copies of the chosen deployment fill the GPU budget (throughput objective; empty when it uses
+    the whole budget): copies, idle GPUs, and the cluster's output tokens/s from the winner's own
+    figures. One unit was simulated (or estimated), never its copies side by side: the cluster figure is
+    that unit's times the copies, said so."""
+    w, n = res.winner, res.request.num_gpus
+    unit = w.cand.gpus
+    copies = n // unit
+    if res.request.objective != "throughput" or copies < 1 or copies * unit == n:
+        return ""
+    what = "verified" if w.check is not None and w.passed else "estimated"
+    tps = copies * w.tps_gpu * unit  # output tokens/s of the copies together
+    if copies == 1:
+        return (f"On the {n}-GPU budget: this deployment uses {unit} GPUs ({n - unit} idle): {tps:,.0f} output "
+                f"tokens/s ({what}), {tps / n:,.0f} per GPU of the budget.")
+    return (f"On the {n}-GPU budget: {copies} copies of this {unit}-GPU deployment use {copies * unit} GPUs "
+            f"({n - copies * unit} idle) and would serve {copies * w.rate_rps:,.4g} req/s, {tps:,.0f} output "
+            f"tokens/s, {tps / n:,.0f} per GPU of the budget: one deployment's {what} figures times {copies}, an "
+            f"extrapolation (the copies were not simulated together).")
+
+
 def _probes(res: Result) -> list[str]:
     """Every simulation of the chosen deployment (the bisection on rate)."""
     if res.winner.check is None:
@@ -245,7 +266,8 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
              f"Searched {res.num_layouts} instance shapes -> {res.num_candidates} deployments meeting the SLOs in "
              f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. (No wall-clock times here, so "
              "the same inputs give the same report: `rackplan plan --timings` prints them.)", ""]
-    lines += _chosen(res) + _probes(res) + _why(res) + _front_section(res)
+    fill = cluster_fill(res)
+    lines += _chosen(res) + ([fill, ""] if fill else []) + _probes(res) + _why(res) + _front_section(res)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)

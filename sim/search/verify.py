@@ -40,6 +40,11 @@ FIRST_MAX = 100_000
 # requests of a probe's run at most (576 GPUs: ~100 MB of run state, 2 minutes of arrivals, ~8 lifetimes);
 # `simulate` and `whatif` runs go on to simulator.MAX_STEADY
 PROBE_MOST = 200_000
+# live runs kept for confirmation hold at most this many requests x GPUs together: a run's state grows with
+# both (its running sequences fill the decode seats; 150k requests on 576 GPUs: ~75 MB of peak RSS); a
+# bisection drops a passing run beyond it at once (sim/search/front.py would drop it after the bisection
+# anyway), so it is not held while the next probe runs
+LIVE_REQUEST_GPUS = 150_000 * 72
 
 
 def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
@@ -233,7 +238,7 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
              num_requests: int | None = None, seed: int | None = None, first: int | None = None,
              bound_rps: float = math.inf, give_up_rps: float = 0.0, tol: float = RATE_TOL,
              longer: int = LONGER, max_probes: int = MAX_PROBES, pilot: int = PILOT,
-             ceiling_rps: float | None = None) -> Check:
+             ceiling_rps: float | None = None, max_work: float = math.inf) -> Check:
     """The highest rate at which the simulator holds the SLOs, by bisection from `est_rps` until the
     passing and failing rates are within `tol`; `bound_rps` (the cost model's pool capacity) caps
     the first steps up. It stops early once the failing bound is at or below `give_up_rps` (a
@@ -241,7 +246,8 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
     of the estimate. A closed-loop workload is one probe at its own load. `first`: requests of the
     first probe; later ones span as many seconds of arrivals as the last passing probe did;
     `ceiling_rps`: a rate already known to fail. No rate above UTIL_MAX of what a saturated pool
-    served passes."""
+    served passes. `max_work`: no probe starts once the work so far and the last probe's again would
+    exceed it (a coarser bisection)."""
     lo, hi, probes, rate, given_up, cap = None, ceiling_rps, [], est_rps, False, math.inf
     span_s = (first or 0) / max(est_rps, 1e-12)
     while len(probes) < max_probes:
@@ -262,6 +268,8 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
             break
         if p.passed:
             lo = p
+            if p.requests * plan.gpus_used > LIVE_REQUEST_GPUS:
+                p.release()  # too big to keep for a confirmation (memory): that reruns it from zero
         else:
             hi = min(hi or math.inf, rate)
         if p.over_capacity:  # a saturated pool's service rate caps the plan at UTIL_MAX of it
@@ -274,6 +282,8 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
             break
         if hi is not None and hi <= give_up_rps:
             given_up = True
+            break
+        if sum(q.work for q in probes) + p.work > max_work:
             break
         rate = _next_rate(lo, hi, p, bound_rps)
         if lo is None and rate < MIN_SHARE * est_rps:

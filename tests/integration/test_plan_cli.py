@@ -63,6 +63,28 @@ def test_only_feasible_plans_come_back(planned):
     assert k["ttft_p90_s"] <= plan.slo.ttft_p90_s and k["tpot_p90_s"] <= plan.slo.tpot_p90_s
 
 
+def test_the_report_says_how_copies_of_the_winner_fill_the_budget(planned):
+    import dataclasses
+
+    from rackplan.sim.search.report import cluster_fill, markdown
+    m, hw, prof, wl = (load_model("tiny-moe"), load_hardware("cpu-local"), load_profile("datasheet"),
+                       load_workload("tiny-chat"))
+    plan = load_plan(planned / "plan.yaml")
+    res = planner.plan(planner.Request(m, hw, prof, wl, 4, plan.slo, "tiny-moe", "cpu-local", "tiny-chat"))
+    w, unit = res.winner, res.winner.cand.gpus
+    assert cluster_fill(res) == "" or res.request.num_gpus % unit
+    big = dataclasses.replace(res, request=dataclasses.replace(res.request, num_gpus=3 * unit + 1))
+    line = cluster_fill(big)
+    tps = 3 * w.tps_gpu * unit  # the unit's verified tokens/s, three times
+    assert f"3 copies of this {unit}-GPU deployment use {3 * unit} GPUs (1 idle)" in line
+    assert f"{tps:,.0f} output tokens/s" in line and f"{tps / (3 * unit + 1):,.0f} per GPU" in line
+    assert "verified figures times 3, an extrapolation" in line and line in markdown(big)
+    one = dataclasses.replace(res, request=dataclasses.replace(res.request, num_gpus=unit + 1))
+    assert f"uses {unit} GPUs (1 idle)" in cluster_fill(one)
+    latency = dataclasses.replace(big, request=dataclasses.replace(big.request, objective="latency"))
+    assert cluster_fill(latency) == ""  # a fixed load: copies would serve more than was asked
+
+
 def test_no_feasible_layout_exits_3_without_a_plan(tmp_path, capsys):
     out = tmp_path / "plan.yaml"
     rc = main(TINY + ["--ttft-p90", "1ms", "--tpot-p90", "1ms", "--out", str(out)])
