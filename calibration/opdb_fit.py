@@ -178,6 +178,9 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
     for j in range(len(rows.ranges)):
         one = dataclasses.replace(rows, ranges=(rows.ranges[j],), x=rows.x)
         idx = fit_idx[rows.in_range(j)[fit_idx]]
+        if "pad_cost" in one.free and len(idx) < len(one.free):  # too few rows for the padded-row cost too:
+            one = dataclasses.replace(one, free=tuple(f for f in one.free if f != "pad_cost"),  # priced as real rows
+                                      start=dataclasses.replace(one.start, pad_cost=0.0))
         fitted, _ = _fit(one, prof, idx)
         curves += fitted.curves[rows.key]
     out = dataclasses.replace(prof, curves={**prof.curves, rows.key: tuple(curves)})
