@@ -47,12 +47,13 @@ class Curve:
 
         eff = eff_max * occ / ((pad^q + (x_half/x)^q + (y_half/y + z_half/z)^q)^(1/q) + work_half/work)
         occ = tiles / (tiles + tiles_half),  tiles = ceil(x/128) * ceil(y/128)
-        pad = ceil(x/x_tile) * x_tile / x  (1 without x_tile)
+        pad = (x_pad + pad_cost * (x_pad - x)) / x,  x_pad = ceil(x/x_tile) * x_tile  (1 without x_tile)
 
     for x_min < x <= x_max (a zero bound is open); outside it the curve does not run (efficiency 0),
     so the curves of one op class can be a kernel dispatch's configurations by x (vLLM's FP8 GEMM
     picks its tile by m: calibration/opdb_ops.py names the thresholds), each padding its x to its
-    own tile edge x_tile (rows a tile computes whether or not they are there).
+    own tile edge x_tile (rows a tile computes whether or not they are there); pad_cost is what a padded
+    row costs beyond a real one, in real rows (0: the same; fitted, calibration/opdb.md says why).
 
     What x, y, z and work are depends on the op class (sim/cost/efficiency.py says which: e.g. a
     weight GEMM has x = rows m, y = n, z = k, work = FLOPs). Each half-term adds the time that
@@ -69,6 +70,7 @@ class Curve:
     sharpness: float = 1.0  # q
     tiles_half: float = 0.0
     x_tile: float = 0.0  # tile edge along x the compute term pads x to (0: no padding)
+    pad_cost: float = 0.0  # extra cost of one padded row of x_tile, in real rows (0: as a real row)
     x_min: float = 0.0  # the curve runs for x_min < x <= x_max (0: unbounded; a dispatch by x, e.g. GEMM rows)
     x_max: float = 0.0
     work_min: float = 0.0  # ... and for work_min <= work < work_max (0: no upper bound; a dispatch by work,
@@ -77,7 +79,7 @@ class Curve:
     def __post_init__(self):
         cap = REGIME_EFF_MAX if self.work_min or self.work_max else 1.0
         check(0 < self.eff_max <= cap, "eff_max", f"a fraction in (0, {cap:g}]", self.eff_max)
-        for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half", "x_tile", "x_min", "x_max",
+        for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half", "x_tile", "pad_cost", "x_min", "x_max",
                      "work_min", "work_max"):
             non_negative(getattr(self, name), name)
         check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)

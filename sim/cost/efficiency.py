@@ -129,7 +129,7 @@ def _one(c: Curve, fixed: tuple, x, work):
     b, tiles_y = fixed
     a = _term(c.x_half, x)
     q = c.sharpness
-    p = _pad(c.x_tile, x) if c.x_tile else 1.0
+    p = _pad(c.x_tile, x, c.pad_cost) if c.x_tile else 1.0
     base = p + a + b if q == 1.0 else (p ** q + a ** q + b ** q) ** (1.0 / q)
     eff = c.eff_max / (base + _term(c.work_half, work))
     if c.tiles_half:
@@ -140,12 +140,17 @@ def _one(c: Curve, fixed: tuple, x, work):
     return eff
 
 
-def _pad(tile: float, x):
-    """x padded up to whole tiles of `tile`, over x: the compute the tiles do per useful row (1 for x <= 0)."""
+def _pad(tile: float, x, cost: float = 0.0):
+    """x padded up to whole tiles of `tile`, each padded row costing 1 + `cost` real rows, over x: the
+    compute the tiles do per useful row (1 for x <= 0)."""
     if isinstance(x, (int, float)):
-        return math.ceil(x / tile) * tile / x if x > 0 else 1.0
+        if x <= 0:
+            return 1.0
+        padded = math.ceil(x / tile) * tile
+        return (padded + cost * (padded - x)) / x
     x = np.asarray(x, float)
-    return np.divide(np.ceil(x / tile) * tile, x, out=np.ones(x.shape), where=x > 0)
+    padded = np.ceil(x / tile) * tile
+    return np.divide(padded + cost * (padded - x), x, out=np.ones(x.shape), where=x > 0)
 
 
 def in_ranges(c: Curve, x, work):

@@ -315,6 +315,33 @@ def test_dispatched_fit_recovers_a_kernel_switch():
     assert [(c.x_min, c.x_max, c.x_tile) for c in prof.curves["gemm.fp8"]] == [(0.0, 64.0, 64.0), (64.0, 0.0, 256.0)]
 
 
+def test_dispatched_fit_recovers_a_padded_row_cost():
+    """Rows whose partly empty tiles cost more than their padded share (padded rows at 3 real rows, as the
+    Hopper fp8 table's m = 129 rows are slower than its m = 256 rows) are recovered on held-out rows by a
+    fit with pad_cost free, as gemm_rows fits the cutlass_scaled_mm dispatch; with padded rows priced as
+    real ones (pad_cost 0) the m = 257-type rows stay far off."""
+    from pathlib import Path
+
+    from rackplan.calibration.opdb_fit import ClassRows, fit_class
+
+    truth = (Curve(eff_max=0.3, x_half=50.0, y_half=100.0, x_tile=64.0, x_max=64.0, pad_cost=0.5),
+             Curve(eff_max=0.7, x_half=300.0, y_half=300.0, z_half=150.0, x_tile=256.0, x_min=64.0, pad_cost=2.0))
+    m = np.array([1, 4, 16, 33, 64, 65, 96, 128, 129, 160, 192, 256, 257, 512, 513, 1024, 1025, 4096, 4097], float)
+    nk = [(1024, 1024), (2048, 7168), (7168, 2048), (4096, 16384), (16384, 4096), (1536, 7168), (7168, 7168)]
+    m, n, k = (np.array(x, float) for x in zip(*[(mm, a, b) for mm in m for a, b in nk]))
+    predict = opdb_ops._gemm_predict("fp8", m, n, k, HW)
+    sec = _noisy(predict(Profile(name="truth", curves={"gemm.fp8": truth}), np.arange(len(m))), 4)
+    table = opdb.Table("gemm_perf", "gemm", "0", Path("synthetic"))
+    rows = ClassRows("gemm.fp8", table, sec, predict, dataclasses.replace(opdb_ops.GEMM_START, pad_cost=1.0),
+                     opdb_ops.ALL_FIELDS + ("pad_cost",), "synthetic", ranges=((0.0, 64.0, 64.0), (64.0, 0.0, 256.0)),
+                     x=m)
+    fit, prof = fit_class(rows, Profile(name="p"))
+    free = dataclasses.replace(rows, start=opdb_ops.GEMM_START, free=opdb_ops.ALL_FIELDS)
+    plain, _ = fit_class(free, Profile(name="p"))
+    assert fit.mape_held < 3.0 < plain.mape_held
+    assert prof.curves["gemm.fp8"][1].pad_cost == pytest.approx(2.0, rel=0.25)
+
+
 def test_prefill_reprice_matches_attention_component_with_a_per_head_cost():
     """Prefill rows re-priced by the importer (heads per rank in the shapes) are attention.py's own price
     under a curve with the per-(sequence, head) term."""

@@ -91,3 +91,18 @@ def test_quantize_takes_an_l2_regime_where_the_hardware_says_its_size():
     assert got.regimes == ((0.0, 50e6), (50e6, math.inf)) and got.bounds["eff_max"][1] == 2.0
     assert [c.work_max for _, _, c, _ in got.parts()] == [50e6, 0.0]  # 0: no upper bound
     assert _in_l2(rows, b200) is rows
+
+
+def test_a2a_floor_kept_only_where_it_fits_better():
+    """opdb_import._floor_helps: a group's floored fit replaces its linear fit only where its MAPE on the
+    group's fit rows is lower (the rows fit_a2a records both errors on)."""
+    from rackplan.calibration.opdb_import import _floor_helps
+    from rackplan.specs import A2AParams
+
+    e = A2AParams(kernel="low_latency", link="nvlink", alpha_s=2e-5, bw_eff=0.6, ep=8, phase="dispatch")
+    rows = [{"kernel": "low_latency", "phase": "dispatch", "ep": 8, "err_linear": 0.05, "err_floor": -0.5},
+            {"kernel": "low_latency", "phase": "dispatch", "ep": 8, "err_linear": -0.05, "err_floor": 0.3},
+            {"kernel": "low_latency", "phase": "combine", "ep": 8, "err_linear": 0.9, "err_floor": 0.0}]
+    assert not _floor_helps(rows, e)
+    better = [dict(r, err_floor=0.01) for r in rows[:2]]
+    assert _floor_helps(better, e) and not _floor_helps([], e)

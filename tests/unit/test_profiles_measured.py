@@ -66,6 +66,23 @@ def test_dispatched_configurations_and_tile_padding_by_hand():
         Curve(eff_max=0.5, x_min=64.0, x_max=16.0)
 
 
+def test_padded_rows_priced_apart_by_hand():
+    """pad_cost: each padded row of a tile costs 1 + pad_cost real rows; pad = (x_pad + c (x_pad - x)) / x,
+    x_pad = ceil(x / x_tile) x_tile; 0 (the default) prices padded rows as real ones, as before."""
+    c = Curve(eff_max=0.8, x_half=100.0, x_tile=256.0, x_min=128.0, pad_cost=1.5)
+    # m = 129 in a 256-row cluster tile: 127 padded rows at 2.5 real rows each
+    assert efficiency.evaluate((c,), 129.0) == pytest.approx(0.8 / ((256.0 + 1.5 * 127.0) / 129.0 + 100.0 / 129.0))
+    assert efficiency.evaluate((c,), 256.0) == pytest.approx(0.8 / (1.0 + 100.0 / 256.0))  # no padding: no cost
+    plain = dataclasses.replace(c, pad_cost=0.0)
+    assert efficiency.evaluate((plain,), 129.0) == pytest.approx(0.8 / (256.0 / 129.0 + 100.0 / 129.0))
+    m = np.array([129.0, 200.0, 256.0, 257.0, 4097.0])
+    arr = efficiency.evaluate((c,), m, 7168.0, 2048.0, 2 * m * 7168 * 2048)
+    one = [efficiency.evaluate((c,), float(x), 7168.0, 2048.0, 2 * x * 7168 * 2048) for x in m]
+    assert np.allclose(arr, one)
+    with pytest.raises(SpecError, match="pad_cost"):
+        Curve(eff_max=0.5, x_tile=16.0, pad_cost=-1.0)
+
+
 def test_attention_cost_per_sequence_and_head_by_hand():
     """The attention curve's z-term is a cost per (sequence, query head): z = FLOPs / (batch x heads);
     heads unknown (0) drops it, as every curve fitted without it."""
