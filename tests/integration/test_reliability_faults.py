@@ -92,8 +92,10 @@ def test_interrupted_plan_report_leaves_no_file(tmp_path, when, sig, code):
     if when == "writing":
         env["RACKPLAN_TEST_INTERRUPT_WRITE"] = "1"  # Ctrl-C lands between two files of the output set
     cmd = [sys.executable, "-m", "rackplan.cli", "plan", "--model", "tiny-moe", "--hardware", "cpu-local",
-           "--gpus", "4", "--workload", "tiny-chat", "--ttft-p90", "1s", "--tpot-p90", "200ms", "--workers", "2",
+           "--gpus", "32", "--workload", "tiny-chat", "--ttft-p90", "1s", "--tpot-p90", "200ms", "--workers", "2",
            "--quiet", "--out", str(tmp_path / "plan.yaml"), "--report", str(tmp_path / "report")]
+    # (32 GPUs: a search long enough that the signal lands in it; at 4 GPUs the faster planner could finish
+    # between the pool's start and the signal, exit 0)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     if when == "search":  # Ctrl-C reaches the whole process group: parent and pool workers
