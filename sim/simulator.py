@@ -27,7 +27,7 @@ from .metrics import Pools, RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
-from .steady import GROWTH_TOL, Window
+from .steady import GROWTH_TOL, Window, median
 from .workload import Requests, make_requests
 
 # Peak RSS growth per simulated request (request table, log, per-request state in the instances):
@@ -484,7 +484,7 @@ def _settles(env, head, arrivals: np.ndarray, disaggregated: bool) -> bool:
             env.run(until=until)
             log = head()
             done = np.isfinite(log.finish) & np.isfinite(log.arrival)
-            if not done.any() or env.now < EARLY_LIFETIMES * float(np.median(log.finish[done] - log.arrival[done])):
+            if not done.any() or env.now < EARLY_LIFETIMES * median(log.finish[done] - log.arrival[done]):
                 continue
             now = {p for p, g in log.measure(disaggregated, False)[1].growth.items() if g > EARLY_GROWTH}
             if now & growing:
