@@ -235,10 +235,13 @@ class LayerPricer:
         nb = rope_bytes(m, tokens, lay.tp)
         out.append(("rope", self._stream("rope", nb, tokens, h) * n, 0.0, nb * n))
         dt = self.quant_dtype
+        op_class = f"quantize.{dt}"
         for widths, layers in g.quant_widths:
-            sec = sum(self._stream(f"quantize.{dt}", quantize_bytes(tokens, k, dt, self.act), tokens, k)
-                      for k in widths)
-            nb = sum(quantize_bytes(tokens, k, dt, self.act) for k in widths)
+            sec = nb = 0  # (both sums in one loop, in sum()'s order)
+            for k in widths:
+                qb = quantize_bytes(tokens, k, dt, self.act)
+                sec += self._stream(op_class, qb, tokens, k)
+                nb += qb
             out.append(("quantize", sec * layers, 0.0, nb * layers))
         if m.hc_mult > 1:  # mHC before attention and before the FFN: pre (mix in) + post (mix out)
             pre, post = (mhc_bytes(tokens, h, m.hc_mult, part, self.act) for part in ("pre", "post"))

@@ -106,6 +106,7 @@ class StepModel:
         # high-throughput dispatch: copies a rank receives per token-expert pair (one per rank hit)
         self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
         self._moes: dict = {}
+        self._varies_at: dict[float, bool] = {}  # a step's global tokens -> _varies
         self._half_memo: dict = {}  # rank work -> its DBO halves, and whether they are equal (_halves)
         self._rank_stages: dict = {}  # (rank work, phase) -> its ops' seconds per stage (_stages)
         self.ep_size = lay.ep_size
@@ -236,9 +237,9 @@ class StepModel:
             group_s += t_exp + t_route + t_disp + t_comb
         total = slowest + group_s
         if self.drafter is None:
-            return Device(rank_ops, moe, [], total, _kernel(step), work)
+            return Device(rank_ops, moe, [], total, KERNEL[has_pre], work)
         extra = self._draft(step)
-        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step), work)
+        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), KERNEL[has_pre], work)
 
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
         """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
@@ -333,7 +334,11 @@ class StepModel:
         t = 0  # (a loop: sum() over a generator costs more, per priced step)
         for w, r in zip(step.works, step.ranks):
             t += (w.dec_seqs * self.q + w.pre_tokens) * r
-        return t > 0 and self.imbalance.spread(t) / max(self.n_moe, 1) ** 0.5 > 1e-3
+        hit = self._varies_at.get(t)  # (full prompt steps repeat their token count)
+        if hit is None:
+            hit = memo_get(self._varies_at, t,
+                           lambda: t > 0 and self.imbalance.spread(t) / max(self.n_moe, 1) ** 0.5 > 1e-3)
+        return hit
 
     def _halves(self, step: Step) -> tuple[Step, Step, bool]:
         """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered,
@@ -357,15 +362,17 @@ class StepModel:
         cx = self.cx
         lay, prof = cx.layout, cx.prof
         pp = lay.pp
-        whole = _scaled(step, pp)
+        whole = step if pp == 1 else _scaled(step, pp)
         split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0
                                                        for _, _, _, t_disp, t_comb, *_ in self._ep_group(whole, z))
         dev = self.device(whole, z) if breakdown or not split else None
         adjust = []
         if split:
             a, b, same = self._halves(step)
-            sa = self._stages(self.device(_scaled(a, pp), z))
-            sb = sa if same else self._stages(self.device(_scaled(b, pp), z))
+            if pp > 1:
+                a, b = _scaled(a, pp), _scaled(b, pp)
+            sa = self._stages(self.device(a, z))
+            sb = sa if same else self._stages(self.device(b, z))
             gpu = dbo_.overlapped(sa, sb, self.n_moe, self._sm_share[step.has_prefill], prof.dbo_efficiency)
             if dev is not None:
                 adjust.append(("dbo.overlap", gpu - dev.seconds))
