@@ -363,8 +363,7 @@ class StepModel:
         lay, prof = cx.layout, cx.prof
         pp = lay.pp
         whole = step if pp == 1 else _scaled(step, pp)
-        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0
-                                                       for _, _, _, t_disp, t_comb, *_ in self._ep_group(whole, z))
+        split = dbo_.splits(lay, step, self.q) and _communicates(self._ep_group(whole, z))
         dev = self.device(whole, z) if breakdown or not split else None
         adjust = []
         if split:
@@ -418,6 +417,14 @@ class _Evaluated(NamedTuple):
     adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
     device: Device | None  # None: not priced (a split step's period only)
     host: HostTime  # the step's host parts and the pipeline (sim/cost/host.py)
+
+
+def _communicates(moe: list[tuple]) -> bool:
+    """Whether an EP group (Device.moe) has all-to-all seconds to overlap."""
+    for _, _, _, t_disp, t_comb, *_ in moe:
+        if t_disp + t_comb > 0:
+            return True
+    return False
 
 
 def _and_equal(pair: tuple) -> tuple:
