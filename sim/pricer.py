@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import replace
+from math import log as _log
 
 import numpy as np
 
@@ -42,7 +43,7 @@ _kept: OrderedDict = OrderedDict()
 
 def _qlog(x: float, step: float) -> int:
     """Bucket of x >= 1 on a log scale (-1 for x < 1, which stands for 0)."""
-    return int(round(math.log(x) / step)) if x >= 1 else -1
+    return round(_log(x) / step) if x >= 1 else -1  # (round of a float is an int)
 
 
 def _unq(k: int, step: float) -> float:
@@ -126,7 +127,7 @@ class StepPricer:
             r = _slowest_rank(batch, ctx)
         b_max = int(batch[r])
         total = float(sum(batch)) if total is None else float(total)
-        key = (b_max, _qlog(float(ctx[r]) / max(b_max, 1), LOG_STEP), _qlog(total, LOG_STEP))  # (Python floats)
+        key = (b_max, _qlog(float(ctx[r]) / (b_max or 1), LOG_STEP), _qlog(total, LOG_STEP))  # (Python floats)
         if self.turnover:
             key += (admitted, finished)
         hit = self._cache.get(key)

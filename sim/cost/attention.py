@@ -21,9 +21,9 @@ from .roofline import price
 
 def attended(comp: KVComponent, ctx: float) -> float:
     """Entries one query at context position `ctx` reads from `comp`."""
-    span = min(ctx, comp.window) if comp.window is not None else ctx
-    stored = span / comp.ratio
-    return min(stored, comp.topk) if comp.topk is not None else stored
+    window, topk = comp.window, comp.topk  # (min(a, b) written out: per chunk of every priced rank)
+    stored = (ctx if window is None or ctx <= window else window) / comp.ratio
+    return stored if topk is None or stored <= topk else topk
 
 
 def computed(comp: KVComponent, ctx: float) -> float:
@@ -94,8 +94,7 @@ class Component:
     (a layer pricer keeps one per component)."""
 
     __slots__ = ("comp", "hw", "prof", "peak", "kv_split", "heads", "prefill_heads", "two_prefill_heads", "qkv",
-                 "prefill_qkv",
-                 "two_indexer", "decode_eff", "prefill_eff")
+                 "prefill_qkv", "indexer", "two_indexer", "decode_eff", "prefill_eff")
 
     def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16"):
         self.comp, self.hw, self.prof = comp, hw, prof
@@ -106,6 +105,7 @@ class Component:
         self.two_prefill_heads = 2.0 * self.prefill_heads
         self.qkv = comp.qk_dim + comp.v_dim
         self.prefill_qkv = (comp.prefill_qk_dim or comp.qk_dim) + (comp.prefill_v_dim or comp.v_dim)
+        self.indexer = comp.has_indexer
         self.two_indexer = 2.0 * comp.indexer_heads * comp.indexer_dim if comp.has_indexer else 0.0
         self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype)
         self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
@@ -119,7 +119,7 @@ class Component:
         att = attended(comp, avg)
         flops = 2.0 * batch * queries_per_seq * self.heads * computed(comp, avg) * self.qkv
         nbytes = batch * att * comp.entry_bytes / self.kv_split
-        if comp.has_indexer:
+        if self.indexer:
             idx = indexed(comp, avg)
             flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
             nbytes = nbytes + batch * idx * comp.indexer_key_bytes
@@ -128,22 +128,23 @@ class Component:
 
     def prefill(self, chunks, layers: int) -> tuple[float, float, float]:
         """prefill_component of this component."""
-        comp = self.comp
+        comp, has_indexer = self.comp, self.indexer
         pairs = idx_pairs = read = idx_read = seqs = longest = 0.0
         for count, n, p in chunks:
             mid = p + n / 2.0
             pairs += count * n * computed(comp, mid)
             read += count * (attended(comp, p + n) + n)
-            if comp.has_indexer:
+            if has_indexer:
                 idx_pairs += count * n * indexed(comp, mid)
                 idx_read += count * indexed(comp, p + n)
             seqs += count
-            longest = max(longest, p + n) if count else longest
+            if count and p + n > longest:  # (max(longest, p + n), without the call)
+                longest = p + n
         if pairs <= 0:
             return 0.0, 0.0, 0.0
         flops = self.two_prefill_heads * pairs * self.prefill_qkv
         nbytes = read * comp.entry_bytes / self.kv_split
-        if comp.has_indexer:
+        if has_indexer:
             flops += self.two_indexer * idx_pairs
             nbytes += idx_read * comp.indexer_key_bytes
         eff = self.prefill_eff(seqs, longest, flops, self.prefill_heads)

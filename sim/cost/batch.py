@@ -92,7 +92,12 @@ class Step:
     finished: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "has_prefill", any(w.pre_tokens > 0 for w in self.works))
+        has = False  # any(), without a generator: a Step is built several times per priced step
+        for w in self.works:
+            if w.pre_tokens > 0:
+                has = True
+                break
+        object.__setattr__(self, "has_prefill", has)
 
     @staticmethod
     def uniform(dp: int, work: RankWork) -> "Step":

@@ -55,7 +55,10 @@ def splits(layout: Layout, step: Step, queries_per_seq: float) -> bool:
     if not layout.dbo or layout.ep_size <= 1:
         return False
     limit = layout.dbo_prefill_token_threshold if step.has_prefill else layout.dbo_decode_token_threshold
-    return min(w.dec_seqs * queries_per_seq + w.pre_tokens for w in step.works) >= limit
+    for w in step.works:  # (a loop, not min() over a generator: per priced step)
+        if w.dec_seqs * queries_per_seq + w.pre_tokens < limit:
+            return False
+    return True
 
 
 def comm_sm_share(kernel: str, hw: HardwareSpec) -> float:

@@ -85,7 +85,7 @@ def _term(half: float, v):
 
 def _tiles(v):
     """Output tiles along one edge, at least one."""
-    if isinstance(v, (int, float)):
+    if v.__class__ is float or isinstance(v, (int, float)):
         return max(math.ceil(v / TILE), 1)
     return np.maximum(np.ceil(np.asarray(v, float) / TILE), 1.0)
 
@@ -99,7 +99,7 @@ def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
 def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
     """The curves of an op class with the terms of an op's fixed dimensions y, z worked out: for
     `evaluate_bound` (a weight GEMM's n and k, an elementwise op's columns are fixed per op)."""
-    return tuple((c, _fixed_terms(c, y, z)) for c in cs)
+    return tuple([(c, _fixed_terms(c, y, z)) for c in cs])  # (a list first: faster than a generator)
 
 
 def evaluate_bound(bound: tuple, x, work=0.0):
@@ -242,7 +242,7 @@ def attention_at(prof: Profile, phase: str, kind: str, dtype: str):
 
 
 def _attention_curve(cs: tuple[Curve, ...], batch, ctx, flops, heads=0.0):
-    return evaluate(cs, ctx, _per(flops, batch), _per(flops, batch * heads), flops)
+    return evaluate_bound(bind(cs, _per(flops, batch), _per(flops, batch * heads)), ctx, flops)  # (evaluate)
 
 
 def _attention_datasheet(eff: float, batch, ctx, flops, heads=0.0):
@@ -251,7 +251,8 @@ def _attention_datasheet(eff: float, batch, ctx, flops, heads=0.0):
 
 def _per(total, count):
     """total / count where count > 0 (FLOPs per sequence), else 0."""
-    if isinstance(count, (int, float)) and isinstance(total, (int, float)):
+    if (count.__class__ is float and total.__class__ is float) or (
+            isinstance(count, (int, float)) and isinstance(total, (int, float))):
         return total / count if count > 0 else 0.0
     total, count = np.broadcast_arrays(np.asarray(total, float), np.asarray(count, float))
     return np.divide(total, count, out=np.zeros(total.shape), where=count > 0)

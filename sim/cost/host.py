@@ -39,11 +39,14 @@ prices none); prefill, colocated and the planner's steady-state steps carry none
 from __future__ import annotations
 
 import math
+from functools import partial
 from statistics import NormalDist
 from typing import NamedTuple
 
 from rackplan.specs import HostParams, Layout
 from rackplan.specs.ops import HOST_PARTS
+
+PARTS_MEMO = 100_000  # remembered rank works' host parts per HostModel (as layer.RANK_MEMO)
 
 
 class RankHost(NamedTuple):
@@ -161,9 +164,24 @@ def api_seconds(hp: HostParams, layout: Layout, gpus_per_node: int, dec_seqs: fl
     prompt sequences each (means over the ranks): detokenise every emitted token, send a chunk per
     request per stream interval (a request's first token goes out at once)."""
     ranks = endpoint_ranks(layout, gpus_per_node)
-    servers = layout.api_servers or ranks  # vLLM's default: one process per DP rank it serves
+    return _api_seconds(hp, ranks, _api_servers(layout, ranks), acceptance, _chunk_share(layout, acceptance),
+                        dec_seqs, pre_seqs)
+
+
+def _api_servers(layout: Layout, ranks: int) -> int:
+    return layout.api_servers or ranks  # vLLM's default: one process per DP rank it serves
+
+
+def _chunk_share(layout: Layout, acceptance: float) -> float:
+    """Chunks a decode sequence sends per step: one per stream interval's tokens, at most one."""
+    return min(1.0, acceptance / layout.stream_interval)
+
+
+def _api_seconds(hp: HostParams, ranks: int, servers: int, acceptance: float, chunk_share: float, dec_seqs: float,
+                 pre_seqs: float) -> float:
+    """api_seconds with the layout's constants worked out (HostModel keeps them bound)."""
     tokens = ranks * (dec_seqs * acceptance + pre_seqs)
-    chunks = ranks * (dec_seqs * min(1.0, acceptance / layout.stream_interval) + pre_seqs)
+    chunks = ranks * (dec_seqs * chunk_share + pre_seqs)
     return (tokens * hp.api_per_token_s + chunks * hp.api_per_chunk_s) / servers
 
 
@@ -180,6 +198,12 @@ class HostModel:
         self.spec_sync_s = hp.spec_sync_s if sp else 0.0
         self.launch = {g: launch_seconds(hp, num_layers, g) for g in (False, True)}
         self.overlap = layout.async_scheduling and overlap_ok
+        ranks = endpoint_ranks(layout, gpus_per_node)
+        self.api = partial(_api_seconds, hp, ranks, _api_servers(layout, ranks), self.acceptance,
+                           _chunk_share(layout, self.acceptance))  # (dec_seqs, pre_seqs) -> api_seconds
+        self._serial = (0.0, 0.0, 0.0, self.collective_s, self.spec_sync_s, 0.0)  # HostTime.serial (HOST_PARTS)
+        self._serial_s = sum(self._serial)
+        self._parts: dict[RankHost, tuple] = {}  # a rank's work -> rank_parts (prompt ranks repeat theirs)
         # whether a step's admitted and finished requests change its price (else callers leave them 0)
         self.turnover = hp.schedule_per_admit_s > 0 or hp.output_per_finish_s > 0
 
@@ -194,8 +218,11 @@ class HostModel:
              instance: RankHost | None = None) -> HostTime:
         """HostTime of a step whose distinct rank works are `ranks` (and whose whole instance runs
         `instance`: a central scheduler's work) and device seconds `gpu_s`."""
-        hp = self.hp
-        work = rank_parts(hp, ranks[0]) if len(ranks) == 1 else max((rank_parts(hp, w) for w in ranks), key=sum)
+        hp, memo = self.hp, self._parts
+        if len(ranks) == 1:
+            work = memo.get(ranks[0]) or self._rank_parts(ranks[0])
+        else:
+            work = max([memo.get(w) or self._rank_parts(w) for w in ranks], key=sum)
         schedule, prepare, sample, output = work  # the slowest rank's host work
         if hp.scheduler == "central" and instance is not None:  # every rank's fixed work + the instance's sequences
             schedule, output = central_parts(hp, instance, self.layout.dp)
@@ -203,6 +230,12 @@ class HostModel:
         sample += self.spec_sync_s
         launch = self.launch[graphs]
         parts = (schedule, prepare, launch, dp_sync, sample, output)
-        serial = (0.0, 0.0, 0.0, self.collective_s, self.spec_sync_s, 0.0)
-        step = pipeline_seconds(gpu_s, sum(parts), launch, sum(serial), self.overlap)
-        return HostTime(parts, serial, step - gpu_s, api_s, gpu_s, self.overlap)
+        step = pipeline_seconds(gpu_s, sum(parts), launch, self._serial_s, self.overlap)
+        return HostTime(parts, self._serial, step - gpu_s, api_s, gpu_s, self.overlap)
+
+    def _rank_parts(self, w: RankHost) -> tuple[float, float, float, float]:
+        """rank_parts of `w`, remembered (cleared at PARTS_MEMO entries)."""
+        if len(self._parts) >= PARTS_MEMO:
+            self._parts.clear()
+        hit = self._parts[w] = rank_parts(self.hp, w)
+        return hit

@@ -165,12 +165,12 @@ class LayerPricer:
         for g in groups:
             tokens = dec_tokens + w.pre_tokens if g.prefill_tokens else dec_tokens
             if tokens > 0 and g.n_layers:
-                recs, summed = self._group_ops(g, tokens)
+                recs, (names, sums) = self._group_ops(g, tokens)
                 if out:
                     for rec in recs:
                         _add(out, *rec)
-                else:  # the same sums, added up once per token count
-                    out = {name: [sec, fl, by] for name, sec, fl, by in summed}
+                else:  # the same sums, added up once per token count (fresh lists: corrections and _add change them)
+                    out = dict(zip(names, map(list, sums)))
             self._attention(out, g, w)
             if g.first and tokens > 0 and self.engram:
                 _add(out, "engram", *self._engram_at(tokens))
@@ -188,7 +188,7 @@ class LayerPricer:
                 total += rec[0]
         return total, out
 
-    def _group_ops(self, g: Group, tokens: float) -> tuple[list, list]:
+    def _group_ops(self, g: Group, tokens: float) -> tuple[list, tuple]:
         """_layer_ops of group g at `tokens` tokens on the rank, and the same records with each op
         name's summed in order (what _add makes of them in an empty rank), remembered."""
         hit = g.memo.get(tokens)
@@ -235,10 +235,13 @@ class LayerPricer:
         nb = rope_bytes(m, tokens, lay.tp)
         out.append(("rope", self._stream("rope", nb, tokens, h) * n, 0.0, nb * n))
         dt = self.quant_dtype
+        op_class = f"quantize.{dt}"
         for widths, layers in g.quant_widths:
-            sec = sum(self._stream(f"quantize.{dt}", quantize_bytes(tokens, k, dt, self.act), tokens, k)
-                      for k in widths)
-            nb = sum(quantize_bytes(tokens, k, dt, self.act) for k in widths)
+            sec = nb = 0  # (both sums in one loop, in sum()'s order)
+            for k in widths:
+                qb = quantize_bytes(tokens, k, dt, self.act)
+                sec += self._stream(op_class, qb, tokens, k)
+                nb += qb
             out.append(("quantize", sec * layers, 0.0, nb * layers))
         if m.hc_mult > 1:  # mHC before attention and before the FFN: pre (mix in) + post (mix out)
             pre, post = (mhc_bytes(tokens, h, m.hc_mult, part, self.act) for part in ("pre", "post"))
@@ -284,12 +287,13 @@ class LayerPricer:
         return nbytes / (cx.hw.scaleup_bw * efficiency.memory(cx.prof, nbytes)) + cx.prof.op_fixed_s
 
 
-def _with_sums(recs: list[tuple[str, float, float, float]]) -> tuple[list, list]:
-    """(recs, [(name, seconds, flops, bytes)] with each name's records added up in order, as _add does)."""
+def _with_sums(recs: list[tuple[str, float, float, float]]) -> tuple[list, tuple]:
+    """(recs, (names, [seconds, flops, bytes] per name)) with each name's records added up in order, as _add
+    does."""
     out: dict[str, list] = {}
     for rec in recs:
         _add(out, *rec)
-    return recs, [(name, *rec) for name, rec in out.items()]
+    return recs, (tuple(out), tuple(tuple(rec) for rec in out.values()))
 
 
 def _add(out: dict, name: str, sec: float, fl: float, by: float) -> None:

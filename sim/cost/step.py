@@ -31,7 +31,7 @@ from .alltoall import A2APhase, a2a_phase
 from .batch import RankBatch, RankWork, Step
 from .draft import drafter
 from .elementwise import route_bytes
-from .host import HostModel, HostTime, api_seconds
+from .host import HostModel, HostTime
 from .imbalance import imbalance_curve
 from .layer import RANK_MEMO, LayerPricer, memo_get
 from .memory import offloaded_bytes
@@ -106,9 +106,12 @@ class StepModel:
         # high-throughput dispatch: copies a rank receives per token-expert pair (one per rank hit)
         self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
         self._moes: dict = {}
-        self._half_memo: dict = {}
+        self._varies_at: dict[float, bool] = {}  # a step's global tokens -> _varies
+        self._half_memo: dict = {}  # rank work -> its DBO halves, and whether they are equal (_halves)
         self._rank_stages: dict = {}  # (rank work, phase) -> its ops' seconds per stage (_stages)
         self.ep_size = lay.ep_size
+        # share of the SMs an overlapping all-to-all takes, per whether a step has prompt tokens (its kernel)
+        self._sm_share = {pre: dbo_.comm_sm_share(kernel, hw) for pre, kernel in KERNEL.items()}
         self.n_moe = sum(g.n_moe for g in self.layers.groups_decode)  # MoE layers of a step
         n_dense, n_moe = m.layers_in("decode")
         self._dense_layers = n_dense, max(n_dense + n_moe, 1)  # (dense layers, all layers at least one): _stages
@@ -147,8 +150,9 @@ class StepModel:
 
     # -- the EP group --------------------------------------------------------------------------------
     def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
-        """(experts, route, dispatch, combine seconds, experts flops, bytes, route bytes) over `n_moe`
-        layers: routed experts on the busiest EP rank, its routing, the all-to-all; remembered."""
+        """(n_moe, experts, route, dispatch, combine seconds, experts flops, bytes, route bytes) over
+        `n_moe` layers (a Device.moe entry): routed experts on the busiest EP rank, its routing, the
+        all-to-all; remembered."""
         key = (t_global, t_max, n_moe, kernel, phase, z)
         hit = self._moes.get(key)
         return hit if hit is not None else memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe,
@@ -180,7 +184,7 @@ class StepModel:
         t_disp = disp.seconds(send) if disp else 0.0
         t_comb = comb.seconds(send) if comb else 0.0
         fix = self.layers.corrected
-        return (fix("moe.experts", t_exp * n_moe, phase, n_moe), fix("moe.route", t_route * n_moe, phase, n_moe),
+        return (n_moe, fix("moe.experts", t_exp * n_moe, phase, n_moe), fix("moe.route", t_route * n_moe, phase, n_moe),
                 fix("moe.dispatch", t_disp * n_moe, phase, n_moe), fix("moe.combine", t_comb * n_moe, phase, n_moe),
                 flops * n_moe, nbytes * n_moe, r_bytes * n_moe)
 
@@ -233,9 +237,9 @@ class StepModel:
             group_s += t_exp + t_route + t_disp + t_comb
         total = slowest + group_s
         if self.drafter is None:
-            return Device(rank_ops, moe, [], total, _kernel(step), work)
+            return Device(rank_ops, moe, [], total, KERNEL[has_pre], work)
         extra = self._draft(step)
-        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), _kernel(step), work)
+        return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), KERNEL[has_pre], work)
 
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
         """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
@@ -251,34 +255,38 @@ class StepModel:
                 t_max = t if t > t_max else t_max
             if t_global > 0:
                 hit = memo.get((t_global, t_max, n_moe, kernel, phase, z))  # _moe, its memo read inlined
-                if hit is None:
-                    hit = self._moe(t_global, t_max, n_moe, kernel, phase, z)
-                moe.append((n_moe, *hit))
+                moe.append(hit if hit is not None else self._moe(t_global, t_max, n_moe, kernel, phase, z))
         return moe
 
     def _stages(self, dev: Device) -> dbo_.Stages:
         """A step's device seconds by where they run in a layer (for DBO), from the ops' stages in
         the vocabulary."""
-        rank_ops, moe, extra = dev.rank_ops, dev.moe, dev.extra
+        rank_ops, extra = dev.rank_ops, dev.extra
         key = (dev.work, dev.kernel)
-        by = self._rank_stages.get(key)
-        if by is None:
-            by = memo_get(self._rank_stages, key, lambda: _stage_sums(rank_ops))
+        hit = self._rank_stages.get(key)
+        if hit is None:
+            hit = memo_get(self._rank_stages, key, lambda: self._stage_parts(_stage_sums(rank_ops), rank_ops))
         if extra:
-            by = dict(by)
+            by = dict(hit[0])
             for name, sec, _, _ in extra:
                 by[STAGE[name]] += sec
-        attn, ffn = by["attn"], by["ffn"]  # (locals, not a copy of the remembered sums, per priced step)
+            hit = self._stage_parts(by, rank_ops)
+        _, dense, attn, ffn, dense_ffn, tail = hit
         disp = comb = 0.0
-        for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
+        for _, t_exp, t_route, t_disp, t_comb, *_ in dev.moe:
             ffn += t_exp + t_route
             disp += t_disp
             comb += t_comb
+        return dbo_.Stages(dense, attn, ffn - dense_ffn, disp, comb, tail)
+
+    def _stage_parts(self, by: dict[str, float], rank_ops: dict) -> tuple:
+        """(stage sums, dense layers' seconds, MoE layers' attention side, rank ffn, dense FFN, tail) of
+        a rank's ops: what _stages adds the EP group's seconds to (remembered per rank work)."""
         n_dense, n_layers = self._dense_layers
         dense_ffn = rank_ops.get("dense_ffn", (0.0,))[0]
+        attn = by["attn"]
         dense_attn = attn * n_dense / n_layers
-        return dbo_.Stages(dense=dense_attn + dense_ffn, attn=attn - dense_attn, ffn=ffn - dense_ffn,
-                           dispatch=disp, combine=comb, tail=by["tail"] + by["none"])
+        return by, dense_attn + dense_ffn, attn - dense_attn, by["ffn"], dense_ffn, by["tail"] + by["none"]
 
     def price(self, step: Step, z: float = 0.0) -> StepCost:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
@@ -323,20 +331,28 @@ class StepModel:
         a draw moves the step by under 0.1% of its experts' time; prompt steps of 1,000+ tokens)."""
         if self.ep_size <= 1:
             return False
-        t = sum((w.dec_seqs * self.q + w.pre_tokens) * r for w, r in zip(step.works, step.ranks))
-        return t > 0 and self.imbalance.spread(t) / max(self.n_moe, 1) ** 0.5 > 1e-3
+        t = 0  # (a loop: sum() over a generator costs more, per priced step)
+        for w, r in zip(step.works, step.ranks):
+            t += (w.dec_seqs * self.q + w.pre_tokens) * r
+        hit = self._varies_at.get(t)  # (full prompt steps repeat their token count)
+        if hit is None:
+            hit = memo_get(self._varies_at, t,
+                           lambda: t > 0 and self.imbalance.spread(t) / max(self.n_moe, 1) ** 0.5 > 1e-3)
+        return hit
 
-    def _halves(self, step: Step) -> tuple[Step, Step]:
-        """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered."""
-        memo, first, second = self._half_memo, [], []
+    def _halves(self, step: Step) -> tuple[Step, Step, bool]:
+        """The two DBO micro-batches of a step (RankWork.half), each rank work's halves remembered,
+        and whether they are equal (decode-only works: the second is then not priced again)."""
+        memo, first, second, same = self._half_memo, [], [], True
         for w in step.works:
             pair = memo.get(w) or self._half_pair(w)
             first.append(pair[0])
             second.append(pair[1])
-        return Step(tuple(first), step.ranks), Step(tuple(second), step.ranks)
+            same = same and pair[2]
+        return Step(tuple(first), step.ranks), Step(tuple(second), step.ranks), same
 
-    def _half_pair(self, w: RankWork) -> tuple[RankWork, RankWork]:
-        return memo_get(self._half_memo, w, w.halves)
+    def _half_pair(self, w: RankWork) -> tuple[RankWork, RankWork, bool]:
+        return memo_get(self._half_memo, w, lambda: _and_equal(w.halves()))
 
     def _evaluate(self, step: Step, z: float = 0.0, breakdown: bool = True) -> "_Evaluated":
         """The step's seconds: device work (split in two micro-batches where DBO applies), the
@@ -346,17 +362,17 @@ class StepModel:
         cx = self.cx
         lay, prof = cx.layout, cx.prof
         pp = lay.pp
-        whole = _scaled(step, pp)
-        split = dbo_.splits(lay, step, self.q) and any(t_disp + t_comb > 0
-                                                       for _, _, _, t_disp, t_comb, *_ in self._ep_group(whole, z))
+        whole = step if pp == 1 else _scaled(step, pp)
+        split = dbo_.splits(lay, step, self.q) and _communicates(self._ep_group(whole, z))
         dev = self.device(whole, z) if breakdown or not split else None
         adjust = []
         if split:
-            a, b = self._halves(step)
-            sa = self._stages(self.device(_scaled(a, pp), z))
-            sb = self._stages(self.device(_scaled(b, pp), z)) if b != a else sa
-            share = dbo_.comm_sm_share(_kernel(step), cx.hw)
-            gpu = dbo_.overlapped(sa, sb, self.n_moe, share, prof.dbo_efficiency)
+            a, b, same = self._halves(step)
+            if pp > 1:
+                a, b = _scaled(a, pp), _scaled(b, pp)
+            sa = self._stages(self.device(a, z))
+            sb = sa if same else self._stages(self.device(b, z))
+            gpu = dbo_.overlapped(sa, sb, self.n_moe, self._sm_share[step.has_prefill], prof.dbo_efficiency)
             if dev is not None:
                 adjust.append(("dbo.overlap", gpu - dev.seconds))
         else:
@@ -384,7 +400,7 @@ class StepModel:
             dec += w.dec_seqs * r
             pre += w.pre_seqs * r
         dec, pre = dec / cx.layout.dp, pre / cx.layout.dp
-        api = api_seconds(hm.hp, cx.layout, cx.hw.gpus_per_node, dec, pre, hm.acceptance)
+        api = hm.api(dec, pre)
         n = cx.layout.dp
         adm, fin = step.admitted / n, step.finished / n  # per rank: the instance's turnover spread evenly
         ranks = [hm.rank(w.dec_seqs, w.pre_seqs, w.pre_tokens, adm, fin) for w in step.works]
@@ -401,6 +417,19 @@ class _Evaluated(NamedTuple):
     adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
     device: Device | None  # None: not priced (a split step's period only)
     host: HostTime  # the step's host parts and the pipeline (sim/cost/host.py)
+
+
+def _communicates(moe: list[tuple]) -> bool:
+    """Whether an EP group (Device.moe) has all-to-all seconds to overlap."""
+    for _, _, _, t_disp, t_comb, *_ in moe:
+        if t_disp + t_comb > 0:
+            return True
+    return False
+
+
+def _and_equal(pair: tuple) -> tuple:
+    """(first, second, whether they are equal)."""
+    return (*pair, pair[0] == pair[1])
 
 
 def _stage_sums(rank_ops: dict) -> dict[str, float]:

@@ -1,8 +1,10 @@
 """The step pricer's shortcuts give exactly what the plain path gives.
 
 A StepModel remembers rank works, a layer group's ops per token count, the Engram rows, GEMM and
-EP-group prices, DBO halves and their stage sums; binds each op's efficiency curves once; and, for a
-period alone, skips the unsplit device work of a step DBO splits. None of that may change a price:
+EP-group prices, DBO halves (and whether they are equal) and their stage parts, whether a step's
+imbalance varies per global token count, and (its HostModel) each rank work's host parts; binds each
+op's efficiency curves and the API-server constants once; and, for a period alone, skips the unsplit
+device work of a step DBO splits. None of that may change a price:
 the same steps priced in a shuffled order by one StepModel (its memos warm, hits and misses mixed)
 and each by a fresh one (every memo empty) agree to the last bit, in seconds, op breakdown and
 period, on random layouts and batches of every embedded model (test_step_scalar's cases).
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rackplan.sim.cost import efficiency
+from rackplan.sim.cost import attention, efficiency, host
 from rackplan.sim.cost.step import CostContext, StepModel
 from rackplan.sim.pricer import StepPricer
 from rackplan.specs import CONFIG_DIR, Curve, SpecError
@@ -55,6 +57,7 @@ def test_remembered_prices_equal_fresh_ones(i):
         assert warm.period(step) == fresh.period_s
         for z in (0.0, 1.0):
             assert warm.period(step, z) == StepModel(cx).period(step, z)
+        assert warm.period_spread(step) == StepModel(cx).period_spread(step)  # (_varies remembered per tokens)
 
 
 def test_bound_curves_equal_evaluate():
@@ -122,3 +125,32 @@ def test_interned_prefill_works_price_as_fresh_ones(i):
     for chunks, batch, ctx in steps:
         assert warm.step(chunks, batch, ctx) == StepPricer(cx).step(chunks, batch, ctx)
         assert warm.step(chunks) == StepPricer(cx).step(chunks)
+
+
+@pytest.mark.parametrize("i", range(3, len(CASES), 8))
+def test_remembered_host_parts_and_bound_api_equal_fresh_ones(i):
+    """HostModel remembers rank_parts per RankHost and binds api_seconds' layout constants: a warm model
+    gives every step's HostTime and API seconds as a fresh one and the plain functions do."""
+    name, hw, prof, skew, lay, _ = CASES[i]
+    m, h, p = model(name), hardware(hw), profile(prof)
+    args = (p.host_for(lay.role), lay, m.num_layers, h.gpus_per_node, h.host_overlap)
+    warm = host.HostModel(*args)
+    rng = random.Random(SEED + i)
+    for _ in range(40):
+        ranks = [warm.rank(rng.choice((0.0, 3.0, 17.5, 256.0)), rng.choice((0.0, 1.0, 4.0)),
+                          rng.choice((0.0, 900.0, 8192.0)), rng.choice((0.0, 0.25)), rng.choice((0.0, 1.5)))
+                 for _ in range(rng.choice((1, 2, 3)))]
+        gpu, graphs, dec, pre = rng.uniform(1e-4, 0.05), rng.random() < 0.5, rng.uniform(0, 300), rng.uniform(0, 4)
+        api = host.api_seconds(args[0], lay, h.gpus_per_node, dec, pre, warm.acceptance)
+        assert warm.api(dec, pre) == api
+        assert warm.time(ranks, gpu, graphs, api) == host.HostModel(*args).time(ranks, gpu, graphs, api)
+
+
+def test_attended_entries_equal_the_min_form():
+    """attention.attended (its min() calls written out) reads min(min(ctx, window) / ratio, topk) entries."""
+    names = ("deepseek-v3.2", "deepseek-v4.1-flash", "qwen3-235b-a22b")
+    for comp in [c for n in names for c in model(n).attention.kv]:
+        for ctx in (0.0, 1.0, 127.0, 128.0, 129.5, 512.0, 4096.0, 4096.0 * comp.ratio, 1e6):
+            span = min(ctx, comp.window) if comp.window is not None else ctx
+            want = min(span / comp.ratio, comp.topk) if comp.topk is not None else span / comp.ratio
+            assert attention.attended(comp, ctx) == want
