@@ -55,23 +55,23 @@ class PrefillInstance(Instance):
         self.prefix = prefix
         self.queue: deque[int] = deque()
         self.done_tokens: dict[int, int] = {}
-        self.queued_tokens = 0
+        self.load = 0  # prompt tokens queued, not yet prefilled: the router's least-loaded measure
         self.handoff_s = handoff_s  # colocated: KV hand-off inside the turn, seconds for a list of rids
         self.prompts_done = array("q")  # prompts each step finished (service rate while busy, after the run)
         super().__init__(env, name, pricer, shared)
 
     @property
-    def load(self) -> int:
-        return self.queued_tokens
+    def queued_tokens(self) -> int:
+        return self.load
 
     def submit(self, rid: int) -> None:
         cached, total = self.need_of(rid)
         self.queue.append(rid)
-        self.queued_tokens += total - cached
+        self.load += total - cached
         self.notify()
 
     def _first_scheduled(self, rid: int) -> None:  # [prefix cache] the hit is known once scheduled
-        self.queued_tokens -= self.prefix.schedule(rid)
+        self.load -= self.prefix.schedule(rid)
 
     def run(self):
         ranks = self.pricer.ranks
@@ -79,9 +79,8 @@ class PrefillInstance(Instance):
             if not self.queue:
                 yield self.idle()
                 continue
-            turn = self.take_turn()
-            if turn is not None:
-                yield turn
+            if self.shared is not None:  # colocated: wait for the turn on the shared GPUs
+                yield self.take_turn()
             chunks, finished = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget,
                                           self.max_seqs, self._first_scheduled if self.prefix is not None else None)
             dt = self.pricer.step(chunks)
@@ -96,7 +95,7 @@ class PrefillInstance(Instance):
         """Account the step's chunks; finished prompts leave the head of the queue for KV transfer."""
         for ch in chunks:
             for rid, take, _ in ch:
-                self.queued_tokens -= take
+                self.load -= take
                 self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take
         done = set(finished)
         head = [self.queue.popleft() for _ in range(sum(len(ch) for ch in chunks))]
