@@ -118,7 +118,7 @@ class _Deployment:
                     turn = shared[k] if shared else None
                     to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
                     self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr, lay.max_tokens_per_step,
-                                                      lay.max_batch_per_rank, self.need_of, to_decode,
+                                                      lay.max_batch_per_rank, cached, isl, to_decode,
                                                       turn, self._handoff_s if shared else None,
                                                       self._prefixes(f"prefill[{i}]", lay)))
             for i, lay in enumerate(plan.decode):
