@@ -80,7 +80,7 @@ class DecodeRanks:
         return found
 
     def _seat(self, rank: int, seats: int, kv: float) -> None:
-        """Take (seats 1) or give back (-1) a seat and `kv` tokens of KV room (negative: give back) on a rank."""
+        """Take (seats=1, kv > 0) or give back (seats=-1, kv < 0) a seat and its KV room on a rank."""
         self.seats[rank] += seats
         self.kv_used[rank] += kv
         heapq.heappush(self._free, self.seats[rank] << RANK_BITS | rank)

@@ -67,6 +67,7 @@ class PrefillInstance(Instance):
 
     @property
     def queued_tokens(self) -> int:
+        """Prompt tokens queued (the prefix-aware router's name for `load`)."""
         return self.load
 
     def submit(self, rid: int) -> None:
