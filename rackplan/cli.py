@@ -10,6 +10,8 @@ Bad input (a SpecError or any error carrying `exit_code`) prints one line and ex
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import importlib
 import os
 import sys
@@ -77,6 +79,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
+    if argv is None:  # the process's own command line (console script, `python -m`): it ends on return
+        # the cyclic collection at interpreter exit would scan every object the command left (~1% of
+        # a 40,000-request simulate, benchmarks/RESULTS.md, simspeed5d); frozen, they are left to the OS
+        atexit.register(gc.freeze)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = [DEFAULT] + argv  # `rackplan --requests 200` simulates the embedded defaults

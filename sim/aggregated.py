@@ -82,7 +82,7 @@ class AggregatedInstance(Instance):
         self.pinned[rank].remove(rid)  # finished prompts are the head of their rank's pins: O(1)
         self.prefilling -= 1
         del self.progress[rid]
-        self.log.first_token[rid] = now  # the prefill step emits the first token (counted from first_token)
+        self.log.first_tokens((rid,), now)  # the prefill step emits the first token (counted from first_token)
         total, osl = self.need_of(rid)[1], self.osl_of(rid)
         if osl > 1:  # the reservation becomes the decode sequence's own
             self.ranks.admit(rid, rank, total, osl - 1, total + osl, reserved=True)

@@ -79,21 +79,21 @@ class DecodeRanks:
             heapq.heappush(free, e)
         return found
 
-    def _seat(self, rank: int, delta: int) -> None:
-        self.seats[rank] += delta
+    def _seat(self, rank: int, seats: int, kv: float) -> None:
+        """Take (seats=1, kv > 0) or give back (seats=-1, kv < 0) a seat and its KV room on a rank."""
+        self.seats[rank] += seats
+        self.kv_used[rank] += kv
         heapq.heappush(self._free, self.seats[rank] << RANK_BITS | rank)
         if len(self._free) > 4 * len(self.seats) + 64:  # drop stale entries now and then
             self._free = sorted({s << RANK_BITS | r for r, s in enumerate(self.seats)})
 
     def reserve(self, rank: int, kv_need: float) -> None:
         """Hold a seat and KV room on a rank for a sequence still in prefill (aggregated serving)."""
-        self._seat(rank, 1)
-        self.kv_used[rank] += kv_need
+        self._seat(rank, 1, kv_need)
 
     def release(self, rank: int, kv_need: float) -> None:
         """Give back a reservation whose sequence needs no decode step."""
-        self._seat(rank, -1)
-        self.kv_used[rank] -= kv_need
+        self._seat(rank, -1, -kv_need)
 
     def admit(self, rid: int, rank: int, ctx: float, new_tokens: int, kv_need: float,
               reserved: bool = False) -> None:
@@ -103,7 +103,7 @@ class DecodeRanks:
         self._batch[rank] += 1
         self._ctx[rank] += ctx
         if not reserved:
-            self.reserve(rank, kv_need)
+            self._seat(rank, 1, kv_need)
         ending = self._ending.get(self.step + steps)
         if ending is None:
             self._ending[self.step + steps] = [rid]
@@ -129,7 +129,7 @@ class DecodeRanks:
             rank, end_ctx, kv = self._seqs.pop(rid)
             batch[rank] -= 1
             ctx[rank] = max(ctx[rank] - end_ctx, 0.0)
-            self.release(rank, kv)
+            self._seat(rank, -1, -kv)
         return done
 
 
@@ -167,31 +167,31 @@ class DecodeInstance(Instance):
         return new
 
     def run(self):
+        ranks, log = self.ranks, self.log
         while True:
-            if self.ranks.running == 0 and not self.waiting:
+            if ranks.running == 0 and not self.waiting:
                 yield self.idle()
                 continue
-            turn = self.take_turn()
-            if turn is not None:
-                yield turn
+            if self.shared is not None:  # colocated: wait for the turn on the shared GPUs
+                yield self.take_turn()
             new = self._admit()
-            if self.ranks.running == 0:  # head of line waits for KV room
+            running = ranks.running  # sequences of this step (only this loop admits and finishes them)
+            if running == 0:  # head of line waits for KV room
                 self.end_turn()
                 yield self.idle()
                 continue
-            turnover = (len(new), self.ranks.finishing) if self.pricer.turnover else (0, 0)
-            dt = self.pricer.decode(self.ranks.batch, self.ranks.ctx, self.ranks.running, *turnover)
+            turnover = (len(new), ranks.finishing) if self.pricer.turnover else (0, 0)
+            dt = self.pricer.decode(ranks.batch, ranks.ctx, running, *turnover)
             yield self.busy(dt)
             self.end_turn()
             now = self.env.now
             # ITL: continuing sequences got their previous token at the previous step's end (colocated
             # pools: a prefill turn may sit in between); new sequences got their first token (TTFT)
-            self.log.step_durations.append(now - self._last_end)
-            self.log.step_seqs.append(self.ranks.running - len(new))
+            log.step_durations.append(now - self._last_end)
+            log.step_seqs.append(running - len(new))
             self._last_end = now
-            self.log.step_end.append(now)
-            self.log.step_tokens.append(self.ranks.running * self.ranks.tps)
-            for rid in new:
-                self.log.first_token[rid] = now
-            for rid in self.ranks.advance():
+            log.step_end.append(now)
+            log.step_tokens.append(running * ranks.tps)
+            log.first_tokens(new, now)
+            for rid in ranks.advance():
                 self.on_done(rid)

@@ -22,6 +22,7 @@ class Instance:
         self.step_ends = array("d")  # end of each step (s) and busy seconds up to it: utilisation
         self.busy_upto = array("d")  # over any window after the run
         self._wake = env.event()
+        self._sleeping = False  # the main loop waits on _wake (a flag: no event property read per notify)
         self._loop = self.run()
         env.process(self._loop)
 
@@ -35,18 +36,18 @@ class Instance:
 
     def notify(self) -> None:
         """New work arrived: wake the main loop if it sleeps."""
-        if not self._wake.triggered:
+        if self._sleeping:
+            self._sleeping = False
             self._wake.succeed()
 
     def idle(self) -> simpy.Event:
         """An event to sleep on until `notify`."""
         self._wake = self.env.event()
+        self._sleeping = True
         return self._wake
 
-    def take_turn(self):
-        """Colocated: the request for the shared GPUs to wait on (`yield`); None otherwise."""
-        if self.shared is None:
-            return None
+    def take_turn(self) -> simpy.Event:
+        """Colocated (`shared` set): the request for the shared GPUs to wait on (`yield`)."""
         self._turn = self.shared.request()
         return self._turn
 

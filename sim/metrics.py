@@ -26,22 +26,40 @@ class RequestLog:
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.prefill_done = np.full(n, np.nan)
+        self._views()
         # per decode step (arrays of machine numbers: 8 bytes a step, not a list's 32)
         self.step_durations = array("d")  # step seconds (one ITL sample per sequence)
         self.step_seqs = array("q")  # sequences that continued through it
         self.step_end = array("d")  # end times
         self.step_tokens = array("d")  # output tokens emitted
 
+    def _views(self) -> None:
+        # the simulator writes one timestamp at a time through memoryviews of the four arrays (a float
+        # set in place, about half the cost of a numpy scalar assignment; the arrays see it)
+        self._arrival, self._first_token = memoryview(self.arrival), memoryview(self.first_token)
+        self._finish, self._prefill_done = memoryview(self.finish), memoryview(self.prefill_done)
+
     def arrive(self, rid: int, now: float) -> None:
-        self.arrival[rid] = now
+        self._arrival[rid] = now
+
+    def prefilled(self, rid: int, now: float) -> None:
+        """The prompt of `rid` is prefilled (its KV leaves the prefill instance)."""
+        self._prefill_done[rid] = now
+
+    def first_tokens(self, rids, now: float) -> None:
+        """The requests `rids` emitted their first token at `now`."""
+        first = self._first_token
+        for rid in rids:
+            first[rid] = now
 
     def done(self, rid: int, now: float) -> None:
-        self.finish[rid] = now
+        self._finish[rid] = now
 
     def grow(self, n: int) -> None:
         """Room for `n` more requests (NaN timestamps): a continued run's new arrivals."""
         for name in ("arrival", "first_token", "finish", "prefill_done"):
             setattr(self, name, np.concatenate([getattr(self, name), np.full(n, np.nan)]))
+        self._views()
 
     def head(self, n: int) -> "RequestLog":
         """The log of the first `n` requests (views, no copies) with every decode step so far."""

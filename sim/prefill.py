@@ -16,11 +16,13 @@ from .instance import Instance
 from .pricer import StepPricer
 
 
-def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int, max_seqs: int, on_first=None):
+def form_batch(queue: deque, done_tokens: dict, cached, isl, ranks: int, budget: int, max_seqs: int,
+               on_first=None):
     """Chunks for one step: per rank a list of (rid, new tokens, prefix tokens already computed),
     and the rids whose last chunk this is (rank by rank, in chunk order). They are the first
-    requests of the queue, in order. `on_first(rid)` runs when a request is first scheduled (the
-    prefix cache decides its hit then)."""
+    requests of the queue, in order. `cached`, `isl`: per rid its prefix-cache hit and prompt
+    tokens. `on_first(rid)` runs when a request is first scheduled (the prefix cache decides its
+    hit then)."""
     left = [budget] * ranks
     seqs = [0] * ranks
     chunks: list[list[tuple[int, int, int]]] = [[] for _ in range(ranks)]
@@ -34,8 +36,8 @@ def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int
             break
         if on_first is not None and rid not in done_tokens:  # [prefix cache]
             on_first(rid)
-        cached, total = need_of(rid)
-        start = cached + done_tokens.get(rid, 0)
+        total = isl[rid]
+        start = cached[rid] + done_tokens.get(rid, 0)
         take = min(total - start, most)
         chunks[r].append((rid, take, start))
         if start + take >= total:
@@ -47,31 +49,34 @@ def form_batch(queue: deque, done_tokens: dict, need_of, ranks: int, budget: int
 
 class PrefillInstance(Instance):
     """A prefill instance; `on_prefilled(rid)` hands finished prompts to KV transfer. With `prefix`
-    (sim/prefix_cache.InstancePrefixes) a request's cached tokens come from this instance's cache."""
+    (sim/prefix_cache.InstancePrefixes) a request's cached tokens come from this instance's cache.
+    `cached`, `isl`: the deployment's per-request tables of prefix-cache hits (the caches write them)
+    and prompt tokens."""
 
     def __init__(self, env: simpy.Environment, name: str, pricer: StepPricer, budget: int, max_seqs: int,
-                 need_of, on_prefilled, shared=None, handoff_s=None, prefix=None):
-        self.budget, self.max_seqs, self.need_of, self.on_prefilled = budget, max_seqs, need_of, on_prefilled
+                 cached, isl, on_prefilled, shared=None, handoff_s=None, prefix=None):
+        self.budget, self.max_seqs, self.on_prefilled = budget, max_seqs, on_prefilled
+        self.cached, self.isl = cached, isl
         self.prefix = prefix
         self.queue: deque[int] = deque()
         self.done_tokens: dict[int, int] = {}
-        self.queued_tokens = 0
+        self.load = 0  # prompt tokens queued, not yet prefilled: the router's least-loaded measure
         self.handoff_s = handoff_s  # colocated: KV hand-off inside the turn, seconds for a list of rids
         self.prompts_done = array("q")  # prompts each step finished (service rate while busy, after the run)
         super().__init__(env, name, pricer, shared)
 
     @property
-    def load(self) -> int:
-        return self.queued_tokens
+    def queued_tokens(self) -> int:
+        """Prompt tokens queued (the prefix-aware router's name for `load`)."""
+        return self.load
 
     def submit(self, rid: int) -> None:
-        cached, total = self.need_of(rid)
         self.queue.append(rid)
-        self.queued_tokens += total - cached
+        self.load += self.isl[rid] - self.cached[rid]
         self.notify()
 
     def _first_scheduled(self, rid: int) -> None:  # [prefix cache] the hit is known once scheduled
-        self.queued_tokens -= self.prefix.schedule(rid)
+        self.load -= self.prefix.schedule(rid)
 
     def run(self):
         ranks = self.pricer.ranks
@@ -79,10 +84,9 @@ class PrefillInstance(Instance):
             if not self.queue:
                 yield self.idle()
                 continue
-            turn = self.take_turn()
-            if turn is not None:
-                yield turn
-            chunks, finished = form_batch(self.queue, self.done_tokens, self.need_of, ranks, self.budget,
+            if self.shared is not None:  # colocated: wait for the turn on the shared GPUs
+                yield self.take_turn()
+            chunks, finished = form_batch(self.queue, self.done_tokens, self.cached, self.isl, ranks, self.budget,
                                           self.max_seqs, self._first_scheduled if self.prefix is not None else None)
             dt = self.pricer.step(chunks)
             if self.handoff_s is not None and finished:
@@ -96,7 +100,7 @@ class PrefillInstance(Instance):
         """Account the step's chunks; finished prompts leave the head of the queue for KV transfer."""
         for ch in chunks:
             for rid, take, _ in ch:
-                self.queued_tokens -= take
+                self.load -= take
                 self.done_tokens[rid] = self.done_tokens.get(rid, 0) + take
         done = set(finished)
         head = [self.queue.popleft() for _ in range(sum(len(ch) for ch in chunks))]

@@ -100,6 +100,7 @@ class _Deployment:
         # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
         self.cached = cached = _ints(reqs.cached)
         self.isl, self.osl = isl, osl
+        self.kv_s = self._transfer_seconds(reqs)  # [N] KV transfer seconds (KVLink's formula over the array)
         self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
@@ -117,7 +118,7 @@ class _Deployment:
                     turn = shared[k] if shared else None
                     to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
                     self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr, lay.max_tokens_per_step,
-                                                      lay.max_batch_per_rank, self.need_of, to_decode,
+                                                      lay.max_batch_per_rank, cached, isl, to_decode,
                                                       turn, self._handoff_s if shared else None,
                                                       self._prefixes(f"prefill[{i}]", lay)))
             for i, lay in enumerate(plan.decode):
@@ -145,6 +146,11 @@ class _Deployment:
         self.isl.extend(_ints(reqs.isl))
         self.osl.extend(_ints(reqs.osl))
         self.cached.extend(_ints(reqs.cached))
+        self.kv_s.extend(self._transfer_seconds(reqs))
+
+    def _transfer_seconds(self, reqs: Requests) -> array:
+        """Each request's KV transfer seconds, prefill to decode (the same floats as one at a time)."""
+        return array("d", self.kv_link.seconds(np.asarray(reqs.isl, dtype=np.float64)).tolist())
 
     def _prefixes(self, pool: str, lay) -> InstancePrefixes | None:
         """[prefix cache] With block hashes, an instance's cache holds its KV capacity (all DP ranks)."""
@@ -188,14 +194,14 @@ class _Deployment:
 
     def _to_transfer(self, rid: int) -> None:
         """KV transfer to the least-loaded decoder: a timeout whose callback delivers."""
-        self.log.prefill_done[rid] = self.env.now
+        self.log.prefilled(rid, self.env.now)
         dest = self._pick(self.decoders)
-        self.env.timeout(self.kv_link.seconds(self.isl[rid])).callbacks.append(lambda _ev: dest.deliver(rid))
+        self.env.timeout(self.kv_s[rid]).callbacks.append(lambda _ev: dest.deliver(rid))
 
     def _to_paired(self, rid: int, k: int) -> None:
         """Colocated: the hand-off ran inside prefill k's turn; the decoder on the same GPUs seats it
         (the k-th one, or the least loaded when the decode pool has fewer instances)."""
-        self.log.prefill_done[rid] = self.env.now
+        self.log.prefilled(rid, self.env.now)
         dest = self.decoders[k] if k < len(self.decoders) else self._pick(self.decoders)
         dest.deliver(rid)
 
@@ -264,12 +270,17 @@ class _OpenLoop:
 @contextmanager
 def _no_cyclic_gc():
     """A run allocates millions of short-lived objects and makes almost no reference cycles: the
-    cyclic collector would only rescan them (~10% of the run); it is back on afterwards."""
+    cyclic collector would only rescan them (~10% of the run); it is back on afterwards. What the
+    run leaves tracked (the pricers' memos kept for the next run: ~170k objects in case (a)) goes
+    to the oldest generation then, as survivors do, without the young collection that would scan
+    them all at the first allocation (~60 ms of case (a)); a full collection still sees them."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()  # every tracked object to the permanent generation (the young count starts at 0) ...
+        gc.unfreeze()  # ... and back, into the oldest
         if collecting:
             gc.enable()
 

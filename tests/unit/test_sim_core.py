@@ -4,7 +4,7 @@ Percentiles and medians of the summary are numpy's (np.percentile, linear method
 what is not NaN), float for float, with +inf and NaN as numpy treats them. A decode instance's
 running sequences, kept by the step they finish at, finish in the steps and the order (rid order
 within a step) a heap of (finish step, rid) gives, and its free-seat heap finds the least-loaded
-rank with room, lowest index first.
+rank with room, lowest index first. The request log's per-request writes land in its arrays, also after it grows.
 """
 import heapq
 import math
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from rackplan.sim.decode import DecodeRanks
+from rackplan.sim.metrics import RequestLog
 from rackplan.sim.steady import median, percentiles
 
 pytestmark = pytest.mark.unit
@@ -95,3 +96,19 @@ def test_free_seat_heap_picks_the_least_loaded_rank():
             r = rng.choice(held)
             ranks.release(r, kv[r] / ranks.seats[r])
             kv[r] -= kv[r] / (ranks.seats[r] + 1)
+
+
+def test_request_log_writes_land_in_its_arrays_after_growing():
+    log = RequestLog(3)
+    log.arrive(0, 1.5)
+    log.prefilled(1, 2.0)
+    log.grow(2)  # a continued run's new arrivals: new arrays, the per-request writes follow them
+    log.arrive(4, 7.25)
+    log.first_tokens([3, 4], 8.0)
+    log.done(4, 9.5)
+    assert log.arrival.tolist()[0] == 1.5 and log.arrival[4] == 7.25 and np.isnan(log.arrival[3])
+    assert log.prefill_done[1] == 2.0
+    assert log.first_token.tolist()[3:] == [8.0, 8.0] and np.isnan(log.first_token[:3]).all()
+    assert log.finish[4] == 9.5 and np.isnan(log.finish[:4]).all()
+    head = log.head(2)
+    assert len(head.arrival) == 2 and head.arrival[0] == 1.5
