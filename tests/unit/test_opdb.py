@@ -287,9 +287,11 @@ def test_package_version_from_the_root_s_environment(tmp_path):
 def test_fp8_gemm_curves_follow_the_cutlass_dispatch(imported):
     """The CUTLASS fp8 table on an SM100 GPU gets one curve per cutlass_scaled_mm configuration by m."""
     prof, _ = imported
-    assert [(c.x_min, c.x_max, c.x_tile) for c in prof.curves["gemm.fp8"]] == list(opdb_ops.FP8_DISPATCH["sm100"])
+    assert [(c.x_min, c.x_max, c.x_tile, c.y_min, c.y_max) for c in prof.curves["gemm.fp8"]] \
+        == list(opdb_ops.FP8_DISPATCH["sm100"])
     rec = prof.provenance["classes"]["gemm.fp8"]
     assert rec["configs"] == 4 and rec["dispatch_by_rows"][-1] == [256.0, "inf", 256.0]
+    assert "dispatch_by_n" not in rec and rec["rows_screened"] == 0  # SM100: by m alone; a smooth table
 
 
 def test_dispatched_fit_recovers_a_kernel_switch():
