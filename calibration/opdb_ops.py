@@ -156,7 +156,8 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
                              free, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}"
                              + (", one curve per cutlass_scaled_mm configuration by m (and n), padded rows"
                                 f" priced apart; rows over {SCREEN_RATIO:g}x the median of their same-configuration"
-                                f" neighbours (m {SCREEN_M[0]:g}-{SCREEN_M[1]:g}, same n, k) screened" if ranges else ""),
+                                f" neighbours (m {SCREEN_M[0]:g}-{SCREEN_M[1]:g}, same n, k) screened"
+                                if ranges else ""),
                              kernels, configs=2, ranges=ranges, x=m, y=n, screened=screened,
                              notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel]),
                                     "fastest_row_us": round(float(c["seconds"][sel].min()) * 1e6, 1)}))

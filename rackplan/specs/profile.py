@@ -74,7 +74,7 @@ class Curve:
     pad_cost: float = 0.0  # extra cost of one padded row of x_tile, in real rows (0: as a real row)
     x_min: float = 0.0  # the curve runs for x_min < x <= x_max (0: unbounded; a dispatch by x, e.g. GEMM rows)
     x_max: float = 0.0
-    y_min: float = 0.0  # ... and for y_min < y <= y_max (0: unbounded; a dispatch by y too, e.g. SM90 FP8 GEMM tiles by n)
+    y_min: float = 0.0  # ... and for y_min < y <= y_max (0: unbounded; a dispatch by y, e.g. SM90 FP8 tiles by n)
     y_max: float = 0.0
     work_min: float = 0.0  # ... and for work_min <= work < work_max (0: no upper bound; a dispatch by work,
     work_max: float = 0.0  # e.g. all-reduce message size, or a working set in or out of L2)
