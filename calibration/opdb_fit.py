@@ -54,10 +54,15 @@ class ClassRows:
     regimes: tuple[tuple[float, float], ...] = ()
     bounds: dict = field(default_factory=dict)  # per-parameter (low, high) replacing BOUNDS for this class
     notes: dict = field(default_factory=dict)  # recorded with the fit (e.g. the table's own roughness)
-    # kernel configurations dispatched by the shape measure x instead (`configs` unused): one curve per
-    # (x_min, x_max, x_tile), each fitted on the rows whose x (`x`, [N]) falls in its range
-    ranges: tuple[tuple[float, float, float], ...] = ()
+    # kernel configurations dispatched by the shape measures x and y instead (`configs` unused): one curve
+    # per (x_min, x_max, x_tile[, y_min, y_max]), each fitted on the rows whose x (`x`, [N]) and y (`y`,
+    # [N]; None: no y range) fall in its ranges
+    ranges: tuple[tuple[float, ...], ...] = ()
     x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    # [N] rows a measurement-quality screen took out (the table's own consistency, opdb_ops.screen): kept out
+    # of the fit and of the held-out score after the seeded split over every row (None: none)
+    screened: np.ndarray | None = None
     # fields of `free` that start at 0 and are kept only where they help: the fit also starts from the
     # best fit without them (so adding the term never ends in a worse fit-set minimum)
     optional: tuple[str, ...] = ()
@@ -67,8 +72,7 @@ class ClassRows:
         if self.start is None:
             own = ()
         elif self.ranges:
-            own = tuple((self.key, j, dataclasses.replace(self.start, x_min=lo, x_max=hi, x_tile=tile), self.free)
-                        for j, (lo, hi, tile) in enumerate(self.ranges))
+            own = tuple((self.key, j, _ranged_start(self.start, r), self.free) for j, r in enumerate(self.ranges))
         elif self.regimes:
             own = tuple((self.key, j, dataclasses.replace(self.start, work_min=lo, work_max=_bound(hi)), self.free)
                         for j, (lo, hi) in enumerate(self.regimes))
@@ -77,9 +81,17 @@ class ClassRows:
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
 
     def in_range(self, j: int) -> np.ndarray:
-        """[N] whether each row's x falls in range j's curve (efficiency.in_ranges, the one range check)."""
+        """[N] whether each row's x and y fall in range j's curve (efficiency.in_ranges, the one range check)."""
         x = np.asarray(self.x, float)
-        return np.broadcast_to(in_ranges(self.parts()[j][2], x, 0.0), x.shape)
+        y = np.zeros(x.shape) if self.y is None else np.asarray(self.y, float)
+        return np.broadcast_to(in_ranges(self.parts()[j][2], x, 0.0, y), x.shape)
+
+
+def _ranged_start(c: Curve, r: tuple[float, ...]) -> Curve:
+    """Start of the configuration of range r = (x_min, x_max, x_tile[, y_min, y_max])."""
+    lo, hi, tile, *yr = r
+    y_min, y_max = yr or (0.0, 0.0)
+    return dataclasses.replace(c, x_min=lo, x_max=hi, x_tile=tile, y_min=y_min, y_max=y_max)
 
 
 def _bound(hi: float) -> float:
@@ -142,6 +154,9 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
     class with several kernel configurations adds them one at a time, each starting from the fit
     with one fewer (so a configuration can only help)."""
     fit_idx, held_idx = split(len(rows.seconds), seed)
+    held_all = held_idx
+    if rows.screened is not None:
+        fit_idx, held_idx = fit_idx[~rows.screened[fit_idx]], held_idx[~rows.screened[held_idx]]
     warm = []
     if rows.ranges:
         fitted, err_fit = _fit_ranges(rows, prof, fit_idx)
@@ -156,11 +171,16 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
         fitted, err_fit = _fit(rows, prof, fit_idx, warm)
     held = mape(rows.predict(fitted, held_idx), rows.seconds[held_idx]) if len(held_idx) else float("nan")
     extra = dict(rows.notes)
+    if rows.screened is not None:
+        extra["rows_screened"] = int(rows.screened.sum())
+        extra["mape_held_out_unscreened_pct"] = round(mape(rows.predict(fitted, held_all), rows.seconds[held_all]), 2)
     if rows.also:
         extra["fitted_with"] = [k for k, _, _ in rows.also]
     if rows.ranges:
         extra["configs"] = len(rows.ranges)
-        extra["dispatch_by_rows"] = [[lo, hi or "inf", tile] for lo, hi, tile in rows.ranges]
+        extra["dispatch_by_rows"] = [[r[0], r[1] or "inf", r[2]] for r in rows.ranges]
+        if any(len(r) > 3 and (r[3] or r[4]) for r in rows.ranges):  # and by y (n): (y_min, y_max]
+            extra["dispatch_by_n"] = [[r[3], r[4] or "inf"] if len(r) > 3 else [0.0, "inf"] for r in rows.ranges]
     elif rows.configs > 1:
         extra["configs"] = rows.configs
     if rows.scalars:
@@ -176,7 +196,7 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
     scalars here); the fit-set MAPE over all fit rows."""
     curves = []
     for j in range(len(rows.ranges)):
-        one = dataclasses.replace(rows, ranges=(rows.ranges[j],), x=rows.x)
+        one = dataclasses.replace(rows, ranges=(rows.ranges[j],))
         idx = fit_idx[rows.in_range(j)[fit_idx]]
         if "pad_cost" in one.free and len(idx) < len(one.free):  # too few rows for the padded-row cost too:
             one = dataclasses.replace(one, free=tuple(f for f in one.free if f != "pad_cost"),  # priced as real rows

@@ -27,8 +27,9 @@ traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) i
 The attention curve's y-term is a cost per sequence, its z-term a cost per (sequence, query head) on
 the rank (FlashAttention-style kernels run a thread block per sequence, head and query tile) and its
 work term a fixed cost per kernel, all in FLOP units of the same peak. A curve bounded to a range of x
-(Curve.x_min / x_max) or of work (work_min / work_max) prices only ops inside it (`in_ranges`, the one
-range check): a dispatch's kernel configurations, e.g. vLLM's FP8 GEMM tiles by m, the kernels vLLM's
+(Curve.x_min / x_max), of y (y_min / y_max) or of work (work_min / work_max) prices only ops inside it
+(`in_ranges`, the one range check): a dispatch's kernel configurations, e.g. vLLM's FP8 GEMM tiles by m
+(and by n on SM90), the kernels vLLM's
 all-reduce picks by message size (one-shot, two-shot, symmetric memory, NCCL), a streaming op's working
 set in or out of L2 (its efficiency, a fraction of HBM, may then exceed 1).
 """
@@ -117,16 +118,17 @@ def evaluate_bound(bound: tuple, x, work=0.0):
 
 
 def _fixed_terms(c: Curve, y, z) -> tuple:
-    """(y and z terms, output tiles along y) of curve c: the parts of _one that x and work leave alone."""
-    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1)
+    """(y and z terms, output tiles along y, y) of curve c: the parts of _one that x and work leave alone."""
+    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y
 
 
 def _one(c: Curve, fixed: tuple, x, work):
     """One curve's efficiency at x and work, its y and z terms `fixed` (see rackplan.specs.Curve)."""
-    ranged = c.x_min or c.x_max or c.work_min or c.work_max
-    if ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and not in_ranges(c, x, work):
+    b, tiles_y, y = fixed
+    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max
+    scalar = ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and isinstance(y, (int, float))
+    if scalar and not in_ranges(c, x, work, y):
         return 0.0  # (a scalar op outside the curve's ranges: not evaluated)
-    b, tiles_y = fixed
     a = _term(c.x_half, x)
     q = c.sharpness
     p = _pad(c.x_tile, x, c.pad_cost) if c.x_tile else 1.0
@@ -135,8 +137,8 @@ def _one(c: Curve, fixed: tuple, x, work):
     if c.tiles_half:
         tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)
-    if ranged and not (isinstance(x, (int, float)) and isinstance(work, (int, float))):
-        eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float)), eff, 0.0)
+    if ranged and not scalar:
+        eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float), np.asarray(y, float)), eff, 0.0)
     return eff
 
 
@@ -153,12 +155,17 @@ def _pad(tile: float, x, cost: float = 0.0):
     return np.divide(padded + cost * (padded - x), x, out=np.ones(x.shape), where=x > 0)
 
 
-def in_ranges(c: Curve, x, work):
-    """Whether (x, work) lies in curve c's ranges: x_min < x <= x_max and work_min <= work < work_max
-    (a zero bound open; each side as its dispatch compares, calibration/opdb_ops.py), scalar or array."""
+def in_ranges(c: Curve, x, work, y=0.0):
+    """Whether (x, work, y) lies in curve c's ranges: x_min < x <= x_max, y_min < y <= y_max and work_min
+    <= work < work_max (a zero bound open; an unknown y, 0, in every y range; each side as its dispatch
+    compares, calibration/opdb_ops.py), scalar or array."""
     ok = (x > c.x_min) if c.x_min else True
     if c.x_max:
         ok = ok & (x <= c.x_max)
+    if c.y_min:
+        ok = ok & ((y > c.y_min) | (y <= 0))
+    if c.y_max:
+        ok = ok & (y <= c.y_max)
     if c.work_min:
         ok = ok & (work >= c.work_min)
     if c.work_max:

@@ -287,9 +287,11 @@ def test_package_version_from_the_root_s_environment(tmp_path):
 def test_fp8_gemm_curves_follow_the_cutlass_dispatch(imported):
     """The CUTLASS fp8 table on an SM100 GPU gets one curve per cutlass_scaled_mm configuration by m."""
     prof, _ = imported
-    assert [(c.x_min, c.x_max, c.x_tile) for c in prof.curves["gemm.fp8"]] == list(opdb_ops.FP8_DISPATCH["sm100"])
+    assert [(c.x_min, c.x_max, c.x_tile, c.y_min, c.y_max) for c in prof.curves["gemm.fp8"]] \
+        == list(opdb_ops.FP8_DISPATCH["sm100"])
     rec = prof.provenance["classes"]["gemm.fp8"]
     assert rec["configs"] == 4 and rec["dispatch_by_rows"][-1] == [256.0, "inf", 256.0]
+    assert "dispatch_by_n" not in rec and rec["rows_screened"] == 0  # SM100: by m alone; a smooth table
 
 
 def test_dispatched_fit_recovers_a_kernel_switch():
@@ -340,6 +342,62 @@ def test_dispatched_fit_recovers_a_padded_row_cost():
     plain, _ = fit_class(free, Profile(name="p"))
     assert fit.mape_held < 3.0 < plain.mape_held
     assert prof.curves["gemm.fp8"][1].pad_cost == pytest.approx(2.0, rel=0.25)
+
+
+def test_dispatched_fit_recovers_a_switch_by_n():
+    """Rows whose m <= 16 kernel switches at n = 1280 (SM90's M16_N1280 / M16_N8192 configurations, a 32-row
+    cluster and a 16-row tile) are recovered on held-out rows by a fit given the dispatch by m and n, as
+    FP8_DISPATCH gives it; the same rows dispatched by m alone (one curve for every n) are not."""
+    from pathlib import Path
+
+    from rackplan.calibration.opdb_fit import ClassRows, fit_class
+
+    truth = (Curve(eff_max=0.1, x_half=5.0, z_half=8000.0, x_tile=32.0, x_max=16.0, y_max=1280.0),
+             Curve(eff_max=0.5, x_half=60.0, y_half=100.0, x_tile=16.0, x_max=16.0, y_min=1280.0),
+             Curve(eff_max=0.7, x_half=300.0, y_half=300.0, z_half=150.0, x_tile=256.0, x_min=16.0))
+    mm = np.array([1, 2, 4, 8, 12, 16, 17, 64, 129, 256, 257, 1024, 4096], float)
+    nk = [(n, k) for n in (256, 512, 1024, 1280, 1536, 2048, 7168, 16384) for k in (1024, 4096, 7168)]
+    m, n, k = (np.array(x, float) for x in zip(*[(a, b, c) for a in mm for b, c in nk]))
+    predict = opdb_ops._gemm_predict("fp8", m, n, k, HW)
+    sec = _noisy(predict(Profile(name="truth", curves={"gemm.fp8": truth}), np.arange(len(m))), 4)
+    table = opdb.Table("gemm_perf", "gemm", "0", Path("synthetic"))
+    by_n = ((0.0, 16.0, 32.0, 0.0, 1280.0), (0.0, 16.0, 16.0, 1280.0, 0.0), (16.0, 0.0, 256.0, 0.0, 0.0))
+    rows = ClassRows("gemm.fp8", table, sec, predict, opdb_ops.GEMM_START, opdb_ops.ALL_FIELDS, "synthetic",
+                     ranges=by_n, x=m, y=n)
+    fit, prof = fit_class(rows, Profile(name="p"))
+    by_m, _ = fit_class(dataclasses.replace(rows, ranges=((0.0, 16.0, 16.0), (16.0, 0.0, 256.0))), Profile(name="p"))
+    assert fit.mape_held < 3.0 < by_m.mape_held
+    assert [(c.y_min, c.y_max) for c in prof.curves["gemm.fp8"]] == [(0.0, 1280.0), (1280.0, 0.0), (0.0, 0.0)]
+    assert fit.extra["dispatch_by_n"] == [[0.0, 1280.0], [1280.0, "inf"], [0.0, "inf"]]
+
+
+def test_screen_takes_out_rows_slow_against_their_same_configuration_neighbours():
+    """opdb_ops.screen: in m 2..16 at one (n, k) a row over SCREEN_RATIO x the median of the others is
+    screened; m = 1 and rows within the ratio are not. fit_class keeps screened rows out of both sides of
+    the same seeded split (no other row changes side) and scores the fit on every held-out row too."""
+    from pathlib import Path
+
+    from rackplan.calibration.opdb_fit import ClassRows, fit_class, split
+
+    m = np.tile(np.arange(1.0, 17.0), 2)  # [32]: m 1..16 at two (n, k)
+    n, k = np.repeat([1024.0, 7168.0], 16), np.repeat([2048.0, 4096.0], 16)
+    t = np.where(n == 1024.0, 10e-6, 20e-6) * (1.0 + 0.01 * (m % 3))  # within 2% of each other
+    t[0] *= 3.0  # m = 1: not in the screen's range
+    t[5] *= 1.3  # m = 6 at (1024, 2048): over 1.25x its neighbours' median
+    t[20] *= 1.2  # m = 5 at (7168, 4096): within the ratio
+    out = opdb_ops.screen(m, n, k, t)
+    assert np.flatnonzero(out).tolist() == [5]
+    assert opdb_ops.SCREEN_RATIO == 1.25 and opdb_ops.SCREEN_M == (2.0, 16.0)
+    predict = opdb_ops._gemm_predict("fp8", m, n, k, HW)
+    table = opdb.Table("gemm_perf", "gemm", "0", Path("synthetic"))
+    screened = np.zeros(32, bool)
+    screened[[3, 9, 30]] = True
+    rows = ClassRows("gemm.fp8", table, t, predict, opdb_ops.GEMM_START, ("eff_max",), "synthetic",
+                     ranges=((0.0, 0.0, 16.0),), x=m, y=n, screened=screened)
+    fit, _ = fit_class(rows, Profile(name="p"))
+    fit_idx, held_idx = split(32)
+    assert fit.rows_fit == int(np.sum(~screened[fit_idx])) and fit.rows_held == int(np.sum(~screened[held_idx]))
+    assert fit.extra["rows_screened"] == 3 and "mape_held_out_unscreened_pct" in fit.extra
 
 
 def test_prefill_reprice_matches_attention_component_with_a_per_head_cost():

@@ -83,6 +83,29 @@ def test_padded_rows_priced_apart_by_hand():
         Curve(eff_max=0.5, x_tile=16.0, pad_cost=-1.0)
 
 
+def test_dispatch_by_n_by_hand():
+    """y_min < y <= y_max: SM90's fp8 tiles by n (n <= 1280 and above) within one m range; the GEMM's n is
+    y, so efficiency.gemm picks the configuration by m and n; an unknown n (0) lies in every y range."""
+    small_n = Curve(eff_max=0.4, x_half=10.0, x_tile=32.0, x_max=16.0, y_max=1280.0)
+    big_n = Curve(eff_max=0.6, x_half=20.0, x_tile=16.0, x_max=16.0, y_min=1280.0)
+    prof = Profile(name="p", curves={"gemm.fp8": (small_n, big_n)})
+    # m = 8, n = 1024: only small_n runs, 8 rows in its 32-row cluster (pad 4)
+    assert efficiency.gemm(prof, "fp8", 8.0, 1024.0, 0.0) == pytest.approx(0.4 / (4.0 + 10.0 / 8.0))
+    assert efficiency.gemm(prof, "fp8", 8.0, 1280.0, 0.0) == pytest.approx(0.4 / (4.0 + 10.0 / 8.0))  # n <= 1280
+    # n = 1536: only big_n, 8 rows in a 16-row tile (pad 2)
+    assert efficiency.gemm(prof, "fp8", 8.0, 1536.0, 0.0) == pytest.approx(0.6 / (2.0 + 20.0 / 8.0))
+    assert efficiency.evaluate((small_n,), 8.0, 1536.0) == 0.0 and efficiency.evaluate((big_n,), 8.0, 1024.0) == 0.0
+    assert efficiency.evaluate((small_n, big_n), 8.0) == pytest.approx(max(0.4 / 5.25, 0.6 / 4.5))  # n unknown
+    assert efficiency.evaluate((small_n, big_n), 17.0, 1024.0) == 0.0  # outside every x range
+    n = np.array([256.0, 1024.0, 1280.0, 1281.0, 7168.0])
+    arr = efficiency.evaluate((small_n, big_n), 8.0, n, 2048.0, 2 * 8.0 * n * 2048)
+    one = [efficiency.evaluate((small_n, big_n), 8.0, float(y), 2048.0, 2 * 8.0 * y * 2048) for y in n]
+    assert np.allclose(arr, one) and np.all(arr > 0)
+    assert efficiency.in_ranges(big_n, 8.0, 0.0, 1281.0) and not efficiency.in_ranges(big_n, 8.0, 0.0, 1280.0)
+    with pytest.raises(SpecError, match="y_max"):
+        Curve(eff_max=0.5, y_min=1280.0, y_max=256.0)
+
+
 def test_attention_cost_per_sequence_and_head_by_hand():
     """The attention curve's z-term is a cost per (sequence, query head): z = FLOPs / (batch x heads);
     heads unknown (0) drops it, as every curve fitted without it."""
