@@ -235,6 +235,21 @@ def spread(per_run: list[list]) -> tuple[dict[str, float], list[float]]:
     return {k: round(100 * float(np.median(v)), 1) for k, v in per.items()}, waits
 
 
+def calibrate(runs: list[Path], prof_path: Path, raw: bool = False) -> dict:
+    """`rackplan calibrate --host-sweep` on `runs` (its JSON summary): each loop's block from its own part's runs
+    (decode: the closed-loop grid; prefill: the burst runs, whose decode instance serves one-token requests, not
+    the decode grid's regime); `raw`: the parts as measured, not scaled by each run's CPU-speed probe."""
+    dec, pre = [r for r in runs if _part_of(r) == "decode"], [r for r in runs if _part_of(r) == "prefill"]
+    cmd = [sys.executable, "-m", "rackplan.cli", "calibrate", "--host-sweep", "--base", "cpu-local",
+           "--holdout", "decode:" + ",".join(map(str, HOLDOUT)), "--out", str(prof_path), "--json"]
+    cmd += ["--host-raw"] * raw
+    for folder in dec or pre:
+        cmd += ["--measurements", str(folder)]
+    for folder in pre if dec else []:
+        cmd += ["--host-prefill-measurements", str(folder)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["profile"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/host_sweep")
@@ -255,12 +270,9 @@ def main() -> int:
     runs = [r for r in sorted((out / "runs").glob("*/")) if _part_of(r) in parts] if args.fit_only \
         else run_all(out, args.repeats, parts)
     runs += [r for d in args.also for r in sorted((Path(d) / "runs").glob("*/")) if _part_of(r) in parts]
-    prof_path = out / "host-cpu-local.yaml"
-    cmd = [sys.executable, "-m", "rackplan.cli", "calibrate", "--host-sweep", "--base", "cpu-local",
-           "--holdout", "decode:" + ",".join(map(str, HOLDOUT)), "--out", str(prof_path), "--json"]
-    for folder in runs:
-        cmd += ["--measurements", str(folder)]
-    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["profile"]
+    prof_path, raw_path = out / "host-cpu-local.yaml", out / "host-cpu-local-raw.yaml"
+    res = calibrate(runs, prof_path)
+    raw = calibrate(runs, raw_path, raw=True)
     prov = load_profile(prof_path).provenance["host_fit"]
     per_run = read_steps(runs)
     noise, waits = spread(per_run)
@@ -273,13 +285,18 @@ def main() -> int:
     print("after an idle wait (left out of the fit): part time / busy steps of the same run and shape: "
           + (", ".join(f"{k} {r:.2f} ({n})" for k, (r, n) in idle.items()) or "no such steps"))
     print(f"{len(runs)} runs, {prov['steps']} steps; held-out sizes {prov['held_out_sizes']}")
-    print(f"{'part':22s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'shapes fit/held':>16s} "
+    ref = res.get("probe_ref_s")
+    print("CPU-speed probe: " + (f"parts scaled to the runs' median probe {ref * 1e3:.3f} ms (executor/probe.py)"
+                                 if ref else "not in every run: parts as measured (both columns alike)"))
+    print(f"{'part':22s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'raw fit / held':>15s} {'shapes fit/held':>16s} "
           f"{'run spread % (CPU / wall)':>26s}")
     for part, err in res["host_fit_error_pct"].items():
         n_fit, n_held = prov["shapes_fit_held"][part]
         held = res["host_held_out_error_pct"].get(part, float("nan"))
+        r_fit, r_held = (raw[k].get(part, float("nan")) for k in ("host_fit_error_pct", "host_held_out_error_pct"))
         cpu, wall = (f"{n.get(part, float('nan')):.1f}" for n in (noise, wall_noise))
-        print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {f'{cpu} / {wall}':>26s}")
+        print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{r_fit:.1f} / {r_held:.1f}':>15s} {f'{n_fit}/{n_held}':>16s} "
+              f"{f'{cpu} / {wall}':>26s}")
     for role in ("decode", "prefill"):
         sd, corr = run_levels(per_run, role)
         print(f"{role} run level (a whole run faster or slower), sd over runs %: "

@@ -35,6 +35,16 @@ nothing re-derived here):
   host.dp_sync   dp_sync_s (steps of instances with DP > 1; dp_jitter keeps the base's value)
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
 base profile's values.
+
+Probe normalisation (probe_scaled): whole runs of one shape run 7-16% faster or slower than one another,
+every part of a run together (the VM's speed drifts from run to run and hour to hour; benchmarks/RESULTS.md,
+issue 15), and that drift, not the model's form, is most of a part's held-out error. Runs that record the
+executor's CPU-speed probe (op host.probe, executor/probe.py: a fixed workload each rank times at the start
+and the end of its timed window) have every host part scaled by PROBE_REF / the run's probe (the median of
+its ranks' start and end probes), where PROBE_REF is the median probe of all runs given: the fitted block is
+in this machine's seconds at its median speed over the sweep (so a sweep on another machine keeps that
+machine's speed), and held-out shapes are normalised by their own runs' probes exactly as the fit set. The
+DP wait (DP_WAIT: OS scheduling, not host work) is not scaled. Runs without probes are fitted as measured.
 """
 from __future__ import annotations
 
@@ -72,6 +82,7 @@ WARMUP_STEPS = 8
 # and held-out shapes leave such steps out (records of loops that predate `idle_before_s` count as busy):
 # the host model prices a busy engine's steps, where host time decides throughput.
 DP_WAIT = "host.dp_sync.wait"  # a step's DP wait: host.dp_sync's wall less its CPU time (reported, not fitted)
+PROBE = "host.probe"  # the executor's CPU-speed probe records (executor/probe.py)
 
 
 @dataclass
@@ -113,6 +124,28 @@ def host_steps(records: list[dict]) -> list[HostStep]:
         if step is not None:
             out.append(step)
     return out
+
+
+def run_probes(records: list[dict]) -> dict[int, float]:
+    """Per run (`_run`): the median over its ranks' start and end probes of the probe's thread CPU seconds
+    (runs without probe records are absent)."""
+    by_run: dict[int, list[float]] = {}
+    for r in records:
+        if r["op"] == PROBE and r["source"] == "measured":
+            by_run.setdefault(r.get("_run", 0), []).append(float(r.get("cpu_s", r["seconds"])))
+    return {run: float(np.median(v)) for run, v in by_run.items()}
+
+
+def probe_scaled(steps: list[HostStep], probes: dict[int, float]) -> tuple[list[HostStep], float | None]:
+    """`steps` with every host part but the DP wait scaled to the median probe over the runs (PROBE_REF, the
+    module docstring), and that median; unchanged (and None) unless every run of `steps` has a probe."""
+    runs = {s.run for s in steps}
+    if not runs or not runs <= set(probes) or min(probes[r] for r in runs) <= 0:
+        return steps, None
+    ref = float(np.median([probes[r] for r in runs]))
+    out = [dataclasses.replace(s, parts={n: v * ref / probes[s.run] if n != DP_WAIT else v
+                                         for n, v in s.parts.items()}) for s in steps]
+    return out, ref
 
 
 def _one(run: int, role: str, index: int, recs: list[dict]) -> HostStep | None:
@@ -269,6 +302,18 @@ def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams,
         out.points[part] = (len(fs), len(hs))
     out.host = hp
     return out
+
+
+def fit_loops(pred: HostPredictor, steps: list[HostStep], base: HostParams, base_prefill: HostParams,
+              held_sizes: set[int] = frozenset(), prefill_runs: set[int] | None = None) -> tuple[HostFit, HostFit]:
+    """(decode fit, prefill fit) of a sweep's steps, each loop's block from its own runs: with `prefill_runs`
+    (run indices), the prefill loop is fitted from those runs' steps only and the decode loop from every other
+    run's (a prefill sweep's decode instance serves other requests than the decode grid: one-token bursts);
+    without, both from every run."""
+    dec = [s for s in steps if prefill_runs is None or s.run not in prefill_runs]
+    pre = [s for s in steps if prefill_runs is None or s.run in prefill_runs]
+    return (fit_host_parts(pred, dec, base, "decode", held_sizes),
+            fit_host_parts(pred, pre, base_prefill, "prefill", held_sizes))
 
 
 def _moves(pred: HostPredictor, hp: HostParams, part: str, name: str, fs: list[HostStep]) -> bool:

@@ -80,8 +80,8 @@ OP_DEFS: tuple[OpDef, ...] = (
           "server"),
     OpDef("host.api_server", "cpu", "step", "none", "API server processes: detokenise and stream emitted tokens "
           "(beside the engine; bounds the decode step)"),
-    OpDef("host.probe", "cpu", "step", "none", "the CPU-speed probe: a fixed host workload each serving rank times at the "
-          "start and the end of its run (executor/probe.py; the host fit normalises by it)"),
+    OpDef("host.probe", "cpu", "step", "none", "the CPU-speed probe: a fixed host workload each serving rank "
+          "times at the start and the end of its run (executor/probe.py; the host fit normalises by it)"),
 )
 BY_NAME = {op.name: op for op in OP_DEFS}
 # the engine's host parts of a step, in loop order (the API server runs beside the engine)
