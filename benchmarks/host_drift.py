@@ -12,7 +12,10 @@ the busiest rank, as host_sweep.py):
                over runs; part p is scaled by exp(-mean over q != p)), then refitted. What it takes off the raw
                error is run-level drift every part of a run shares; what is left is the form's error and the
                part's own noise. It needs no probe, so it reads sweeps run before the probe;
-  probe        the fit in probe-normalised time (calibrate's default where every run has the probe).
+  probe x1     every part scaled by the runs' median probe / its run's probe (slope 1: a part follows the probe
+               fully);
+  probe        calibrate's default where every run has the probe (host_fit.probe_fit): each part's slope on the
+               probe learnt from the fit set's runs, every run scaled by (median / its probe) ** slope.
   run noise    the MAPE the held-out targets carry from their runs' spread alone (target_noise).
 Then per sweep: the sd over runs of the run level (mean over parts of the centred log residual) before and
 after the probe scaling, and the correlation of the run level with the log probe.
@@ -32,6 +35,7 @@ from rackplan.calibration.host_fit import (
     fit_host_parts,
     host_steps,
     medians,
+    probe_fit,
     probe_scaled,
     run_probes,
     steady,
@@ -111,7 +115,8 @@ def report(name: str, records: list[dict]) -> None:
     probes = run_probes(records)
     scaled, ref = probe_scaled(steps, probes)
     if ref:
-        rows.append(("probe", fit_host_parts(pred, scaled, base, "decode", HOLDOUT)))
+        rows.append(("probe x1", fit_host_parts(pred, scaled, base, "decode", HOLDOUT)))
+        rows.append(("probe", probe_fit(pred, steps, base, "decode", HOLDOUT, probes)))
     n_runs = len({s.run for s in steps})
     print(f"{name}: {n_runs} decode runs; held-out MAPE % (fit MAPE %)")
     print(f"  {'fit':12s} " + " ".join(f"{p:>16s}" for p in PARTS))
@@ -130,6 +135,8 @@ def report(name: str, records: list[dict]) -> None:
         line += (f"; after the probe {100 * np.std(after):.1f}%; probe sd {100 * np.std(list(logp.values())):.1f}%, "
                  f"correlation with the run level {corr:.2f}")
     print(line)
+    if ref:
+        print("  slopes (probe_fit): " + ", ".join(f"{p} {v:.2f}" for p, v in rows[-1][1].slopes.items()))
 
 
 def main() -> int:

@@ -213,7 +213,7 @@ def _from_measurements(args, base, name):
 
 def _from_host_sweep(args, base, name):
     """The base profile with its host block fitted from a host-loop sweep (calibration/host_fit.py)."""
-    from .host_fit import MIN_STEPS, WARMUP_STEPS, HostPredictor, fit_loops, host_steps, probe_scaled, run_probes
+    from .host_fit import MIN_STEPS, WARMUP_STEPS, HostPredictor, fit_loops, host_steps, run_probes
 
     paths = list(args.measurements) + list(args.host_prefill_measurements)
     records = []
@@ -226,10 +226,11 @@ def _from_host_sweep(args, base, name):
     steps = host_steps(records)
     if not steps:
         raise SpecError("--measurements", "host parts", "serving runs that record host.* parts per step")
-    steps, probe_ref = (steps, None) if args.host_raw else probe_scaled(steps, run_probes(records))
     held = set().union(*parse_holdout(args.holdout).values()) if args.holdout else set()
     pre_runs = set(range(len(args.measurements), len(paths))) if args.host_prefill_measurements else None
-    dec, pre = fit_loops(HostPredictor(model, hw), steps, base.host, base.host_for("prefill"), held, pre_runs)
+    probes = None if args.host_raw else run_probes(records)
+    dec, pre = fit_loops(HostPredictor(model, hw), steps, base.host, base.host_for("prefill"), held, pre_runs, probes)
+    probe_ref = dec.probe_ref
     errs = {**dec.fit_error, **{f"prefill/{k}": v for k, v in pre.fit_error.items()}}
     held_errs = {**dec.held_error, **{f"prefill/{k}": v for k, v in pre.held_error.items()}}
     points = {**dec.points, **{f"prefill/{k}": v for k, v in pre.points.items()}}
@@ -243,11 +244,13 @@ def _from_host_sweep(args, base, name):
                   "from its steps the same way; "
                   "each part's thread CPU time on the busiest rank (host.dp_sync: the collective's own work; "
                   "its wait for the other ranks, OS scheduling on the CPU executor, is not fitted)",
-        "probe_ref_s": probe_ref,
-        "probe": "every part but the DP wait scaled by probe_ref_s / its run's CPU-speed probe (executor/probe.py: "
-                 "the VM's run-to-run speed drift), held-out shapes by their own runs' probes; probe_ref_s is the "
-                 "runs' median probe, so the block is in this machine's seconds at its median speed"
-                 if probe_ref else "none: the parts as measured (--host-raw, or runs without the probe)",
+        "probe_ref_s": probe_ref, "probe_slopes": dec.slopes,
+        "prefill_probe_ref_s": pre.probe_ref, "prefill_probe_slopes": pre.slopes,
+        "probe": "each part but the DP wait scaled by (probe_ref_s / its run's CPU-speed probe) ** its slope "
+                 "(executor/probe.py: the VM's run-to-run speed drift; the slope, 0-1.5, how much of the probe's "
+                 "ratio the part follows over the fit set's runs), held-out shapes by their own runs' probes; "
+                 "probe_ref_s is the runs' median probe, so the block is in this machine's seconds at its median "
+                 "speed" if probe_ref else "none: the parts as measured (--host-raw, or runs without the probe)",
         "prefill_runs": "the --host-prefill-measurements runs only" if args.host_prefill_measurements
                         else "the --measurements runs",
         "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,

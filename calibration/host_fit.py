@@ -83,6 +83,7 @@ WARMUP_STEPS = 8
 # the host model prices a busy engine's steps, where host time decides throughput.
 DP_WAIT = "host.dp_sync.wait"  # a step's DP wait: host.dp_sync's wall less its CPU time (reported, not fitted)
 PROBE = "host.probe"  # the executor's CPU-speed probe records (executor/probe.py)
+PROBE_SLOPE_MAX = 1.5  # a part that follows the probe more than 1.5x is noise, not speed
 
 
 @dataclass
@@ -136,16 +137,42 @@ def run_probes(records: list[dict]) -> dict[int, float]:
     return {run: float(np.median(v)) for run, v in by_run.items()}
 
 
-def probe_scaled(steps: list[HostStep], probes: dict[int, float]) -> tuple[list[HostStep], float | None]:
-    """`steps` with every host part but the DP wait scaled to the median probe over the runs (PROBE_REF, the
-    module docstring), and that median; unchanged (and None) unless every run of `steps` has a probe."""
+def probe_scaled(steps: list[HostStep], probes: dict[int, float],
+                 slopes: dict[str, float] | None = None) -> tuple[list[HostStep], float | None]:
+    """`steps` with each host part but the DP wait scaled by (PROBE_REF / its run's probe) ** its slope (1 for
+    every part without `slopes`; PROBE_REF the median probe over the runs, the module docstring), and that
+    median; unchanged (and None) unless every run of `steps` has a probe."""
     runs = {s.run for s in steps}
     if not runs or not runs <= set(probes) or min(probes[r] for r in runs) <= 0:
         return steps, None
     ref = float(np.median([probes[r] for r in runs]))
-    out = [dataclasses.replace(s, parts={n: v * ref / probes[s.run] if n != DP_WAIT else v
-                                         for n, v in s.parts.items()}) for s in steps]
+    out = [dataclasses.replace(s, parts={n: v * (ref / probes[s.run]) ** (1.0 if slopes is None else slopes.get(n, 0.0))
+                                         if n != DP_WAIT else v for n, v in s.parts.items()}) for s in steps]
     return out, ref
+
+
+def probe_slopes(shapes: list[HostStep], probes: dict[int, float]) -> dict[str, float]:
+    """Per part: how much of the probe's run-to-run ratio the part follows, learnt without the model: over the
+    per-run `shapes` (one run's median steps of one shape each), the pooled within-shape least squares slope of
+    log(part seconds) on log(the run's probe), each shape's runs taken about their own mean (a shape's runs
+    differ by the machine's speed only); within [0, PROBE_SLOPE_MAX], 1 where fewer than MIN_SHAPES shapes have
+    two runs with different probes."""
+    groups: dict[tuple, list[HostStep]] = {}
+    for s in shapes:
+        groups.setdefault(s.key, []).append(s)
+    out = {}
+    for part in PART_PARAMS:
+        xs, ys = [], []  # per shape with runs of different probes: logs about the shape's own mean
+        for group in groups.values():
+            pts = [(np.log(probes[s.run]), np.log(s.parts[part])) for s in group if s.parts.get(part, 0) > 0]
+            x, y = np.array(pts).T if len(pts) >= 2 else (np.zeros(1), np.zeros(1))
+            if np.ptp(x) > 0:
+                xs.append(x - x.mean())
+                ys.append(y - y.mean())
+        if len(xs) >= MIN_SHAPES:
+            x, y = np.concatenate(xs), np.concatenate(ys)
+            out[part] = float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, PROBE_SLOPE_MAX))
+    return out
 
 
 def _one(run: int, role: str, index: int, recs: list[dict]) -> HostStep | None:
@@ -224,6 +251,8 @@ class HostFit:
     fit_error: dict[str, float] = field(default_factory=dict)
     held_error: dict[str, float] = field(default_factory=dict)
     points: dict[str, tuple[int, int]] = field(default_factory=dict)  # part -> (fit shapes, held-out shapes)
+    probe_ref: float | None = None  # fitted in probe-normalised time at this probe (s; probe_fit), else as measured
+    slopes: dict[str, float] = field(default_factory=dict)  # part -> how much of the probe's ratio it follows
 
 
 class HostPredictor:
@@ -305,15 +334,33 @@ def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams,
 
 
 def fit_loops(pred: HostPredictor, steps: list[HostStep], base: HostParams, base_prefill: HostParams,
-              held_sizes: set[int] = frozenset(), prefill_runs: set[int] | None = None) -> tuple[HostFit, HostFit]:
+              held_sizes: set[int] = frozenset(), prefill_runs: set[int] | None = None,
+              probes: dict[int, float] | None = None) -> tuple[HostFit, HostFit]:
     """(decode fit, prefill fit) of a sweep's steps, each loop's block from its own runs: with `prefill_runs`
     (run indices), the prefill loop is fitted from those runs' steps only and the decode loop from every other
     run's (a prefill sweep's decode instance serves other requests than the decode grid: one-token bursts);
-    without, both from every run."""
+    without, both from every run. `probes` (run_probes): each loop in probe-normalised time (probe_fit)."""
     dec = [s for s in steps if prefill_runs is None or s.run not in prefill_runs]
     pre = [s for s in steps if prefill_runs is None or s.run in prefill_runs]
-    return (fit_host_parts(pred, dec, base, "decode", held_sizes),
-            fit_host_parts(pred, pre, base_prefill, "prefill", held_sizes))
+    return (probe_fit(pred, dec, base, "decode", held_sizes, probes),
+            probe_fit(pred, pre, base_prefill, "prefill", held_sizes, probes))
+
+
+def probe_fit(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
+              held_sizes: set[int] = frozenset(), probes: dict[int, float] | None = None) -> HostFit:
+    """fit_host_parts, in probe-normalised time where every run of `role` has a probe: each part's slope on
+    the probe from the fit set's shapes (probe_slopes), every run (held-out ones by their own probe) scaled by
+    it; the fit's probe_ref and slopes say what was done (as measured, probe_ref None, without probes)."""
+    mine = [s for s in steps if s.role == role]
+    _, ref = probe_scaled(mine, probes or {})
+    if ref is None:
+        return fit_host_parts(pred, mine, base, role, held_sizes)
+    per_run = [s for run in sorted({s.run for s in mine}) for s in medians(steady([m for m in mine if m.run == run]))
+               if s.steps >= MIN_STEPS and s.size not in held_sizes]
+    slopes = {p: probe_slopes(per_run, probes).get(p, 1.0) for p in PART_PARAMS}
+    scaled, _ = probe_scaled(mine, probes, slopes)
+    fit = fit_host_parts(pred, scaled, base, role, held_sizes)
+    return dataclasses.replace(fit, probe_ref=ref, slopes=slopes)
 
 
 def _moves(pred: HostPredictor, hp: HostParams, part: str, name: str, fs: list[HostStep]) -> bool:
