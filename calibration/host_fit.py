@@ -36,15 +36,17 @@ nothing re-derived here):
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
 base profile's values.
 
-Probe normalisation (probe_scaled): whole runs of one shape run 7-16% faster or slower than one another,
+Probe normalisation (probe_fit): whole runs of one shape run 7-16% faster or slower than one another,
 every part of a run together (the VM's speed drifts from run to run and hour to hour; benchmarks/RESULTS.md,
 issue 15), and that drift, not the model's form, is most of a part's held-out error. Runs that record the
 executor's CPU-speed probe (op host.probe, executor/probe.py: a fixed workload each rank times at the start
-and the end of its timed window) have every host part scaled by PROBE_REF / the run's probe (the median of
-its ranks' start and end probes), where PROBE_REF is the median probe of all runs given: the fitted block is
-in this machine's seconds at its median speed over the sweep (so a sweep on another machine keeps that
-machine's speed), and held-out shapes are normalised by their own runs' probes exactly as the fit set. The
-DP wait (DP_WAIT: OS scheduling, not host work) is not scaled. Runs without probes are fitted as measured.
+and the end of its timed window) have each host part scaled by (PROBE_REF / the run's probe) ** the part's
+slope, the run's probe the median of its ranks' start and end probes and PROBE_REF the median probe of the
+loop's runs: the fitted block is in this machine's seconds at its median speed over the sweep (so a sweep on
+another machine keeps that machine's speed). A part's slope (probe_slopes) is how much of the probe's ratio it
+follows, learnt on the fit set alone, model-free: within each fit-set shape, its runs' log part time on their
+log probe. Held-out shapes are scaled by their own runs' probes with those slopes, exactly as the fit set.
+The DP wait (DP_WAIT: OS scheduling, not host work) is not scaled. Runs without probes are fitted as measured.
 """
 from __future__ import annotations
 
