@@ -6,7 +6,7 @@ drift) and how much is the model's form, and what the executor's CPU-speed probe
 Decode grid runs only (the closed-loop runs; the burst runs' decode instance is another regime). Per sweep
 given (and all of them together), rows of held-out MAPE % per part (the shapes of 3, 6, 12, 24 sequences on
 the busiest rank, as host_sweep.py):
-  raw          the fit as `rackplan calibrate --host-sweep --host-raw` makes it (parts as measured);
+  raw          the fit as `rackplan calibrate --host-sweep` makes it (parts as measured, its default);
   other parts  a diagnostic, not a calibration: each run's level from its OTHER parts removed (per run and
                part q: the median over the run's shapes of log(measured / the raw fit's prediction), centred
                over runs; part p is scaled by exp(-mean over q != p)), then refitted. What it takes off the raw
@@ -14,7 +14,7 @@ the busiest rank, as host_sweep.py):
                part's own noise. It needs no probe, so it reads sweeps run before the probe;
   probe x1     every part scaled by the runs' median probe / its run's probe (slope 1: a part follows the probe
                fully);
-  probe        calibrate's default where every run has the probe (host_fit.probe_fit): each part's slope on the
+  probe        `calibrate --host-probe` where every run has the probe (host_fit.probe_fit): each part's slope on the
                probe learnt from the fit set's runs, every run scaled by (median / its probe) ** slope.
   run noise    the MAPE the held-out targets carry from their runs' spread alone (target_noise).
 Then per sweep: the sd over runs of the run level (mean over parts of the centred log residual) before and

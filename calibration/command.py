@@ -44,10 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --host-sweep: runs the prefill loop's block is fitted from (repeatable); given, the "
                         "decode block is fitted from --measurements only and the prefill block from these only "
                         "(default: both from --measurements)")
-    p.add_argument("--host-raw", action="store_true",
-                   help="with --host-sweep: fit the host parts as measured, not scaled by each run's CPU-speed probe "
-                        "(executor/probe.py; by default runs that all recorded it are normalised to their median "
-                        "probe: calibration/host_fit.py)")
+    p.add_argument("--host-probe", action="store_true",
+                   help="with --host-sweep: fit the host parts in probe-normalised time where every run recorded the "
+                        "executor's CPU-speed probe (calibration/host_fit.py probe_fit; default: as measured: on a "
+                        "loaded machine the probe did not lower the held-out error, benchmarks/RESULTS.md)")
     p.add_argument("--a2a-table", action="append", default=[], help="published all-to-all table (CSV)")
     p.add_argument("--vllm-bench", action="append", default=[],
                    help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable): "
@@ -228,7 +228,7 @@ def _from_host_sweep(args, base, name):
         raise SpecError("--measurements", "host parts", "serving runs that record host.* parts per step")
     held = set().union(*parse_holdout(args.holdout).values()) if args.holdout else set()
     pre_runs = set(range(len(args.measurements), len(paths))) if args.host_prefill_measurements else None
-    probes = None if args.host_raw else run_probes(records)
+    probes = run_probes(records) if args.host_probe else None
     dec, pre = fit_loops(HostPredictor(model, hw), steps, base.host, base.host_for("prefill"), held, pre_runs, probes)
     probe_ref = dec.probe_ref
     errs = {**dec.fit_error, **{f"prefill/{k}": v for k, v in pre.fit_error.items()}}
@@ -250,7 +250,7 @@ def _from_host_sweep(args, base, name):
                  "(executor/probe.py: the VM's run-to-run speed drift; the slope, 0-1.5, how much of the probe's "
                  "ratio the part follows over the fit set's runs), held-out shapes by their own runs' probes; "
                  "probe_ref_s is the runs' median probe, so the block is in this machine's seconds at its median "
-                 "speed" if probe_ref else "none: the parts as measured (--host-raw, or runs without the probe)",
+                 "speed" if probe_ref else "none: the parts as measured (no --host-probe, or runs without it)",
         "prefill_runs": "the --host-prefill-measurements runs only" if args.host_prefill_measurements
                         else "the --measurements runs",
         "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,

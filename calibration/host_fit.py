@@ -36,7 +36,8 @@ nothing re-derived here):
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
 base profile's values.
 
-Probe normalisation (probe_fit): whole runs of one shape run 7-16% faster or slower than one another,
+Probe normalisation (probe_fit; `calibrate --host-probe`, opt-in: on a loaded machine it did not lower the
+held-out error, benchmarks/RESULTS.md, hostfit4): whole runs of one shape run 7-16% faster or slower than one another,
 every part of a run together (the VM's speed drifts from run to run and hour to hour; benchmarks/RESULTS.md,
 issue 15), and that drift, not the model's form, is most of a part's held-out error. Runs that record the
 executor's CPU-speed probe (op host.probe, executor/probe.py: a fixed workload each rank times at the start

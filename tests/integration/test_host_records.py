@@ -72,12 +72,12 @@ def test_host_sweep_calibration_writes_the_host_block(run):
     fit = prof.provenance["host_fit"]
     assert prof.host.scheduler == "central" and fit["steps"] > 10
     assert set(fit["fit_error_pct"]) <= set(prof.fit_error)
-    assert fit["probe_ref_s"] == pytest.approx(run_probes(recs)[0])  # one run: scaled by 1
-    raw = tmp / "raw.yaml"
+    assert fit["probe_ref_s"] is None  # as measured by default
+    probed = tmp / "probed.yaml"
     assert main(["calibrate", "--host-sweep", "--base", "cpu-local", "--measurements", str(tmp / "run"),
-                 "--out", str(raw), "--host-raw"]) == 0
-    assert load_profile(raw).provenance["host_fit"]["probe_ref_s"] is None
-    assert load_profile(raw).host == prof.host
+                 "--out", str(probed), "--host-probe"]) == 0
+    assert load_profile(probed).provenance["host_fit"]["probe_ref_s"] == pytest.approx(run_probes(recs)[0])
+    assert load_profile(probed).host == prof.host  # one run: scaled by 1
 
 
 def _paced_run(tmp, bursts, workload_arrival=None):

@@ -77,14 +77,14 @@ def test_each_loops_block_is_fitted_from_its_own_parts_runs(monkeypatch, tmp_pat
 
     monkeypatch.setattr(hs.subprocess, "run", lambda cmd, **kw: seen.append(cmd) or Done())
     hs.calibrate(runs, tmp_path / "p.yaml")
-    hs.calibrate(runs[2:], tmp_path / "p.yaml", raw=True)
+    hs.calibrate(runs[2:], tmp_path / "p.yaml", probe=True)
     hs.calibrate(runs[:2], tmp_path / "p.yaml")
 
     def given(cmd, flag):
         return [cmd[i + 1] for i, a in enumerate(cmd) if a == flag]
     assert given(seen[0], "--measurements") == [str(r) for r in runs[:2]]
     assert given(seen[0], "--host-prefill-measurements") == [str(r) for r in runs[2:]]
-    assert "--host-raw" not in seen[0] and "--host-raw" in seen[1]
+    assert "--host-probe" not in seen[0] and "--host-probe" in seen[1]
     for cmd, alone in ((seen[1], runs[2:]), (seen[2], runs[:2])):  # one part only: all its runs, both loops
         assert given(cmd, "--measurements") == [str(r) for r in alone]
         assert not given(cmd, "--host-prefill-measurements")
