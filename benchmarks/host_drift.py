@@ -23,6 +23,7 @@ after the probe scaling, and the correlation of the run level with the log probe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -77,8 +78,6 @@ def run_residuals(pred: HostPredictor, hp, steps) -> dict[int, dict[str, float]]
 
 def other_parts_scaled(steps, res: dict[int, dict[str, float]]):
     """Each step's part p divided by exp(the mean of its run's centred residuals of the other parts)."""
-    import dataclasses
-
     def level(run, part):
         others = [v for q, v in res.get(run, {}).items() if q != part]
         return float(np.exp(np.mean(others))) if others else 1.0
