@@ -12,7 +12,10 @@ step sizes --holdout (sequences on the busiest rank) and prints each part's MAPE
 held-out shapes, plus the run-to-run spread of the same shape (the machine is shared: medians of
 per-run medians), the DP wait it does not fit (host.dp_sync's wall time less its CPU time) and the
 warm-up profile that WARMUP_STEPS (calibration/host_fit.py) is read from, and how much slower the
-steps after an idle wait are (left out of the fit: host_fit.steady).
+steps after an idle wait are (left out of the fit: host_fit.steady). Each loop's block is fitted from its own
+part's runs (decode: the grid; prefill: the bursts), as measured, with the fit in probe-normalised time
+(`calibrate --host-probe`, host_fit.probe_fit: each run scaled by the executor's CPU-speed probe against the VM's
+run-to-run drift) printed beside it.
 
     python benchmarks/host_sweep.py --out runs/host_sweep            # 244 runs: ~18 min idle, ~60 busy
     python benchmarks/host_sweep.py --out runs/host_sweep --part prefill  # the 4 burst runs: ~1.5 min idle
@@ -235,6 +238,21 @@ def spread(per_run: list[list]) -> tuple[dict[str, float], list[float]]:
     return {k: round(100 * float(np.median(v)), 1) for k, v in per.items()}, waits
 
 
+def calibrate(runs: list[Path], prof_path: Path, probe: bool = False) -> dict:
+    """`rackplan calibrate --host-sweep` on `runs` (its JSON summary): each loop's block from its own part's runs
+    (decode: the closed-loop grid; prefill: the burst runs, whose decode instance serves one-token requests, not
+    the decode grid's regime); `probe`: in probe-normalised time (`--host-probe`), else as measured."""
+    dec, pre = [r for r in runs if _part_of(r) == "decode"], [r for r in runs if _part_of(r) == "prefill"]
+    cmd = [sys.executable, "-m", "rackplan.cli", "calibrate", "--host-sweep", "--base", "cpu-local",
+           "--holdout", "decode:" + ",".join(map(str, HOLDOUT)), "--out", str(prof_path), "--json"]
+    cmd += ["--host-probe"] * probe
+    for folder in dec or pre:
+        cmd += ["--measurements", str(folder)]
+    for folder in pre if dec else []:
+        cmd += ["--host-prefill-measurements", str(folder)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["profile"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/host_sweep")
@@ -255,12 +273,9 @@ def main() -> int:
     runs = [r for r in sorted((out / "runs").glob("*/")) if _part_of(r) in parts] if args.fit_only \
         else run_all(out, args.repeats, parts)
     runs += [r for d in args.also for r in sorted((Path(d) / "runs").glob("*/")) if _part_of(r) in parts]
-    prof_path = out / "host-cpu-local.yaml"
-    cmd = [sys.executable, "-m", "rackplan.cli", "calibrate", "--host-sweep", "--base", "cpu-local",
-           "--holdout", "decode:" + ",".join(map(str, HOLDOUT)), "--out", str(prof_path), "--json"]
-    for folder in runs:
-        cmd += ["--measurements", str(folder)]
-    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["profile"]
+    prof_path, probe_path = out / "host-cpu-local.yaml", out / "host-cpu-local-probe.yaml"
+    res = calibrate(runs, prof_path)
+    probed = calibrate(runs, probe_path, probe=True)
     prov = load_profile(prof_path).provenance["host_fit"]
     per_run = read_steps(runs)
     noise, waits = spread(per_run)
@@ -273,13 +288,18 @@ def main() -> int:
     print("after an idle wait (left out of the fit): part time / busy steps of the same run and shape: "
           + (", ".join(f"{k} {r:.2f} ({n})" for k, (r, n) in idle.items()) or "no such steps"))
     print(f"{len(runs)} runs, {prov['steps']} steps; held-out sizes {prov['held_out_sizes']}")
-    print(f"{'part':22s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'shapes fit/held':>16s} "
-          f"{'run spread % (CPU / wall)':>26s}")
+    ref = probed.get("probe_ref_s")
+    print("CPU-speed probe column: " + (f"parts scaled to the runs' median probe {ref * 1e3:.3f} ms (--host-probe)"
+                                        if ref else "not in every run: parts as measured (alike)"))
+    print(f"{'part':22s} {'fit MAPE %':>10s} {'held-out MAPE %':>16s} {'probe fit / held':>17s} "
+          f"{'shapes fit/held':>16s} {'run spread % (CPU / wall)':>26s}")
     for part, err in res["host_fit_error_pct"].items():
         n_fit, n_held = prov["shapes_fit_held"][part]
         held = res["host_held_out_error_pct"].get(part, float("nan"))
+        r_fit, r_held = (probed[k].get(part, float("nan")) for k in ("host_fit_error_pct", "host_held_out_error_pct"))
         cpu, wall = (f"{n.get(part, float('nan')):.1f}" for n in (noise, wall_noise))
-        print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{n_fit}/{n_held}':>16s} {f'{cpu} / {wall}':>26s}")
+        print(f"{part:22s} {err:10.1f} {held:16.1f} {f'{r_fit:.1f} / {r_held:.1f}':>17s} {f'{n_fit}/{n_held}':>16s} "
+              f"{f'{cpu} / {wall}':>26s}")
     for role in ("decode", "prefill"):
         sd, corr = run_levels(per_run, role)
         print(f"{role} run level (a whole run faster or slower), sd over runs %: "

@@ -40,6 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the --measurements are serving runs of one model and hardware over several plans (DP "
                         "sizes, draft depths): fit only the profile's host block from their per-part host records "
                         "(sim/cost/host.py); --holdout sizes (sequences on the busiest rank) are held out")
+    p.add_argument("--host-prefill-measurements", action="append", default=[], metavar="RUN",
+                   help="with --host-sweep: runs the prefill loop's block is fitted from (repeatable); given, the "
+                        "decode block is fitted from --measurements only and the prefill block from these only "
+                        "(default: both from --measurements)")
+    p.add_argument("--host-probe", action="store_true",
+                   help="with --host-sweep: fit the host parts in probe-normalised time where every run recorded the "
+                        "executor's CPU-speed probe (calibration/host_fit.py probe_fit; default: as measured: on a "
+                        "loaded machine the probe did not lower the held-out error, benchmarks/RESULTS.md)")
     p.add_argument("--a2a-table", action="append", default=[], help="published all-to-all table (CSV)")
     p.add_argument("--vllm-bench", action="append", default=[],
                    help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable): "
@@ -108,7 +116,7 @@ def build_profile(args):
     prof = base
     if args.measurements and args.host_sweep:
         prof, extra, summary = _from_host_sweep(args, base, name)
-        inputs += [io.measurement_file(m) for m in args.measurements]
+        inputs += [io.measurement_file(m) for m in args.measurements + args.host_prefill_measurements]
     elif args.measurements:
         prof, extra, summary = _from_measurements(args, base, name)
         inputs += [io.measurement_file(m) for m in args.measurements]
@@ -205,10 +213,11 @@ def _from_measurements(args, base, name):
 
 def _from_host_sweep(args, base, name):
     """The base profile with its host block fitted from a host-loop sweep (calibration/host_fit.py)."""
-    from .host_fit import MIN_STEPS, WARMUP_STEPS, HostPredictor, fit_host_parts, host_steps
+    from .host_fit import MIN_STEPS, WARMUP_STEPS, HostPredictor, fit_loops, host_steps, run_probes
 
+    paths = list(args.measurements) + list(args.host_prefill_measurements)
     records = []
-    for i, m in enumerate(args.measurements):
+    for i, m in enumerate(paths):
         records += [dict(r, _run=i) for r in io.read_measurements(m)]
     specs = sorted({(r["model"], r["hardware"]) for r in records})
     if len(specs) != 1:
@@ -218,9 +227,10 @@ def _from_host_sweep(args, base, name):
     if not steps:
         raise SpecError("--measurements", "host parts", "serving runs that record host.* parts per step")
     held = set().union(*parse_holdout(args.holdout).values()) if args.holdout else set()
-    pred = HostPredictor(model, hw)
-    dec = fit_host_parts(pred, steps, base.host, "decode", held)  # decode (and aggregated) instances
-    pre = fit_host_parts(pred, steps, base.host_for("prefill"), "prefill", held)  # its own loop
+    pre_runs = set(range(len(args.measurements), len(paths))) if args.host_prefill_measurements else None
+    probes = run_probes(records) if args.host_probe else None
+    dec, pre = fit_loops(HostPredictor(model, hw), steps, base.host, base.host_for("prefill"), held, pre_runs, probes)
+    probe_ref = dec.probe_ref
     errs = {**dec.fit_error, **{f"prefill/{k}": v for k, v in pre.fit_error.items()}}
     held_errs = {**dec.held_error, **{f"prefill/{k}": v for k, v in pre.held_error.items()}}
     points = {**dec.points, **{f"prefill/{k}": v for k, v in pre.points.items()}}
@@ -234,11 +244,21 @@ def _from_host_sweep(args, base, name):
                   "from its steps the same way; "
                   "each part's thread CPU time on the busiest rank (host.dp_sync: the collective's own work; "
                   "its wait for the other ranks, OS scheduling on the CPU executor, is not fitted)",
+        "probe_ref_s": probe_ref, "probe_slopes": dec.slopes,
+        "prefill_probe_ref_s": pre.probe_ref, "prefill_probe_slopes": pre.slopes,
+        "probe": "each part but the DP wait scaled by (probe_ref_s / its run's CPU-speed probe) ** its slope "
+                 "(executor/probe.py: the VM's run-to-run speed drift; the slope, 0-1.5, how much of the probe's "
+                 "ratio the part follows over the fit set's runs), held-out shapes by their own runs' probes; "
+                 "probe_ref_s is the runs' median probe, so the block is in this machine's seconds at its median "
+                 "speed" if probe_ref else "none: the parts as measured (no --host-probe, or runs without it)",
+        "prefill_runs": "the --host-prefill-measurements runs only" if args.host_prefill_measurements
+                        else "the --measurements runs",
         "steps": len(steps), "fit_error_pct": errs, "held_out_error_pct": held_errs,
         "shapes_fit_held": {k: list(v) for k, v in points.items()}, "held_out_sizes": sorted(held),
         "kept_from_base": "launch_s, kernels_per_layer, graph_launch_s, dp_jitter, api_* (the CPU executor has "
                           "no API server)"}}
-    summary = {"host_fit_error_pct": errs, "host_held_out_error_pct": held_errs, "steps": len(steps)}
+    summary = {"host_fit_error_pct": errs, "host_held_out_error_pct": held_errs, "steps": len(steps),
+               "probe_ref_s": probe_ref}
     return prof, extra, summary
 
 

@@ -35,6 +35,19 @@ nothing re-derived here):
   host.dp_sync   dp_sync_s (steps of instances with DP > 1; dp_jitter keeps the base's value)
 Launches (inside the CPU executor's op times) and the API server (the executor has none) keep the
 base profile's values.
+
+Probe normalisation (probe_fit; `calibrate --host-probe`, opt-in: on a loaded machine it did not lower the
+held-out error, benchmarks/RESULTS.md, hostfit4): whole runs of one shape run 7-16% faster or slower than one another,
+every part of a run together (the VM's speed drifts from run to run and hour to hour; benchmarks/RESULTS.md,
+issue 15), and that drift, not the model's form, is most of a part's held-out error. Runs that record the
+executor's CPU-speed probe (op host.probe, executor/probe.py: a fixed workload each rank times at the start
+and the end of its timed window) have each host part scaled by (PROBE_REF / the run's probe) ** the part's
+slope, the run's probe the median of its ranks' start and end probes and PROBE_REF the median probe of the
+loop's runs: the fitted block is in this machine's seconds at its median speed over the sweep (so a sweep on
+another machine keeps that machine's speed). A part's slope (probe_slopes) is how much of the probe's ratio it
+follows, learnt on the fit set alone, model-free: within each fit-set shape, its runs' log part time on their
+log probe. Held-out shapes are scaled by their own runs' probes with those slopes, exactly as the fit set.
+The DP wait (DP_WAIT: OS scheduling, not host work) is not scaled. Runs without probes are fitted as measured.
 """
 from __future__ import annotations
 
@@ -72,6 +85,8 @@ WARMUP_STEPS = 8
 # and held-out shapes leave such steps out (records of loops that predate `idle_before_s` count as busy):
 # the host model prices a busy engine's steps, where host time decides throughput.
 DP_WAIT = "host.dp_sync.wait"  # a step's DP wait: host.dp_sync's wall less its CPU time (reported, not fitted)
+PROBE = "host.probe"  # the executor's CPU-speed probe records (executor/probe.py)
+PROBE_SLOPE_MAX = 1.5  # a part that follows the probe more than 1.5x is noise, not speed
 
 
 @dataclass
@@ -112,6 +127,54 @@ def host_steps(records: list[dict]) -> list[HostStep]:
         step = _one(run, role, index, recs)
         if step is not None:
             out.append(step)
+    return out
+
+
+def run_probes(records: list[dict]) -> dict[int, float]:
+    """Per run (`_run`): the median over its ranks' start and end probes of the probe's thread CPU seconds
+    (runs without probe records are absent)."""
+    by_run: dict[int, list[float]] = {}
+    for r in records:
+        if r["op"] == PROBE and r["source"] == "measured":
+            by_run.setdefault(r.get("_run", 0), []).append(float(r.get("cpu_s", r["seconds"])))
+    return {run: float(np.median(v)) for run, v in by_run.items()}
+
+
+def probe_scaled(steps: list[HostStep], probes: dict[int, float],
+                 slopes: dict[str, float] | None = None) -> tuple[list[HostStep], float | None]:
+    """`steps` with each host part but the DP wait scaled by (PROBE_REF / its run's probe) ** its slope (1 for
+    every part without `slopes`; PROBE_REF the median probe over the runs, the module docstring), and that
+    median; unchanged (and None) unless every run of `steps` has a probe."""
+    runs = {s.run for s in steps}
+    if not runs or not runs <= set(probes) or min(probes[r] for r in runs) <= 0:
+        return steps, None
+    ref = float(np.median([probes[r] for r in runs]))
+    out = [dataclasses.replace(s, parts={n: v * (ref / probes[s.run]) ** (1.0 if slopes is None else slopes.get(n, 0.0))
+                                         if n != DP_WAIT else v for n, v in s.parts.items()}) for s in steps]
+    return out, ref
+
+
+def probe_slopes(shapes: list[HostStep], probes: dict[int, float]) -> dict[str, float]:
+    """Per part: how much of the probe's run-to-run ratio the part follows, learnt without the model: over the
+    per-run `shapes` (one run's median steps of one shape each), the pooled within-shape least squares slope of
+    log(part seconds) on log(the run's probe), each shape's runs taken about their own mean (a shape's runs
+    differ by the machine's speed only); within [0, PROBE_SLOPE_MAX], 1 where fewer than MIN_SHAPES shapes have
+    two runs with different probes."""
+    groups: dict[tuple, list[HostStep]] = {}
+    for s in shapes:
+        groups.setdefault(s.key, []).append(s)
+    out = {}
+    for part in PART_PARAMS:
+        xs, ys = [], []  # per shape with runs of different probes: logs about the shape's own mean
+        for group in groups.values():
+            pts = [(np.log(probes[s.run]), np.log(s.parts[part])) for s in group if s.parts.get(part, 0) > 0]
+            x, y = np.array(pts).T if len(pts) >= 2 else (np.zeros(1), np.zeros(1))
+            if np.ptp(x) > 0:
+                xs.append(x - x.mean())
+                ys.append(y - y.mean())
+        if len(xs) >= MIN_SHAPES:
+            x, y = np.concatenate(xs), np.concatenate(ys)
+            out[part] = float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, PROBE_SLOPE_MAX))
     return out
 
 
@@ -191,6 +254,8 @@ class HostFit:
     fit_error: dict[str, float] = field(default_factory=dict)
     held_error: dict[str, float] = field(default_factory=dict)
     points: dict[str, tuple[int, int]] = field(default_factory=dict)  # part -> (fit shapes, held-out shapes)
+    probe_ref: float | None = None  # fitted in probe-normalised time at this probe (s; probe_fit), else as measured
+    slopes: dict[str, float] = field(default_factory=dict)  # part -> how much of the probe's ratio it follows
 
 
 class HostPredictor:
@@ -269,6 +334,36 @@ def fit_host_parts(pred: HostPredictor, steps: list[HostStep], base: HostParams,
         out.points[part] = (len(fs), len(hs))
     out.host = hp
     return out
+
+
+def fit_loops(pred: HostPredictor, steps: list[HostStep], base: HostParams, base_prefill: HostParams,
+              held_sizes: set[int] = frozenset(), prefill_runs: set[int] | None = None,
+              probes: dict[int, float] | None = None) -> tuple[HostFit, HostFit]:
+    """(decode fit, prefill fit) of a sweep's steps, each loop's block from its own runs: with `prefill_runs`
+    (run indices), the prefill loop is fitted from those runs' steps only and the decode loop from every other
+    run's (a prefill sweep's decode instance serves other requests than the decode grid: one-token bursts);
+    without, both from every run. `probes` (run_probes): each loop in probe-normalised time (probe_fit)."""
+    dec = [s for s in steps if prefill_runs is None or s.run not in prefill_runs]
+    pre = [s for s in steps if prefill_runs is None or s.run in prefill_runs]
+    return (probe_fit(pred, dec, base, "decode", held_sizes, probes),
+            probe_fit(pred, pre, base_prefill, "prefill", held_sizes, probes))
+
+
+def probe_fit(pred: HostPredictor, steps: list[HostStep], base: HostParams, role: str,
+              held_sizes: set[int] = frozenset(), probes: dict[int, float] | None = None) -> HostFit:
+    """fit_host_parts, in probe-normalised time where every run of `role` has a probe: each part's slope on
+    the probe from the fit set's shapes (probe_slopes), every run (held-out ones by their own probe) scaled by
+    it; the fit's probe_ref and slopes say what was done (as measured, probe_ref None, without probes)."""
+    mine = [s for s in steps if s.role == role]
+    _, ref = probe_scaled(mine, probes or {})
+    if ref is None:
+        return fit_host_parts(pred, mine, base, role, held_sizes)
+    per_run = [s for run in sorted({s.run for s in mine}) for s in medians(steady([m for m in mine if m.run == run]))
+               if s.steps >= MIN_STEPS and s.size not in held_sizes]
+    slopes = {p: probe_slopes(per_run, probes).get(p, 1.0) for p in PART_PARAMS}
+    scaled, _ = probe_scaled(mine, probes, slopes)
+    fit = fit_host_parts(pred, scaled, base, role, held_sizes)
+    return dataclasses.replace(fit, probe_ref=ref, slopes=slopes)
 
 
 def _moves(pred: HostPredictor, hp: HostParams, part: str, name: str, fs: list[HostStep]) -> bool:

@@ -41,6 +41,7 @@ from .attention import sub_seed
 from .control import Control
 from .kv import KVLinks, check_kv_layouts, dest_ranks, source_rank
 from .model import Batch, layer_ids
+from .probe import probe_record
 from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
 from .serving import DecodeSeats, PrefillQueue, Timeline
@@ -533,12 +534,14 @@ def serve_disaggregated(me) -> list[dict]:
     gc.collect()
     gc.freeze()  # the startup heap (model, caches, torch) is never garbage: collections skip it (vLLM's workers
     # freeze theirs after warm-up too: freeze_gc_heap); each step's records count the collections it ran
+    eng.records.append(probe_record(me.base, me.dtype_name, 0))  # this process's CPU speed, before and after
     dist.barrier()
     eng.t0 = shared_epoch()
     if eng.loop is not None:
         eng.loop.run()
         if isinstance(eng.loop, DecodeLoop):
             eng.loop.read_outputs()
+    eng.records.append(probe_record(me.base, me.dtype_name, 1))
     for work, _ in eng.sends:
         work.wait()
     for rid, key, val in eng.checksums:

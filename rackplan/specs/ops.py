@@ -80,6 +80,8 @@ OP_DEFS: tuple[OpDef, ...] = (
           "server"),
     OpDef("host.api_server", "cpu", "step", "none", "API server processes: detokenise and stream emitted tokens "
           "(beside the engine; bounds the decode step)"),
+    OpDef("host.probe", "cpu", "step", "none", "the CPU-speed probe: a fixed host workload each serving rank "
+          "times at the start and the end of its run (executor/probe.py; the host fit normalises by it)"),
 )
 BY_NAME = {op.name: op for op in OP_DEFS}
 # the engine's host parts of a step, in loop order (the API server runs beside the engine)
@@ -91,7 +93,7 @@ COMPUTE_OPS = tuple(n for n in DEVICE_OPS if n not in COMM_OPS and BY_NAME[n].ki
 # names the executor records besides device ops: the whole step's wall time, its host part, the
 # host part the device step did not hide (async scheduling), per-request latencies, and the host
 # parts one by one (where the loop times them)
-RECORD_OPS = DEVICE_OPS + ("host", "host.exposed", "step", "request") + HOST_PARTS
+RECORD_OPS = DEVICE_OPS + ("host", "host.exposed", "step", "request", "host.probe") + HOST_PARTS
 
 
 def layers_of(scope: Scope, num_dense: int, num_moe: int) -> int:

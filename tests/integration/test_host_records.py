@@ -6,7 +6,7 @@ from collections import defaultdict
 import pytest
 import yaml
 
-from rackplan.calibration.host_fit import host_steps
+from rackplan.calibration.host_fit import host_steps, run_probes
 from rackplan.calibration.io import read_measurements
 from rackplan.cli import main
 from rackplan.specs import load_profile
@@ -52,14 +52,19 @@ def test_every_step_records_its_host_parts_where_they_run(run):
     assert sum(s.whole.admitted for s in steps) == 16 and sum(s.whole.finished for s in steps) == 16
     for prev, cur in zip(steps, steps[1:]):
         assert cur.whole.seqs == prev.whole.seqs - prev.whole.finished + cur.whole.admitted
-    assert all(isinstance(r["gc"], int) and r["gc"] >= 0 for r in recs if "cpu_s" in r)  # GC runs per step
+    assert all(isinstance(r["gc"], int) and r["gc"] >= 0 for r in recs if "cpu_s" in r and r["role"] != "serve")
     # a closed loop's prefill waits idle between arrivals: the steps after such a wait say how long it was
     pre = [s for s in host_steps(recs) if s.role == "prefill"]
     assert all(s.idle_s >= 0 for s in pre + steps) and pre[0].idle_s == 0 and any(s.idle_s > 0 for s in pre)
+    # every rank times the CPU-speed probe at the start (step 0) and the end (step 1) of its timed window
+    probes = sorted((r["rank"], r["step"]) for r in recs if r["op"] == "host.probe")
+    assert probes == [(rank, phase) for rank in range(3) for phase in (0, 1)]
+    assert all(0 < r["cpu_s"] <= r["seconds"] * 1.05 + 1e-4 for r in recs if r["op"] == "host.probe")
+    assert set(run_probes(recs)) == {0}
 
 
 def test_host_sweep_calibration_writes_the_host_block(run):
-    tmp, _ = run
+    tmp, recs = run
     out = tmp / "host.yaml"
     assert main(["calibrate", "--host-sweep", "--base", "cpu-local", "--measurements", str(tmp / "run"),
                  "--out", str(out)]) == 0
@@ -67,6 +72,12 @@ def test_host_sweep_calibration_writes_the_host_block(run):
     fit = prof.provenance["host_fit"]
     assert prof.host.scheduler == "central" and fit["steps"] > 10
     assert set(fit["fit_error_pct"]) <= set(prof.fit_error)
+    assert fit["probe_ref_s"] is None  # as measured by default
+    probed = tmp / "probed.yaml"
+    assert main(["calibrate", "--host-sweep", "--base", "cpu-local", "--measurements", str(tmp / "run"),
+                 "--out", str(probed), "--host-probe"]) == 0
+    assert load_profile(probed).provenance["host_fit"]["probe_ref_s"] == pytest.approx(run_probes(recs)[0])
+    assert load_profile(probed).host == prof.host  # one run: scaled by 1
 
 
 def _paced_run(tmp, bursts, workload_arrival=None):

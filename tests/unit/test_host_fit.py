@@ -7,11 +7,16 @@ import pytest
 
 from rackplan.calibration.host_fit import (
     DP_WAIT,
+    PROBE,
     WARMUP_STEPS,
     HostPredictor,
     fit_host_parts,
+    fit_loops,
     host_steps,
     medians,
+    probe_fit,
+    probe_scaled,
+    run_probes,
     steady,
 )
 from rackplan.specs import HostParams, load_hardware, load_model
@@ -131,3 +136,78 @@ def test_a_shape_is_predicted_from_its_steps_as_it_is_measured(admitted, extra_u
     (shape,) = medians(host_steps(recs))
     got = HostPredictor(MODEL, HW).shape_part(TRUE, shape, "host.schedule", {})
     assert got == pytest.approx((186.0 + extra_us) * 1e-6)
+
+
+def _drifting(slow=1.3, steady_parts=()):
+    """_records with one run per (DP size, sequences, repeat) as a sweep has, each run 1, slow ** 0.5 or
+    `slow` x slower (the VM's drift: all parts of a run together, but `steady_parts`), and each run's probe
+    records saying so."""
+    recs, runs = [], {}
+    for r in _records(noise=0.0, steps=10):  # 5 steps a run and shape: MIN_STEPS
+        run = runs.setdefault((r["instance_dp"], r["shape"]["batch"], r["_run"]), len(runs))
+        f = slow ** (run % 3 / 2) if r["op"] not in steady_parts else 1.0
+        recs.append(dict(r, _run=run, seconds=r["seconds"] * f))
+        if r["op"] == "host.dp_sync":  # + a wait for the other ranks (not host work: not scaled)
+            recs[-1]["cpu_s"], recs[-1]["seconds"] = r["seconds"] * f, r["seconds"] * f + 1e-4
+    probes = [{"op": PROBE, "role": "serve", "source": "measured", "_run": run, "seconds": 3e-3,
+               "cpu_s": 2e-3 * slow ** (run % 3 / 2) * (1 + 0.01 * phase), "step": phase}
+              for run in runs.values() for phase in (0, 1)]
+    return recs, probes
+
+
+def test_the_probe_takes_a_runs_speed_out_of_every_part_but_the_dp_wait():
+    recs, probes = _drifting()
+    steps = host_steps(recs)
+    probe = run_probes(probes)
+    assert probe[0] == pytest.approx(2.01e-3) and probe[2] == pytest.approx(2.01e-3 * 1.3)
+    scaled, ref = probe_scaled(steps, probe)
+    assert ref == pytest.approx(np.median(list(probe.values())))
+    for a, b in zip(steps, scaled):
+        f = ref / probe[a.run]
+        assert b.parts.get(DP_WAIT) == a.parts.get(DP_WAIT) and a.parts.get(DP_WAIT, 1e-4) == pytest.approx(1e-4)
+        assert all(b.parts[n] == pytest.approx(v * f) for n, v in a.parts.items() if n != DP_WAIT)
+    pred = HostPredictor(MODEL, HW)
+    raw = fit_host_parts(pred, steps, HostParams(), "decode", {3, 6, 12})
+    fit = fit_host_parts(pred, scaled, HostParams(), "decode", {3, 6, 12})
+    assert max(fit.held_error.values()) < 1.0 < 4.0 < min(raw.held_error.values())  # the drift is all the error
+    k = ref / 2.01e-3  # the block is in seconds at the runs' median probe
+    for name in ("schedule_per_seq_s", "output_per_token_s", "dp_sync_s"):
+        assert getattr(fit.host, name) == pytest.approx(getattr(TRUE, name) * k, rel=0.05), name
+
+
+def test_each_part_follows_the_probe_as_far_as_its_fit_set_runs_do():
+    # host.output does not drift with the probe here: its slope comes out 0, the others' 1, learnt on the fit
+    # set's runs; the held-out runs are scaled by their own probes
+    recs, probes = _drifting(steady_parts=("host.output",))
+    steps, probe = host_steps(recs), run_probes(probes)
+    pred = HostPredictor(MODEL, HW)
+    fit = probe_fit(pred, steps, HostParams(), "decode", {3, 6, 12}, probe)
+    assert fit.slopes["host.output"] == pytest.approx(0.0, abs=0.05)
+    assert fit.slopes["host.schedule"] == pytest.approx(1.0, abs=0.05) and fit.probe_ref == pytest.approx(
+        np.median(list(probe.values())))
+    assert max(fit.held_error.values()) < 1.0
+    full = fit_host_parts(pred, probe_scaled(steps, probe)[0], HostParams(), "decode", {3, 6, 12})
+    assert full.held_error["host.output"] > 4.0  # every part scaled fully: output gets the drift it did not have
+    assert probe_fit(pred, steps, HostParams(), "decode", {3, 6, 12}).probe_ref is None  # no probes: as measured
+
+
+def test_a_run_without_a_probe_leaves_every_run_as_measured():
+    recs, probes = _drifting()
+    steps = host_steps(recs)
+    probe = run_probes(probes)
+    del probe[3]
+    assert probe_scaled(steps, probe) == (steps, None)
+
+
+def test_each_loop_is_fitted_from_its_own_runs():
+    # runs 0-1: the decode grid (priced by TRUE); run 2: a prefill sweep whose decode instance runs other
+    # requests at other sizes, 2x dearer here: with prefill_runs the decode block ignores it, without it is
+    # pulled off
+    grid = _records(noise=0.0)
+    other = [dict(r, _run=2, seconds=2 * r["seconds"]) for r in _records(sizes=(5, 7, 10, 14), noise=0.0)]
+    steps = host_steps(grid + other)
+    pred = HostPredictor(MODEL, HW)
+    dec, pre = fit_loops(pred, steps, HostParams(), HostParams(), {3, 6, 12}, prefill_runs={2})
+    assert max(dec.held_error.values()) < 1.0 and not pre.points  # the prefill runs hold no prefill steps here
+    mixed, _ = fit_loops(pred, steps, HostParams(), HostParams(), {3, 6, 12})
+    assert max(mixed.fit_error.values()) > 5.0

@@ -64,3 +64,27 @@ def test_paced_release_takes_one_arrival_instant_after_the_last_is_claimed():
     assert ctl.release(1.7) == 1 and ctl.arrival(3) == 1.7
     store.next = 4
     assert ctl.release(1.8) == 2 and ctl.release(1.9) == 0  # none left
+
+
+def test_each_loops_block_is_fitted_from_its_own_parts_runs(monkeypatch, tmp_path):
+    # the default --part all: the decode block from the closed-loop grid's runs, the prefill block from the
+    # burst runs (whose decode instance serves one-token requests, not the grid's regime)
+    runs = [tmp_path / n for n in ("dp1-d0-c4-r0", "dp2-d1-c8-r0", "prefill-bursts-r0", "prefill-bursts-r1")]
+    seen = []
+
+    class Done:
+        stdout = json.dumps({"profile": {}})
+
+    monkeypatch.setattr(hs.subprocess, "run", lambda cmd, **kw: seen.append(cmd) or Done())
+    hs.calibrate(runs, tmp_path / "p.yaml")
+    hs.calibrate(runs[2:], tmp_path / "p.yaml", probe=True)
+    hs.calibrate(runs[:2], tmp_path / "p.yaml")
+
+    def given(cmd, flag):
+        return [cmd[i + 1] for i, a in enumerate(cmd) if a == flag]
+    assert given(seen[0], "--measurements") == [str(r) for r in runs[:2]]
+    assert given(seen[0], "--host-prefill-measurements") == [str(r) for r in runs[2:]]
+    assert "--host-probe" not in seen[0] and "--host-probe" in seen[1]
+    for cmd, alone in ((seen[1], runs[2:]), (seen[2], runs[:2])):  # one part only: all its runs, both loops
+        assert given(cmd, "--measurements") == [str(r) for r in alone]
+        assert not given(cmd, "--host-prefill-measurements")
