@@ -61,6 +61,12 @@ class ClassRows:
     # fields of `free` that start at 0 and are kept only where they help: the fit also starts from the
     # best fit without them (so adding the term never ends in a worse fit-set minimum)
     optional: tuple[str, ...] = ()
+    # a kernel dispatched by its load (rows per local expert as its tile heuristic averages them, `load`,
+    # [N]; Curve.load_min / load_max): the class's curves (`configs` of them, with `also` and `scalars`)
+    # fitted on every row first, then, `also` and scalars held, the curves again per range (lo, hi] on
+    # that range's fit rows; a range with fewer fit rows than its parameters joins the one below
+    load_ranges: tuple[tuple[float, float], ...] = ()
+    load: np.ndarray | None = None
 
     def parts(self):
         """(curve key, config index, start, free fields) of every curve fitted."""
@@ -145,6 +151,8 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
     warm = []
     if rows.ranges:
         fitted, err_fit = _fit_ranges(rows, prof, fit_idx)
+    elif rows.load_ranges:
+        fitted, err_fit, used = _fit_loads(rows, prof, fit_idx, seed)
     else:
         if rows.configs > 1:
             _, fewer = fit_class(dataclasses.replace(rows, configs=rows.configs - 1), prof, seed)
@@ -163,6 +171,8 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
         extra["dispatch_by_rows"] = [[lo, hi or "inf", tile] for lo, hi, tile in rows.ranges]
     elif rows.configs > 1:
         extra["configs"] = rows.configs
+    if rows.load_ranges:
+        extra["dispatch_by_load"] = [[lo, hi if math.isfinite(hi) else "inf"] for lo, hi in used]
     if rows.scalars:
         extra["scalars"] = {f: getattr(fitted, f) for f, *_ in rows.scalars}
     fit = ClassFit(rows.key, rows.table, len(fit_idx), len(held_idx), err_fit, held, rows.selection,
@@ -185,6 +195,40 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
         curves += fitted.curves[rows.key]
     out = dataclasses.replace(prof, curves={**prof.curves, rows.key: tuple(curves)})
     return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx])
+
+
+def _fit_loads(rows: ClassRows, prof: Profile, fit_idx, seed: int) -> tuple[Profile, float, list]:
+    """A kernel dispatched by load (ClassRows.load_ranges): the class fitted on all its rows, then its
+    curves refitted per load range on that range's fit rows (from the default starts and from the
+    all-rows fit), `also` and scalars held at the all-rows fit; (profile, fit-set MAPE, ranges used)."""
+    _, whole = fit_class(dataclasses.replace(rows, load_ranges=()), prof, seed)
+    held = dataclasses.replace(rows, also=(), scalars=(), load_ranges=())
+    load = np.asarray(rows.load, float)
+    curves = []
+    used = _load_ranges(rows, load[fit_idx])
+    for lo, hi in used:
+        start = dataclasses.replace(rows.start, load_min=lo, load_max=_bound(hi))
+        one = dataclasses.replace(held, start=start)
+        idx = fit_idx[np.broadcast_to(in_ranges(start, 0.0, 0.0, load[fit_idx]), fit_idx.shape)]
+        warm = [dataclasses.replace(c, load_min=lo, load_max=_bound(hi)) for c in whole.curves[rows.key]]
+        fitted, _ = _fit(one, whole, idx, [_vector(one, dataclasses.replace(whole, curves={rows.key: tuple(warm)}))])
+        curves += fitted.curves[rows.key]
+    out = dataclasses.replace(whole, curves={**whole.curves, rows.key: tuple(curves)})
+    return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx]), used
+
+
+def _load_ranges(rows: ClassRows, load_fit: np.ndarray) -> list[tuple[float, float]]:
+    """rows.load_ranges with each range that holds fewer fit rows than its curves' parameters merged
+    into the one below (the first into the one above)."""
+    need = rows.configs * len(rows.free)
+    out: list[list[float]] = []
+    for lo, hi in rows.load_ranges:
+        n = int(np.sum((load_fit > lo) & (load_fit <= hi)))
+        if out and (n < need or out[-1][2] < need):
+            out[-1][1], out[-1][2] = hi, out[-1][2] + n
+        else:
+            out.append([lo, hi, n])
+    return [(lo, hi) for lo, hi, _ in out]
 
 
 def _specs(rows: ClassRows) -> list[tuple[str, float, float, float]]:
