@@ -199,21 +199,25 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
 
 def _fit_loads(rows: ClassRows, prof: Profile, fit_idx, seed: int) -> tuple[Profile, float, list]:
     """A kernel dispatched by load (ClassRows.load_ranges): the class fitted on all its rows, then its
-    curves refitted per load range on that range's fit rows (from the default starts and from the
-    all-rows fit), `also` and scalars held at the all-rows fit; (profile, fit-set MAPE, ranges used)."""
-    _, whole = fit_class(dataclasses.replace(rows, load_ranges=()), prof, seed)
+    curves refitted per load range on that range's fit rows (from the default starts and from the last
+    fit), `also` and scalars held, then `also` and scalars refitted on every fit row with the ranges'
+    curves held; twice. (profile, fit-set MAPE, ranges used)."""
+    _, out = fit_class(dataclasses.replace(rows, load_ranges=()), prof, seed)
     held = dataclasses.replace(rows, also=(), scalars=(), load_ranges=())
     load = np.asarray(rows.load, float)
-    curves = []
     used = _load_ranges(rows, load[fit_idx])
-    for lo, hi in used:
-        start = dataclasses.replace(rows.start, load_min=lo, load_max=_bound(hi))
-        one = dataclasses.replace(held, start=start)
-        idx = fit_idx[np.broadcast_to(in_ranges(start, 0.0, 0.0, load[fit_idx]), fit_idx.shape)]
-        warm = [dataclasses.replace(c, load_min=lo, load_max=_bound(hi)) for c in whole.curves[rows.key]]
-        fitted, _ = _fit(one, whole, idx, [_vector(one, dataclasses.replace(whole, curves={rows.key: tuple(warm)}))])
-        curves += fitted.curves[rows.key]
-    out = dataclasses.replace(whole, curves={**whole.curves, rows.key: tuple(curves)})
+    ranged = [[dataclasses.replace(c, load_min=lo, load_max=_bound(hi)) for c in out.curves[rows.key]]
+              for lo, hi in used]  # each range starts from the all-rows fit
+    for _ in range(2):  # the ranges' curves with `also` held, then `also` with the ranges' curves held
+        for j, (lo, hi) in enumerate(used):
+            one = dataclasses.replace(held, start=dataclasses.replace(rows.start, load_min=lo, load_max=_bound(hi)))
+            idx = fit_idx[np.broadcast_to(in_ranges(one.start, 0.0, 0.0, load[fit_idx]), fit_idx.shape)]
+            warm = _vector(one, dataclasses.replace(out, curves={**out.curves, rows.key: tuple(ranged[j])}))
+            ranged[j] = list(_fit(one, out, idx, [warm])[0].curves[rows.key])
+        out = dataclasses.replace(out, curves={**out.curves, rows.key: tuple(c for cs in ranged for c in cs)})
+        if rows.also or rows.scalars:
+            out, _ = _fit(dataclasses.replace(rows, start=None, free=(), load_ranges=()), out, fit_idx, [
+                _vector(dataclasses.replace(rows, start=None, free=(), load_ranges=()), out)])
     return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx]), used
 
 
