@@ -419,23 +419,25 @@ def test_mxfp4_experts_follow_flashinfer_s_tile_by_load(tmp_path):
             "moe_tp_size": [1] * n, "moe_ep_size": ep.astype(int), "distribution": ["balanced"] * n,
             "latency": [100.0] * n}
     _write(tmp_path, "mx", "moe", "0.24.0", "moe_perf", cols)
-    rows = [r for r in opdb_ops.expert_rows(opdb.locate(tmp_path, "mx"), HW) if r.key == "experts.mxfp4"][0]
+    hw, base = load_hardware("gb200-nvl72"), load_profile("gb200-nvl72-vllm")
+    rows = [r for r in opdb_ops.expert_rows(opdb.locate(tmp_path, "mx"), hw) if r.key == "experts.mxfp4"][0]
     assert len(rows.seconds) == n and rows.load_ranges == opdb_ops.FLASHINFER_TILE_LOADS
-    # (low efficiencies: the rows compute bound, so the tile's curve shows in every range)
-    truth = tuple(Curve(eff_max=e, x_half=8.0, y_half=100.0, z_half=100.0, load_min=lo, load_max=_open(hi))
-                  for e, (lo, hi) in zip((0.03, 0.06, 0.04, 0.1, 0.07), opdb_ops.FLASHINFER_TILE_LOADS))
-    prof = Profile(name="truth", curves={"experts.mxfp4": truth, "moe.route.mxfp4": (Curve(eff_max=0.3),)})
+    truth = tuple(Curve(eff_max=e, x_half=300.0, y_half=500.0, z_half=400.0, load_min=lo, load_max=_open(hi))
+                  for e, (lo, hi) in zip((0.35, 0.7, 0.4, 0.65, 0.3), opdb_ops.FLASHINFER_TILE_LOADS))
+    # (the routing stream and memory side as gb200's measured profile has them: from the datasheet's, and
+    # from gb300's, the fit of these rows stays near its start, a local minimum where the weights' read binds)
+    prof = dataclasses.replace(base, curves={"experts.mxfp4": truth, "moe.route.mxfp4": (Curve(eff_max=0.08),)})
     _write(tmp_path, "mx", "moe", "0.24.0", "moe_perf",
            {**cols, "latency": _noisy(rows.predict(prof, np.arange(n)), 7) * 1e3})
-    got, fits = import_profile("mx", "vllm", None, HW, load_profile("datasheet"), "mx-vllm", tmp_path)
+    got, fits = import_profile("mx", "vllm", None, hw, base, "mx-vllm", tmp_path)
     fit = {f.key: f for f in fits}["experts.mxfp4"]
-    assert fit.mape_held < 4.0, fit.mape_held
+    assert fit.mape_held < 5.0, fit.mape_held
     assert {(c.load_min, c.load_max) for c in got.curves["experts.mxfp4"]} == {
         (lo, _open(hi)) for lo, hi in opdb_ops.FLASHINFER_TILE_LOADS}
     assert got.provenance["classes"]["experts.mxfp4"]["dispatch_by_load"][-1] == [128.0, "inf"]
-    rows = [r for r in opdb_ops.expert_rows(opdb.locate(tmp_path, "mx"), HW) if r.key == "experts.mxfp4"][0]
-    plain, _ = fit_class(dataclasses.replace(rows, load_ranges=()), load_profile("datasheet"))
-    assert plain.mape_held > 2 * fit.mape_held, (plain.mape_held, fit.mape_held)
+    rows = [r for r in opdb_ops.expert_rows(opdb.locate(tmp_path, "mx"), hw) if r.key == "experts.mxfp4"][0]
+    plain, _ = fit_class(dataclasses.replace(rows, load_ranges=()), base)
+    assert plain.mape_held > 3 * fit.mape_held, (plain.mape_held, fit.mape_held)
 
 
 def _open(hi: float) -> float:
