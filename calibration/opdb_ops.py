@@ -57,8 +57,10 @@ ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness",
 # here (benchmarks/RESULTS.md, 2026-12-01 "padded rows priced apart"); the tile sizes it pads to are sourced.
 FP8_DISPATCH = {"sm90": ((0.0, 16.0, 16.0), (16.0, 64.0, 64.0), (64.0, 128.0, 128.0), (128.0, 0.0, 256.0)),
                 "sm100": ((0.0, 16.0, 32.0), (16.0, 64.0, 64.0), (64.0, 256.0, 128.0), (256.0, 0.0, 256.0))}
-# vLLM's TrtLlmMxfp4ExpertsModular (kernel_source ..._trtllmmxfp4expertsmodular) calls FlashInfer's
-# trtllm_fp4_block_scale_routed_moe under autotune(False), so the launcher takes its fallback tactic: tile_N
+# vLLM's TrtLlmMxfp4ExpertsModular (kernel_source ..._trtllmmxfp4expertsmodular; vllm
+# model_executor/layers/fused_moe/experts/trtllm_mxfp4_moe.py, apply(): the rank's hidden_states rows, topk and
+# local_num_experts = w1.size(0)) calls FlashInfer's trtllm_fp4_block_scale_routed_moe under autotune(False)
+# (its comment: until flashinfer issue 2023 is resolved), so the launcher takes its fallback tactic: tile_N
 # = the smallest of computeSelectedTileN's candidates (FlashInfer csrc/trtllm_fused_moe_kernel_launcher.cu,
 # v0.6.16 8da13a2: nextPowerOfTwo l. 120-137, computeSelectedTileN l. 139-175: tile = nextPowerOfTwo(ceil(
 # num_tokens x top_k / num_local_experts)) clamped to the ladder, candidates it, the next two and the one
