@@ -114,3 +114,26 @@ def test_step_prices_experts_at_the_load_the_kernel_sees(lay, t_global, t_max, k
     j = _range_of(load)
     assert t_exp == pytest.approx(under(RANGED[j]), rel=1e-12)
     assert t_exp != pytest.approx(under(RANGED[(j + 1) % len(RANGED)]), rel=1e-3)  # the range matters here
+
+
+@pytest.mark.parametrize("t_rank", [5.0, 6.0])  # DEP8, 32 experts a rank: t x 16 = 80, 96 straddle the 16 edge
+def test_gb200_profile_prices_experts_at_the_range_of_their_load(t_rank):
+    """Under the shipped gb200 profile a DEP8 decode step of V4-Flash run by the MXFP4 kernel prices its
+    experts with the curves of its load's range alone (the profile carries one pair per range)."""
+    from rackplan.sim.cost.moe import distinct_experts_busiest
+
+    model, hw, lay = _mx_model(), load_hardware("gb200-nvl72"), Layout(role="decode", dp=8)
+    prof = load_profile("gb200-nvl72-vllm")
+    ranges = {(c.load_min, c.load_max) for c in prof.curves["experts.mxfp4"]}
+    assert ranges == {(lo, 0.0 if math.isinf(hi) else hi) for lo, hi in FLASHINFER_TILE_LOADS}
+    sm = StepModel(CostContext(model, hw, lay, prof, 0.0))
+    for t in (t_rank, 16 * t_rank, 64 * t_rank):  # loads t x 6 / 32: 0.9-1.1, 15-18, 60-72
+        t_exp = sm._price_moe(8 * t, t, 1, "low_latency", "decode", 0.0)[0]
+        load = t * 6 / 32
+        busiest = 8 * t * 6 / 8 * sm.imbalance_at(8 * t, 1)
+        flops, nbytes, rows, n, k = expert_work(model, busiest, max(distinct_experts_busiest(model, lay, 8 * t), 1.0))
+        own = tuple(c for c in prof.curves["experts.mxfp4"] if c.load_min < load <= (c.load_max or math.inf))
+        one = dataclasses.replace(prof, curves={**prof.curves, "experts.mxfp4": own})
+        want = price(flops, nbytes, hw.flops_for("mxfp4"), efficiency.experts(one, "mxfp4", rows, n, k, flops), hw,
+                     one)
+        assert len(own) == 2 and t_exp == pytest.approx(want, rel=1e-12)
