@@ -66,6 +66,12 @@ class ClassRows:
     # fields of `free` that start at 0 and are kept only where they help: the fit also starts from the
     # best fit without them (so adding the term never ends in a worse fit-set minimum)
     optional: tuple[str, ...] = ()
+    # a kernel dispatched by its load (rows per local expert as its tile heuristic averages them, `load`,
+    # [N]; Curve.load_min / load_max): the class's curves (`configs` of them, with `also` and `scalars`)
+    # fitted on every row first, then, `also` and scalars held, the curves again per range (lo, hi] on
+    # that range's fit rows; a range with fewer fit rows than its parameters joins the one below
+    load_ranges: tuple[tuple[float, float], ...] = ()
+    load: np.ndarray | None = None
 
     def parts(self):
         """(curve key, config index, start, free fields) of every curve fitted."""
@@ -160,6 +166,8 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
     warm = []
     if rows.ranges:
         fitted, err_fit = _fit_ranges(rows, prof, fit_idx)
+    elif rows.load_ranges:
+        fitted, err_fit, used = _fit_loads(rows, prof, fit_idx, seed)
     else:
         if rows.configs > 1:
             _, fewer = fit_class(dataclasses.replace(rows, configs=rows.configs - 1), prof, seed)
@@ -183,6 +191,8 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
             extra["dispatch_by_n"] = [[r[3], r[4] or "inf"] if len(r) > 3 else [0.0, "inf"] for r in rows.ranges]
     elif rows.configs > 1:
         extra["configs"] = rows.configs
+    if rows.load_ranges:
+        extra["dispatch_by_load"] = [[lo, hi if math.isfinite(hi) else "inf"] for lo, hi in used]
     if rows.scalars:
         extra["scalars"] = {f: getattr(fitted, f) for f, *_ in rows.scalars}
     fit = ClassFit(rows.key, rows.table, len(fit_idx), len(held_idx), err_fit, held, rows.selection,
@@ -205,6 +215,44 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
         curves += fitted.curves[rows.key]
     out = dataclasses.replace(prof, curves={**prof.curves, rows.key: tuple(curves)})
     return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx])
+
+
+def _fit_loads(rows: ClassRows, prof: Profile, fit_idx, seed: int) -> tuple[Profile, float, list]:
+    """A kernel dispatched by load (ClassRows.load_ranges): the class fitted on all its rows, then its
+    curves refitted per load range on that range's fit rows (from the default starts and from the last
+    fit), `also` and scalars held, then `also` and scalars refitted on every fit row with the ranges'
+    curves held; twice. (profile, fit-set MAPE, ranges used)."""
+    _, out = fit_class(dataclasses.replace(rows, load_ranges=()), prof, seed)
+    held = dataclasses.replace(rows, also=(), scalars=(), load_ranges=())
+    load = np.asarray(rows.load, float)
+    used = _load_ranges(rows, load[fit_idx])
+    ranged = [[dataclasses.replace(c, load_min=lo, load_max=_bound(hi)) for c in out.curves[rows.key]]
+              for lo, hi in used]  # each range starts from the all-rows fit
+    for _ in range(2):  # the ranges' curves with `also` held, then `also` with the ranges' curves held
+        for j, (lo, hi) in enumerate(used):
+            one = dataclasses.replace(held, start=dataclasses.replace(rows.start, load_min=lo, load_max=_bound(hi)))
+            idx = fit_idx[np.broadcast_to(in_ranges(one.start, 0.0, 0.0, load=load[fit_idx]), fit_idx.shape)]
+            warm = _vector(one, dataclasses.replace(out, curves={**out.curves, rows.key: tuple(ranged[j])}))
+            ranged[j] = list(_fit(one, out, idx, [warm])[0].curves[rows.key])
+        out = dataclasses.replace(out, curves={**out.curves, rows.key: tuple(c for cs in ranged for c in cs)})
+        if rows.also or rows.scalars:
+            out, _ = _fit(dataclasses.replace(rows, start=None, free=(), load_ranges=()), out, fit_idx, [
+                _vector(dataclasses.replace(rows, start=None, free=(), load_ranges=()), out)])
+    return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx]), used
+
+
+def _load_ranges(rows: ClassRows, load_fit: np.ndarray) -> list[tuple[float, float]]:
+    """rows.load_ranges with each range that holds fewer fit rows than its curves' parameters merged
+    into the one below (the first into the one above)."""
+    need = rows.configs * len(rows.free)
+    out: list[list[float]] = []
+    for lo, hi in rows.load_ranges:
+        n = int(np.sum((load_fit > lo) & (load_fit <= hi)))
+        if out and (n < need or out[-1][2] < need):
+            out[-1][1], out[-1][2] = hi, out[-1][2] + n
+        else:
+            out.append([lo, hi, n])
+    return [(lo, hi) for lo, hi, _ in out]
 
 
 def _specs(rows: ClassRows) -> list[tuple[str, float, float, float]]:

@@ -16,7 +16,7 @@ from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.collective import allreduce_seconds
 from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
-from rackplan.sim.cost.moe import expert_work
+from rackplan.sim.cost.moe import expert_work, tile_load
 from rackplan.sim.cost.roofline import price, price_gemm
 from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, ModelSpec, Profile, load_model
 from rackplan.specs.profile import REGIME_EFF_MAX
@@ -97,6 +97,21 @@ def screen(m, n, k, seconds) -> np.ndarray:
     return out
 
 
+# vLLM's TrtLlmMxfp4ExpertsModular (kernel_source ..._trtllmmxfp4expertsmodular; vllm
+# model_executor/layers/fused_moe/experts/trtllm_mxfp4_moe.py, apply(): the rank's hidden_states rows, topk and
+# local_num_experts = w1.size(0)) calls FlashInfer's trtllm_fp4_block_scale_routed_moe under autotune(False)
+# (its comment: until flashinfer issue 2023 is resolved), so the launcher takes its fallback tactic: tile_N
+# = the smallest of computeSelectedTileN's candidates (FlashInfer csrc/trtllm_fused_moe_kernel_launcher.cu,
+# v0.6.16 8da13a2: nextPowerOfTwo l. 120-137, computeSelectedTileN l. 139-175: tile = nextPowerOfTwo(ceil(
+# num_tokens x top_k / num_local_experts)) clamped to the ladder, candidates it, the next two and the one
+# before; selectDefaultTileN l. 177-183 returns *selected.begin(), the smallest; resolveMoeTileAndConfig
+# l. 187-206 takes it when the tactic is -1; the FP4 launcher's ladder l. 1778-1800: 8, 16, 32, 64, then
+# 128, 192, 256 with MXFP8 activations; trtllm_fp4_block_scale_moe l. 2496-2640 resolves with the local
+# expert count). The tile so changes where that load (every token entering the rank x top-k over the
+# rank's experts) crosses 16, 32, 64 and 128: tiles 8, 16, 32, 64, then 128 (192 where the ladder has it:
+# the same rule from v0.6.8 to v0.6.18). One curve pair per range (lo, hi] of the load.
+FLASHINFER_TILE_LOADS = ((0.0, 16.0), (16.0, 32.0), (32.0, 64.0), (64.0, 128.0), (128.0, math.inf))
+LOAD_DISPATCHED_KERNELS = ("trtllmmxfp4expertsmodular",)  # kernel_source endings that take the fallback tile
 ARCH = {"h100-sxm": "sm90", "h200-sxm": "sm90", "h800": "sm90", "b200": "sm100", "b300": "sm100",
         "gb200-nvl72": "sm100", "gb300-nvl72": "sm100"}  # hardware -> CUDA architecture of its GPU
 
@@ -209,17 +224,22 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         physical = shape[:, 1] / hw.hbm_bw <= c["seconds"][sel]
         shape, rows = shape[physical], np.flatnonzero(sel)[physical]
         tokens, h = c["num_tokens"][rows].astype(float), c["hidden_size"][rows].astype(float)
+        # the kernel's load: all num_tokens enter the rank, which holds E // ep experts (balanced_routing)
+        local = (c["num_experts"][rows] // c["moe_ep_size"][rows]).astype(float)
+        load = tile_load(tokens, c["topk"][rows].astype(float), local)
         route = f"moe.route.{dt}"
-        predict = _expert_predict(dt, shape, tokens, h, route, hw)
+        predict = _expert_predict(dt, shape, tokens, h, route, hw, load)
+        dispatched = str(kernel).endswith(LOAD_DISPATCHED_KERNELS)
         out.append(ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
                              f"moe_dtype {tdt}, balanced, moe_tp_size 1, rows no faster than their bytes at "
                              f"the HBM peak ({int(np.sum(~physical))} dropped); fitted with {route} (routing, "
                              "permute and quantisation of every token entering the rank)", kernel,
-                             also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2))
+                             also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2,
+                             load_ranges=FLASHINFER_TILE_LOADS if dispatched else (), load=load))
     return out
 
 
-def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw):
+def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw, load):
     """Seconds of the table's MoE rows: the moe.experts op as step.py prices it, plus the `route`
     stream over the BF16 hidden states of every token entering the rank (its own curve; the table's
     kernel sees all num_tokens tokens, as step.py's moe.route does without an all-to-all)."""
@@ -228,7 +248,7 @@ def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw):
     peak = hw.flops_for(dt)
 
     def predict(prof, i):
-        eff = efficiency.experts(prof, dt, rows_pe[i], n[i], k[i], flops[i])
+        eff = efficiency.experts(prof, dt, rows_pe[i], n[i], k[i], flops[i], load[i])
         return (price(flops[i], nbytes[i], peak, eff, hw, prof)
                 + stream_seconds(hw, prof, route, in_bytes[i], tokens[i], h[i]))
     return predict

@@ -15,6 +15,7 @@ from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, Profile
 
 from . import efficiency
 from .collective import allreduce_seconds
+from .moe import tile_load
 from .roofline import price, price_gemm
 
 
@@ -53,7 +54,10 @@ class Drafter:
             pairs = rows_global * self.top_k / self.ep
             e_fl = pairs * self.expert_flops_per_pair
             e_by = distinct * self.expert_bytes + 3.0 * pairs * self.hidden * self.act
-            eff = efficiency.experts(prof, self.dtype, pairs / distinct)
+            # the experts kernel's load (moe.tile_load): every row enters the rank without an all-to-all;
+            # with one, the copies delivered are not counted here (0: unknown, no load range applies)
+            load = 0.0 if self.all_to_all else tile_load(rows_global, self.top_k, self.experts_per_rank)
+            eff = efficiency.experts(prof, self.dtype, pairs / distinct, load=load)
             sec += price(e_fl, e_by, compute_peak, eff, hw, prof)
             sec += a2a_s(rows) if self.all_to_all else 0.0
             fl, by = fl + e_fl, by + e_by

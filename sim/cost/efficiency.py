@@ -13,7 +13,7 @@ What a curve's x, y, z and work are, per op class (formula in rackplan.specs.Cur
 
   op class                     x                y            z     work             fraction of
   gemm.<dtype>                 rows m           n            k     2 m n k          peak FLOP/s
-  experts.<dtype>              rows per expert  n            k     FLOPs on rank    peak FLOP/s
+  experts.<dtype>              rows per expert  n            k     FLOPs on rank    peak FLOP/s   (load: below)
   moe.route.<dtype>            tokens in        hidden       -     bytes read       HBM B/s
   attn.<phase>.<kind>.<dtype>  context          FLOPs/seq    FLOPs/(seq x head)  FLOPs  peak FLOP/s
   allreduce.tp<N>              bytes reduced    -            -     bytes reduced    scale-up B/s
@@ -27,11 +27,13 @@ traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) i
 The attention curve's y-term is a cost per sequence, its z-term a cost per (sequence, query head) on
 the rank (FlashAttention-style kernels run a thread block per sequence, head and query tile) and its
 work term a fixed cost per kernel, all in FLOP units of the same peak. A curve bounded to a range of x
-(Curve.x_min / x_max), of y (y_min / y_max) or of work (work_min / work_max) prices only ops inside it
-(`in_ranges`, the one range check): a dispatch's kernel configurations, e.g. vLLM's FP8 GEMM tiles by m
-(and by n on SM90), the kernels vLLM's
-all-reduce picks by message size (one-shot, two-shot, symmetric memory, NCCL), a streaming op's working
-set in or out of L2 (its efficiency, a fraction of HBM, may then exceed 1).
+(Curve.x_min / x_max), of y (y_min / y_max), of work (work_min / work_max) or of load (load_min / load_max:
+the routed experts' average rows per local expert as the MoE kernel's tile heuristic computes it, every
+token entering the rank times top-k over the rank's experts, sim/cost/moe.py `tile_load`) prices only ops
+inside it (`in_ranges`, the one range check): a dispatch's kernel configurations, e.g. vLLM's FP8 GEMM tiles
+by m (and by n on SM90), FlashInfer's MoE tile_N by load, the kernels vLLM's all-reduce picks by message
+size (one-shot, two-shot, symmetric memory, NCCL), a streaming op's working set in or out of L2 (its
+efficiency, a fraction of HBM, may then exceed 1).
 """
 from __future__ import annotations
 
@@ -103,11 +105,11 @@ def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
     return tuple([(c, _fixed_terms(c, y, z)) for c in cs])  # (a list first: faster than a generator)
 
 
-def evaluate_bound(bound: tuple, x, work=0.0):
-    """`evaluate` of bound curves (`bind`) at x and work."""
+def evaluate_bound(bound: tuple, x, work=0.0, load=0.0):
+    """`evaluate` of bound curves (`bind`) at x, work and load (0: unknown, no load range applies)."""
     eff = None
     for c, fixed in bound:
-        other = _one(c, fixed, x, work)
+        other = _one(c, fixed, x, work, load)
         if eff is None:
             eff = other
         elif eff.__class__ is float and other.__class__ is float:  # max(eff, other), without the call
@@ -122,12 +124,13 @@ def _fixed_terms(c: Curve, y, z) -> tuple:
     return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y
 
 
-def _one(c: Curve, fixed: tuple, x, work):
-    """One curve's efficiency at x and work, its y and z terms `fixed` (see rackplan.specs.Curve)."""
+def _one(c: Curve, fixed: tuple, x, work, load=0.0):
+    """One curve's efficiency at x, work and load, its y and z terms `fixed` (see rackplan.specs.Curve)."""
     b, tiles_y, y = fixed
-    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max
-    scalar = ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and isinstance(y, (int, float))
-    if scalar and not in_ranges(c, x, work, y):
+    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max or c.load_min or c.load_max
+    scalar = ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and isinstance(y, (int, float)) \
+        and isinstance(load, (int, float))
+    if scalar and not in_ranges(c, x, work, y, load):
         return 0.0  # (a scalar op outside the curve's ranges: not evaluated)
     a = _term(c.x_half, x)
     q = c.sharpness
@@ -138,7 +141,8 @@ def _one(c: Curve, fixed: tuple, x, work):
         tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)
     if ranged and not scalar:
-        eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float), np.asarray(y, float)), eff, 0.0)
+        eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float), np.asarray(y, float),
+                                 np.asarray(load, float)), eff, 0.0)
     return eff
 
 
@@ -155,10 +159,10 @@ def _pad(tile: float, x, cost: float = 0.0):
     return np.divide(padded + cost * (padded - x), x, out=np.ones(x.shape), where=x > 0)
 
 
-def in_ranges(c: Curve, x, work, y=0.0):
-    """Whether (x, work, y) lies in curve c's ranges: x_min < x <= x_max, y_min < y <= y_max and work_min
-    <= work < work_max (a zero bound open; an unknown y, 0, in every y range; each side as its dispatch
-    compares, calibration/opdb_ops.py), scalar or array."""
+def in_ranges(c: Curve, x, work, y=0.0, load=0.0):
+    """Whether (x, work, y, load) lies in curve c's ranges: x_min < x <= x_max, y_min < y <= y_max, work_min
+    <= work < work_max and load_min < load <= load_max (a zero bound open; an unknown y or load, 0, in every
+    range; each side as its dispatch compares, calibration/opdb_ops.py), scalar or array."""
     ok = (x > c.x_min) if c.x_min else True
     if c.x_max:
         ok = ok & (x <= c.x_max)
@@ -170,6 +174,10 @@ def in_ranges(c: Curve, x, work, y=0.0):
         ok = ok & (work >= c.work_min)
     if c.work_max:
         ok = ok & (work < c.work_max)
+    if c.load_min:
+        ok = ok & ((load > c.load_min) | (load <= 0))
+    if c.load_max:
+        ok = ok & ((load <= c.load_max) | (load <= 0))
     return ok
 
 def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
@@ -207,14 +215,16 @@ def expert_dtype(weights: str, compute: str) -> str:
     return weights if EXPERT_KERNEL_FORMATS.get(weights) == compute else compute
 
 
-def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0):
+def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0, load=0.0):
     """Routed-expert grouped GEMM: rows per expert play the part of m (n, k: one expert's GEMM);
-    `flops`: the whole op's FLOPs on the rank (0: unknown, the fixed-latency term drops)."""
-    return experts_at(prof, dtype, n, k)(tokens_per_expert, flops)
+    `flops`: the whole op's FLOPs on the rank (0: unknown, the fixed-latency term drops); `load`: the
+    kernel's average rows per local expert, tokens entering the rank x top-k / local experts
+    (moe.tile_load; 0: unknown, no load range applies)."""
+    return experts_at(prof, dtype, n, k)(tokens_per_expert, flops, load)
 
 
 def experts_at(prof: Profile, dtype: str, n=0.0, k=0.0):
-    """`experts` of one expert GEMM shape (n, k) as a function of (rows per expert, flops) (its
+    """`experts` of one expert GEMM shape (n, k) as a function of (rows per expert, flops, load) (its
     curves found and bound once, as gemm_at)."""
     c = dtype_curve(prof, "experts", dtype)
     if c is None:
@@ -222,11 +232,11 @@ def experts_at(prof: Profile, dtype: str, n=0.0, k=0.0):
     return partial(_experts_curve, bind(c, n, k))
 
 
-def _experts_curve(bound: tuple, tokens_per_expert, flops=0.0):
-    return evaluate_bound(bound, tokens_per_expert, flops)
+def _experts_curve(bound: tuple, tokens_per_expert, flops=0.0, load=0.0):
+    return evaluate_bound(bound, tokens_per_expert, flops, load)
 
 
-def _experts_gemm(gemm_of_m, tokens_per_expert, flops=0.0):
+def _experts_gemm(gemm_of_m, tokens_per_expert, flops=0.0, load=0.0):
     return gemm_of_m(tokens_per_expert)
 
 

@@ -15,6 +15,15 @@ def physical_experts_per_rank(model: ModelSpec, layout: Layout) -> float:
     return (model.moe.num_experts + layout.eplb.redundant_experts) / layout.ep_size
 
 
+def tile_load(tokens_in: float, top_k: int, local_experts: float) -> float:
+    """Rows per local expert as the MoE kernel's tile heuristic averages them (efficiency.experts' load):
+    every token entering the rank (`tokens_in`: the step's tokens without an all-to-all, under TP too;
+    the copies a dispatch delivers under EP) times top-k over the rank's `local_experts` slots
+    (FlashInfer computeSelectedTileN's avg_tokens_per_expert = num_tokens x top_k / num_local_experts;
+    not the pairs a local expert receives)."""
+    return tokens_in * top_k / local_experts
+
+
 def hit_probability(model: ModelSpec, tokens_global: float) -> float:
     """Probability that one logical expert receives at least one of `tokens_global` tokens."""
     k, e = model.moe.top_k, model.moe.num_experts

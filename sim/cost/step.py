@@ -35,7 +35,7 @@ from .host import HostModel, HostTime
 from .imbalance import imbalance_curve
 from .layer import RANK_MEMO, LayerPricer, memo_get
 from .memory import offloaded_bytes
-from .moe import distinct_experts_busiest, expert_work, holder_hit_probability
+from .moe import distinct_experts_busiest, expert_work, holder_hit_probability, physical_experts_per_rank, tile_load
 from .roofline import Op, StepCost, price
 
 __all__ = ["CostContext", "RankBatch", "RankWork", "Step", "StepCost", "StepModel", "step_cost", "op_layers",
@@ -128,6 +128,7 @@ class StepModel:
         dtype = efficiency.expert_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
         _, _, _, n, k = expert_work(m, 1.0, 1.0, lay.moe_tp)
         self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k), f"moe.route.{dtype}")
+        self.local_experts = physical_experts_per_rank(m, lay)  # the experts kernel's local experts (tile_load)
 
     def variant(self, layout: Layout) -> "StepModel":
         """This model for `layout`, a layout that differs only in host settings (frontend, async
@@ -175,9 +176,11 @@ class StepModel:
         distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
         flops, nbytes, rows, _, _ = expert_work(m, busiest, distinct, lay.moe_tp)
         peak, experts_eff, route_class = self._experts
-        t_exp = price(flops, nbytes, peak, experts_eff(rows, flops), hw, prof)
+        tokens_in = self._tokens_in(t_max, busiest, kernel)  # token copies the rank's MoE layer takes in
+        load = tile_load(tokens_in, m.moe.top_k, self.local_experts)  # what the kernel's tile choice reads
+        t_exp = price(flops, nbytes, peak, experts_eff(rows, flops, load), hw, prof)
         h = m.hidden_size
-        r_bytes = route_bytes(self._tokens_in(t_max, busiest, kernel), m.hidden_size, m.dtypes.activation_bytes)
+        r_bytes = route_bytes(tokens_in, m.hidden_size, m.dtypes.activation_bytes)
         t_route = self.layers.stream_seconds(route_class, r_bytes, t_max, h)
         send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")

@@ -458,3 +458,45 @@ def test_quantize_in_and_out_of_l2(tmp_path):
     assert {f.key: f for f in fits}["quantize.fp8"].mape_held < 5.0
     inside, outside = prof.curves["quantize.fp8"]
     assert (inside.work_max, outside.work_min) == (50e6, 50e6) and inside.eff_max > 1.0
+
+
+def test_mxfp4_experts_follow_flashinfer_s_tile_by_load(tmp_path):
+    """MXFP4 MoE rows of the TRT-LLM modular kernel timed under a different curve per range of its load
+    (tokens x top-k / local experts: FlashInfer's fallback tile_N, opdb_ops.FLASHINFER_TILE_LOADS) are
+    recovered on held-out rows by the per-range fit, which writes the ranges' bounds; the class fitted
+    without them (one pair of curves over every load) cannot follow the jumps."""
+    from rackplan.calibration.opdb_fit import fit_class
+
+    kernel = "vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular"
+    # odd multiples of powers of two up to 8192 at EP 1, 4, 16: 24 rows or more in each load range
+    tokens = np.array(sorted({a * 2 ** i for a in range(1, 16, 2) for i in range(14) if a * 2 ** i <= 8192}), float)
+    t, ep = (x.ravel() for x in np.meshgrid(tokens, [1.0, 4.0, 16.0]))
+    n = len(t)
+    cols = {"kernel_source": [kernel] * n, "moe_dtype": ["w4a8_mxfp4_mxfp8"] * n, "num_tokens": t.astype(int),
+            "hidden_size": [4096] * n, "inter_size": [2048] * n, "topk": [6] * n, "num_experts": [256] * n,
+            "moe_tp_size": [1] * n, "moe_ep_size": ep.astype(int), "distribution": ["balanced"] * n,
+            "latency": [100.0] * n}
+    _write(tmp_path, "mx", "moe", "0.24.0", "moe_perf", cols)
+    hw, base = load_hardware("gb200-nvl72"), load_profile("gb200-nvl72-vllm")
+    rows = [r for r in opdb_ops.expert_rows(opdb.locate(tmp_path, "mx"), hw) if r.key == "experts.mxfp4"][0]
+    assert len(rows.seconds) == n and rows.load_ranges == opdb_ops.FLASHINFER_TILE_LOADS
+    truth = tuple(Curve(eff_max=e, x_half=300.0, y_half=500.0, z_half=400.0, load_min=lo, load_max=_open(hi))
+                  for e, (lo, hi) in zip((0.35, 0.7, 0.4, 0.65, 0.3), opdb_ops.FLASHINFER_TILE_LOADS))
+    # (the routing stream and memory side as gb200's measured profile has them: from the datasheet's, and
+    # from gb300's, the fit of these rows stays near its start, a local minimum where the weights' read binds)
+    prof = dataclasses.replace(base, curves={"experts.mxfp4": truth, "moe.route.mxfp4": (Curve(eff_max=0.08),)})
+    _write(tmp_path, "mx", "moe", "0.24.0", "moe_perf",
+           {**cols, "latency": _noisy(rows.predict(prof, np.arange(n)), 7) * 1e3})
+    got, fits = import_profile("mx", "vllm", None, hw, base, "mx-vllm", tmp_path)
+    fit = {f.key: f for f in fits}["experts.mxfp4"]
+    assert fit.mape_held < 5.0, fit.mape_held
+    assert {(c.load_min, c.load_max) for c in got.curves["experts.mxfp4"]} == {
+        (lo, _open(hi)) for lo, hi in opdb_ops.FLASHINFER_TILE_LOADS}
+    assert got.provenance["classes"]["experts.mxfp4"]["dispatch_by_load"][-1] == [128.0, "inf"]
+    rows = [r for r in opdb_ops.expert_rows(opdb.locate(tmp_path, "mx"), hw) if r.key == "experts.mxfp4"][0]
+    plain, _ = fit_class(dataclasses.replace(rows, load_ranges=()), base)
+    assert plain.mape_held > 3 * fit.mape_held, (plain.mape_held, fit.mape_held)
+
+
+def _open(hi: float) -> float:
+    return 0.0 if np.isinf(hi) else hi
