@@ -97,7 +97,7 @@ def test_step_prices_experts_at_the_load_the_kernel_sees(lay, t_global, t_max, k
     model, hw = _mx_model(), load_hardware("gb200-nvl72")
     prof = dataclasses.replace(load_profile("datasheet"), curves={"experts.mxfp4": RANGED})  # (its a2a entries)
     sm = StepModel(CostContext(model, hw, lay, prof, 0.0))
-    t_exp = sm._price_moe(t_global, t_max, 1, kernel, "decode", 0.0)[0]
+    t_exp = sm._price_moe(t_global, t_max, 1, kernel, "decode", 0.0)[1]  # (n_moe, experts s, ...)
     busiest = t_global * model.moe.top_k / lay.ep_size * sm.imbalance_at(t_global, 1)
     if tokens_in is None:  # high-throughput: one copy per token and rank hit (step.py _tokens_in)
         tokens_in = busiest * sm.copies_per_pick
@@ -128,7 +128,7 @@ def test_gb200_profile_prices_experts_at_the_range_of_their_load(t_rank):
     assert ranges == {(lo, 0.0 if math.isinf(hi) else hi) for lo, hi in FLASHINFER_TILE_LOADS}
     sm = StepModel(CostContext(model, hw, lay, prof, 0.0))
     for t in (t_rank, 16 * t_rank, 64 * t_rank):  # loads t x 6 / 32: 0.9-1.1, 15-18, 60-72
-        t_exp = sm._price_moe(8 * t, t, 1, "low_latency", "decode", 0.0)[0]
+        t_exp = sm._price_moe(8 * t, t, 1, "low_latency", "decode", 0.0)[1]
         load = t * 6 / 32
         busiest = 8 * t * 6 / 8 * sm.imbalance_at(8 * t, 1)
         flops, nbytes, rows, n, k = expert_work(model, busiest, max(distinct_experts_busiest(model, lay, 8 * t), 1.0))
