@@ -69,7 +69,8 @@ def whole_process(python: str, args, folder: Path) -> list[tuple[str, int, float
     warm = os.environ.copy()
     warm.setdefault("RACKPLAN_CACHE_DIR", str(folder / "cache"))
     cold = dict(warm, RACKPLAN_CACHE_DIR=tempfile.mkdtemp(dir=folder))
-    child_cpu(rp + ["simulate", "--requests", "200", "--json"], warm)  # fills the warm cache
+    child_cpu(rp + ["simulate", "--requests", "200", "--json"], warm)  # fills the warm cache: case (a) ...
+    child_cpu(rp + ["simulate"] + case_b(folder, 200) + ["--json"], warm)  # ... and (b) (else the first side pays it)
     b_args = case_b(folder, args.requests_b)
     rows = [("rackplan --help", 0, child_cpu(rp + ["--help"], warm)),
             ("rackplan simulate --requests 10", 10, child_cpu(rp + ["simulate", "--requests", "10", "--json"], warm)),
