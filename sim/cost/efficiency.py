@@ -259,7 +259,7 @@ def attention_at(prof: Profile, phase: str, kind: str, dtype: str):
 
 
 def _attention_curve(cs: tuple[Curve, ...], batch, ctx, flops, heads=0.0):
-    return evaluate_bound(bind(cs, _per(flops, batch), _per(flops, batch * heads)), ctx, flops)  # (evaluate)
+    return evaluate(cs, ctx, _per(flops, batch), _per(flops, batch * heads), flops)
 
 
 def _attention_datasheet(eff: float, batch, ctx, flops, heads=0.0):

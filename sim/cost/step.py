@@ -365,16 +365,14 @@ class StepModel:
         cx = self.cx
         lay, prof = cx.layout, cx.prof
         pp = lay.pp
-        whole = step if pp == 1 else _scaled(step, pp)
+        whole = _scaled(step, pp)
         split = dbo_.splits(lay, step, self.q) and _communicates(self._ep_group(whole, z))
         dev = self.device(whole, z) if breakdown or not split else None
         adjust = []
         if split:
             a, b, same = self._halves(step)
-            if pp > 1:
-                a, b = _scaled(a, pp), _scaled(b, pp)
-            sa = self._stages(self.device(a, z))
-            sb = sa if same else self._stages(self.device(b, z))
+            sa = self._stages(self.device(_scaled(a, pp), z))
+            sb = sa if same else self._stages(self.device(_scaled(b, pp), z))
             gpu = dbo_.overlapped(sa, sb, self.n_moe, self._sm_share[step.has_prefill], prof.dbo_efficiency)
             if dev is not None:
                 adjust.append(("dbo.overlap", gpu - dev.seconds))
@@ -441,12 +439,6 @@ def _stage_sums(rank_ops: dict) -> dict[str, float]:
     for name, rec in rank_ops.items():
         by[STAGE[name]] += rec[0]
     return by
-
-
-def _kernel(step: Step) -> str:
-    """The all-to-all kernel kind of a step: DeepEP's high-throughput kernels with prompt tokens,
-    the low-latency ones for decode-only steps."""
-    return KERNEL[step.has_prefill]
 
 
 KERNEL = {True: "high_throughput", False: "low_latency"}  # whether a step has prompt tokens -> its kernel kind
