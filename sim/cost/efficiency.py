@@ -55,7 +55,14 @@ TILE = 128.0  # output tile edge (rows, columns) the occupancy term counts in
 # with Fp8MoEMethod's block-quantised kernel, which the per-op tables time as moe_dtype fp8_block;
 # their moe_dtype fp8 rows are a different kernel (ModelOpt per-tensor FP8), 4-5x slower at decode
 # sizes on H200 (benchmarks/RESULTS.md, 2026-12-01 "why the measured profiles price decode slowly").
-EXPERT_KERNEL_FORMATS = {"fp8_block": "fp8"}  # weight format -> the compute dtype it runs in
+# vLLM runs MXFP4 experts (DeepSeek-V4/V4.1: expert_dtype "fp4", MXFP4 with UE8M0 scales) with
+# Mxfp4MoEMethod (vllm model_executor/models/deepseek_v4.py, DeepseekV4FP8Config.get_quant_method); on SM100
+# its oracle (fused_moe/oracle/mxfp4.py, select_mxfp4_moe_backend) picks FlashInfer's TRT-LLM MXFP4 MoE, and
+# V4's routing (sqrtsoftplus, hash layers: not Renormalize) takes its modular form, TrtLlmMxfp4ExpertsModular
+# (fused_moe/experts/trtllm_mxfp4_moe.py: trtllm_fp4_block_scale_routed_moe), the kernel the tables time as
+# moe_dtype w4a8_mxfp4_mxfp8 (experts.mxfp4, on V4-Flash's expert shape), with MXFP8 activations; the fp4
+# rows (experts.fp4) are the NVFP4 x NVFP4 kernel. The peak stays the fp4 family's (hw.flops_for), as fitted.
+EXPERT_KERNEL_FORMATS = {"fp8_block": "fp8", "mxfp4": "fp4"}  # weight format -> the compute dtype it runs in
 
 
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:

@@ -265,10 +265,12 @@ def test_plan_and_whatif_reject_a_profile_of_other_hardware(argv, capsys, tmp_pa
 
 
 def test_expert_curves_follow_the_kernel_that_runs():
-    """Block-scaled FP8 experts (DeepSeek-V3) run the fp8_block MoE kernel; other formats their compute dtype."""
+    """Block-scaled FP8 experts (DeepSeek-V3) run the fp8_block MoE kernel, MXFP4 experts (DeepSeek-V4) the
+    MXFP4 x MXFP8 one (the tables' w4a8_mxfp4_mxfp8 rows, TrtLlmMxfp4ExpertsModular: not the NVFP4 kernel of
+    the fp4 curves); other formats their compute dtype."""
     assert efficiency.expert_dtype("fp8_block", "fp8") == "fp8_block"
     assert efficiency.expert_dtype("fp8", "fp8") == "fp8"
-    assert efficiency.expert_dtype("mxfp4", "fp4") == "fp4"  # the tables' mxfp4 rows are W4A16, not FP4 compute
+    assert efficiency.expert_dtype("mxfp4", "fp4") == "mxfp4"
     assert efficiency.expert_dtype("bf16", "bf16") == "bf16"
 
 
