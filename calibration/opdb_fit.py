@@ -219,7 +219,8 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
             one = dataclasses.replace(one, free=tuple(f for f in one.free if f != "pad_cost"),  # priced as real rows
                                       start=dataclasses.replace(one.start, pad_cost=0.0))
         if len(idx) < len(one.free) and curves:
-            bounds = {f: getattr(one.start, f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max", "z_min", "z_max")}
+            bounds = {f: getattr(one.start, f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max", "z_min",
+                                                         "z_max")}
             one = dataclasses.replace(one, start=dataclasses.replace(curves[-1], **bounds),
                                       free=("eff_max",) if len(idx) else ())
         fitted = _fit(one, prof, idx)[0] if one.free else \
