@@ -87,7 +87,10 @@ FP8_DISPATCH = {"sm90": ((0.0, 16.0, 32.0, 0.0, SM90_FP8_N_SPLIT), (0.0, 16.0, 1
 # (benchmarks/RESULTS.md, 2026-12-01 "the SM90 dispatch by n, and b200's outlier rows"). A row more than
 # SCREEN_RATIO x that median is screened out of the fit and of the held-out score (the seeded split is
 # drawn over every row first, so no other row changes side); m = 1 is left alone (on Blackwell every m = 1
-# row is 2-3x slower than m = 2 at every (n, k): a step of the kernel, not scatter).
+# row is slower than m = 2 at nearly every (n, k), by a near-constant 14-16 us on gb200, gb300 and b300: a
+# step, not scatter, and unsourced: vLLM's CutlassFP8ScaledMMLinearKernel, _custom_ops.cutlass_scaled_mm,
+# c3x/scaled_mm_helper.hpp and the SM100 dispatch send m = 1 and m = 2 to the same configuration, so it is
+# not modelled; benchmarks/RESULTS.md, 2026-12-02 "the SM100 fp8 dispatch in full").
 SCREEN_M = (2.0, 16.0)  # m range of same-configuration neighbours (FP8_DISPATCH's m <= 16 configuration)
 SCREEN_RATIO = 1.25  # above every other system's largest ratio (1.22) but h200's one row
 SCREEN_MIN_NEIGHBOURS = 8  # a median of at least half the configuration's 15 rows

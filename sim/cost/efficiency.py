@@ -120,17 +120,19 @@ def evaluate_bound(bound: tuple, x, work=0.0, load=0.0):
 
 
 def _fixed_terms(c: Curve, y, z) -> tuple:
-    """(y and z terms, output tiles along y, y, z) of curve c: the parts of _one that x and work leave alone."""
-    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y, z
+    """(y and z terms, output tiles along y, y, z, ranges) of curve c: the parts of _one that x and work leave
+    alone; ranges: 0 (c has none), 1 (it has, y and z scalars), 2 (it has, y or z an array)."""
+    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max or c.load_min or c.load_max \
+        or c.z_min or c.z_max
+    ranges = (1 if isinstance(y, (int, float)) and isinstance(z, (int, float)) else 2) if ranged else 0
+    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y, z, ranges
 
 
 def _one(c: Curve, fixed: tuple, x, work, load=0.0):
     """One curve's efficiency at x, work and load, its y and z terms `fixed` (see rackplan.specs.Curve)."""
-    b, tiles_y, y, z = fixed
-    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max or c.load_min or c.load_max \
-        or c.z_min or c.z_max
-    scalar = ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and isinstance(y, (int, float)) \
-        and isinstance(load, (int, float)) and isinstance(z, (int, float))
+    b, tiles_y, y, z, ranged = fixed
+    scalar = ranged == 1 and isinstance(x, (int, float)) and isinstance(work, (int, float)) \
+        and isinstance(load, (int, float))
     if scalar and not in_ranges(c, x, work, y, load, z):
         return 0.0  # (a scalar op outside the curve's ranges: not evaluated)
     a = _term(c.x_half, x)
