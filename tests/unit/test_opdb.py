@@ -292,7 +292,7 @@ def test_fp8_gemm_curves_follow_the_cutlass_dispatch(imported):
         == list(opdb_ops.FP8_DISPATCH["sm100"])
     rec = prof.provenance["classes"]["gemm.fp8"]
     assert rec["configs"] == 6 and rec["dispatch_by_rows"][-1] == [256.0, "inf", 256.0]
-    assert rec["dispatch_by_k"] == "[0, inf) [4096, inf) [0, 4096) [0, 4096) [0, inf) [0, inf)"
+    assert rec["dispatch_by_k"] == "[0, inf) [0, inf) [4096, inf) [0, 4096) [0, inf) [0, inf)"
     assert "dispatch_by_n" not in rec and rec["rows_screened"] == 0  # SM100: by m alone; a smooth table
 
 
