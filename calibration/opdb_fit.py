@@ -54,12 +54,13 @@ class ClassRows:
     regimes: tuple[tuple[float, float], ...] = ()
     bounds: dict = field(default_factory=dict)  # per-parameter (low, high) replacing BOUNDS for this class
     notes: dict = field(default_factory=dict)  # recorded with the fit (e.g. the table's own roughness)
-    # kernel configurations dispatched by the shape measures x and y instead (`configs` unused): one curve
-    # per (x_min, x_max, x_tile[, y_min, y_max]), each fitted on the rows whose x (`x`, [N]) and y (`y`,
-    # [N]; None: no y range) fall in its ranges
+    # kernel configurations dispatched by the shape measures x, y and z instead (`configs` unused): one curve
+    # per (x_min, x_max, x_tile[, y_min, y_max[, z_min, z_max]]), each fitted on the rows whose x (`x`, [N]),
+    # y (`y`, [N]; None: no y range) and z (`z`, [N]; None: no z range) fall in its ranges
     ranges: tuple[tuple[float, ...], ...] = ()
     x: np.ndarray | None = None
     y: np.ndarray | None = None
+    z: np.ndarray | None = None
     # [N] rows a measurement-quality screen took out (the table's own consistency, opdb_ops.screen): kept out
     # of the fit and of the held-out score after the seeded split over every row (None: none)
     screened: np.ndarray | None = None
@@ -87,17 +88,19 @@ class ClassRows:
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
 
     def in_range(self, j: int) -> np.ndarray:
-        """[N] whether each row's x and y fall in range j's curve (efficiency.in_ranges, the one range check)."""
+        """[N] whether each row's x, y and z fall in range j's curve (efficiency.in_ranges, the one range check)."""
         x = np.asarray(self.x, float)
         y = np.zeros(x.shape) if self.y is None else np.asarray(self.y, float)
-        return np.broadcast_to(in_ranges(self.parts()[j][2], x, 0.0, y), x.shape)
+        z = np.zeros(x.shape) if self.z is None else np.asarray(self.z, float)
+        return np.broadcast_to(in_ranges(self.parts()[j][2], x, 0.0, y, z=z), x.shape)
 
 
 def _ranged_start(c: Curve, r: tuple[float, ...]) -> Curve:
-    """Start of the configuration of range r = (x_min, x_max, x_tile[, y_min, y_max])."""
-    lo, hi, tile, *yr = r
-    y_min, y_max = yr or (0.0, 0.0)
-    return dataclasses.replace(c, x_min=lo, x_max=hi, x_tile=tile, y_min=y_min, y_max=y_max)
+    """Start of the configuration of range r = (x_min, x_max, x_tile[, y_min, y_max[, z_min, z_max]])."""
+    lo, hi, tile, *rest = r
+    y_min, y_max, z_min, z_max = (tuple(rest) + (0.0,) * 4)[:4]
+    return dataclasses.replace(c, x_min=lo, x_max=hi, x_tile=tile, y_min=y_min, y_max=y_max, z_min=z_min,
+                               z_max=z_max)
 
 
 def _bound(hi: float) -> float:
@@ -189,6 +192,9 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
         extra["dispatch_by_rows"] = [[r[0], r[1] or "inf", r[2]] for r in rows.ranges]
         if any(len(r) > 3 and (r[3] or r[4]) for r in rows.ranges):  # and by y (n): (y_min, y_max]
             extra["dispatch_by_n"] = [[r[3], r[4] or "inf"] if len(r) > 3 else [0.0, "inf"] for r in rows.ranges]
+        if any(len(r) > 5 and (r[5] or r[6]) for r in rows.ranges):  # and by z (k): [z_min, z_max)
+            extra["dispatch_by_k"] = " ".join(f"[{r[5]:g}, {r[6] or math.inf:g})" if len(r) > 5 else "[0, inf)"
+                                              for r in rows.ranges)
     elif rows.configs > 1:
         extra["configs"] = rows.configs
     if rows.load_ranges:
@@ -201,9 +207,10 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
 
 
 def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float]:
-    """Configurations dispatched by x: each range's curve fitted alone on the fit rows in its range
+    """Configurations dispatched by x (y, z): each range's curve fitted alone on the fit rows in its range
     (no other curve prices them), then all of them written into `prof` (the class has no `also` or
-    scalars here); the fit-set MAPE over all fit rows."""
+    scalars here); the fit-set MAPE over all fit rows. A range with fewer fit rows than its parameters
+    (a small table) starts from the range before it and fits its eff_max alone (nothing with no rows)."""
     curves = []
     for j in range(len(rows.ranges)):
         one = dataclasses.replace(rows, ranges=(rows.ranges[j],))
@@ -211,7 +218,13 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
         if "pad_cost" in one.free and len(idx) < len(one.free):  # too few rows for the padded-row cost too:
             one = dataclasses.replace(one, free=tuple(f for f in one.free if f != "pad_cost"),  # priced as real rows
                                       start=dataclasses.replace(one.start, pad_cost=0.0))
-        fitted, _ = _fit(one, prof, idx)
+        if len(idx) < len(one.free) and curves:
+            bounds = {f: getattr(one.start, f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max", "z_min",
+                                                         "z_max")}
+            one = dataclasses.replace(one, start=dataclasses.replace(curves[-1], **bounds),
+                                      free=("eff_max",) if len(idx) else ())
+        fitted = _fit(one, prof, idx)[0] if one.free else \
+            dataclasses.replace(prof, curves={**prof.curves, rows.key: (one.start,)})
         curves += fitted.curves[rows.key]
     out = dataclasses.replace(prof, curves={**prof.curves, rows.key: tuple(curves)})
     return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx])

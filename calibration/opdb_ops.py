@@ -39,8 +39,9 @@ ATTN_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness"
 STREAM_START = Curve(eff_max=0.6, x_half=10.0, y_half=100.0, work_half=1e6)
 ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness", "tiles_half")
 # vLLM's per-tensor FP8 GEMM (the tables' kernel_source CutlassFP8ScaledMMLinearKernel: cutlass_scaled_mm)
-# picks its CUTLASS configuration by m, and on SM90 by n too, per GPU architecture: (m_min, m_max, tile rows
-# m is padded to, n_min, n_max), m_min < m <= m_max and n_min < n <= n_max, 0 open. Tile rows = the tile's
+# picks its CUTLASS configuration by m, on SM90 by n too and on SM100 by k at m = 64, per GPU architecture:
+# (m_min, m_max, tile rows m is padded to[, n_min, n_max[, k_min, k_max]]), m_min < m <= m_max, n_min < n <=
+# n_max and k_min <= k < k_max (as the dispatch compares k), 0 open. Tile rows = the tile's
 # extent along m (its N side where the kernel swaps A and B) times the cluster's CTAs along m on SM90; on
 # SM100 the 2-SM tile already spans its cluster pair.
 # SM90 (H100, H200): vllm csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh
@@ -50,9 +51,20 @@ ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness",
 #   (16, 64], n <= 1280: M64_N1280, 64x16x256 swapped, cluster 1x4 (4 x 16 = 64);
 #   (16, 64], n > 1280: M64_N8192, 64x64x256 swapped, cluster 1x1 (64);
 #   (64, 128]: M128, 64x128x128, cluster 2x1 (128); above: default, 128x128x128, cluster 2x1 (256).
-# SM100 (B200, GB200, GB300/B300 run the sm100f kernels): .../scaled_mm_sm100_fp8_dispatch.cuh:
-#   m <= 16: 128x32x128 swapped (32); (16, 64]: 128x64x256 swapped (64); (64, 256]: 128x128x128 (128);
-#   above: 256x128x128, cluster 2x2 (256). (Its m = 64, k < 4096 unswapped 64x64 tile is left out.)
+# SM100 (B200, GB200, GB300/B300 run the sm100f kernels, enable_sm100f_only): .../scaled_mm_sm100_fp8_dispatch.cuh
+# (vllm main 487e7b0; the swap-AB dispatch of vllm PR 27284, merged 2025-10, before 0.24.0), cutlass_gemm_sm100_
+# fp8_dispatch (m = a.size(0), k = a.size(1); n plays no part):
+#   m <= 16: sm100_fp8_config_M16_swap_ab, tile 128x32x128 swapped, cluster 4x1x1 (along n) (32 rows);
+#   (16, 64] unless m == 64 and k < 4096: sm100_fp8_config_M64_swap_ab, 128x64x256 swapped, cluster 4x1x1 (64);
+#   m == 64 and k < 4096: sm100_fp8_config_M64, 64x64x128 not swapped, cluster 1x1x1 (64; "do not enable swap
+#   AB in such case");
+#   (64, 256]: sm100_fp8_config_M256, 128x128x128, cluster 2x1x1 (128); above: sm100_fp8_config_default,
+#   256x128x128, cluster 2x2x1 (256).
+# A curve's ranges are one box, so the swapped M64 configuration takes two: m in (16, 63] (integer m: every m of
+# (16, 64] but 64) at every k, and m == 64 ((63, 64]) at k >= 4096, each fitted on its own rows; m == 64 at
+# k < 4096 is the unswapped one's. (Splitting the swapped curve at k = 4096 for every m fits b200 better, 10.88%
+# held out against 10.97, but the dispatch has no such split below m = 64: not done; benchmarks/RESULTS.md,
+# 2026-12-02 "the SM100 fp8 dispatch in full".)
 # A padded row is not free: in the table a GEMM whose last tile (cluster) is partly empty takes longer
 # than the full one of the same tile count (h200, n 65536, k 7168, the m > 128 configuration, 2 x 128
 # rows: m 129 302 us, 160 253, 192 215, 224 179, 256 171; m 257 656 us against 512's 295), so each
@@ -60,11 +72,15 @@ ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness",
 # instead of pricing padded rows as real ones (pad_cost 0). The mechanism inside the kernel is not known
 # here (benchmarks/RESULTS.md, 2026-12-01 "padded rows priced apart"); the tile sizes it pads to are sourced.
 SM90_FP8_N_SPLIT = 1280.0  # n <= 1280: the M16_N1280 / M64_N1280 configurations (scaled_mm_sm90_fp8_dispatch.cuh)
+SM100_FP8_K_SPLIT = 4096.0  # m == 64 and k < 4096: sm100_fp8_config_M64, unswapped (scaled_mm_sm100_fp8_dispatch.cuh)
 FP8_DISPATCH = {"sm90": ((0.0, 16.0, 32.0, 0.0, SM90_FP8_N_SPLIT), (0.0, 16.0, 16.0, SM90_FP8_N_SPLIT, 0.0),
                          (16.0, 64.0, 64.0, 0.0, SM90_FP8_N_SPLIT), (16.0, 64.0, 64.0, SM90_FP8_N_SPLIT, 0.0),
                          (64.0, 128.0, 128.0, 0.0, 0.0), (128.0, 0.0, 256.0, 0.0, 0.0)),
-                "sm100": ((0.0, 16.0, 32.0, 0.0, 0.0), (16.0, 64.0, 64.0, 0.0, 0.0), (64.0, 256.0, 128.0, 0.0, 0.0),
-                          (256.0, 0.0, 256.0, 0.0, 0.0))}
+                "sm100": ((0.0, 16.0, 32.0, 0.0, 0.0, 0.0, 0.0),
+                          (16.0, 63.0, 64.0, 0.0, 0.0, 0.0, 0.0),
+                          (63.0, 64.0, 64.0, 0.0, 0.0, SM100_FP8_K_SPLIT, 0.0),
+                          (63.0, 64.0, 64.0, 0.0, 0.0, 0.0, SM100_FP8_K_SPLIT),
+                          (64.0, 256.0, 128.0, 0.0, 0.0, 0.0, 0.0), (256.0, 0.0, 256.0, 0.0, 0.0, 0.0, 0.0))}
 # A measurement-quality screen, the table's own consistency (never a row's error against a fit): in the
 # m <= 16 configuration of FP8_DISPATCH every m from 2 to 16 at one (n, k) runs the same kernel, tiles and
 # clusters over the same weights (SM100: one 32-row swapped tile; SM90: one 16-row tile or 32-row cluster),
@@ -74,7 +90,10 @@ FP8_DISPATCH = {"sm90": ((0.0, 16.0, 32.0, 0.0, SM90_FP8_N_SPLIT), (0.0, 16.0, 1
 # (benchmarks/RESULTS.md, 2026-12-01 "the SM90 dispatch by n, and b200's outlier rows"). A row more than
 # SCREEN_RATIO x that median is screened out of the fit and of the held-out score (the seeded split is
 # drawn over every row first, so no other row changes side); m = 1 is left alone (on Blackwell every m = 1
-# row is 2-3x slower than m = 2 at every (n, k): a step of the kernel, not scatter).
+# row is slower than m = 2 at nearly every (n, k), by a near-constant 14-16 us on gb200, gb300 and b300: a
+# step, not scatter, and unsourced: vLLM's CutlassFP8ScaledMMLinearKernel, _custom_ops.cutlass_scaled_mm,
+# c3x/scaled_mm_helper.hpp and the SM100 dispatch send m = 1 and m = 2 to the same configuration, so it is
+# not modelled; benchmarks/RESULTS.md, 2026-12-02 "the SM100 fp8 dispatch in full").
 SCREEN_M = (2.0, 16.0)  # m range of same-configuration neighbours (FP8_DISPATCH's m <= 16 configuration)
 SCREEN_RATIO = 1.25  # above every other system's largest ratio (1.22) but h200's one row
 SCREEN_MIN_NEIGHBOURS = 8  # a median of at least half the configuration's 15 rows
@@ -169,11 +188,11 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         screened = screen(m, n, k, seconds) if ranges else None
         out.append(ClassRows(f"gemm.{dt}", t, seconds, _gemm_predict(dt, m, n, k, hw), start,
                              free, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}"
-                             + (", one curve per cutlass_scaled_mm configuration by m (and n), padded rows"
+                             + (", one curve per cutlass_scaled_mm configuration by m (and n, k), padded rows"
                                 f" priced apart; rows over {SCREEN_RATIO:g}x the median of their same-configuration"
                                 f" neighbours (m {SCREEN_M[0]:g}-{SCREEN_M[1]:g}, same n, k) screened"
                                 if ranges else ""),
-                             kernels, configs=2, ranges=ranges, x=m, y=n, screened=screened,
+                             kernels, configs=2, ranges=ranges, x=m, y=n, z=k, screened=screened,
                              notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel]),
                                     "fastest_row_us": round(float(c["seconds"][sel].min()) * 1e6, 1)}))
     return out

@@ -49,13 +49,13 @@ class Curve:
         occ = tiles / (tiles + tiles_half),  tiles = ceil(x/128) * ceil(y/128)
         pad = (x_pad + pad_cost * (x_pad - x)) / x,  x_pad = ceil(x/x_tile) * x_tile  (1 without x_tile)
 
-    for x_min < x <= x_max, y_min < y <= y_max and load_min < load <= load_max (a zero bound is open; an
-    unknown y or load, 0, lies in every range; load: rows per local expert as a MoE kernel's tile heuristic
-    averages them, every token entering the rank times top-k over the rank's experts, FlashInfer's
+    for x_min < x <= x_max, y_min < y <= y_max, z_min <= z < z_max and load_min < load <= load_max (a zero
+    bound is open; an unknown y, z or load, 0, lies in every range; load: rows per local expert as a MoE kernel's
+    tile heuristic averages them, every token entering the rank times top-k over the rank's experts, FlashInfer's
     avg_tokens_per_expert); outside them the curve does not run (efficiency 0), so the curves of one op
-    class can be a kernel dispatch's configurations by x, y and load (vLLM's FP8 GEMM picks its tile by m
-    and, on SM90, by n; FlashInfer's MoE its tile_N by load: calibration/opdb_ops.py names the
-    thresholds), each padding its x to its
+    class can be a kernel dispatch's configurations by x, y, z and load (vLLM's FP8 GEMM picks its tile by m,
+    on SM90 by n too, on SM100 by k at m = 64; FlashInfer's MoE its tile_N by load: calibration/opdb_ops.py
+    names the thresholds), each padding its x to its
     own tile edge x_tile (rows a tile computes whether or not they are there); pad_cost is what a padded
     row costs beyond a real one, in real rows (0: the same; fitted, calibration/opdb.md says why).
 
@@ -83,12 +83,14 @@ class Curve:
     work_max: float = 0.0  # e.g. all-reduce message size, or a working set in or out of L2)
     load_min: float = 0.0  # ... and for load_min < load <= load_max (0: unbounded; a dispatch by the MoE kernel's
     load_max: float = 0.0  # average rows per local expert, e.g. FlashInfer's tile_N: calibration/opdb_ops.py)
+    z_min: float = 0.0  # ... and for z_min <= z < z_max (0: unbounded; a dispatch by z, e.g. SM100 FP8 tiles by k,
+    z_max: float = 0.0  # `k < 4096`: calibration/opdb_ops.py FP8_DISPATCH)
 
     def __post_init__(self):
         cap = REGIME_EFF_MAX if self.work_min or self.work_max else 1.0
         check(0 < self.eff_max <= cap, "eff_max", f"a fraction in (0, {cap:g}]", self.eff_max)
         for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half", "x_tile", "pad_cost", "x_min", "x_max",
-                     "y_min", "y_max", "work_min", "work_max", "load_min", "load_max"):
+                     "y_min", "y_max", "work_min", "work_max", "load_min", "load_max", "z_min", "z_max"):
             non_negative(getattr(self, name), name)
         check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)
         check(not self.x_max or self.x_max > self.x_min, "x_max", f"above x_min ({self.x_min}) or 0", self.x_max)
@@ -97,6 +99,7 @@ class Curve:
               f"0 (no bound) or above work_min ({self.work_min:g})", self.work_max)
         check(not self.load_max or self.load_max > self.load_min, "load_max", f"above load_min ({self.load_min}) or 0",
               self.load_max)
+        check(not self.z_max or self.z_max > self.z_min, "z_max", f"above z_min ({self.z_min}) or 0", self.z_max)
 
 
 @dataclass(frozen=True)

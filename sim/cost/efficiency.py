@@ -27,13 +27,13 @@ traffic, fitted on whole-kernel times, so the generic streaming side (mem_eff) i
 The attention curve's y-term is a cost per sequence, its z-term a cost per (sequence, query head) on
 the rank (FlashAttention-style kernels run a thread block per sequence, head and query tile) and its
 work term a fixed cost per kernel, all in FLOP units of the same peak. A curve bounded to a range of x
-(Curve.x_min / x_max), of y (y_min / y_max), of work (work_min / work_max) or of load (load_min / load_max:
-the routed experts' average rows per local expert as the MoE kernel's tile heuristic computes it, every
-token entering the rank times top-k over the rank's experts, sim/cost/moe.py `tile_load`) prices only ops
-inside it (`in_ranges`, the one range check): a dispatch's kernel configurations, e.g. vLLM's FP8 GEMM tiles
-by m (and by n on SM90), FlashInfer's MoE tile_N by load, the kernels vLLM's all-reduce picks by message
-size (one-shot, two-shot, symmetric memory, NCCL), a streaming op's working set in or out of L2 (its
-efficiency, a fraction of HBM, may then exceed 1).
+(Curve.x_min / x_max), of y (y_min / y_max), of z (z_min / z_max), of work (work_min / work_max) or of
+load (load_min / load_max: the routed experts' average rows per local expert as the MoE kernel's tile
+heuristic computes it, every token entering the rank times top-k over the rank's experts, sim/cost/moe.py
+`tile_load`) prices only ops inside it (`in_ranges`, the one range check): a dispatch's kernel
+configurations, e.g. vLLM's FP8 GEMM tiles by m (and by n on SM90, by k on SM100), FlashInfer's MoE tile_N
+by load, the kernels vLLM's all-reduce picks by message size (one-shot, two-shot, symmetric memory, NCCL),
+a streaming op's working set in or out of L2 (its efficiency, a fraction of HBM, may then exceed 1).
 """
 from __future__ import annotations
 
@@ -127,17 +127,20 @@ def evaluate_bound(bound: tuple, x, work=0.0, load=0.0):
 
 
 def _fixed_terms(c: Curve, y, z) -> tuple:
-    """(y and z terms, output tiles along y, y) of curve c: the parts of _one that x and work leave alone."""
-    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y
+    """(y and z terms, output tiles along y, y, z, ranges) of curve c: the parts of _one that x and work leave
+    alone; ranges: 0 (c has none), 1 (it has, y and z scalars), 2 (it has, y or z an array)."""
+    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max or c.load_min or c.load_max \
+        or c.z_min or c.z_max
+    ranges = (1 if isinstance(y, (int, float)) and isinstance(z, (int, float)) else 2) if ranged else 0
+    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y, z, ranges
 
 
 def _one(c: Curve, fixed: tuple, x, work, load=0.0):
     """One curve's efficiency at x, work and load, its y and z terms `fixed` (see rackplan.specs.Curve)."""
-    b, tiles_y, y = fixed
-    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max or c.load_min or c.load_max
-    scalar = ranged and isinstance(x, (int, float)) and isinstance(work, (int, float)) and isinstance(y, (int, float)) \
+    b, tiles_y, y, z, ranged = fixed
+    scalar = ranged == 1 and isinstance(x, (int, float)) and isinstance(work, (int, float)) \
         and isinstance(load, (int, float))
-    if scalar and not in_ranges(c, x, work, y, load):
+    if scalar and not in_ranges(c, x, work, y, load, z):
         return 0.0  # (a scalar op outside the curve's ranges: not evaluated)
     a = _term(c.x_half, x)
     q = c.sharpness
@@ -149,7 +152,7 @@ def _one(c: Curve, fixed: tuple, x, work, load=0.0):
         eff = eff * tiles / (tiles + c.tiles_half)
     if ranged and not scalar:
         eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float), np.asarray(y, float),
-                                 np.asarray(load, float)), eff, 0.0)
+                                 np.asarray(load, float), np.asarray(z, float)), eff, 0.0)
     return eff
 
 
@@ -166,10 +169,10 @@ def _pad(tile: float, x, cost: float = 0.0):
     return np.divide(padded + cost * (padded - x), x, out=np.ones(x.shape), where=x > 0)
 
 
-def in_ranges(c: Curve, x, work, y=0.0, load=0.0):
-    """Whether (x, work, y, load) lies in curve c's ranges: x_min < x <= x_max, y_min < y <= y_max, work_min
-    <= work < work_max and load_min < load <= load_max (a zero bound open; an unknown y or load, 0, in every
-    range; each side as its dispatch compares, calibration/opdb_ops.py), scalar or array."""
+def in_ranges(c: Curve, x, work, y=0.0, load=0.0, z=0.0):
+    """Whether (x, work, y, load, z) lies in curve c's ranges: x_min < x <= x_max, y_min < y <= y_max, work_min
+    <= work < work_max, load_min < load <= load_max and z_min <= z < z_max (a zero bound open; an unknown y,
+    load or z, 0, in every range; each side as its dispatch compares, calibration/opdb_ops.py), scalar or array."""
     ok = (x > c.x_min) if c.x_min else True
     if c.x_max:
         ok = ok & (x <= c.x_max)
@@ -185,6 +188,10 @@ def in_ranges(c: Curve, x, work, y=0.0, load=0.0):
         ok = ok & ((load > c.load_min) | (load <= 0))
     if c.load_max:
         ok = ok & ((load <= c.load_max) | (load <= 0))
+    if c.z_min:
+        ok = ok & ((z >= c.z_min) | (z <= 0))
+    if c.z_max:
+        ok = ok & (z < c.z_max)
     return ok
 
 def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
