@@ -293,6 +293,7 @@ def test_eager_fp8_block_table_is_taken_from_the_graph_timed_framework(tmp_path)
     assert "gemm.fp8_block" in prof.curves and fit.mape_held < 5.0
     rec = prof.provenance["classes"]["gemm.fp8_block"]
     assert (rec["framework"], rec["version"]) == ("sglang", "0.5.14") and "written" not in rec
+    assert rec["configs"] == opdb_ops.KERNEL_CONFIGS["sglang_deepgemm_gemm_nt_f8f8bf16"] == len(fit.curve)
     assert "eager" in rec["in_place_of"] and "0.24.0" in rec["in_place_of"]
     assert "measured from sglang 0.5.14" in prof.fallbacks["gemm.fp8_block"]
     assert prof.fit_error["gemm.fp8_block"] == pytest.approx(fit.mape_held, abs=0.01)
@@ -567,3 +568,25 @@ def test_mxfp4_experts_follow_flashinfer_s_tile_by_load(tmp_path):
 
 def _open(hi: float) -> float:
     return 0.0 if np.isinf(hi) else hi
+
+
+def test_block_fp8_weight_gemms_are_priced_by_the_fp8_block_curve_where_the_profile_has_it():
+    """A dense GEMM of 128x128 block-scaled FP8 weights (DeepSeek-V3's projections) runs vLLM's block-FP8 kernel:
+    priced by gemm.fp8_block where the profile holds it (here at half gemm.fp8's efficiency: twice the time), by
+    gemm.fp8 (its dtype family) where not; a per-tensor FP8 GEMM stays on gemm.fp8."""
+    from rackplan.sim.cost.layer import GemmOp
+    from rackplan.specs.ops import Gemm, ModelOp
+
+    fp8_only = Profile(name="a", curves={"gemm.fp8": (TRUE_GEMM,)})
+    both = Profile(name="b", curves={"gemm.fp8": (TRUE_GEMM,),
+                                     "gemm.fp8_block": (dataclasses.replace(TRUE_GEMM, eff_max=0.3),)})
+
+    def sec(prof, weights):
+        op = ModelOp("attn.proj", 1, (Gemm("q_a", 7168.0, 1536.0, weights, "fp8"),))
+        return GemmOp(op, HW, prof, 2.0).at(64.0)[0]
+
+    flops, peak = 2.0 * 64 * 7168 * 1536, HW.flops_for("fp8")
+    compute = [flops / (peak * efficiency.gemm(both, dt, 64.0, 1536.0, 7168.0)) for dt in ("fp8_block", "fp8")]
+    assert compute[0] == pytest.approx(2.0 * compute[1])  # the same curve at half the peak
+    assert sec(both, "fp8_block") - sec(fp8_only, "fp8_block") == pytest.approx(compute[0] - compute[1], rel=1e-6)
+    assert sec(both, "fp8") == sec(fp8_only, "fp8") == pytest.approx(sec(fp8_only, "fp8_block"), rel=1e-2)
