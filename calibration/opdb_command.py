@@ -47,6 +47,9 @@ def run_op_database(args) -> int:
             print(f"  {r['class']:<22} {r['table']:<28} {r['version']:<8} {r['rows_fit']:>6} {r['rows_held']:>5} "
                   f"{r['mape_fit']:>7.1f}% {r['mape_held']:>7.1f}% {r['target']:>5g}% {_pct(r['table_roughness'])}  "
                   f"{r['status']}")
+        for f in fits:  # a class measured from another framework's table (opdb_import.GRAPH_TIMED_SOURCE)
+            if "framework" in f.extra and f.key in prof.curves:
+                print(f"  {f.key}: {prof.fallbacks[f.key]}")
         print("  noise: the table's own scatter (each row predicted from its neighbours in m), a floor for a curve "
               "smooth in m (kernel switches by m count in it)")
     return 0

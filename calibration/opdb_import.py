@@ -40,6 +40,28 @@ REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target 
 # GEMMs, take 156 us per layer in all (benchmarks/RESULTS.md, 2026-12-01 "GEMM curves that carry their
 # own streaming"). Such a class is not written: its dtype family's curve prices it.
 GEMM_FLOOR_MAX_S = 20e-6
+# A class whose vLLM table the floor rule refuses is taken from the same system's table of another framework
+# whose collector times, inside a CUDA graph, the kernel vLLM itself runs for it on that GPU architecture
+# (opdb_ops.ARCH); the newest version of that framework present. One entry, gemm.fp8_block on SM100:
+# - aiconfigurator's vLLM collector (collector/vllm/collect_gemm.py, run_gemm) times fp8_block eagerly,
+#   `benchmark_with_power(..., use_cuda_graph=gemm_type != "fp8_block")`, hence its per-call floor (a later
+#   version refuses to publish such rows: test_eager_or_unproven_result_is_not_published);
+# - vLLM 0.24.0 runs 128x128 block-FP8 linears with the first supported of _POSSIBLE_FP8_BLOCK_KERNELS
+#   (model_executor/kernels/linear/__init__.py:320-329): FlashInferFp8DeepGEMMDynamicBlockScaledKernel only
+#   where FlashInfer's SM90 block-scale GEMM exists (utils/flashinfer.py:915-930, capability 90), then
+#   DeepGemmFp8BlockScaledMMKernel where N % 64 == 0 and K % 128 == 0 (utils/deep_gemm.py:700-719), else
+#   CUTLASS; so on SM100 DeepGEMM's fp8_gemm_nt with vLLM's per-token-group activation quantisation (the
+#   vLLM table's kernel_source column agrees: DeepGemmFp8BlockScaledMMKernel at every aligned shape);
+# - the SGLang 0.5.14 collector (collector/sglang/collect_gemm.py, run_gemm) times
+#   sglang_per_token_group_quant_fp8 + deep_gemm_wrapper.gemm_nt_f8f8bf16 (DeepGEMM fp8_gemm_nt) through
+#   benchmark_with_power's CUDA graph, with the UE8M0 weight scales packed at setup as serving does
+#   (kernel_source sglang_deepgemm_gemm_nt_f8f8bf16; every shape aligned).
+# Not SM90: there vLLM runs FlashInfer's fp8_blockscale_gemm_sm90 below m = 32 (scaled_mm/flashinfer.py:
+# 152-158; the vLLM table says FlashInferFp8BlockScaledMMKernel at m 1-17), a kernel no graph-timed table
+# times (SGLang's is DeepGEMM at every m, TRT-LLM's its own torch flow).
+GRAPH_TIMED_SOURCE = {("gemm.fp8_block", "sm100"): "sglang"}
+NO_GRAPH_TIMED_SOURCE = {("gemm.fp8_block", "sm90"): "on SM90 vLLM runs FlashInfer's fp8_blockscale_gemm_sm90 below "
+                         "m = 32, which no graph-timed table times (SGLang's times DeepGEMM at every m)"}
 A2A_KERNEL = {"deepep_ll": "low_latency", "deepep_ht": "high_throughput"}
 # DeepEP as vLLM runs it for DeepSeek-V3: low-latency dispatch in FP8 (with scales), combine and the
 # high-throughput kernels in BF16 (the table's comm_dtype is "default")
@@ -55,13 +77,16 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
     prof = dataclasses.replace(base, name=name, hardware=hw.name, curves={}, fallbacks={}, fit_error={})
     fits: list[ClassFit] = []
     dropped: dict[str, ClassFit] = {}
+    elsewhere: dict[str, str] = {}  # class -> where it came from instead of this framework's table, or why not
     for stage in STAGES:
         for rows in stage(tables, hw, prof):
             if progress:
                 progress(rows.key, len(rows.seconds))
             f, fitted = fit_class(rows, prof)
+            if not _kept(f) and _floor_us(f) > GEMM_FLOOR_MAX_S * 1e6 and framework == "vllm":
+                f, fitted, elsewhere[f.key] = _graph_timed(f, fitted, system, root, hw, prof, progress)
             fits.append(f)
-            if f.mape_held <= REJECT * f.target and _floor_us(f) <= GEMM_FLOOR_MAX_S * 1e6:
+            if _kept(f):
                 prof = fitted
             else:
                 dropped[f.key] = f
@@ -70,7 +95,8 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
         entries, f = a2a_fit
         fits.append(f)
         prof = dataclasses.replace(prof, a2a=entries)
-    fallbacks = {**_dropped(dropped), **_fallbacks(prof, tables, base, a2a_fit is not None)}
+    fallbacks = {**_dropped(dropped, elsewhere), **{k: v for k, v in elsewhere.items() if k not in dropped},
+                 **_fallbacks(prof, tables, base, a2a_fit is not None)}
     prof = dataclasses.replace(prof, fallbacks=fallbacks,
                                fit_error={f.key: round(f.mape_held, 2) for f in fits if f.key not in dropped})
     prov = {"source": {"package": opdb.PACKAGE, "version": _package_version(root), "system": system,
@@ -94,14 +120,51 @@ def class_rows(tables: dict, hw: HardwareSpec, prof: Profile) -> list:
     return [rows for stage in STAGES for rows in stage(tables, hw, prof)]
 
 
+def _kept(f: ClassFit) -> bool:
+    """Whether a fitted class is written: held-out MAPE within REJECT x its target, and not a GEMM table on a
+    per-call floor (GEMM_FLOOR_MAX_S)."""
+    return f.mape_held <= REJECT * f.target and _floor_us(f) <= GEMM_FLOOR_MAX_S * 1e6
+
+
+def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSpec, prof: Profile, progress=None):
+    """(fit, profile, note) for class f, which the floor rule refuses: fitted instead from the same system's
+    table of the framework GRAPH_TIMED_SOURCE names for f's class on hw's architecture (its newest version),
+    with the note saying so; else f unchanged and the note saying why not."""
+    arch = opdb_ops.ARCH.get(hw.name, "")
+    other = GRAPH_TIMED_SOURCE.get((f.key, arch))
+    if other is None:
+        return f, fitted, NO_GRAPH_TIMED_SOURCE.get((f.key, arch), f"no graph-timed table of the kernel vLLM runs "
+                                                                   f"on {arch or hw.name} is named for it")
+    try:
+        table = opdb.locate(opdb.data_root(root), system, other).get("gemm_perf")
+    except SpecError:
+        table = None
+    rows = [r for r in opdb_ops.gemm_rows({"gemm_perf": table}, hw) if r.key == f.key] if table else []
+    if not rows:
+        return f, fitted, f"{other}'s gemm_perf table has no {f.key.split('.', 1)[1]} rows for {system}"
+    if progress:
+        progress(f"{f.key} ({other} {table.version})", len(rows[0].seconds))
+    g, refit = fit_class(rows[0], prof)
+    vllm = (f"the vllm {f.table.version} table times it eagerly (aiconfigurator's vLLM collector: use_cuda_graph "
+            f"off for fp8_block; fastest row {_floor_us(f):g} us)")
+    g = dataclasses.replace(g, extra={**g.extra, "framework": other, "in_place_of": f"vllm {f.table.version} "
+                                      f"{f.table.op}/{f.table.name}, fastest row {_floor_us(f):g} us (eager)"})
+    if _kept(g):
+        return g, refit, (f"measured from {other} {table.version} {table.op}/{table.name} ({rows[0].kernel}, "
+                          f"CUDA-graph timed, the kernel vLLM runs on {arch}): {vllm}")
+    why = (f"every row >= {_floor_us(g):g} us" if _floor_us(g) > GEMM_FLOOR_MAX_S * 1e6
+           else f"its fit missed, {g.mape_held:.1f}% held-out MAPE")
+    return f, fitted, f"{other} {table.version}'s table not taken either ({why})"
+
+
 def _floor_us(f: ClassFit) -> float:
     """The fastest row of a GEMM class in microseconds (0 for other classes)."""
     return f.extra.get("fastest_row_us", 0.0)
 
 
-def _dropped(dropped: dict[str, ClassFit]) -> dict[str, str]:
+def _dropped(dropped: dict[str, ClassFit], elsewhere: dict[str, str]) -> dict[str, str]:
     """Classes not written (a fit that missed REJECT x its target on held-out rows, or a GEMM table on a
-    per-call floor, GEMM_FLOOR_MAX_S); where they go."""
+    per-call floor, GEMM_FLOOR_MAX_S, with why no other framework's table replaced it); where they go."""
     out = {}
     for key, f in dropped.items():
         cls, _, dtype = key.partition(".")
@@ -109,7 +172,8 @@ def _dropped(dropped: dict[str, ClassFit]) -> dict[str, str]:
         to = f"the {cls}.{family} curve (dtype family)" if family else "the base profile's scalar fields"
         if _floor_us(f) > GEMM_FLOOR_MAX_S * 1e6:
             out[key] = (f"{to}: every row of its table takes >= {_floor_us(f):g} us (a per-call floor, not a kernel "
-                        f"time; > {GEMM_FLOOR_MAX_S * 1e6:g} us), held-out MAPE {f.mape_held:.1f}%")
+                        f"time; > {GEMM_FLOOR_MAX_S * 1e6:g} us), held-out MAPE {f.mape_held:.1f}%"
+                        + (f"; {elsewhere[key]}" if key in elsewhere else ""))
         else:
             out[key] = f"{to}: its own fit missed ({f.mape_held:.1f}% held-out MAPE > {REJECT} x {f.target:g}%)"
     return out
@@ -208,7 +272,9 @@ def summary_rows(prof: Profile, fits: list[ClassFit]) -> list[dict]:
     for f in fits:
         written = f.key in prof.curves or f.key == "memory" or f.key.startswith("a2a")
         status = ("ok" if f.mape_held <= f.target else "over target") if written else "not written (see fallbacks)"
-        out.append({"class": f.key, "table": f.table.name, "version": f.table.version, "rows_fit": f.rows_fit,
+        out.append({"class": f.key, "table": f.table.name, "version": f.table.version,
+                    "framework": f.extra.get("framework", prof.provenance.get("source", {}).get("framework", "")),
+                    "rows_fit": f.rows_fit,
                     "rows_held": f.rows_held, "mape_fit": round(f.mape_fit, 2), "mape_held": round(f.mape_held, 2),
                     "target": f.target, "status": status,
                     "table_roughness": f.extra.get("table_roughness_pct", float("nan"))})

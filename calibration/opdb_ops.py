@@ -131,6 +131,13 @@ def screen(m, n, k, seconds) -> np.ndarray:
 # the same rule from v0.6.8 to v0.6.18). One curve pair per range (lo, hi] of the load.
 FLASHINFER_TILE_LOADS = ((0.0, 16.0), (16.0, 32.0), (32.0, 64.0), (64.0, 128.0), (128.0, math.inf))
 LOAD_DISPATCHED_KERNELS = ("trtllmmxfp4expertsmodular",)  # kernel_source endings that take the fallback tile
+# Kernel configurations a GEMM class's curves stand for, by the table's kernel_source (the class runs at the best of
+# them; default 2). DeepGEMM's fp8_gemm_nt picks per shape among many layouts (SM100: block_m 32 / 64 / 128 by m,
+# block_n 16 and 32..256, 1x1 or 2-CTA clusters, ordered by waves, multicast and last-wave use: DeepGEMM
+# csrc/jit_kernels/heuristics/sm100.hpp, get_layout_candidates and compare); three curves reach 8.5-9.8% held out on
+# the SM100 SGLang tables where two reach 9.0-10.6% (benchmarks/RESULTS.md, 2026-12-02 "gemm.fp8_block from the
+# graph-timed DeepGEMM tables").
+KERNEL_CONFIGS = {"sglang_deepgemm_gemm_nt_f8f8bf16": 3}
 ARCH = {"h100-sxm": "sm90", "h200-sxm": "sm90", "h800": "sm90", "b200": "sm100", "b300": "sm100",
         "gb200-nvl72": "sm100", "gb300-nvl72": "sm100"}  # hardware -> CUDA architecture of its GPU
 
@@ -192,7 +199,8 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
                                 f" priced apart; rows over {SCREEN_RATIO:g}x the median of their same-configuration"
                                 f" neighbours (m {SCREEN_M[0]:g}-{SCREEN_M[1]:g}, same n, k) screened"
                                 if ranges else ""),
-                             kernels, configs=2, ranges=ranges, x=m, y=n, z=k, screened=screened,
+                             kernels, configs=KERNEL_CONFIGS.get(kernels, 2), ranges=ranges, x=m, y=n, z=k,
+                             screened=screened,
                              notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel]),
                                     "fastest_row_us": round(float(c["seconds"][sel].min()) * 1e6, 1)}))
     return out

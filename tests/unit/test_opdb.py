@@ -264,6 +264,74 @@ def test_gemm_table_on_a_per_call_floor_is_not_written(tmp_path):
     assert "per-call floor" in prof.fallbacks["gemm.fp8_block"] and "gemm.fp8 curve" in prof.fallbacks["gemm.fp8_block"]
 
 
+def _block_tables(root, system, eager=True, graph="sglang", graph_floor=False, truth=TRUE_GEMM):
+    """A system whose vLLM gemm_perf has per-tensor fp8 rows and (eager: a 0.3 ms floor) fp8_block rows, and
+    (graph: that framework's) gemm_perf with graph-timed fp8_block rows priced under `truth` (graph_floor:
+    on the floor too)."""
+    fp8 = dict(_gemm_cols(), kernel_source=["vllm_default"] * len(_gemm_cols()["m"]))  # one curve on any GPU
+    n = len(fp8["m"])
+    floor = 0.3 + _noisy(np.full(n, 0.05), 4)  # ms
+    block = dict(fp8, gemm_dtype=["fp8_block"] * n, kernel_source=["DeepGemmFp8BlockScaledMMKernel"] * n,
+                 latency=floor if eager else fp8["latency"])
+    _write(root, system, "gemm", "0.24.0", "gemm_perf", {k: list(fp8[k]) + list(block[k]) for k in fp8})
+    if graph:
+        m, nn, k = (np.asarray(fp8[x], float) for x in "mnk")
+        sec = opdb_ops._gemm_predict("fp8_block", m, nn, k, HW)(Profile(name="t", curves={"gemm.fp8_block": (truth,)}),
+                                                                  np.arange(n))
+        other = dict(block, kernel_source=["sglang_deepgemm_gemm_nt_f8f8bf16"] * n,
+                     latency=floor if graph_floor else _noisy(sec, 5) * 1e3)
+        _write(root, system, "gemm", "0.5.14", "gemm_perf", other, framework=graph)
+
+
+def test_eager_fp8_block_table_is_taken_from_the_graph_timed_framework(tmp_path):
+    """vLLM's fp8_block table on a per-call floor (an eager timing) and SGLang's graph-timed DeepGEMM table of
+    the same system beside it: on SM100 (gb300) the class is fitted from SGLang's rows, and the profile says so
+    (provenance: framework and version; fallbacks: from where and why)."""
+    truth = dataclasses.replace(TRUE_GEMM, eff_max=0.5, x_half=400.0)
+    _block_tables(tmp_path, "blk", truth=truth)
+    prof, fits = import_profile("blk", "vllm", None, HW, load_profile("datasheet"), "blk-vllm", tmp_path)
+    fit = {f.key: f for f in fits}["gemm.fp8_block"]
+    assert "gemm.fp8_block" in prof.curves and fit.mape_held < 5.0
+    rec = prof.provenance["classes"]["gemm.fp8_block"]
+    assert (rec["framework"], rec["version"]) == ("sglang", "0.5.14") and "written" not in rec
+    assert rec["configs"] == opdb_ops.KERNEL_CONFIGS["sglang_deepgemm_gemm_nt_f8f8bf16"] == len(fit.curve)
+    assert "eager" in rec["in_place_of"] and "0.24.0" in rec["in_place_of"]
+    assert "measured from sglang 0.5.14" in prof.fallbacks["gemm.fp8_block"]
+    assert prof.fit_error["gemm.fp8_block"] == pytest.approx(fit.mape_held, abs=0.01)
+    for m in (4.0, 512.0):  # the block curve, not the per-tensor one it fell back to before
+        want = efficiency.evaluate((truth,), m, 7168.0, 2048.0, 2.0 * m * 7168 * 2048)
+        assert efficiency.gemm(prof, "fp8_block", m, 7168.0, 2048.0) == pytest.approx(want, rel=0.08)
+        assert efficiency.gemm(prof, "fp8", m, 7168.0, 2048.0) != pytest.approx(want, rel=0.08)
+
+
+@pytest.mark.parametrize("graph, graph_floor, hw, words", [
+    (None, False, "gb300-nvl72", "no fp8_block rows"),  # the other framework's table missing
+    ("sglang", True, "gb300-nvl72", "not taken either (every row >= "),  # on the floor too
+    ("sglang", False, "h200-sxm", "FlashInfer"),  # SM90: vLLM runs another kernel below m = 32
+])
+def test_fp8_block_not_written_when_no_graph_timed_table_of_vllm_s_kernel(tmp_path, graph, graph_floor, hw, words):
+    """Where no graph-timed table of the kernel vLLM runs is there (missing, floor-bound too, or on SM90 a
+    different kernel), the class is not written: its dtype family prices it and `fallbacks` says why."""
+    _block_tables(tmp_path, "blk", graph=graph, graph_floor=graph_floor)
+    prof, _ = import_profile("blk", "vllm", None, load_hardware(hw), load_profile("datasheet"), "blk-vllm", tmp_path)
+    assert "gemm.fp8_block" not in prof.curves and "gemm.fp8" in prof.curves
+    assert prof.provenance["classes"]["gemm.fp8_block"]["written"] is False
+    note = prof.fallbacks["gemm.fp8_block"]
+    assert "per-call floor" in note and words in note, note
+
+
+def test_corrupt_graph_timed_table_is_one_line_exit_2(tmp_path, capsys):
+    """A corrupt SGLang table read in place of the eager vLLM one: one line naming the file, exit 2, no profile."""
+    _block_tables(tmp_path, "blk")
+    bad = tmp_path / "blk" / "gemm" / "sglang" / "0.5.14" / "gemm_perf.parquet"
+    bad.write_bytes(bad.read_bytes()[:200])
+    out = tmp_path / "p.yaml"
+    rc = main(["calibrate", "--op-database", "blk", "--op-database-root", str(tmp_path), "--hardware", "gb300-nvl72",
+               "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists() and len(err) == 1 and "sglang" in err[0], err
+
+
 def test_package_version_from_the_root_s_environment(tmp_path):
     """--op-database-root into another environment's site-packages: the version comes from the
     distribution beside it (provenance), not "not installed"."""
@@ -502,3 +570,25 @@ def test_mxfp4_experts_follow_flashinfer_s_tile_by_load(tmp_path):
 
 def _open(hi: float) -> float:
     return 0.0 if np.isinf(hi) else hi
+
+
+def test_block_fp8_weight_gemms_are_priced_by_the_fp8_block_curve_where_the_profile_has_it():
+    """A dense GEMM of 128x128 block-scaled FP8 weights (DeepSeek-V3's projections) runs vLLM's block-FP8 kernel:
+    priced by gemm.fp8_block where the profile holds it (here at half gemm.fp8's efficiency: twice the time), by
+    gemm.fp8 (its dtype family) where not; a per-tensor FP8 GEMM stays on gemm.fp8."""
+    from rackplan.sim.cost.layer import GemmOp
+    from rackplan.specs.ops import Gemm, ModelOp
+
+    fp8_only = Profile(name="a", curves={"gemm.fp8": (TRUE_GEMM,)})
+    both = Profile(name="b", curves={"gemm.fp8": (TRUE_GEMM,),
+                                     "gemm.fp8_block": (dataclasses.replace(TRUE_GEMM, eff_max=0.3),)})
+
+    def sec(prof, weights):
+        op = ModelOp("attn.proj", 1, (Gemm("q_a", 7168.0, 1536.0, weights, "fp8"),))
+        return GemmOp(op, HW, prof, 2.0).at(64.0)[0]
+
+    flops, peak = 2.0 * 64 * 7168 * 1536, HW.flops_for("fp8")
+    compute = [flops / (peak * efficiency.gemm(both, dt, 64.0, 1536.0, 7168.0)) for dt in ("fp8_block", "fp8")]
+    assert compute[0] == pytest.approx(2.0 * compute[1])  # the same curve at half the peak
+    assert sec(both, "fp8_block") - sec(fp8_only, "fp8_block") == pytest.approx(compute[0] - compute[1], rel=1e-6)
+    assert sec(both, "fp8") == sec(fp8_only, "fp8") == pytest.approx(sec(fp8_only, "fp8_block"), rel=1e-2)
