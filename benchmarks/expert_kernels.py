@@ -1,5 +1,5 @@
 """Routed-expert seconds per MoE layer under two kernels' curves, side by side in one run: the curves a model's
-experts take (efficiency.expert_dtype: DeepSeek-V4.1's MXFP4 weights -> experts.mxfp4, the MXFP4 x MXFP8
+experts take (efficiency.kernel_dtype: DeepSeek-V4.1's MXFP4 weights -> experts.mxfp4, the MXFP4 x MXFP8
 FlashInfer kernel) against another dtype's (default fp4: the NVFP4 kernel's experts.fp4, what main priced
 them with before 2026-12-02), at the seed plans' operating points.
 
@@ -52,7 +52,7 @@ def main() -> None:
     except SpecError as e:
         print(f"expert_kernels.py: {e}", file=sys.stderr)
         sys.exit(2)
-    mine = efficiency.expert_dtype(model.dtypes.expert_weights, model.dtypes.expert_compute_dtype)
+    mine = efficiency.kernel_dtype(model.dtypes.expert_weights, model.dtypes.expert_compute_dtype)
     print(f"{a.model} on {a.hardware}, profile {a.profile}: experts.{mine} against experts.{a.other}")
     print(f"| point | load | experts.{mine} us | experts.{a.other} us | ratio | eff {mine} | eff {a.other} "
           "| HBM share |")

@@ -50,7 +50,8 @@ from rackplan.specs.hardware import DTYPE_FAMILY
 # figures, as in configs/profiles/datasheet.yaml; a measured profile replaces them).
 ALLREDUCE_DATASHEET = (Curve(eff_max=0.7, work_half=1.0e6),)
 TILE = 128.0  # output tile edge (rows, columns) the occupancy term counts in
-# Expert weight formats whose MoE kernel is its own, measured apart from the compute dtype's: vLLM
+# Weight formats whose kernel is its own, measured apart from the compute dtype's (experts.<format> for routed
+# experts, gemm.<format> for dense GEMMs; a profile without that class prices by the family's). Experts: vLLM
 # runs a block-scaled FP8 checkpoint (DeepSeek-V3/R1/V3.2: 128x128 weight scales, README_WEIGHTS.md)
 # with Fp8MoEMethod's block-quantised kernel, which the per-op tables time as moe_dtype fp8_block;
 # their moe_dtype fp8 rows are a different kernel (ModelOpt per-tensor FP8), 4-5x slower at decode
@@ -62,7 +63,9 @@ TILE = 128.0  # output tile edge (rows, columns) the occupancy term counts in
 # (fused_moe/experts/trtllm_mxfp4_moe.py: trtllm_fp4_block_scale_routed_moe), the kernel the tables time as
 # moe_dtype w4a8_mxfp4_mxfp8 (experts.mxfp4, on V4-Flash's expert shape), with MXFP8 activations; the fp4
 # rows (experts.fp4) are the NVFP4 x NVFP4 kernel. The peak stays the fp4 family's (hw.flops_for), as fitted.
-EXPERT_KERNEL_FORMATS = {"fp8_block": "fp8", "mxfp4": "fp4"}  # weight format -> the compute dtype it runs in
+# Dense GEMMs: vLLM's block-FP8 linear runs DeepGEMM's fp8_gemm_nt on SM100 (gemm.fp8_block, measured from the
+# graph-timed SGLang table: calibration/opdb_import.py GRAPH_TIMED_SOURCE), not the per-tensor CUTLASS kernel.
+KERNEL_FORMATS = {"fp8_block": "fp8", "mxfp4": "fp4"}  # weight format -> the compute dtype it runs in
 
 
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:
@@ -223,10 +226,11 @@ def gemm_curve_streams(prof: Profile, dtype: str) -> bool:
     return dtype_curve(prof, "gemm", dtype) is not None
 
 
-def expert_dtype(weights: str, compute: str) -> str:
-    """The dtype whose curves price a model's routed experts: the weights' format where its kernel
-    is measured apart (EXPERT_KERNEL_FORMATS) and runs in `compute`, else the compute dtype."""
-    return weights if EXPERT_KERNEL_FORMATS.get(weights) == compute else compute
+def kernel_dtype(weights: str, compute: str) -> str:
+    """The dtype whose curves price a GEMM of `weights` computed in `compute` (routed experts, sim/cost/step.py;
+    dense weight GEMMs, sim/cost/layer.py): the weights' format where its kernel is measured apart
+    (KERNEL_FORMATS) and runs in `compute`, else the compute dtype."""
+    return weights if KERNEL_FORMATS.get(weights) == compute else compute
 
 
 def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0, load=0.0):

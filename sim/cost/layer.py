@@ -65,7 +65,7 @@ class GemmOp:
         self.name, self.layers, self.hw, self.prof = op.name, op.layers, hw, prof
         # the curve of the kernel the weights' format runs (block-scaled FP8 weights: vLLM's block-FP8 linear,
         # DeepGEMM, gemm.fp8_block; without that curve its dtype family's), the peak of the compute dtype
-        kernels = [efficiency.expert_dtype(g.weight_dtype, g.compute_dtype) for g in op.gemms]
+        kernels = [efficiency.kernel_dtype(g.weight_dtype, g.compute_dtype) for g in op.gemms]
         self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * act, hw.flops_for(g.compute_dtype),
                            efficiency.gemm_at(prof, kd, g.n, g.k), gemm_bytes_priced(prof, kd))
                           for g, kd in zip(op.gemms, kernels))

@@ -125,7 +125,7 @@ class StepModel:
         # the routed experts' kernel: its peak, its efficiency curves bound to one expert's GEMM (n, k:
         # fixed per layout, moe.expert_work) and its routing's op class
         compute = m.dtypes.expert_compute_dtype
-        dtype = efficiency.expert_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
+        dtype = efficiency.kernel_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
         _, _, _, n, k = expert_work(m, 1.0, 1.0, lay.moe_tp)
         self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k), f"moe.route.{dtype}")
         self.local_experts = physical_experts_per_rank(m, lay)  # the experts kernel's local experts (tile_load)

@@ -1,6 +1,6 @@
 """DeepSeek-V4 / V4.1's MXFP4 routed experts priced on the kernel vLLM runs for them: FlashInfer's TRT-LLM
 MXFP4 MoE (TrtLlmMxfp4ExpertsModular), measured as the tables' w4a8_mxfp4_mxfp8 rows (experts.mxfp4), not
-the NVFP4 kernel's experts.fp4 (efficiency.EXPERT_KERNEL_FORMATS, its sources in the comment there).
+the NVFP4 kernel's experts.fp4 (efficiency.KERNEL_FORMATS, its sources in the comment there).
 Worked by hand from the shipped gb300 profile's curve parameters; no pyarrow."""
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ pytestmark = pytest.mark.unit
 
 def test_mxfp4_weights_take_the_mxfp4_kernel_curves():
     """MXFP4 weights computed in the fp4 family run the MXFP4 kernel; NVFP4 weights the fp4 (NVFP4) one."""
-    assert efficiency.expert_dtype("mxfp4", "fp4") == "mxfp4"
-    assert efficiency.expert_dtype("nvfp4", "fp4") == "fp4"
-    assert efficiency.expert_dtype("mxfp4", "bf16") == "bf16"  # W4A16 (Marlin): not the MXFP4 x MXFP8 kernel
+    assert efficiency.kernel_dtype("mxfp4", "fp4") == "mxfp4"
+    assert efficiency.kernel_dtype("nvfp4", "fp4") == "fp4"
+    assert efficiency.kernel_dtype("mxfp4", "bf16") == "bf16"  # W4A16 (Marlin): not the MXFP4 x MXFP8 kernel
     for name in ("deepseek-v4-flash", "deepseek-v4.1-flash"):
         d = load_model(name).dtypes
-        assert efficiency.expert_dtype(d.expert_weights, d.expert_compute_dtype) == "mxfp4"
+        assert efficiency.kernel_dtype(d.expert_weights, d.expert_compute_dtype) == "mxfp4"
 
 
 def _eff_by_hand(c: Curve, rows: float, n: float, k: float, flops: float) -> float:

@@ -268,10 +268,10 @@ def test_expert_curves_follow_the_kernel_that_runs():
     """Block-scaled FP8 experts (DeepSeek-V3) run the fp8_block MoE kernel, MXFP4 experts (DeepSeek-V4) the
     MXFP4 x MXFP8 one (the tables' w4a8_mxfp4_mxfp8 rows, TrtLlmMxfp4ExpertsModular: not the NVFP4 kernel of
     the fp4 curves); other formats their compute dtype."""
-    assert efficiency.expert_dtype("fp8_block", "fp8") == "fp8_block"
-    assert efficiency.expert_dtype("fp8", "fp8") == "fp8"
-    assert efficiency.expert_dtype("mxfp4", "fp4") == "mxfp4"
-    assert efficiency.expert_dtype("bf16", "bf16") == "bf16"
+    assert efficiency.kernel_dtype("fp8_block", "fp8") == "fp8_block"
+    assert efficiency.kernel_dtype("fp8", "fp8") == "fp8"
+    assert efficiency.kernel_dtype("mxfp4", "fp4") == "mxfp4"
+    assert efficiency.kernel_dtype("bf16", "bf16") == "bf16"
 
 
 def test_v3_experts_on_h200_match_the_table_row():
