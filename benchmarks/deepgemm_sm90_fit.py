@@ -17,7 +17,7 @@ Variants (all through calibration.opdb_fit.fit_class, the importer's seeded spli
   padded  groups, and each curve's pad term the work the chosen tiles do over the useful work
           (ceil(m / block_m) block_m ceil(n / block_n) block_n / (m n)), its weight pad_cost fitted
 
-  .venv/bin/python benchmarks/deepgemm_sm90_fit.py --variant padded h200_sxm h100_sxm
+  .venv/bin/python benchmarks/deepgemm_sm90_fit.py --variant padded [--op-database-root R] h200_sxm h100_sxm
 """
 from __future__ import annotations
 
@@ -30,12 +30,11 @@ import numpy as np
 from rackplan.calibration import opdb, opdb_ops
 from rackplan.calibration.opdb_fit import fit_class, split
 from rackplan.calibration.robust import mape
+from rackplan.sim.cost.efficiency import in_ranges
 from rackplan.sim.cost.roofline import price
 from rackplan.specs import load_hardware, load_profile
 
-R = "/work/aicvenv/lib/python3.11/site-packages/aiconfigurator_core/systems/data"
 HARDWARE = {"h200_sxm": "h200-sxm", "h100_sxm": "h100-sxm"}
-SMS = 132  # H100 / H200 SXM5 (configs/hardware/h200-sxm.yaml num_sms)
 SMEM = 232448  # SM90ArchSpec::smem_capacity
 BLOCK_K = 128  # 128 / element size (FP8)
 
@@ -52,20 +51,21 @@ def _stages(m_blk: int, n_blk: int, k: int) -> int:
     return min((SMEM - cd - 16 * 8 * 2 - sfb) // per_stage, 16)
 
 
-def _cycles(m: int, n: int, k: int, m_blk: int, n_blk: int, cm: int, cn: int) -> tuple[int, int]:
+def _cycles(m: int, n: int, k: int, m_blk: int, n_blk: int, cm: int, cn: int, sms: int) -> tuple[int, int]:
     """(modelled cycles, waves) of get_layout_info."""
     blocks = _cdiv(m, m_blk) * _cdiv(n, n_blk)
-    waves = _cdiv(blocks, SMS)
-    l2 = (k * (m_blk // cn + n_blk // cm) + m_blk * n_blk * 2) * blocks // int(min(64.0 * SMS, 8e6 / 1.3e3))
+    waves = _cdiv(blocks, sms)
+    l2 = (k * (m_blk // cn + n_blk // cm) + m_blk * n_blk * 2) * blocks // int(min(64.0 * sms, 8e6 / 1.3e3))
     l1 = (k * (m_blk + n_blk) + k * (max(64, m_blk) + n_blk) + m_blk * n_blk * 2 + m_blk * n_blk * 2) * blocks \
-        // (128 * SMS)
-    cycles = int(max(l1, l2) / (blocks / (waves * SMS)))
+        // (128 * sms)
+    cycles = int(max(l1, l2) / (blocks / (waves * sms)))
     return (2 ** 63 - 1 if cm * cn > 1 and waves <= 1 else cycles), waves
 
 
 @lru_cache(maxsize=None)
-def sm90_config(m: int, n: int, k: int) -> tuple[int, int, int, int]:
-    """(block_m, block_n, cluster CTAs, waves) DeepGEMM's SM90 fp8_gemm_nt picks for [m, k] x [k, n]."""
+def sm90_config(m: int, n: int, k: int, sms: int) -> tuple[int, int, int, int]:
+    """(block_m, block_n, cluster CTAs, waves) DeepGEMM's SM90 fp8_gemm_nt picks for [m, k] x [k, n] on `sms`
+    SMs (HardwareSpec.num_sms: 132 on H100 / H200 SXM5)."""
     block_ms = [64, 128] + ([16] if m <= 16 else []) + ([32] if m <= 32 else []) + [256]
     best = None
     for cm, cn in ((1, 1), (1, 2), (2, 1)):
@@ -77,21 +77,21 @@ def sm90_config(m: int, n: int, k: int) -> tuple[int, int, int, int]:
                 st = _stages(m_blk, n_blk, k)
                 if st < 3 or (m_blk * n_blk < 128 * 192 and st < 4):
                     continue
-                cyc, waves = _cycles(m, n, k, m_blk, n_blk, cm, cn)
+                cyc, waves = _cycles(m, n, k, m_blk, n_blk, cm, cn, sms)
                 if best is None or cyc < best[0]:
                     best = (cyc, m_blk, n_blk, cm * cn, waves)
     return best[1:]
 
 
-def group(m: int, n: int, k: int) -> float:
-    m_blk, n_blk, ctas, waves = sm90_config(m, n, k)
+def group(m: int, n: int, k: int, sms: int) -> float:
+    m_blk, n_blk, ctas, waves = sm90_config(m, n, k, sms)
     if ctas > 1:
         return 3.0
     return 2.0 if waves == 1 and m_blk * n_blk >= 128 * 192 else 1.0
 
 
-def padded(m: int, n: int, k: int) -> float:
-    m_blk, n_blk, _, _ = sm90_config(m, n, k)
+def padded(m: int, n: int, k: int, sms: int) -> float:
+    m_blk, n_blk, _, _ = sm90_config(m, n, k, sms)
     return _cdiv(m, m_blk) * m_blk * _cdiv(n, n_blk) * n_blk / (m * n)
 
 
@@ -108,23 +108,23 @@ def _predict(m, n, k, load, pad, hw):
             e = c.eff_max / ((p ** q + (c.x_half / m[i]) ** q + b ** q) ** (1 / q) + c.work_half / flops[i])
             tiles = np.maximum(np.ceil(m[i] / 128), 1) * np.maximum(np.ceil(n[i] / 128), 1)
             e = e * tiles / (tiles + c.tiles_half) if c.tiles_half else e
-            ok = ((load[i] > c.load_min) if c.load_min else True) & ((load[i] <= c.load_max) if c.load_max else True)
+            ok = in_ranges(c, m[i], 0.0, load=load[i])
             eff = np.maximum(eff, np.where(ok, e, 0.0))
         return price(flops[i], np.zeros(len(i)), peak, eff, hw, prof)
     return predict
 
 
-def measure(system: str, variant: str) -> str:
+def measure(system: str, variant: str, root=None) -> str:
     hw = load_hardware(HARDWARE[system])
     base = load_profile("h800-deepep")
     prof = dataclasses.replace(base, curves={}, fallbacks={}, fit_error={})
-    table = opdb.locate(opdb.data_root(R), system, "sglang")["gemm_perf"]
+    table = opdb.locate(opdb.data_root(root), system, "sglang")["gemm_perf"]
     rows = [r for r in opdb_ops.gemm_rows({"gemm_perf": table}, hw) if r.key == "gemm.fp8_block"][0]
     keep = np.flatnonzero(rows.x >= 32)
     m, n, k = rows.x[keep], rows.y[keep], rows.z[keep]
     shapes = list(zip(m.astype(int), n.astype(int), k.astype(int)))
-    load = np.array([group(*s) for s in shapes]) if variant != "plain" else np.ones(len(keep))
-    pad = np.array([padded(*s) for s in shapes]) if variant == "padded" else np.ones(len(keep))
+    load = np.array([group(*s, hw.num_sms) for s in shapes]) if variant != "plain" else np.ones(len(keep))
+    pad = np.array([padded(*s, hw.num_sms) for s in shapes]) if variant == "padded" else np.ones(len(keep))
     start, free = (dataclasses.replace(rows.start, pad_cost=1.0), rows.free + ("pad_cost",)) if variant == "padded" \
         else (rows.start, rows.free)
     ranges = tuple((g - 1.0, g) for g in sorted(set(load))) if variant != "plain" else ()
@@ -142,10 +142,12 @@ def measure(system: str, variant: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", choices=("plain", "groups", "padded"), default="padded")
+    ap.add_argument("--op-database-root", default=None,
+                    help="aiconfigurator-core's systems/data folder (default: the installed package's)")
     ap.add_argument("systems", nargs="+", choices=sorted(HARDWARE))
     args = ap.parse_args()
     for s in args.systems:
-        print(measure(s, args.variant), flush=True)
+        print(measure(s, args.variant, args.op_database_root), flush=True)
 
 
 if __name__ == "__main__":
