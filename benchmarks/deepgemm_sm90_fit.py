@@ -2,13 +2,9 @@
 at m >= 32, with the configuration DeepGEMM's SM90 heuristic picks per row put into the fit (a measurement, not
 wired into the importer: benchmarks/RESULTS.md, 2026-12-02 "DeepGEMM's SM90 configuration in the fp8_block fit").
 
-The rule: DeepGEMM csrc/jit_kernels/heuristics/sm90.hpp (deepseek-ai/DeepGEMM, identical from 7f2a703
-2026-04-17 to 54e2261 2026-06-23), SM90ArchSpec::get_layout_candidates (l. 16-118: block_m 64, 128, then 16 at
-m <= 16, 32 at m <= 32, 256 for a BF16 output; block_n 16..192 step 16 for the 1D2D kernel; the 1D2D unroll
-rule; not both > 128; stages >= 3, >= 4 below 128 x 192; clusters 1x1, 1x2, 2x1), get_pipeline_config
-(l. 148-187: the stage count from 232,448 B of shared memory), get_layout_info (l. 201-238: L1/L2 cycles over
-the wave efficiency, multicast refused at one wave) and compare (l. 240-243: fewest modelled cycles; common.hpp
-get_best_config keeps the first of equals). 132 SMs (H100 / H200 SXM5).
+The rule: sim/cost/deepgemm.py (DeepGEMM csrc/jit_kernels/heuristics/sm90.hpp, its sources there), which the
+importer and the cost model use since sm90wire; the `padded` variant is the form `rackplan calibrate` now fits
+for h200 / h100 (its own fit path, opdb_ops._ruled_rows, gives the same figure). 132 SMs (H100 / H200 SXM5).
 
 Variants (all through calibration.opdb_fit.fit_class, the importer's seeded split over the m >= 32 rows):
   plain   the shipped form (3 kernel configurations, KERNEL_CONFIGS)
@@ -23,76 +19,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from functools import lru_cache
 
 import numpy as np
 
 from rackplan.calibration import opdb, opdb_ops
 from rackplan.calibration.opdb_fit import fit_class, split
 from rackplan.calibration.robust import mape
+from rackplan.sim.cost.deepgemm import sm90_group
+from rackplan.sim.cost.deepgemm import sm90_padded as padded
 from rackplan.sim.cost.efficiency import in_ranges
 from rackplan.sim.cost.roofline import price
 from rackplan.specs import load_hardware, load_profile
 
 HARDWARE = {"h200_sxm": "h200-sxm", "h100_sxm": "h100-sxm"}
-SMEM = 232448  # SM90ArchSpec::smem_capacity
-BLOCK_K = 128  # 128 / element size (FP8)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _stages(m_blk: int, n_blk: int, k: int) -> int:
-    """get_pipeline_config for the 1D2D FP8 kernel with a BF16 output."""
-    cd = _cdiv(m_blk * n_blk * 2, 1024) * 1024
-    sfb = _cdiv(_cdiv(k, BLOCK_K) * 4 * (1 if BLOCK_K % n_blk == 0 else 2), 8) * 8
-    per_stage = m_blk * BLOCK_K + n_blk * BLOCK_K + _cdiv(m_blk * 4, 128) * 128
-    return min((SMEM - cd - 16 * 8 * 2 - sfb) // per_stage, 16)
-
-
-def _cycles(m: int, n: int, k: int, m_blk: int, n_blk: int, cm: int, cn: int, sms: int) -> tuple[int, int]:
-    """(modelled cycles, waves) of get_layout_info."""
-    blocks = _cdiv(m, m_blk) * _cdiv(n, n_blk)
-    waves = _cdiv(blocks, sms)
-    l2 = (k * (m_blk // cn + n_blk // cm) + m_blk * n_blk * 2) * blocks // int(min(64.0 * sms, 8e6 / 1.3e3))
-    l1 = (k * (m_blk + n_blk) + k * (max(64, m_blk) + n_blk) + m_blk * n_blk * 2 + m_blk * n_blk * 2) * blocks \
-        // (128 * sms)
-    cycles = int(max(l1, l2) / (blocks / (waves * sms)))
-    return (2 ** 63 - 1 if cm * cn > 1 and waves <= 1 else cycles), waves
-
-
-@lru_cache(maxsize=None)
-def sm90_config(m: int, n: int, k: int, sms: int) -> tuple[int, int, int, int]:
-    """(block_m, block_n, cluster CTAs, waves) DeepGEMM's SM90 fp8_gemm_nt picks for [m, k] x [k, n] on `sms`
-    SMs (HardwareSpec.num_sms: 132 on H100 / H200 SXM5)."""
-    block_ms = [64, 128] + ([16] if m <= 16 else []) + ([32] if m <= 32 else []) + [256]
-    best = None
-    for cm, cn in ((1, 1), (1, 2), (2, 1)):
-        for m_blk in block_ms:
-            for n_blk in range(16, 193, 16):
-                d = n_blk - BLOCK_K
-                if d > 0 and n_blk % d and BLOCK_K % d or (m_blk > 128 and n_blk > 128):
-                    continue
-                st = _stages(m_blk, n_blk, k)
-                if st < 3 or (m_blk * n_blk < 128 * 192 and st < 4):
-                    continue
-                cyc, waves = _cycles(m, n, k, m_blk, n_blk, cm, cn, sms)
-                if best is None or cyc < best[0]:
-                    best = (cyc, m_blk, n_blk, cm * cn, waves)
-    return best[1:]
 
 
 def group(m: int, n: int, k: int, sms: int) -> float:
-    m_blk, n_blk, ctas, waves = sm90_config(m, n, k, sms)
-    if ctas > 1:
-        return 3.0
-    return 2.0 if waves == 1 and m_blk * n_blk >= 128 * 192 else 1.0
-
-
-def padded(m: int, n: int, k: int, sms: int) -> float:
-    m_blk, n_blk, _, _ = sm90_config(m, n, k, sms)
-    return _cdiv(m, m_blk) * m_blk * _cdiv(n, n_blk) * n_blk / (m * n)
+    return float(sm90_group(m, n, k, sms))
 
 
 def _predict(m, n, k, load, pad, hw):
@@ -125,11 +68,12 @@ def measure(system: str, variant: str, root=None) -> str:
     shapes = list(zip(m.astype(int), n.astype(int), k.astype(int)))
     load = np.array([group(*s, hw.num_sms) for s in shapes]) if variant != "plain" else np.ones(len(keep))
     pad = np.array([padded(*s, hw.num_sms) for s in shapes]) if variant == "padded" else np.ones(len(keep))
-    start, free = (dataclasses.replace(rows.start, pad_cost=1.0), rows.free + ("pad_cost",)) if variant == "padded" \
-        else (rows.start, rows.free)
+    plain = opdb_ops.GEMM_START  # (the importer's rows carry the rule now: this script's own forms start plain)
+    start, free = (dataclasses.replace(plain, pad_cost=1.0), opdb_ops.ALL_FIELDS + ("pad_cost",)) \
+        if variant == "padded" else (plain, opdb_ops.ALL_FIELDS)
     ranges = tuple((g - 1.0, g) for g in sorted(set(load))) if variant != "plain" else ()
     sub = dataclasses.replace(rows, seconds=rows.seconds[keep], predict=_predict(m, n, k, load, pad, hw), start=start,
-                              free=free, x=m, y=n, z=k, load=load, load_ranges=ranges)
+                              free=free, x=m, y=n, z=k, load=load, load_ranges=ranges, rule="")
     f, fitted = fit_class(sub, prof)
     _, held = split(len(keep))
     pred = sub.predict(fitted, held)

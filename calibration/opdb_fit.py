@@ -73,6 +73,10 @@ class ClassRows:
     # that range's fit rows; a range with fewer fit rows than its parameters joins the one below
     load_ranges: tuple[tuple[float, float], ...] = ()
     load: np.ndarray | None = None
+    # or a kernel whose configuration a tile rule picks (Curve.tile_rule, sim/cost/deepgemm.py): `load` then holds
+    # each row's configuration group and load range (g - 1, g] becomes the curves' rule_group g (never merged;
+    # a group with too few fit rows for its curves keeps the all-rows fit)
+    rule: str = ""
 
     def parts(self):
         """(curve key, config index, start, free fields) of every curve fitted."""
@@ -197,7 +201,9 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
                                               for r in rows.ranges)
     elif rows.configs > 1:
         extra["configs"] = rows.configs
-    if rows.load_ranges:
+    if rows.load_ranges and rows.rule:
+        extra["dispatch_by_rule_group"] = {"tile_rule": rows.rule, "groups": [int(hi) for _, hi in used]}
+    elif rows.load_ranges:
         extra["dispatch_by_load"] = [[lo, hi if math.isfinite(hi) else "inf"] for lo, hi in used]
     if rows.scalars:
         extra["scalars"] = {f: getattr(fitted, f) for f, *_ in rows.scalars}
@@ -239,12 +245,15 @@ def _fit_loads(rows: ClassRows, prof: Profile, fit_idx, seed: int) -> tuple[Prof
     held = dataclasses.replace(rows, also=(), scalars=(), load_ranges=())
     load = np.asarray(rows.load, float)
     used = _load_ranges(rows, load[fit_idx])
-    ranged = [[dataclasses.replace(c, load_min=lo, load_max=_bound(hi)) for c in out.curves[rows.key]]
+    ranged = [[_at_load(rows, c, lo, hi) for c in out.curves[rows.key]]
               for lo, hi in used]  # each range starts from the all-rows fit
     for _ in range(2):  # the ranges' curves with `also` held, then `also` with the ranges' curves held
         for j, (lo, hi) in enumerate(used):
-            one = dataclasses.replace(held, start=dataclasses.replace(rows.start, load_min=lo, load_max=_bound(hi)))
-            idx = fit_idx[np.broadcast_to(in_ranges(one.start, 0.0, 0.0, load=load[fit_idx]), fit_idx.shape)]
+            one = dataclasses.replace(held, start=_at_load(rows, rows.start, lo, hi))
+            idx = fit_idx[(load[fit_idx] > lo) & (load[fit_idx] <= hi)] if rows.rule else \
+                fit_idx[np.broadcast_to(in_ranges(one.start, 0.0, 0.0, load=load[fit_idx]), fit_idx.shape)]
+            if rows.rule and len(idx) < rows.configs * len(rows.free):
+                continue  # a rule's group with too few fit rows for its own curves keeps the all-rows fit
             warm = _vector(one, dataclasses.replace(out, curves={**out.curves, rows.key: tuple(ranged[j])}))
             ranged[j] = list(_fit(one, out, idx, [warm])[0].curves[rows.key])
         out = dataclasses.replace(out, curves={**out.curves, rows.key: tuple(c for cs in ranged for c in cs)})
@@ -254,9 +263,18 @@ def _fit_loads(rows: ClassRows, prof: Profile, fit_idx, seed: int) -> tuple[Prof
     return out, mape(rows.predict(out, fit_idx), rows.seconds[fit_idx]), used
 
 
+def _at_load(rows: ClassRows, c: Curve, lo: float, hi: float) -> Curve:
+    """Curve c bounded to load range (lo, hi]: its load_min / load_max, or under a tile rule its rule_group hi."""
+    if rows.rule:
+        return dataclasses.replace(c, tile_rule=rows.rule, rule_group=int(hi))
+    return dataclasses.replace(c, load_min=lo, load_max=_bound(hi))
+
+
 def _load_ranges(rows: ClassRows, load_fit: np.ndarray) -> list[tuple[float, float]]:
     """rows.load_ranges with each range that holds fewer fit rows than its curves' parameters merged
-    into the one below (the first into the one above)."""
+    into the one below (the first into the one above); a tile rule's groups are never merged."""
+    if rows.rule:
+        return list(rows.load_ranges)
     need = rows.configs * len(rows.free)
     out: list[list[float]] = []
     for lo, hi in rows.load_ranges:

@@ -56,12 +56,16 @@ GEMM_FLOOR_MAX_S = 20e-6
 #   sglang_per_token_group_quant_fp8 + deep_gemm_wrapper.gemm_nt_f8f8bf16 (DeepGEMM fp8_gemm_nt) through
 #   benchmark_with_power's CUDA graph, with the UE8M0 weight scales packed at setup as serving does
 #   (kernel_source sglang_deepgemm_gemm_nt_f8f8bf16; every shape aligned).
-# Not SM90: there vLLM runs FlashInfer's fp8_blockscale_gemm_sm90 below m = 32 (scaled_mm/flashinfer.py:
-# 152-158; the vLLM table says FlashInferFp8BlockScaledMMKernel at m 1-17), a kernel no graph-timed table
-# times (SGLang's is DeepGEMM at every m, TRT-LLM's its own torch flow).
-GRAPH_TIMED_SOURCE = {("gemm.fp8_block", "sm100"): "sglang"}
-NO_GRAPH_TIMED_SOURCE = {("gemm.fp8_block", "sm90"): "on SM90 vLLM runs FlashInfer's fp8_blockscale_gemm_sm90 below "
-                         "m = 32, which no graph-timed table times (SGLang's times DeepGEMM at every m)"}
+# On SM90 vLLM runs DeepGEMM at m >= 32 only and FlashInfer's fp8_blockscale_gemm_sm90 below (scaled_mm/
+# flashinfer.py:152-158; the vLLM table says FlashInferFp8BlockScaledMMKernel at m 1-17), a kernel no graph-timed
+# table times (SGLang's is DeepGEMM at every m, TRT-LLM's its own torch flow): SGLang's table gives the m >= 32
+# curves, through DeepGEMM's SM90 configuration choice (opdb_ops.TILE_RULE), and NO_GRAPH_TIMED_SOURCE says
+# where the rest comes from.
+GRAPH_TIMED_SOURCE = {("gemm.fp8_block", "sm100"): "sglang", ("gemm.fp8_block", "sm90"): "sglang"}
+NO_GRAPH_TIMED_SOURCE = {("gemm.fp8_block", "sm90"): (
+    "m < 32: the gemm.fp8 curve (dtype family; efficiency.family_curve): there vLLM runs FlashInfer's "
+    "fp8_blockscale_gemm_sm90, which no graph-timed table times (SGLang's times DeepGEMM at every m), a "
+    "weight-read-bound GEMM whose weight bytes equal per-tensor FP8's")}
 A2A_KERNEL = {"deepep_ll": "low_latency", "deepep_ht": "high_throughput"}
 # DeepEP as vLLM runs it for DeepSeek-V3: low-latency dispatch in FP8 (with scales), combine and the
 # high-throughput kernels in BF16 (the table's comm_dtype is "default")
@@ -149,9 +153,10 @@ def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSp
             f"off for fp8_block; fastest row {_floor_us(f):g} us)")
     g = dataclasses.replace(g, extra={**g.extra, "framework": other, "in_place_of": f"vllm {f.table.version} "
                                       f"{f.table.op}/{f.table.name}, fastest row {_floor_us(f):g} us (eager)"})
+    rest = f"; {NO_GRAPH_TIMED_SOURCE[(f.key, arch)]}" if (f.key, arch) in NO_GRAPH_TIMED_SOURCE else ""
     if _kept(g):
         return g, refit, (f"measured from {other} {table.version} {table.op}/{table.name} ({rows[0].kernel}, "
-                          f"CUDA-graph timed, the kernel vLLM runs on {arch}): {vllm}")
+                          f"CUDA-graph timed, the kernel vLLM runs on {arch}): {vllm}{rest}")
     why = (f"every row >= {_floor_us(g):g} us" if _floor_us(g) > GEMM_FLOOR_MAX_S * 1e6
            else f"its fit missed, {g.mape_held:.1f}% held-out MAPE")
     return f, fitted, f"{other} {table.version}'s table not taken either ({why})"

@@ -15,6 +15,7 @@ import numpy as np
 from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.collective import allreduce_seconds
+from rackplan.sim.cost.deepgemm import GROUPS, rule_at
 from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
 from rackplan.sim.cost.moe import expert_work, tile_load
 from rackplan.sim.cost.roofline import price, price_gemm
@@ -138,6 +139,14 @@ LOAD_DISPATCHED_KERNELS = ("trtllmmxfp4expertsmodular",)  # kernel_source ending
 # the SM100 SGLang tables where two reach 9.0-10.6% (benchmarks/RESULTS.md, 2026-12-02 "gemm.fp8_block from the
 # graph-timed DeepGEMM tables").
 KERNEL_CONFIGS = {"sglang_deepgemm_gemm_nt_f8f8bf16": 3}
+# A GEMM table of a kernel whose configuration choice is modelled as a tile rule (sim/cost/deepgemm.py), by
+# (kernel_source, architecture): (rule, smallest m the curves price). DeepGEMM's fp8_gemm_nt on SM90 (the SGLang
+# tables): one curve set (KERNEL_CONFIGS of them) per configuration group of its cycle model, each padding by the
+# tiles it picks, fitted on the rows of m >= 32 only: vLLM 0.24.0 runs DeepGEMM there and FlashInfer's swap-AB
+# fp8_blockscale_gemm_sm90 below (scaled_mm/flashinfer.py:152-158), which no graph-timed table times; the curves
+# carry x_min = 31 and efficiency.family_curve prices m < 32 by gemm.fp8 (benchmarks/RESULTS.md, 2026-12-02
+# "DeepGEMM's SM90 configuration in the fp8_block fit": 9.25% / 7.83% held out on h200 / h100).
+TILE_RULE = {("sglang_deepgemm_gemm_nt_f8f8bf16", "sm90"): ("deepgemm_sm90", 32.0)}
 ARCH = {"h100-sxm": "sm90", "h200-sxm": "sm90", "h800": "sm90", "b200": "sm100", "b300": "sm100",
         "gb200-nvl72": "sm100", "gb300-nvl72": "sm100"}  # hardware -> CUDA architecture of its GPU
 
@@ -192,6 +201,10 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         start, free = (dataclasses.replace(GEMM_START, pad_cost=1.0), ALL_FIELDS + ("pad_cost",)) if ranges \
             else (GEMM_START, ALL_FIELDS)
         seconds = c["seconds"][sel]
+        rule = TILE_RULE.get((kernels, ARCH.get(hw.name, "")))
+        if rule is not None:
+            out.append(_ruled_rows(f"gemm.{dt}", t, tdt, kernels, rule, m, n, k, seconds, hw))
+            continue
         screened = screen(m, n, k, seconds) if ranges else None
         out.append(ClassRows(f"gemm.{dt}", t, seconds, _gemm_predict(dt, m, n, k, hw), start,
                              free, f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}"
@@ -204,6 +217,25 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
                              notes={"table_roughness_pct": roughness(m, n, k, c["seconds"][sel]),
                                     "fastest_row_us": round(float(c["seconds"][sel].min()) * 1e6, 1)}))
     return out
+
+
+def _ruled_rows(key: str, t: Table, tdt: str, kernels: str, rule: tuple[str, float], m, n, k, seconds, hw):
+    """A GEMM class whose kernel picks its configuration by a tile rule (TILE_RULE): its rows of m >= the rule's
+    smallest m, one curve set per configuration group (ClassRows.load the group of each row, fitted as ranges
+    (g - 1, g] into Curve.rule_group g), each curve's pad term the rule's padded work with pad_cost fitted."""
+    name, m_min = rule
+    keep = m >= m_min
+    m, n, k, seconds = m[keep], n[keep], k[keep], seconds[keep]
+    group = rule_at(name, m, n, k, hw.num_sms)[0]
+    start = dataclasses.replace(GEMM_START, pad_cost=1.0, tile_rule=name, x_min=m_min - 1.0)
+    return ClassRows(key, t, seconds, _gemm_predict(TABLE_DTYPE[tdt], m, n, k, hw), start, ALL_FIELDS + ("pad_cost",),
+                     f"gemm_dtype {tdt}, n and k >= {MIN_WEIGHT_DIM}, m >= {m_min:g} (m < {m_min:g}: the dtype "
+                     f"family's curve); {KERNEL_CONFIGS.get(kernels, 2)} curves per configuration group of tile rule "
+                     f"{name} (sim/cost/deepgemm.py), padded by its tiles", kernels,
+                     configs=KERNEL_CONFIGS.get(kernels, 2), x=m, y=n, z=k, load=group, rule=name,
+                     load_ranges=tuple((g - 1.0, float(g)) for g in GROUPS if (group == g).any()),
+                     notes={"table_roughness_pct": roughness(m, n, k, seconds),
+                            "fastest_row_us": round(float(seconds.min()) * 1e6, 1)})
 
 
 def roughness(m, n, k, seconds) -> float:
@@ -275,7 +307,7 @@ def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw, load)
     peak = hw.flops_for(dt)
 
     def predict(prof, i):
-        eff = efficiency.experts(prof, dt, rows_pe[i], n[i], k[i], flops[i], load[i])
+        eff = efficiency.experts(prof, dt, rows_pe[i], n[i], k[i], flops[i], load[i], hw.num_sms)
         return (price(flops[i], nbytes[i], peak, eff, hw, prof)
                 + stream_seconds(hw, prof, route, in_bytes[i], tokens[i], h[i]))
     return predict

@@ -48,6 +48,7 @@ class Curve:
         eff = eff_max * occ / ((pad^q + (x_half/x)^q + (y_half/y + z_half/z)^q)^(1/q) + work_half/work)
         occ = tiles / (tiles + tiles_half),  tiles = ceil(x/128) * ceil(y/128)
         pad = (x_pad + pad_cost * (x_pad - x)) / x,  x_pad = ceil(x/x_tile) * x_tile  (1 without x_tile)
+        pad = 1 + pad_cost * (work_pad - 1)  under a tile_rule, work_pad its padded work over m and n
 
     for x_min < x <= x_max, y_min < y <= y_max, z_min <= z < z_max and load_min < load <= load_max (a zero
     bound is open; an unknown y, z or load, 0, lies in every range; load: rows per local expert as a MoE kernel's
@@ -58,6 +59,11 @@ class Curve:
     names the thresholds), each padding its x to its
     own tile edge x_tile (rows a tile computes whether or not they are there); pad_cost is what a padded
     row costs beyond a real one, in real rows (0: the same; fitted, calibration/opdb.md says why).
+    A curve with a tile_rule (a weight GEMM's; sim/cost/deepgemm.py) takes its pad term from the tiles the rule
+    picks for (x, y, z) = (m, n, k) on the GPU's SM count, and with a rule_group it runs only for the shapes the
+    rule puts in that configuration group (DeepGEMM's SM90 block-FP8 GEMM: one CTA, a one-wave big tile, a
+    2-CTA cluster); an unknown n or k (0) is in no group. Pricing such a curve needs the SM count
+    (efficiency.gemm's `sms`): without it, an error.
 
     What x, y, z and work are depends on the op class (sim/cost/efficiency.py says which: e.g. a
     weight GEMM has x = rows m, y = n, z = k, work = FLOPs). Each half-term adds the time that
@@ -85,6 +91,10 @@ class Curve:
     load_max: float = 0.0  # average rows per local expert, e.g. FlashInfer's tile_N: calibration/opdb_ops.py)
     z_min: float = 0.0  # ... and for z_min <= z < z_max (0: unbounded; a dispatch by z, e.g. SM100 FP8 tiles by k,
     z_max: float = 0.0  # `k < 4096`: calibration/opdb_ops.py FP8_DISPATCH)
+    # a tile rule (sim/cost/deepgemm.py TILE_RULES, e.g. "deepgemm_sm90": the configuration DeepGEMM's SM90
+    # fp8_gemm_nt picks per (m, n, k) on the GPU's SMs; "": none): its padded work is the pad term
+    tile_rule: str = ""
+    rule_group: int = 0  # ... and the curve prices only the shapes the rule puts in this group (0: every group)
 
     def __post_init__(self):
         cap = REGIME_EFF_MAX if self.work_min or self.work_max else 1.0
@@ -100,6 +110,19 @@ class Curve:
         check(not self.load_max or self.load_max > self.load_min, "load_max", f"above load_min ({self.load_min}) or 0",
               self.load_max)
         check(not self.z_max or self.z_max > self.z_min, "z_max", f"above z_min ({self.z_min}) or 0", self.z_max)
+        self._check_rule()
+
+    def _check_rule(self) -> None:
+        """tile_rule names a rule of sim/cost/deepgemm.py (or is ""), rule_group one of its groups (or 0)."""
+        if not self.tile_rule:
+            check(not self.rule_group, "rule_group", "0 without a tile_rule", self.rule_group)
+            return
+        from rackplan.sim.cost.deepgemm import GROUPS, TILE_RULES  # (lazily: the rules live with the cost model)
+
+        check(self.tile_rule in TILE_RULES, "tile_rule", f"one of {', '.join(sorted(TILE_RULES))} or \"\"",
+              self.tile_rule)
+        check(self.rule_group in (0,) + GROUPS, "rule_group", f"0 (every group) or one of {GROUPS}", self.rule_group)
+        check(not self.x_tile, "x_tile", "0 with a tile_rule (the rule's padded work is the pad term)", self.x_tile)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ class Drafter:
             # the experts kernel's load (moe.tile_load): every row enters the rank without an all-to-all;
             # with one, the copies delivered are not counted here (0: unknown, no load range applies)
             load = 0.0 if self.all_to_all else tile_load(rows_global, self.top_k, self.experts_per_rank)
-            eff = efficiency.experts(prof, self.dtype, pairs / distinct, load=load)
+            eff = efficiency.experts(prof, self.dtype, pairs / distinct, load=load, sms=hw.num_sms)
             sec += price(e_fl, e_by, compute_peak, eff, hw, prof)
             sec += a2a_s(rows) if self.all_to_all else 0.0
             fl, by = fl + e_fl, by + e_by

@@ -34,6 +34,15 @@ heuristic computes it, every token entering the rank times top-k over the rank's
 configurations, e.g. vLLM's FP8 GEMM tiles by m (and by n on SM90, by k on SM100), FlashInfer's MoE tile_N
 by load, the kernels vLLM's all-reduce picks by message size (one-shot, two-shot, symmetric memory, NCCL),
 a streaming op's working set in or out of L2 (its efficiency, a fraction of HBM, may then exceed 1).
+A weight GEMM curve may also name a tile rule (Curve.tile_rule, sim/cost/deepgemm.py: DeepGEMM's SM90
+configuration choice), which needs the GPU's SM count (`sms`, HardwareSpec.num_sms; without it, an error):
+
+  field        meaning
+  tile_rule    the rule's padded work over m and n (the tiles it picks for (m, n, k)) is the pad term
+  rule_group   the curve holds only the shapes the rule puts in this configuration group (0: every group)
+
+A GEMM of a dtype whose own curves hold only some shapes (ranges, a rule_group) and which none of them holds is
+priced by the dtype family's curves (`family_curve`: gemm.fp8_block on SM90 at m < 32 by gemm.fp8).
 """
 from __future__ import annotations
 
@@ -42,8 +51,10 @@ from functools import partial
 
 import numpy as np
 
-from rackplan.specs import Curve, Profile
+from rackplan.specs import Curve, Profile, SpecError
 from rackplan.specs.hardware import DTYPE_FAMILY
+
+from .deepgemm import rule_at
 
 # Without a measured curve: ring/one-shot all-reduce bus bandwidth of NCCL and vLLM's custom
 # all-reduce is typically ~70% of NVLink at large messages, latency-bound below ~1 MB (typical
@@ -109,10 +120,11 @@ def evaluate(cs: tuple[Curve, ...], x, y=0.0, z=0.0, work=0.0):
     return evaluate_bound(bind(cs, y, z), x, work)
 
 
-def bind(cs: tuple[Curve, ...], y=0.0, z=0.0) -> tuple:
+def bind(cs: tuple[Curve, ...], y=0.0, z=0.0, sms: int = 0) -> tuple:
     """The curves of an op class with the terms of an op's fixed dimensions y, z worked out: for
-    `evaluate_bound` (a weight GEMM's n and k, an elementwise op's columns are fixed per op)."""
-    return tuple([(c, _fixed_terms(c, y, z)) for c in cs])  # (a list first: faster than a generator)
+    `evaluate_bound` (a weight GEMM's n and k, an elementwise op's columns are fixed per op); `sms`: the GPU's SM
+    count, which a curve with a tile_rule needs (0: unknown, an error for such a curve)."""
+    return tuple([(c, _fixed_terms(c, y, z, sms)) for c in cs])  # (a list first: faster than a generator)
 
 
 def evaluate_bound(bound: tuple, x, work=0.0, load=0.0):
@@ -129,25 +141,32 @@ def evaluate_bound(bound: tuple, x, work=0.0, load=0.0):
     return eff
 
 
-def _fixed_terms(c: Curve, y, z) -> tuple:
-    """(y and z terms, output tiles along y, y, z, ranges) of curve c: the parts of _one that x and work leave
-    alone; ranges: 0 (c has none), 1 (it has, y and z scalars), 2 (it has, y or z an array)."""
-    ranged = c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max or c.load_min or c.load_max \
-        or c.z_min or c.z_max
-    ranges = (1 if isinstance(y, (int, float)) and isinstance(z, (int, float)) else 2) if ranged else 0
-    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y, z, ranges
+def _fixed_terms(c: Curve, y, z, sms: int = 0) -> tuple:
+    """(y and z terms, output tiles along y, y, z, ranges, sms) of curve c: the parts of _one that x and work
+    leave alone; ranges: 0 (c has none), 1 (it has, y and z scalars), 2 (it has, y or z an array)."""
+    if c.tile_rule and not sms:
+        raise SpecError("hardware", "num_sms", f"the GPU's SM count (a curve with tile_rule {c.tile_rule!r} prices "
+                        "by the configuration its kernel picks on that many SMs)", sms)
+    ranges = (1 if isinstance(y, (int, float)) and isinstance(z, (int, float)) else 2) if _ranged(c) else 0
+    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y, z, ranges, sms
+
+
+def _ranged(c: Curve) -> bool:
+    """Whether curve c holds only some ops (a range of x, y, z, work, load, or a tile rule's group)."""
+    return bool(c.x_min or c.x_max or c.work_min or c.work_max or c.y_min or c.y_max or c.load_min or c.load_max
+                or c.z_min or c.z_max or c.rule_group)
 
 
 def _one(c: Curve, fixed: tuple, x, work, load=0.0):
     """One curve's efficiency at x, work and load, its y and z terms `fixed` (see rackplan.specs.Curve)."""
-    b, tiles_y, y, z, ranged = fixed
+    b, tiles_y, y, z, ranged, sms = fixed
     scalar = ranged == 1 and isinstance(x, (int, float)) and isinstance(work, (int, float)) \
         and isinstance(load, (int, float))
-    if scalar and not in_ranges(c, x, work, y, load, z):
+    if scalar and not in_ranges(c, x, work, y, load, z, sms):
         return 0.0  # (a scalar op outside the curve's ranges: not evaluated)
     a = _term(c.x_half, x)
     q = c.sharpness
-    p = _pad(c.x_tile, x, c.pad_cost) if c.x_tile else 1.0
+    p = _pad(c.x_tile, x, c.pad_cost) if c.x_tile else (_rule_pad(c, x, y, z, sms) if c.tile_rule else 1.0)
     base = p + a + b if q == 1.0 else (p ** q + a ** q + b ** q) ** (1.0 / q)
     eff = c.eff_max / (base + _term(c.work_half, work))
     if c.tiles_half:
@@ -155,8 +174,13 @@ def _one(c: Curve, fixed: tuple, x, work, load=0.0):
         eff = eff * tiles / (tiles + c.tiles_half)
     if ranged and not scalar:
         eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float), np.asarray(y, float),
-                                 np.asarray(load, float), np.asarray(z, float)), eff, 0.0)
+                                 np.asarray(load, float), np.asarray(z, float), sms), eff, 0.0)
     return eff
+
+
+def _rule_pad(c: Curve, m, n, k, sms: int):
+    """A tile rule's pad term at (m, n, k): 1 + pad_cost (work the chosen tiles do / useful work - 1)."""
+    return 1.0 + c.pad_cost * (rule_at(c.tile_rule, m, n, k, sms)[1] - 1.0)
 
 
 def _pad(tile: float, x, cost: float = 0.0):
@@ -172,10 +196,11 @@ def _pad(tile: float, x, cost: float = 0.0):
     return np.divide(padded + cost * (padded - x), x, out=np.ones(x.shape), where=x > 0)
 
 
-def in_ranges(c: Curve, x, work, y=0.0, load=0.0, z=0.0):
+def in_ranges(c: Curve, x, work, y=0.0, load=0.0, z=0.0, sms: int = 0):
     """Whether (x, work, y, load, z) lies in curve c's ranges: x_min < x <= x_max, y_min < y <= y_max, work_min
     <= work < work_max, load_min < load <= load_max and z_min <= z < z_max (a zero bound open; an unknown y,
-    load or z, 0, in every range; each side as its dispatch compares, calibration/opdb_ops.py), scalar or array."""
+    load or z, 0, in every range; each side as its dispatch compares, calibration/opdb_ops.py), and in its tile
+    rule's group (rule_group; (x, y, z) = (m, n, k) on `sms` SMs; an unknown n or k in none), scalar or array."""
     ok = (x > c.x_min) if c.x_min else True
     if c.x_max:
         ok = ok & (x <= c.x_max)
@@ -195,25 +220,54 @@ def in_ranges(c: Curve, x, work, y=0.0, load=0.0, z=0.0):
         ok = ok & ((z >= c.z_min) | (z <= 0))
     if c.z_max:
         ok = ok & (z < c.z_max)
+    if c.rule_group:
+        if not sms:
+            raise SpecError("hardware", "num_sms", f"the GPU's SM count (tile_rule {c.tile_rule!r})", sms)
+        ok = ok & (rule_at(c.tile_rule, x, y, z, sms)[0] == c.rule_group)
     return ok
 
-def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0):
+def gemm(prof: Profile, dtype: str, m, n=0.0, k=0.0, sms: int = 0):
     """Weight GEMM [m, k] x [k, n] in `dtype`: saturating in the row count m (skinny decode GEMMs
-    are weight-read bound); n = k = 0 (unknown) drops the terms that need them."""
-    return gemm_at(prof, dtype, n, k)(m)
+    are weight-read bound); n = k = 0 (unknown) drops the terms that need them; `sms`: the GPU's SM count
+    (HardwareSpec.num_sms), which a curve with a tile_rule needs (0: unknown, an error for such a curve)."""
+    return gemm_at(prof, dtype, n, k, sms)(m)
 
 
-def gemm_at(prof: Profile, dtype: str, n=0.0, k=0.0):
+def gemm_at(prof: Profile, dtype: str, n=0.0, k=0.0, sms: int = 0):
     """`gemm` of one weight GEMM shape as a function of m alone (its curve found and bound once;
-    a partial, so a cost model that keeps it still pickles)."""
+    a partial, so a cost model that keeps it still pickles). Where the dtype's own curves hold only some
+    shapes, an op none of them holds is priced by the dtype family's curves (`family_curve`)."""
     c = dtype_curve(prof, "gemm", dtype)
     if c is None:
         return partial(_gemm_datasheet, prof)
-    return partial(_gemm_curve, bind(c, n, k), n, k)
+    family = family_curve(prof, "gemm", dtype, c)
+    if family is None:
+        return partial(_gemm_curve, bind(c, n, k, sms), n, k)
+    return partial(_gemm_or_family, bind(c, n, k, sms), bind(family, n, k, sms), n, k)
+
+
+def family_curve(prof: Profile, op_class: str, dtype: str, own: tuple[Curve, ...]) -> tuple[Curve, ...] | None:
+    """The dtype family's curves of `op_class` (fp8_block -> fp8) where `own`, the dtype's, are ranged (some ops
+    lie outside every one of them) and are not the family's already; else None. E.g. gemm.fp8_block on SM90
+    holds m >= 32 only (vLLM runs DeepGEMM there and FlashInfer's fp8_blockscale_gemm_sm90 below, which no
+    graph-timed table times; calibration/opdb_import.py): a GEMM of m < 32 reads weights of the same bytes as
+    per-tensor FP8's and is weight-read bound, so gemm.fp8 prices it."""
+    if dtype not in DTYPE_FAMILY or not any(_ranged(c) for c in own):
+        return None
+    family = curve(prof, f"{op_class}.{DTYPE_FAMILY[dtype]}")
+    return family if family is not None and family is not own else None
 
 
 def _gemm_curve(bound: tuple, n, k, m):
     return evaluate_bound(bound, m, 2.0 * m * n * k)
+
+
+def _gemm_or_family(bound: tuple, family: tuple, n, k, m):
+    """_gemm_curve of the dtype's curves where one holds the op, else of the family's (never 0 for a held op)."""
+    eff = evaluate_bound(bound, m, 2.0 * m * n * k)
+    if isinstance(eff, float):
+        return eff if eff > 0.0 else evaluate_bound(family, m, 2.0 * m * n * k)
+    return np.where(eff > 0.0, eff, evaluate_bound(family, m, 2.0 * m * n * k))
 
 
 def _gemm_datasheet(prof: Profile, m):
@@ -233,20 +287,20 @@ def kernel_dtype(weights: str, compute: str) -> str:
     return weights if KERNEL_FORMATS.get(weights) == compute else compute
 
 
-def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0, load=0.0):
+def experts(prof: Profile, dtype: str, tokens_per_expert, n=0.0, k=0.0, flops=0.0, load=0.0, sms: int = 0):
     """Routed-expert grouped GEMM: rows per expert play the part of m (n, k: one expert's GEMM);
     `flops`: the whole op's FLOPs on the rank (0: unknown, the fixed-latency term drops); `load`: the
     kernel's average rows per local expert, tokens entering the rank x top-k / local experts
     (moe.tile_load; 0: unknown, no load range applies)."""
-    return experts_at(prof, dtype, n, k)(tokens_per_expert, flops, load)
+    return experts_at(prof, dtype, n, k, sms)(tokens_per_expert, flops, load)
 
 
-def experts_at(prof: Profile, dtype: str, n=0.0, k=0.0):
+def experts_at(prof: Profile, dtype: str, n=0.0, k=0.0, sms: int = 0):
     """`experts` of one expert GEMM shape (n, k) as a function of (rows per expert, flops, load) (its
-    curves found and bound once, as gemm_at)."""
+    curves found and bound once, as gemm_at; `sms` for a GEMM curve with a tile_rule it may fall back to)."""
     c = dtype_curve(prof, "experts", dtype)
     if c is None:
-        return partial(_experts_gemm, gemm_at(prof, dtype, n, k))
+        return partial(_experts_gemm, gemm_at(prof, dtype, n, k, sms))
     return partial(_experts_curve, bind(c, n, k))
 
 

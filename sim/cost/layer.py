@@ -67,7 +67,7 @@ class GemmOp:
         # DeepGEMM, gemm.fp8_block; without that curve its dtype family's), the peak of the compute dtype
         kernels = [efficiency.kernel_dtype(g.weight_dtype, g.compute_dtype) for g in op.gemms]
         self.rows = tuple((2.0 * g.k * g.n, g.weight_bytes, (g.k + g.n) * act, hw.flops_for(g.compute_dtype),
-                           efficiency.gemm_at(prof, kd, g.n, g.k), gemm_bytes_priced(prof, kd))
+                           efficiency.gemm_at(prof, kd, g.n, g.k, hw.num_sms), gemm_bytes_priced(prof, kd))
                           for g, kd in zip(op.gemms, kernels))
         self.memo: dict[float, tuple[float, float, float]] = {}
 

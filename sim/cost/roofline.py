@@ -95,7 +95,7 @@ def price_gemm(flops, nbytes, peak_flops: float, dtype: str, m, n, k, hw: Hardwa
     was fitted on whole-kernel times, and its m-, n- and k-terms are the GEMM's own weight-read and
     activation traffic (rackplan.specs.Curve), so the profile's generic streaming side (mem_eff,
     fitted on other kernels) is not applied on top. Without one: the roofline `price`."""
-    eff = efficiency.gemm(prof, dtype, m, n, k)
+    eff = efficiency.gemm(prof, dtype, m, n, k, hw.num_sms)
     return price(flops, nbytes * gemm_bytes_priced(prof, dtype), peak_flops, eff, hw, prof)
 
 

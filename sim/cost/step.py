@@ -127,7 +127,8 @@ class StepModel:
         compute = m.dtypes.expert_compute_dtype
         dtype = efficiency.kernel_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
         _, _, _, n, k = expert_work(m, 1.0, 1.0, lay.moe_tp)
-        self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k), f"moe.route.{dtype}")
+        self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k, hw.num_sms),
+                         f"moe.route.{dtype}")
         self.local_experts = physical_experts_per_rank(m, lay)  # the experts kernel's local experts (tile_load)
 
     def variant(self, layout: Layout) -> "StepModel":

@@ -307,17 +307,34 @@ def test_eager_fp8_block_table_is_taken_from_the_graph_timed_framework(tmp_path)
 @pytest.mark.parametrize("graph, graph_floor, hw, words", [
     (None, False, "gb300-nvl72", "no fp8_block rows"),  # the other framework's table missing
     ("sglang", True, "gb300-nvl72", "not taken either (every row >= "),  # on the floor too
-    ("sglang", False, "h200-sxm", "FlashInfer"),  # SM90: vLLM runs another kernel below m = 32
 ])
 def test_fp8_block_not_written_when_no_graph_timed_table_of_vllm_s_kernel(tmp_path, graph, graph_floor, hw, words):
-    """Where no graph-timed table of the kernel vLLM runs is there (missing, floor-bound too, or on SM90 a
-    different kernel), the class is not written: its dtype family prices it and `fallbacks` says why."""
+    """Where no graph-timed table of the kernel vLLM runs is there (missing, or floor-bound too), the class is
+    not written: its dtype family prices it and `fallbacks` says why."""
     _block_tables(tmp_path, "blk", graph=graph, graph_floor=graph_floor)
     prof, _ = import_profile("blk", "vllm", None, load_hardware(hw), load_profile("datasheet"), "blk-vllm", tmp_path)
     assert "gemm.fp8_block" not in prof.curves and "gemm.fp8" in prof.curves
     assert prof.provenance["classes"]["gemm.fp8_block"]["written"] is False
     note = prof.fallbacks["gemm.fp8_block"]
     assert "per-call floor" in note and words in note, note
+
+
+def test_fp8_block_on_sm90_is_fitted_at_m_from_32_through_deepgemm_s_rule(tmp_path):
+    """On SM90 (h200) the SGLang DeepGEMM table gives gemm.fp8_block at m >= 32 only (vLLM runs FlashInfer's
+    kernel below, untimed): curves per DeepGEMM SM90 configuration group with x_min 31, m < 32 priced by
+    gemm.fp8, and `fallbacks` says both."""
+    _block_tables(tmp_path, "blk")
+    hw = load_hardware("h200-sxm")
+    prof, fits = import_profile("blk", "vllm", None, hw, load_profile("datasheet"), "blk-vllm", tmp_path)
+    curves = prof.curves["gemm.fp8_block"]
+    assert {(c.tile_rule, c.x_min) for c in curves} == {("deepgemm_sm90", 31.0)}
+    assert {c.rule_group for c in curves} <= {1, 2, 3} and len(curves) % 3 == 0
+    rec = prof.provenance["classes"]["gemm.fp8_block"]
+    assert rec["framework"] == "sglang" and rec["dispatch_by_rule_group"]["tile_rule"] == "deepgemm_sm90"
+    note = prof.fallbacks["gemm.fp8_block"]
+    assert "measured from sglang 0.5.14" in note and "m < 32: the gemm.fp8 curve" in note and "FlashInfer" in note
+    assert efficiency.gemm(prof, "fp8_block", 8.0, 7168.0, 2048.0, hw.num_sms) == \
+        efficiency.gemm(prof, "fp8", 8.0, 7168.0, 2048.0, hw.num_sms) > 0
 
 
 def test_corrupt_graph_timed_table_is_one_line_exit_2(tmp_path, capsys):
