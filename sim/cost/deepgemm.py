@@ -16,6 +16,7 @@ with a tile of >= 128 x 192 (3-4 stages, the stage rule's boundary, l. 107); 3 a
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -38,20 +39,12 @@ def _stages(m_blk: int, n_blk: int, k: int) -> int:
     return min((SMEM - cd - 16 * 8 * 2 - sfb) // per_stage, 16)
 
 
-def _cycles(m: int, n: int, k: int, m_blk: int, n_blk: int, cm: int, cn: int, sms: int) -> tuple[int, int]:
-    """(modelled cycles, waves) of get_layout_info."""
-    blocks = _cdiv(m, m_blk) * _cdiv(n, n_blk)
-    waves = _cdiv(blocks, sms)
-    l2 = (k * (m_blk // cn + n_blk // cm) + m_blk * n_blk * 2) * blocks // int(min(64.0 * sms, 8e6 / 1.3e3))
-    l1 = (k * (m_blk + n_blk) + k * (max(64, m_blk) + n_blk) + m_blk * n_blk * 2 + m_blk * n_blk * 2) * blocks \
-        // (128 * sms)
-    cycles = int(max(l1, l2) / (blocks / (waves * sms)))
-    return (2 ** 63 - 1 if cm * cn > 1 and waves <= 1 else cycles), waves
-
-
-def _candidates(m: int, k: int):
-    """(cluster m, cluster n, block_m, block_n) of get_layout_candidates, in its order."""
-    block_ms = [64, 128] + ([16] if m <= 16 else []) + ([32] if m <= 32 else []) + [256]
+@lru_cache(maxsize=None)
+def _candidates(small: int, k: int) -> tuple[np.ndarray, ...]:
+    """(cluster m, cluster n, block_m, block_n) of get_layout_candidates, in its order, as int64 arrays; small:
+    2 for m <= 16 (block_m 16 and 32 allowed), 1 for m <= 32 (32), 0 above."""
+    block_ms = [64, 128] + ([16] if small == 2 else []) + ([32] if small else []) + [256]
+    out = []
     for cm, cn in ((1, 1), (1, 2), (2, 1)):
         for m_blk in block_ms:
             for n_blk in range(16, 193, 16):
@@ -60,19 +53,25 @@ def _candidates(m: int, k: int):
                     continue
                 st = _stages(m_blk, n_blk, k)
                 if st >= 3 and (m_blk * n_blk >= BIG_TILE or st >= 4):
-                    yield cm, cn, m_blk, n_blk
+                    out.append((cm, cn, m_blk, n_blk))
+    return tuple(np.array(col, np.int64) for col in zip(*out))
 
 
 @lru_cache(maxsize=None)
 def sm90_config(m: int, n: int, k: int, sms: int) -> tuple[int, int, int, int]:
     """(block_m, block_n, cluster CTAs, waves) DeepGEMM's SM90 fp8_gemm_nt picks for [m, k] x [k, n] on `sms`
-    SMs (HardwareSpec.num_sms: 132 on H100 / H200 SXM5): the first of the fewest modelled cycles."""
-    best = None
-    for cm, cn, m_blk, n_blk in _candidates(m, k):
-        cyc, waves = _cycles(m, n, k, m_blk, n_blk, cm, cn, sms)
-        if best is None or cyc < best[0]:
-            best = (cyc, m_blk, n_blk, cm * cn, waves)
-    return best[1:]
+    SMs (HardwareSpec.num_sms: 132 on H100 / H200 SXM5): the first of the fewest modelled cycles of
+    get_layout_info (L1 and L2 cycles over the wave efficiency; a multi-CTA cluster refused at one wave), over
+    every candidate at once (integer arithmetic as the C++ does it)."""
+    cm, cn, mb, nb = _candidates(2 if m <= 16 else 1 if m <= 32 else 0, k)
+    blocks = (-(-m // mb)) * (-(-n // nb))
+    waves = -(-blocks // sms)
+    l2 = (k * (mb // cn + nb // cm) + mb * nb * 2) * blocks // int(min(64.0 * sms, 8e6 / 1.3e3))
+    l1 = (k * (mb + nb) + k * (np.maximum(64, mb) + nb) + mb * nb * 4) * blocks // (128 * sms)
+    cycles = (np.maximum(l1, l2) / (blocks / (waves * sms))).astype(np.int64)
+    cycles[(cm * cn > 1) & (waves <= 1)] = 2 ** 63 - 1
+    best = int(np.argmin(cycles))  # (the first of equals, as compare keeps it)
+    return int(mb[best]), int(nb[best]), int(cm[best] * cn[best]), int(waves[best])
 
 
 @lru_cache(maxsize=None)
@@ -97,12 +96,13 @@ TILE_RULES = {"deepgemm_sm90": (sm90_group, sm90_padded)}
 
 def rule_at(rule: str, m, n, k, sms: int):
     """(group, padded work) of tile rule `rule` at (m, n, k) on `sms` SMs, scalars or arrays of one shape; an
-    unknown n or k (<= 0) or m <= 0 gives group 0 (no curve of the rule holds it) and padded work 1."""
+    unknown n or k (<= 0) or m <= 0 gives group 0 (no curve of the rule holds it) and padded work 1. A fractional
+    size (an average of rows per rank) is rounded up: the kernel runs whole rows."""
     if isinstance(m, (int, float)) and isinstance(n, (int, float)) and isinstance(k, (int, float)):
         if m <= 0 or n <= 0 or k <= 0:
             return 0, 1.0
         group, padded = TILE_RULES[rule]
-        s = (int(m), int(n), int(k), sms)
+        s = (math.ceil(m), math.ceil(n), math.ceil(k), sms)
         return group(*s), padded(*s)
     m, n, k = np.broadcast_arrays(np.asarray(m, float), np.asarray(n, float), np.asarray(k, float))
     return _rule_rows(rule, m.tobytes(), n.tobytes(), k.tobytes(), m.shape, sms)

@@ -220,7 +220,7 @@ def in_ranges(c: Curve, x, work, y=0.0, load=0.0, z=0.0, sms: int = 0):
         ok = ok & ((z >= c.z_min) | (z <= 0))
     if c.z_max:
         ok = ok & (z < c.z_max)
-    if c.rule_group:
+    if c.rule_group and ok is not False:  # (a scalar outside the other ranges: the rule not asked)
         if not sms:
             raise SpecError("hardware", "num_sms", f"the GPU's SM count (tile_rule {c.tile_rule!r})", sms)
         ok = ok & (rule_at(c.tile_rule, x, y, z, sms)[0] == c.rule_group)
@@ -267,7 +267,8 @@ def _gemm_or_family(bound: tuple, family: tuple, n, k, m):
     eff = evaluate_bound(bound, m, 2.0 * m * n * k)
     if isinstance(eff, float):
         return eff if eff > 0.0 else evaluate_bound(family, m, 2.0 * m * n * k)
-    return np.where(eff > 0.0, eff, evaluate_bound(family, m, 2.0 * m * n * k))
+    held = eff > 0.0
+    return eff if held.all() else np.where(held, eff, evaluate_bound(family, m, 2.0 * m * n * k))
 
 
 def _gemm_datasheet(prof: Profile, m):

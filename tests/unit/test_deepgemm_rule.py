@@ -72,6 +72,12 @@ def test_below_m_32_the_family_prices_it_and_nothing_divides_by_zero():
     sec = price_gemm(flops, nbytes, H200.flops_for("fp8"), "fp8_block", 8.0, 1536.0, 7168.0, H200, PROF)
     assert sec == price_gemm(flops, nbytes, H200.flops_for("fp8"), "fp8", 8.0, 1536.0, 7168.0, H200, PROF) < 1e-3
     assert efficiency.gemm(PROF, "fp8_block", 8.0, 0.0, 0.0, SMS) > 0  # n, k unknown: in no group, the family
+    no_floor = Profile(name="t", curves={"gemm.fp8_block": _ruled(x_min=0.0), "gemm.fp8": FP8})
+    for m in (0.5, 31.5):  # fractional rows (a per-rank average): the configuration of the kernel's ceil(m) rows
+        g, padded = deepgemm.rule_at(RULE, m, 1536.0, 7168.0, SMS)
+        assert (g, padded) == deepgemm.rule_at(RULE, float(np.ceil(m)), 1536.0, 7168.0, SMS) and g in deepgemm.GROUPS
+        want = (0.6 - 0.1 * (g - 1)) / (1.0 + 0.5 * (padded - 1.0) + 100.0 / m)
+        assert efficiency.gemm(no_floor, "fp8_block", m, 1536.0, 7168.0, SMS) == pytest.approx(want, rel=1e-12)
 
 
 def test_a_rule_without_an_sm_count_is_an_error():
