@@ -74,8 +74,9 @@ TILE = 128.0  # output tile edge (rows, columns) the occupancy term counts in
 # (fused_moe/experts/trtllm_mxfp4_moe.py: trtllm_fp4_block_scale_routed_moe), the kernel the tables time as
 # moe_dtype w4a8_mxfp4_mxfp8 (experts.mxfp4, on V4-Flash's expert shape), with MXFP8 activations; the fp4
 # rows (experts.fp4) are the NVFP4 x NVFP4 kernel. The peak stays the fp4 family's (hw.flops_for), as fitted.
-# Dense GEMMs: vLLM's block-FP8 linear runs DeepGEMM's fp8_gemm_nt on SM100 (gemm.fp8_block, measured from the
-# graph-timed SGLang table: calibration/opdb_import.py GRAPH_TIMED_SOURCE), not the per-tensor CUTLASS kernel.
+# Dense GEMMs: vLLM's block-FP8 linear runs DeepGEMM's fp8_gemm_nt on SM100 and on SM90 at m >= 32 (gemm.fp8_block,
+# measured from the graph-timed SGLang table: calibration/opdb_import.py GRAPH_TIMED_SOURCE; on SM90 through
+# DeepGEMM's configuration choice, sim/cost/deepgemm.py), not the per-tensor CUTLASS kernel.
 KERNEL_FORMATS = {"fp8_block": "fp8", "mxfp4": "fp4"}  # weight format -> the compute dtype it runs in
 
 
