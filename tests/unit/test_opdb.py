@@ -7,6 +7,7 @@ a seeded 2% scatter), so a fit that works recovers that curve's efficiencies on 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -302,6 +303,25 @@ def test_eager_fp8_block_table_is_taken_from_the_graph_timed_framework(tmp_path)
         want = efficiency.evaluate((truth,), m, 7168.0, 2048.0, 2.0 * m * 7168 * 2048)
         assert efficiency.gemm(prof, "fp8_block", m, 7168.0, 2048.0) == pytest.approx(want, rel=0.08)
         assert efficiency.gemm(prof, "fp8", m, 7168.0, 2048.0) != pytest.approx(want, rel=0.08)
+
+
+def test_validate_scores_fp8_block_on_the_table_it_was_fitted_from(tmp_path, capsys):
+    """`validate --op-database` on vLLM tables scores gemm.fp8_block also on the graph-timed SGLang rows the importer
+    fitted it from (a row `gemm.fp8_block [sglang 0.5.14]`, whose held-out MAPE is the profile's fit_error), not
+    only on vLLM's eager rows, where the same profile is off by the 0.3 ms floor."""
+    truth = dataclasses.replace(TRUE_GEMM, eff_max=0.5, x_half=400.0)
+    _block_tables(tmp_path, "blk", truth=truth)
+    prof_path = tmp_path / "blk-vllm.yaml"
+    argv = ["--op-database", "blk", "--op-database-root", str(tmp_path), "--hardware", "gb300-nvl72"]
+    assert main(["calibrate", *argv, "--out", str(prof_path)]) == 0
+    capsys.readouterr()
+    assert main(["validate", *argv, "--profile", str(prof_path), "--json"]) == 0
+    rows = {r["class"]: r for r in json.loads(capsys.readouterr().out)}
+    graph = rows["gemm.fp8_block [sglang 0.5.14]"]["blk-vllm"]
+    assert graph["held_out"] == pytest.approx(load_profile(prof_path).fit_error["gemm.fp8_block"], abs=0.01)
+    assert graph["held_out"] < 5.0 and rows["gemm.fp8_block"]["blk-vllm"]["held_out"] > 50.0
+    assert main(["validate", *argv, "--profile", str(prof_path)]) == 0
+    assert "gemm.fp8_block [sglang 0.5.14]: the graph-timed table" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("graph, graph_floor, hw, words", [
