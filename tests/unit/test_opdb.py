@@ -533,6 +533,29 @@ def test_prefill_reprice_matches_attention_component_with_a_per_head_cost():
     no_head = [attn.prefill_component(model, comp, ((bi, si, 0.0),), 1, 1, HW, without)[0] for bi, si in zip(b, s)]
     assert np.allclose(fast, slow, rtol=1e-12) and shapes[0, 4] == 16.0 and np.all(np.array(slow) > no_head)
 
+def test_a_regime_with_fewer_fit_rows_than_parameters_fits_its_eff_max_alone(imported):
+    """The synthetic gb300 TP4 all-reduce (23 sizes, 256 B .. 1 GiB) splits at 512 KiB, 4 MiB and 32 MiB
+    (opdb_ops.allreduce_regimes): the two middle regimes hold three sizes each, so at most three fit rows for
+    four parameters. Such a regime starts from the regime below and fits eff_max alone (its other parameters
+    that regime's exactly), so its optimum is unique (a four-parameter fit on three rows is not, and which of
+    its optima the optimiser finds differs between machines: 11.2% held out on one, < 5% on another)."""
+    from rackplan.calibration.opdb_fit import split
+    from rackplan.calibration.opdb_ops import MIB
+
+    prof, _ = imported
+    curves = prof.curves["allreduce.tp4"]
+    nbytes = 256.0 * 2.0 ** np.arange(23)
+    fit_idx, _ = split(len(nbytes))
+    assert [(c.work_min, c.work_max) for c in curves] == [(0.0, 512 * 1024.0), (512 * 1024.0, 4 * MIB),
+                                                          (4 * MIB, 32 * MIB), (32 * MIB, 0.0)]
+    for below, c in zip(curves, curves[1:]):
+        rows = np.sum((nbytes[fit_idx] >= c.work_min) & ((nbytes[fit_idx] < c.work_max) | (c.work_max == 0.0)))
+        if rows < 4:
+            assert (c.x_half, c.work_half, c.sharpness) == (below.x_half, below.work_half, below.sharpness)
+    assert sum(np.sum((nbytes[fit_idx] >= c.work_min) & (nbytes[fit_idx] < (c.work_max or np.inf))) < 4
+               for c in curves) >= 1  # the case this test is about occurs
+
+
 def test_allreduce_regimes_recover_a_dispatch_switch(tmp_path):
     """B200 all-reduce over 8 GPUs timed from three kernels switched by size as vLLM dispatches them
     (custom below 1 MiB, symmetric memory to 128 MiB, NCCL above; opdb_ops.allreduce_regimes): the
