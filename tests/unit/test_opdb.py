@@ -109,7 +109,7 @@ def test_locate_takes_the_newest_version_per_table_and_follows_reuse(root):
 def test_fitted_curves_recover_the_truth_on_held_out_rows(imported):
     prof, fits = imported
     by_key = {f.key: f for f in fits}
-    for key in ("gemm.fp8", "attn.decode.gqa.bf16"):  # allreduce.tp4: test_allreduce_tp4_recovers_the_truth
+    for key in ("gemm.fp8", "attn.decode.gqa.bf16", "allreduce.tp4"):
         assert by_key[key].mape_held < 5.0, (key, by_key[key].mape_held)
         assert by_key[key].rows_held > 0 and by_key[key].rows_fit > by_key[key].rows_held
     for m in (4.0, 256.0, 8192.0):  # efficiency at decode- and prefill-sized GEMMs, within the scatter
@@ -118,34 +118,6 @@ def test_fitted_curves_recover_the_truth_on_held_out_rows(imported):
         assert got == pytest.approx(want, rel=0.08)
     assert prof.hardware == "gb300-nvl72" and prof.fit_error["gemm.fp8"] == pytest.approx(by_key["gemm.fp8"].mape_held,
                                                                                           abs=0.01)
-
-
-# Known importer defect (audit, 2026-12-02): opdb_ops.allreduce_regimes keeps a regime of ALLREDUCE_MIN_ROWS = 3 table
-# rows, counted before the seeded split, so a regime can reach the fit with 1 row for its 4 free parameters: gb300
-# TP4's [512 KiB, 4 MiB) has rows 512 KiB (held out), 1 MiB (fit), 2 MiB (held out), in this fixture as in the real
-# table (23 sizes, the same split). The fit there is underdetermined, and its result depends on the BLAS build:
-# the held-out MAPE here is 11.2% (2 MiB +42.6%), and the real gb300 allreduce.tp4 refits to 6.83% against the
-# shipped 4.9. The fix belongs in allreduce_regimes (count fit rows, as load_ranges already do: "a range with
-# fewer fit rows than its parameters joins the one below"); drop these markers with it.
-DEFECT = "allreduce_regimes counts table rows, not fit rows: a regime can be fitted from 1 row (audit 2026-12-02)"
-
-
-@pytest.mark.xfail(strict=False, reason=DEFECT)
-def test_allreduce_tp4_recovers_the_truth(imported):
-    fit = {f.key: f for f in imported[1]}["allreduce.tp4"]
-    assert fit.mape_held < 5.0 and fit.rows_held > 0 and fit.rows_fit > fit.rows_held, fit.mape_held
-
-
-@pytest.mark.xfail(strict=True, reason=DEFECT)
-def test_every_allreduce_regime_has_more_fit_rows_than_free_parameters(root):
-    from rackplan.calibration.opdb_fit import split
-
-    rows = next(r for r in opdb_ops.comm_rows(opdb.locate(root, "synth"), HW) if r.key == "allreduce.tp4")
-    nbytes = 2.0 * np.asarray(_allreduce_cols()["message_size"], float)
-    fit_idx, _ = split(len(nbytes))
-    for lo, hi in rows.regimes:
-        n_fit = int(np.sum((nbytes[fit_idx] >= lo) & (nbytes[fit_idx] < hi)))
-        assert n_fit > len(rows.free), (lo, hi, n_fit)
 
 
 def test_profile_records_provenance_and_fallbacks(imported):
