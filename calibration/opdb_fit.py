@@ -58,6 +58,9 @@ class ClassRows:
     # per (x_min, x_max, x_tile[, y_min, y_max[, z_min, z_max]]), each fitted on the rows whose x (`x`, [N]),
     # y (`y`, [N]; None: no y range) and z (`z`, [N]; None: no z range) fall in its ranges
     ranges: tuple[tuple[float, ...], ...] = ()
+    # [N] the work of each row that `regimes` select by ([work_min, work_max): bytes reduced or moved); needed
+    # with regimes, so each regime's curve is fitted on its own rows (_fit_ranges)
+    work: np.ndarray | None = None
     x: np.ndarray | None = None
     y: np.ndarray | None = None
     z: np.ndarray | None = None
@@ -92,11 +95,12 @@ class ClassRows:
         return own + tuple((k, 0, c, f) for k, c, f in self.also)
 
     def in_range(self, j: int) -> np.ndarray:
-        """[N] whether each row's x, y and z fall in range j's curve (efficiency.in_ranges, the one range check)."""
-        x = np.asarray(self.x, float)
-        y = np.zeros(x.shape) if self.y is None else np.asarray(self.y, float)
-        z = np.zeros(x.shape) if self.z is None else np.asarray(self.z, float)
-        return np.broadcast_to(in_ranges(self.parts()[j][2], x, 0.0, y, z=z), x.shape)
+        """[N] whether each row's x, y, z and work fall in range (or regime) j's curve (efficiency.in_ranges, the
+        one range check)."""
+        shape = self.seconds.shape
+        x, y, z, work = (np.zeros(shape) if v is None else np.asarray(v, float)
+                         for v in (self.x, self.y, self.z, self.work))
+        return np.broadcast_to(in_ranges(self.parts()[j][2], x, work, y, z=z), shape)
 
 
 def _ranged_start(c: Curve, r: tuple[float, ...]) -> Curve:
@@ -171,7 +175,7 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
     if rows.screened is not None:
         fit_idx, held_idx = fit_idx[~rows.screened[fit_idx]], held_idx[~rows.screened[held_idx]]
     warm = []
-    if rows.ranges:
+    if rows.ranges or rows.regimes:
         fitted, err_fit = _fit_ranges(rows, prof, fit_idx)
     elif rows.load_ranges:
         fitted, err_fit, used = _fit_loads(rows, prof, fit_idx, seed)
@@ -213,21 +217,24 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
 
 
 def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float]:
-    """Configurations dispatched by x (y, z): each range's curve fitted alone on the fit rows in its range
-    (no other curve prices them), then all of them written into `prof` (the class has no `also` or
-    scalars here); the fit-set MAPE over all fit rows. A range with fewer fit rows than its parameters
-    (a small table) starts from the range before it and fits its eff_max alone (nothing with no rows)."""
+    """Configurations dispatched by x (y, z), or regimes of work: each range's curve fitted alone on the fit
+    rows in its range (no other curve prices them), then all of them written into `prof` (the class has no
+    `also` or scalars here); the fit-set MAPE over all fit rows. A range with fewer fit rows than its
+    parameters (a small table; an all-reduce regime of three message sizes) starts from the range before it
+    and fits its eff_max alone (nothing with no rows): a curve is never fitted on fewer rows than it has
+    parameters, where the optimum is not unique and which one is found depends on the machine's arithmetic."""
     curves = []
-    for j in range(len(rows.ranges)):
-        one = dataclasses.replace(rows, ranges=(rows.ranges[j],))
+    for j in range(len(rows.ranges or rows.regimes)):
+        one = dataclasses.replace(rows, ranges=(rows.ranges[j],)) if rows.ranges else \
+            dataclasses.replace(rows, regimes=(rows.regimes[j],))
         idx = fit_idx[rows.in_range(j)[fit_idx]]
         if "pad_cost" in one.free and len(idx) < len(one.free):  # too few rows for the padded-row cost too:
             one = dataclasses.replace(one, free=tuple(f for f in one.free if f != "pad_cost"),  # priced as real rows
                                       start=dataclasses.replace(one.start, pad_cost=0.0))
         if len(idx) < len(one.free) and curves:
-            bounds = {f: getattr(one.start, f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max", "z_min",
-                                                         "z_max")}
-            one = dataclasses.replace(one, start=dataclasses.replace(curves[-1], **bounds),
+            bounds = {f: getattr(one.parts()[0][2], f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max",
+                                                                 "z_min", "z_max", "work_min", "work_max")}
+            one = dataclasses.replace(one, start=dataclasses.replace(curves[-1], **bounds), regimes=(),
                                       free=("eff_max",) if len(idx) else ())
         fitted = _fit(one, prof, idx)[0] if one.free else \
             dataclasses.replace(prof, curves={**prof.curves, rows.key: (one.start,)})

@@ -515,7 +515,7 @@ def comm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
                              ("eff_max", "x_half", "work_half", "sharpness"),
                              f"backend vllm_graph, {gpus} GPUs, BF16 messages; regimes (bytes) "
                              + ", ".join(f"[{lo:g}, {hi:g})" for lo, hi in regimes), "vLLM_custom_graph",
-                             regimes=regimes if len(regimes) > 1 else ()))
+                             regimes=regimes if len(regimes) > 1 else (), work=nbytes))
     return out
 
 
@@ -563,4 +563,4 @@ def _stream(t, key, seconds, nbytes, rows, cols, hw, selection) -> ClassRows:
         return stream_seconds(hw, prof, key, nbytes[i], rows[i], cols[i])
 
     return ClassRows(key, t, seconds, predict, STREAM_START, ("eff_max", "x_half", "y_half", "work_half"),
-                     selection)
+                     selection, work=nbytes)

@@ -5,6 +5,7 @@ provenance does not list), so a profile's error bar is reported on data it never
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -120,15 +121,20 @@ def compare_vllm_bench(plan: Plan, bench, prof: Profile) -> dict[str, float | st
     return out
 
 
-def compare_op_database(tables: dict, hw, profiles: list[Profile]) -> list[dict]:
+def compare_op_database(tables: dict, hw, profiles: list[Profile], elsewhere: dict | None = None) -> list[dict]:
     """Per op class of the op-database tables: MAPE of each profile's prediction over all the class's
-    rows and over its held-out rows (the seeded split the importer holds out), side by side."""
+    rows and over its held-out rows (the seeded split the importer holds out), side by side. `elsewhere`:
+    {GEMM class: (label, gemm_perf table of another framework)}, the graph-timed tables the importer fits
+    those classes from (opdb_import.GRAPH_TIMED_SOURCE); their rows are added as the class `key [label]`."""
     from .opdb_fit import split
     from .opdb_import import class_rows
+    from .opdb_ops import gemm_rows
 
     out: dict[str, dict] = {}
     for prof in profiles:
-        for rows in class_rows(tables, hw, prof):
+        extra = [dataclasses.replace(r, key=f"{r.key} [{label}]") for key, (label, table) in (elsewhere or {}).items()
+                 for r in gemm_rows({"gemm_perf": table}, hw) if r.key == key]
+        for rows in class_rows(tables, hw, prof) + extra:
             _, held = split(len(rows.seconds))
             every = np.arange(len(rows.seconds))
             row = out.setdefault(rows.key, {"class": rows.key, "table": rows.table.name, "rows": len(every)})

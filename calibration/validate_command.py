@@ -202,18 +202,43 @@ def _op_database(args) -> int:
     names = args.profile or ["datasheet", hw.default_profile]
     profiles = [resolve_profile(n, None, hw, args.profile_any_hardware) for n in dict.fromkeys(names)]
     tables = locate(data_root(args.op_database_root), args.op_database, args.framework, args.version)
-    rows = compare_op_database(tables, hw, profiles)
+    elsewhere = _graph_timed_tables(args, hw)
+    rows = compare_op_database(tables, hw, profiles, elsewhere)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     for p in profiles:
         print(f"{p.name}: {p.describe()}")
     head = "".join(f"{p.name[:24]:>26}" for p in profiles)
-    print(f"\nMAPE % per op class, all rows (held-out rows)\n  {'op class':<24} {'rows':>6}{head}")
+    w = max([24] + [len(r["class"]) for r in rows])
+    print(f"\nMAPE % per op class, all rows (held-out rows)\n  {'op class':<{w}} {'rows':>6}{head}")
     for r in rows:
         cells = "".join(_cell(r.get(p.name)) for p in profiles)
-        print(f"  {r['class']:<24} {r['rows']:>6}{cells}")
+        print(f"  {r['class']:<{w}} {r['rows']:>6}{cells}")
+    for key, (label, _) in elsewhere.items():
+        print(f"  {key} [{label}]: the graph-timed table the importer fits {key} from on this architecture "
+              f"(opdb_import.GRAPH_TIMED_SOURCE); the {args.framework} table's {key} rows are timed eagerly")
     return 0
+
+
+def _graph_timed_tables(args, hw) -> dict:
+    """{class: (label, table)}: for vLLM tables, the other framework's gemm_perf table the importer fits a class
+    from on hw's architecture (opdb_import.GRAPH_TIMED_SOURCE, newest version), where the system has one."""
+    from .opdb import data_root, locate
+    from .opdb_import import GRAPH_TIMED_SOURCE
+    from .opdb_ops import ARCH
+
+    out = {}
+    for (key, arch), other in GRAPH_TIMED_SOURCE.items():
+        if args.framework != "vllm" or arch != ARCH.get(hw.name):
+            continue
+        try:
+            table = locate(data_root(args.op_database_root), args.op_database, other).get("gemm_perf")
+        except SpecError:  # the system has no table of that framework: nothing to add
+            table = None
+        if table is not None:
+            out[key] = (f"{other} {table.version}", table)
+    return out
 
 
 def _cell(v) -> str:

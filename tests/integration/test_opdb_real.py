@@ -35,13 +35,22 @@ def test_hand_checked_gemm_rows_read_as_seconds(tables):
 
 
 def test_shipped_profile_matches_the_package_tables(tables):
-    """The shipped gb300 profile's held-out error per GEMM class is what its rows give today."""
+    """The shipped gb300 profile's held-out error per GEMM class is what its rows give today, each class read
+    from the framework's table its provenance names (gemm.fp8_block: SGLang's graph-timed DeepGEMM table,
+    opdb_import.GRAPH_TIMED_SOURCE), and every GEMM class of the profile is checked."""
     prof = load_profile("gb300-nvl72-vllm")
-    for rows in opdb_ops.gemm_rows(tables, HW):
-        if rows.key not in prof.fit_error:
-            continue
-        _, held = split(len(rows.seconds))
-        assert mape(rows.predict(prof, held), rows.seconds[held]) == pytest.approx(prof.fit_error[rows.key], abs=0.1)
+    classes = prof.provenance["classes"]
+    checked = set()
+    for framework in sorted({c.get("framework", "vllm") for c in classes.values()}):
+        table = tables if framework == "vllm" else opdb.locate(opdb.data_root(), "gb300", framework)
+        for rows in opdb_ops.gemm_rows(table, HW):
+            if rows.key not in prof.fit_error or classes[rows.key].get("framework", "vllm") != framework:
+                continue
+            _, held = split(len(rows.seconds))
+            got = mape(rows.predict(prof, held), rows.seconds[held])
+            assert got == pytest.approx(prof.fit_error[rows.key], abs=0.1), rows.key
+            checked.add(rows.key)
+    assert checked == {k for k in prof.fit_error if k.startswith("gemm.")}
 
 
 def test_refit_of_a_real_class_is_deterministic(tables):

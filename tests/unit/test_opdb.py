@@ -7,6 +7,7 @@ a seeded 2% scatter), so a fit that works recovers that curve's efficiencies on 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -304,6 +305,25 @@ def test_eager_fp8_block_table_is_taken_from_the_graph_timed_framework(tmp_path)
         assert efficiency.gemm(prof, "fp8", m, 7168.0, 2048.0) != pytest.approx(want, rel=0.08)
 
 
+def test_validate_scores_fp8_block_on_the_table_it_was_fitted_from(tmp_path, capsys):
+    """`validate --op-database` on vLLM tables scores gemm.fp8_block also on the graph-timed SGLang rows the importer
+    fitted it from (a row `gemm.fp8_block [sglang 0.5.14]`, whose held-out MAPE is the profile's fit_error), not
+    only on vLLM's eager rows, where the same profile is off by the 0.3 ms floor."""
+    truth = dataclasses.replace(TRUE_GEMM, eff_max=0.5, x_half=400.0)
+    _block_tables(tmp_path, "blk", truth=truth)
+    prof_path = tmp_path / "blk-vllm.yaml"
+    argv = ["--op-database", "blk", "--op-database-root", str(tmp_path), "--hardware", "gb300-nvl72"]
+    assert main(["calibrate", *argv, "--out", str(prof_path)]) == 0
+    capsys.readouterr()
+    assert main(["validate", *argv, "--profile", str(prof_path), "--json"]) == 0
+    rows = {r["class"]: r for r in json.loads(capsys.readouterr().out)}
+    graph = rows["gemm.fp8_block [sglang 0.5.14]"]["blk-vllm"]
+    assert graph["held_out"] == pytest.approx(load_profile(prof_path).fit_error["gemm.fp8_block"], abs=0.01)
+    assert graph["held_out"] < 5.0 and rows["gemm.fp8_block"]["blk-vllm"]["held_out"] > 50.0
+    assert main(["validate", *argv, "--profile", str(prof_path)]) == 0
+    assert "gemm.fp8_block [sglang 0.5.14]: the graph-timed table" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("graph, graph_floor, hw, words", [
     (None, False, "gb300-nvl72", "no fp8_block rows"),  # the other framework's table missing
     ("sglang", True, "gb300-nvl72", "not taken either (every row >= "),  # on the floor too
@@ -511,6 +531,29 @@ def test_prefill_reprice_matches_attention_component_with_a_per_head_cost():
     without = Profile(name="p", curves={"attn.prefill.gqa.bf16": (TRUE_ATTN,)})
     no_head = [attn.prefill_component(model, comp, ((bi, si, 0.0),), 1, 1, HW, without)[0] for bi, si in zip(b, s)]
     assert np.allclose(fast, slow, rtol=1e-12) and shapes[0, 4] == 16.0 and np.all(np.array(slow) > no_head)
+
+def test_a_regime_with_fewer_fit_rows_than_parameters_fits_its_eff_max_alone(imported):
+    """The synthetic gb300 TP4 all-reduce (23 sizes, 256 B .. 1 GiB) splits at 512 KiB, 4 MiB and 32 MiB
+    (opdb_ops.allreduce_regimes): the two middle regimes hold three sizes each, so at most three fit rows for
+    four parameters. Such a regime starts from the regime below and fits eff_max alone (its other parameters
+    that regime's exactly), so its optimum is unique (a four-parameter fit on three rows is not, and which of
+    its optima the optimiser finds differs between machines: 11.2% held out on one, < 5% on another)."""
+    from rackplan.calibration.opdb_fit import split
+    from rackplan.calibration.opdb_ops import MIB
+
+    prof, _ = imported
+    curves = prof.curves["allreduce.tp4"]
+    nbytes = 256.0 * 2.0 ** np.arange(23)
+    fit_idx, _ = split(len(nbytes))
+    assert [(c.work_min, c.work_max) for c in curves] == [(0.0, 512 * 1024.0), (512 * 1024.0, 4 * MIB),
+                                                          (4 * MIB, 32 * MIB), (32 * MIB, 0.0)]
+    for below, c in zip(curves, curves[1:]):
+        rows = np.sum((nbytes[fit_idx] >= c.work_min) & ((nbytes[fit_idx] < c.work_max) | (c.work_max == 0.0)))
+        if rows < 4:
+            assert (c.x_half, c.work_half, c.sharpness) == (below.x_half, below.work_half, below.sharpness)
+    assert sum(np.sum((nbytes[fit_idx] >= c.work_min) & (nbytes[fit_idx] < (c.work_max or np.inf))) < 4
+               for c in curves) >= 1  # the case this test is about occurs
+
 
 def test_allreduce_regimes_recover_a_dispatch_switch(tmp_path):
     """B200 all-reduce over 8 GPUs timed from three kernels switched by size as vLLM dispatches them

@@ -1,6 +1,6 @@
 """Hand-derived checks of the cost-model physics (issue 14): dual-batch overlap, TP all-reduce and
 MoE tensor parallelism, FP8 attention and activation dtypes, the elementwise ops (RMSNorm, RoPE,
-quantisation, mHC), eager kernel gaps, V4.1's Engram and DSpark drafter, weight offload, memory
+quantisation, mHC, the sampler), eager kernel gaps, V4.1's Engram and DSpark drafter, weight offload, memory
 fraction and pipeline stages. The arithmetic is in the comments; DeepEP's all-to-all copies are
 in test_golden_costs.py."""
 import dataclasses
@@ -170,6 +170,19 @@ def test_norm_rope_quantize_bytes_v3_decode():
         return t * k * (2 + 1) + t * 4
     want = 61 * sum(q(k) for k in (7168, 1536, 512, 16384)) + 3 * (q(7168) + q(18432)) + 58 * (q(7168) + q(2048))
     assert cost["quantize"].bytes == pytest.approx(want)
+
+
+def test_sampler_reads_fp32_logits_of_every_sampled_row_v3_decode():
+    # top-k / top-p sampling over V3's 129,280-token vocabulary in FP32: softmax read + write and the
+    # top-k / top-p reads, 4 passes (FlashInfer sampling) = 4 x 129,280 x 4 B per row; 64 sequences per
+    # rank sample 64 rows, with MTP 1 they verify 2 each (128 rows). Two kernels: one streaming price
+    # + one more 2 us kernel tail.
+    for spec, rows in ((None, 64), (Speculation(1, 1.8), 128)):
+        lay = Layout("decode", dp=8) if spec is None else Layout("decode", dp=8, speculation=spec)
+        op = ops_of(decode_step(CostContext(V3, H200, lay, PROF), 64, 64 * 2000.0))["sample"]
+        nbytes = 4 * rows * 129_280 * 4.0
+        assert op.bytes == pytest.approx(nbytes)
+        assert op.seconds == pytest.approx(mem(nbytes, 4.8e12) + 2e-6)
 
 
 def test_mhc_bytes_v4_flash():
