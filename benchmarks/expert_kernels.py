@@ -35,7 +35,7 @@ def row(model, hw, prof, other: str, lay: Layout, t_rank: float, kernel: str) ->
     flops, nbytes, rows, n, k = expert_work(model, busiest, max(distinct_experts_busiest(model, lay, t_global), 1.0))
     load = tile_load(sm._tokens_in(t_rank, busiest, kernel), model.moe.top_k, sm.local_experts)
     peak = hw.flops_for(model.dtypes.expert_compute_dtype)
-    t_other = price(flops, nbytes, peak, efficiency.experts(prof, other, rows, n, k, flops, load), hw, prof)
+    t_other = price(flops, nbytes, peak, efficiency.experts(prof, other, rows, n, k, flops, load, hw.num_sms), hw, prof)
     t_mem = nbytes / (hw.hbm_bw * efficiency.memory(prof, nbytes))
     return load, t_exp, t_other, flops / (peak * t_exp), flops / (peak * t_other), t_mem / t_exp
 
