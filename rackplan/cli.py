@@ -77,12 +77,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def freeze_at_exit() -> None:
+    """gc.freeze at exit, except after triton loaded (execute, calibrate/validate on GPU): objects of
+    its nanobind types kept alive at teardown make nanobind print a ~30-line leak report on stderr,
+    which would bury a one-line error (benchmarks/RESULTS.md, badin)."""
+    if "triton" not in sys.modules:
+        gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     if argv is None:  # the process's own command line (console script, `python -m`): it ends on return
         # the cyclic collection at interpreter exit would scan every object the command left (~1% of
         # a 40,000-request simulate, benchmarks/RESULTS.md, simspeed5d); frozen, they are left to the OS
-        atexit.register(gc.freeze)
+        atexit.register(freeze_at_exit)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = [DEFAULT] + argv  # `rackplan --requests 200` simulates the embedded defaults

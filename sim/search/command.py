@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import replace
 
-from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int
+from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int, refuse_unused
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
 
@@ -60,6 +60,9 @@ def build_request(args) -> planner.Request:
     """Specs and knobs of one planning run from parsed arguments."""
     if args.gpus is None or args.gpus < 1:
         raise SpecError("", "gpus", "a positive GPU count", args.gpus)
+    if args.no_simulate:
+        refuse_unused("plan --no-simulate", {"--sim-requests": args.sim_requests, "--seed": args.seed},
+                      "a simulator verification (drop --no-simulate; the analytic estimate draws nothing)")
     if args.sim_requests:
         from ..simulator import check_request_budget
         check_request_budget(args.sim_requests, flag="--sim-requests")

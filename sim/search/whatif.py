@@ -144,8 +144,12 @@ def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
 
 
 def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object], ...]]:
-    """Every combination of the --set values, in the order given."""
+    """Every combination of the --set values, in the order given; a key set twice is refused (the
+    later --set would silently replace the earlier one's values)."""
     keys = [k for k, _ in sets]
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            raise SpecError("--set", key, "each key once (its values in one --set KEY=V1,V2)", f"{key} twice")
     return [tuple(zip(keys, vals, strict=False)) for vals in itertools.product(*[v for _, v in sets])]
 
 
