@@ -79,6 +79,8 @@ def parse_holdout(items: list[str]) -> dict[str, set[int]]:
             out.setdefault(role, set()).update(int(x) for x in sizes.split(","))
         except ValueError:
             raise SpecError("--holdout", "holdout", "integer sizes", item) from None
+        if min(out[role]) < 1:
+            raise SpecError("--holdout", "holdout", "sizes >= 1 (sequences or tokens of a step)", item)
     return out
 
 

@@ -14,6 +14,9 @@ from .test_reliability_inputs import CALIB, EXEC, PLAN_FAST, VALID, _records, _r
 pytestmark = pytest.mark.unit
 OPDB = ["--op-database", "h200_sxm", "--hardware", "h200-sxm", "--op-database-root", "nowhere"]
 A2A = {"t.csv": "system,kernel,ep,phase,tokens,latency_us,dtype\nh800,low_latency,8,dispatch,128,77,fp8\n"}
+WL = "name: w\narrival: {kind: poisson, rate: 8}\nisl: {kind: fixed, value: 16}\nosl: {kind: fixed, value: 4}\n"
+TRACED = "name: w\narrival: {kind: trace}\nisl: {kind: trace}\nosl: {kind: trace}\n"
+SIM_W = ["simulate", "--plan", "tiny-cpu", "--requests", "4", "--workload", "w.yaml"]
 SERVE = ["execute", "--plan", "tiny-cpu", "--workload", "tiny-chat", "--requests", "2", "--out", "run"]
 
 CASES = [
@@ -49,6 +52,19 @@ CASES = [
     # plan: simulator knobs without the simulator
     ("plan --no-simulate with --sim-requests", {}, PLAN_FAST + ["--no-simulate"], "--sim-requests"),
     ("plan --no-simulate with --seed", {}, PLAN_FAST[:-2] + ["--no-simulate", "--seed", "3"], "--seed"),
+    # workload: a field its kind does not read; an empty trace path (was an AttributeError)
+    ("fixed lengths with low", {"w.yaml": WL.replace("value: 16}", "value: 16, low: 3}")}, SIM_W, "isl.low"),
+    ("uniform lengths with mean", {"w.yaml": WL.replace("{kind: fixed, value: 4}", "{kind: uniform, low: 2, high: 6, "
+                                                       "mean: 4}")}, SIM_W, "osl.mean"),
+    ("trace lengths with max", {"w.yaml": TRACED.replace("isl: {kind: trace}", "isl: {kind: trace, max: 9}") +
+                                "trace: t.jsonl\n"}, SIM_W, "isl.max"),
+    ("poisson with concurrency", {"w.yaml": WL.replace("rate: 8}", "rate: 8, concurrency: 4}")}, SIM_W,
+     "arrival.concurrency"),
+    ("poisson with time_scale", {"w.yaml": WL.replace("rate: 8}", "rate: 8, time_scale: 0.5}")}, SIM_W,
+     "arrival.time_scale"),
+    ("trace path empty", {"w.yaml": TRACED + "trace: ''\n"}, SIM_W, "trace"),
+    ("calibrate --holdout -4", {"m.jsonl": _records()}, CALIB + ["--measurements", "m.jsonl", "--holdout", "decode:-4"],
+     "--holdout"),
     # whatif: a key set twice would silently drop the first --set's values
     ("whatif key set twice", {}, ["whatif", "--plan", "tiny-cpu", "--set", "hardware.hbm_bw=1e10",
                                   "--set", "hardware.hbm_bw=2e10"], "hardware.hbm_bw"),
