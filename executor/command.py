@@ -114,6 +114,11 @@ def load_plan_checked(args):
     plan = load_plan(args.plan)
     validate_plan(plan, load_model(plan.model), load_hardware(plan.hardware))
     runs = load_model(args.model) if args.model else load_model(plan.model)  # an unknown model fails here
+    if args.model:  # the plan's layouts on --model's shapes must fit the plan's hardware too (else ranks time out)
+        try:
+            validate_plan(plan, runs, load_hardware(plan.hardware))
+        except SpecError as exc:
+            raise SpecError(f"execute --model {args.model}", exc.field, exc.expected) from None
     from .topology import benchmark_instances
     from .tp import check_shardable
     insts = benchmark_instances(plan)

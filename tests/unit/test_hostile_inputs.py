@@ -27,6 +27,7 @@ CASES = [
     ("execute --skip-decode when serving", {}, SERVE + ["--skip-decode"], "--skip-decode"),
     ("execute --step-gap when serving", {}, SERVE + ["--step-gap", "0.5"], "--step-gap"),
     ("execute --acceptance-rate without speculation", {}, EXEC + ["--acceptance-rate", "0.5"], "--acceptance-rate"),
+    ("execute --model that does not fit the plan's hardware", {}, EXEC + ["--model", "deepseek-v3"], "--model"),
     # calibrate: every input feeds the fit that runs
     ("calibrate --op-database with --measurements", {"m.jsonl": _records()},
      ["calibrate", "--out", "fit.yaml", "--measurements", "m.jsonl"] + OPDB, "--measurements"),
