@@ -77,7 +77,9 @@ def _replace_path(obj, path: list[str], value, key: str):
     """Replace the dotted field `path` inside nested frozen dataclasses."""
     names = [f.name for f in dataclasses.fields(obj)]
     if path[0] not in names:
-        raise SpecError("--set", key, "a known field: " + ", ".join(names))
+        root = key.split(".", 1)[0] + "."  # at the top level the friendly aliases are keys too
+        aliases = [a[len(root):] for a in ALIASES if a.startswith(root)] if key.count(".") == len(path) else []
+        raise SpecError("--set", key, "a known field: " + ", ".join(names + aliases))
     if len(path) == 1:
         old = getattr(obj, path[0])
         if type(old) is int and isinstance(value, float) and value.is_integer():

@@ -66,6 +66,8 @@ CASES = [
     ("trace path empty", {"w.yaml": TRACED + "trace: ''\n"}, SIM_W, "trace"),
     ("calibrate --holdout -4", {"m.jsonl": _records()}, CALIB + ["--measurements", "m.jsonl", "--holdout", "decode:-4"],
      "--holdout"),
+    ("whatif unknown hardware key lists the aliases", {}, ["whatif", "--plan", "tiny-cpu", "--set",
+                                                          "hardware.nvlink_gb=1"], "nvlink_gbps"),
     # whatif: a key set twice would silently drop the first --set's values
     ("whatif key set twice", {}, ["whatif", "--plan", "tiny-cpu", "--set", "hardware.hbm_bw=1e10",
                                   "--set", "hardware.hbm_bw=2e10"], "hardware.hbm_bw"),
