@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         build_parser().print_help()
         return 2
+    empty = next((k for k, v in vars(args).items() if v == "" or isinstance(v, list) and "" in v), None)
+    if empty:  # `--profile ""` would otherwise fall back to the default silently, `--out ""` mean the working folder
+        print(f"rackplan: error: {argv[0]}: argument --{empty.replace('_', '-')}: expected a value, got ''",
+              file=sys.stderr)
+        return 2
     from .interrupts import terminate_cleanly
 
     try:

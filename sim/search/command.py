@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int, refuse_unused
 from rackplan.outputs import Outputs, prepare_folder
@@ -109,6 +110,8 @@ class _Bar:
 
 def run(args) -> int:
     check_writable("--out", args.out)
+    if args.report and Path(args.report).resolve() == Path(args.out).resolve():
+        raise SpecError("", "--report", "a folder other than the --out file", args.report)
     if args.report:
         prepare_folder(args.report, "--report", args.force, owned=REPORT_FILES)
     req = build_request(args)

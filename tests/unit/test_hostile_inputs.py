@@ -68,6 +68,11 @@ CASES = [
      "--holdout"),
     ("whatif unknown hardware key lists the aliases", {}, ["whatif", "--plan", "tiny-cpu", "--set",
                                                           "hardware.nvlink_gb=1"], "nvlink_gbps"),
+    # outputs: an empty path is not the working folder; --report and --out apart (was IsADirectoryError)
+    ("execute --out ''", {}, EXEC[:-1] + [""], "--out"),
+    ("simulate --profile ''", {}, ["simulate", "--plan", "tiny-cpu", "--profile", ""], "--profile"),
+    ("validate --measurements ''", {}, VALID + ["--measurements", ""], "--measurements"),
+    ("plan --report at the --out file", {}, PLAN_FAST + ["--out", "p.yaml", "--report", "p.yaml"], "--report"),
     # whatif: a key set twice would silently drop the first --set's values
     ("whatif key set twice", {}, ["whatif", "--plan", "tiny-cpu", "--set", "hardware.hbm_bw=1e10",
                                   "--set", "hardware.hbm_bw=2e10"], "hardware.hbm_bw"),
