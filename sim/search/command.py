@@ -153,5 +153,5 @@ def run(args) -> int:
     if fill := cluster_fill(res):
         print(fill)
     if args.report:
-        print(f"report: {args.report}/report.md")
+        print(f"report: {Path(args.report) / 'report.md'}")
     return 0
