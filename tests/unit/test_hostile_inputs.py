@@ -108,3 +108,24 @@ def test_exit_after_triton_is_quiet():
             "atexit.register(freeze_at_exit)\n")
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stderr
     assert "nanobind" not in err, err
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_outputs_follow_the_umask(tmp_path, umask):
+    """Outputs staged through mkstemp / mkdtemp get the modes a plain write would (were 0600 / 0700)."""
+    import os
+
+    from rackplan.executor.records import write_jsonl
+    from rackplan.outputs import Outputs
+    from rackplan.specs import dump_yaml, load_workload
+
+    old = os.umask(umask)
+    try:
+        with Outputs() as out:
+            write_jsonl([{"a": 1}], out.folder(tmp_path / "run") / "measurements.jsonl")
+        dump_yaml(load_workload("tiny-chat"), tmp_path / "w.yaml")
+    finally:
+        os.umask(old)
+    mode = {p.name: p.stat().st_mode & 0o777 for p in [tmp_path / "run", tmp_path / "run/measurements.jsonl",
+                                                        tmp_path / "w.yaml"]}
+    assert mode == {"run": 0o777 & ~umask, "measurements.jsonl": 0o666 & ~umask, "w.yaml": 0o666 & ~umask}
