@@ -23,7 +23,7 @@ import dataclasses
 import datetime as dt
 import json
 
-from rackplan.args import check_writable
+from rackplan.args import check_writable, refuse_unused
 from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, plan_hash
 
@@ -79,10 +79,33 @@ def parse_holdout(items: list[str]) -> dict[str, set[int]]:
             out.setdefault(role, set()).update(int(x) for x in sizes.split(","))
         except ValueError:
             raise SpecError("--holdout", "holdout", "integer sizes", item) from None
+        if min(out[role]) < 1:
+            raise SpecError("--holdout", "holdout", "sizes >= 1 (sequences or tokens of a step)", item)
     return out
 
 
+def check_combination(args: argparse.Namespace) -> None:
+    """Every flag given must feed the fit that runs: one line naming the first that would do nothing."""
+    if args.op_database:
+        refuse_unused("calibrate --op-database", {"--measurements": args.measurements, "--a2a-table": args.a2a_table,
+                      "--vllm-bench": args.vllm_bench, "--microbench": args.microbench, "--plan": args.plan,
+                      "--holdout": args.holdout, "--host-sweep": args.host_sweep, "--out-hardware": args.out_hardware},
+                      "no other input (--op-database fits a profile from its tables alone)")
+    else:
+        refuse_unused("calibrate", {"--version": args.version, "--op-database-root": args.op_database_root},
+                      "--op-database SYSTEM (it names the op-database tables)")
+    if not args.host_sweep:
+        refuse_unused("calibrate", {"--host-prefill-measurements": args.host_prefill_measurements,
+                                    "--host-probe": args.host_probe}, "--host-sweep (it fits only the host block)")
+    if not args.measurements:
+        refuse_unused("calibrate", {"--holdout": args.holdout, "--host-sweep": args.host_sweep},
+                      "--measurements (step sizes are held out of a measurement fit)")
+    if not args.microbench:
+        refuse_unused("calibrate", {"--out-hardware": args.out_hardware}, "--microbench (it writes what it measured)")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_combination(args)
     for flag, path in (("--out", args.out), ("--out-hardware", args.out_hardware)):
         if path:
             check_writable(flag, path)  # before any input is read or fitted

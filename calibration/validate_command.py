@@ -22,7 +22,7 @@ import dataclasses
 import json
 import math
 
-from rackplan.args import non_negative_float
+from rackplan.args import non_negative_float, refuse_unused
 from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, resolve_profile
 
 from . import io
@@ -53,6 +53,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.op_database:
+        refuse_unused("validate --op-database", {"--plan": args.plan, "--measurements": args.measurements,
+                      "--vllm-bench": args.vllm_bench, "--max-mape": args.max_mape, "--raw-ops": args.raw_ops},
+                      "no plan input (--op-database compares profiles with its tables per op class)")
+    else:
+        refuse_unused("validate", {"--hardware": args.hardware, "--version": args.version,
+                                   "--op-database-root": args.op_database_root},
+                      "--op-database SYSTEM (the hardware of a plan's validation is the plan's)")
     if args.op_database:
         return _op_database(args)
     if not args.plan or not (args.measurements or args.vllm_bench):

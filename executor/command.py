@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from rackplan.args import non_negative_float, non_negative_int, positive_float, positive_int, probability
+from rackplan.args import non_negative_float, non_negative_int, positive_float, positive_int, probability, refuse_unused
 
 RUN_FILES = ("measurements.jsonl", "expert_counts.jsonl")  # what a run writes into --out
 
@@ -114,12 +114,18 @@ def load_plan_checked(args):
     plan = load_plan(args.plan)
     validate_plan(plan, load_model(plan.model), load_hardware(plan.hardware))
     runs = load_model(args.model) if args.model else load_model(plan.model)  # an unknown model fails here
+    if args.model:  # the plan's layouts on --model's shapes must fit the plan's hardware too (else ranks time out)
+        try:
+            validate_plan(plan, runs, load_hardware(plan.hardware))
+        except SpecError as exc:
+            raise SpecError(f"execute --model {args.model}", exc.field, exc.expected) from None
     from .topology import benchmark_instances
     from .tp import check_shardable
     insts = benchmark_instances(plan)
     for inst in insts:
         lay = inst.layout
         check_shardable(runs, lay.tp, lay.gpus // lay.ep_size, f"model {runs.name} ({inst.name})")
+    _check_mode_flags(plan, args)
     if args.workload:
         _check_serving(plan, load_workload(args.workload), args)
     elif args.ranks is not None:
@@ -140,6 +146,23 @@ def load_plan_checked(args):
         if not torch.cuda.is_available():
             raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
     return plan
+
+
+def _check_mode_flags(plan, args) -> None:
+    """A flag given where it does nothing is an error: serving-mode flags without --workload,
+    benchmark-mode flags with it, both roles skipped, an acceptance rate with no speculation."""
+    if args.workload:
+        refuse_unused("execute", {"--skip-prefill": args.skip_prefill, "--skip-decode": args.skip_decode,
+                                  "--step-gap": args.step_gap or None},
+                      "benchmark mode (no --workload; serving runs every instance as its requests arrive)")
+    else:
+        refuse_unused("execute", {"--requests": args.requests, "--paced": args.paced}, "serving mode (--workload W)")
+        if args.skip_prefill:
+            refuse_unused("execute", {"--skip-decode": args.skip_decode},
+                          "at most one of --skip-prefill / --skip-decode (both leave nothing to run)")
+    if all(lay.speculation is None for lay in plan.prefill + plan.decode + plan.aggregated):
+        refuse_unused("execute", {"--acceptance-rate": args.acceptance_rate},
+                      f"a plan with speculation (plan {plan.name} has none)")
 
 
 def _check_serving(plan, workload, args) -> None:

@@ -54,6 +54,8 @@ def write_jsonl(records: list[dict], path: Path) -> None:
     """Write all records at once: temp file + rename, so a failed run leaves nothing partial."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    from rackplan.outputs import umask_mode
+    os.fchmod(fd, umask_mode())  # mkstemp's 0600 would survive the rename
     try:
         with os.fdopen(fd, "w") as fh:
             for rec in records:

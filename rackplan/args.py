@@ -94,3 +94,13 @@ def check_writable(flag: str, path: str | Path, folder: bool = False) -> None:
                 raise SpecError("", flag, f"a path whose parent folders can be created ({parent} is a file)",
                                 str(path))
             return
+
+
+def refuse_unused(command: str, flags: dict[str, object], expected: str) -> None:
+    """A knob given where it does nothing is an error, not a silence: the first of `flags` that was
+    given (truthy, or a number) is one SpecError naming it and what it needs (`expected`)."""
+    from rackplan.specs import SpecError
+
+    for flag, value in flags.items():
+        if value is not None and value is not False and value != [] and value != "":
+            raise SpecError(command, flag, expected, value)

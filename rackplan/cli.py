@@ -77,12 +77,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def freeze_at_exit() -> None:
+    """gc.freeze at exit, except after triton loaded (execute, calibrate/validate on GPU): objects of
+    its nanobind types kept alive at teardown make nanobind print a ~30-line leak report on stderr,
+    which would bury a one-line error (benchmarks/RESULTS.md, badin)."""
+    if "triton" not in sys.modules:
+        gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     if argv is None:  # the process's own command line (console script, `python -m`): it ends on return
         # the cyclic collection at interpreter exit would scan every object the command left (~1% of
         # a 40,000-request simulate, benchmarks/RESULTS.md, simspeed5d); frozen, they are left to the OS
-        atexit.register(gc.freeze)
+        atexit.register(freeze_at_exit)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = [DEFAULT] + argv  # `rackplan --requests 200` simulates the embedded defaults
@@ -96,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not getattr(args, "_run", None):
         build_parser().print_help()
+        return 2
+    empty = next((k for k, v in vars(args).items() if v == "" or isinstance(v, list) and "" in v), None)
+    if empty:  # `--profile ""` would otherwise fall back to the default silently, `--out ""` mean the working folder
+        print(f"rackplan: error: {argv[0]}: argument --{empty.replace('_', '-')}: expected a value, got ''",
+              file=sys.stderr)
         return 2
     from .interrupts import terminate_cleanly
 

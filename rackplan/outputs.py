@@ -21,6 +21,15 @@ from rackplan.specs import SpecError
 _count = itertools.count()
 
 
+def umask_mode(folder: bool = False) -> int:
+    """The mode a plain open() / mkdir() would give under this process's umask: mkstemp and mkdtemp
+    create 0600 files and 0700 folders, which the rename would keep (a plan.yaml or launch/ folder
+    that no other user, e.g. the one running vLLM, can read)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if folder else 0o666) & ~mask
+
+
 def prepare_folder(path: str | Path, flag: str, force: bool = False, owned: tuple[str, ...] = ()) -> None:
     """Before any work: `path` can be a folder, and holds none of the `owned` names (the files the
     command writes there: an earlier run) unless `force`; else a SpecError naming `flag`."""
@@ -52,6 +61,7 @@ class Outputs:
         final = Path(path)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+        tmp.chmod(umask_mode(folder=True))
         self._staged.append((tmp, final, replace))
         return tmp
 

@@ -148,6 +148,8 @@ def dump_yaml(obj, path: str | Path, header: str = "", flow_leaves: bool = False
     dumper = _FlowLeaves if flow_leaves else yaml.SafeDumper
     text = header + yaml.dump(to_dict(obj), Dumper=dumper, sort_keys=False, width=120)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    from rackplan.outputs import umask_mode
+    os.fchmod(fd, umask_mode())  # mkstemp's 0600 would survive the rename
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

@@ -1,10 +1,26 @@
 """Workload: arrival process, input/output length distributions, prefix-cache hit rate."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
 from .fields import check, non_negative, positive
+
+# The fields each kind reads; one given to another kind would do nothing, so it is refused.
+LENGTH_KEYS = {"fixed": ("value", "max"), "uniform": ("low", "high", "max"), "lognormal": ("mean", "sigma", "max"),
+               "trace": ()}  # trace lengths are read as they are (sim/workload.py clips only drawn ones)
+ARRIVAL_KEYS = {"poisson": ("rate",), "concurrency": ("concurrency",), "trace": ("time_scale",)}
+
+
+def _only_keys_of_kind(spec, keys: dict[str, tuple[str, ...]]) -> None:
+    """SpecError naming the first field set (not its default) that `spec.kind` does not read."""
+    if spec.kind not in keys:
+        return  # the kind itself is checked by its Literal on load
+    for f in dataclasses.fields(spec):
+        if f.name != "kind" and f.name not in keys[spec.kind] and getattr(spec, f.name) != f.default:
+            reads = ", ".join(keys[spec.kind]) or "the trace"
+            check(False, f.name, f"unset for kind {spec.kind} (it reads only: {reads})", getattr(spec, f.name))
 
 
 @dataclass(frozen=True)
@@ -20,6 +36,7 @@ class LengthDist:
     max: Optional[int] = None  # clip
 
     def __post_init__(self):
+        _only_keys_of_kind(self, LENGTH_KEYS)
         if self.kind == "fixed":
             check(self.value is not None and self.value > 0, "value", "a positive integer for kind fixed",
                   self.value)
@@ -54,6 +71,7 @@ class Arrival:
     time_scale: float = 1.0  # trace replay: multiply inter-arrival times (0.5 = twice the load)
 
     def __post_init__(self):
+        _only_keys_of_kind(self, ARRIVAL_KEYS)
         if self.kind == "poisson":
             check(self.rate is not None and self.rate > 0, "rate", "a positive request rate (req/s)",
                   self.rate)
@@ -89,7 +107,7 @@ class Workload:
               self.prefix_hit_rate)
         non_negative(self.routing_skew, "routing_skew")
         uses_trace = self.arrival.kind == "trace" or "trace" in (self.isl.kind, self.osl.kind)
-        check(not uses_trace or self.trace is not None, "trace",
+        check(not uses_trace or bool(self.trace), "trace",
               "a trace file path when arrival or lengths come from a trace")
         check(self.trace_format == "auto" or self.trace is not None, "trace_format",
               "auto unless a trace file is given", self.trace_format)

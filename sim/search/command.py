@@ -12,8 +12,9 @@ import json
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
-from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int
+from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int, refuse_unused
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
 
@@ -60,6 +61,9 @@ def build_request(args) -> planner.Request:
     """Specs and knobs of one planning run from parsed arguments."""
     if args.gpus is None or args.gpus < 1:
         raise SpecError("", "gpus", "a positive GPU count", args.gpus)
+    if args.no_simulate:
+        refuse_unused("plan --no-simulate", {"--sim-requests": args.sim_requests, "--seed": args.seed},
+                      "a simulator verification (drop --no-simulate; the analytic estimate draws nothing)")
     if args.sim_requests:
         from ..simulator import check_request_budget
         check_request_budget(args.sim_requests, flag="--sim-requests")
@@ -106,6 +110,8 @@ class _Bar:
 
 def run(args) -> int:
     check_writable("--out", args.out)
+    if args.report and Path(args.report).resolve() == Path(args.out).resolve():
+        raise SpecError("", "--report", "a folder other than the --out file", args.report)
     if args.report:
         prepare_folder(args.report, "--report", args.force, owned=REPORT_FILES)
     req = build_request(args)
@@ -147,5 +153,5 @@ def run(args) -> int:
     if fill := cluster_fill(res):
         print(fill)
     if args.report:
-        print(f"report: {args.report}/report.md")
+        print(f"report: {Path(args.report) / 'report.md'}")
     return 0

@@ -77,7 +77,9 @@ def _replace_path(obj, path: list[str], value, key: str):
     """Replace the dotted field `path` inside nested frozen dataclasses."""
     names = [f.name for f in dataclasses.fields(obj)]
     if path[0] not in names:
-        raise SpecError("--set", key, "a known field: " + ", ".join(names))
+        root = key.split(".", 1)[0] + "."  # at the top level the friendly aliases are keys too
+        aliases = [a[len(root):] for a in ALIASES if a.startswith(root)] if key.count(".") == len(path) else []
+        raise SpecError("--set", key, "a known field: " + ", ".join(names + aliases))
     if len(path) == 1:
         old = getattr(obj, path[0])
         if type(old) is int and isinstance(value, float) and value.is_integer():
@@ -144,8 +146,12 @@ def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
 
 
 def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object], ...]]:
-    """Every combination of the --set values, in the order given."""
+    """Every combination of the --set values, in the order given; a key set twice is refused (the
+    later --set would silently replace the earlier one's values)."""
     keys = [k for k, _ in sets]
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            raise SpecError("--set", key, "each key once (its values in one --set KEY=V1,V2)", f"{key} twice")
     return [tuple(zip(keys, vals, strict=False)) for vals in itertools.product(*[v for _, v in sets])]
 
 
