@@ -52,6 +52,10 @@ class ClassRows:
     # or one curve of `key` per regime [work_min, work_max) of its work (kernels the engine dispatches by
     # size, a working set in or out of L2), each fitted on the rows in its range
     regimes: tuple[tuple[float, float], ...] = ()
+    # what a range (or regime) with fewer fit rows than `free` fits, from the range before it: the first of these
+    # fields, as many as it has fit rows (an all-reduce regime of two rows: eff_max and work_half, its bandwidth
+    # and latency, the alpha-beta pair, the others the regime below's)
+    sparse_free: tuple[str, ...] = ("eff_max",)
     bounds: dict = field(default_factory=dict)  # per-parameter (low, high) replacing BOUNDS for this class
     notes: dict = field(default_factory=dict)  # recorded with the fit (e.g. the table's own roughness)
     # kernel configurations dispatched by the shape measures x, y and z instead (`configs` unused): one curve
@@ -221,8 +225,9 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
     rows in its range (no other curve prices them), then all of them written into `prof` (the class has no
     `also` or scalars here); the fit-set MAPE over all fit rows. A range with fewer fit rows than its
     parameters (a small table; an all-reduce regime of three message sizes) starts from the range before it
-    and fits its eff_max alone (nothing with no rows): a curve is never fitted on fewer rows than it has
-    parameters, where the optimum is not unique and which one is found depends on the machine's arithmetic."""
+    and fits the first of `sparse_free`, as many as it has fit rows (eff_max alone by default; nothing with no
+    rows): a curve is never fitted on fewer rows than it has parameters, where the optimum is not unique and
+    which one is found depends on the machine's arithmetic."""
     curves = []
     for j in range(len(rows.ranges or rows.regimes)):
         one = dataclasses.replace(rows, ranges=(rows.ranges[j],)) if rows.ranges else \
@@ -235,7 +240,7 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
             bounds = {f: getattr(one.parts()[0][2], f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max",
                                                                  "z_min", "z_max", "work_min", "work_max")}
             one = dataclasses.replace(one, start=dataclasses.replace(curves[-1], **bounds), regimes=(),
-                                      free=("eff_max",) if len(idx) else ())
+                                      free=rows.sparse_free[:len(idx)])
         fitted = _fit(one, prof, idx)[0] if one.free else \
             dataclasses.replace(prof, curves={**prof.curves, rows.key: (one.start,)})
         curves += fitted.curves[rows.key]

@@ -515,7 +515,8 @@ def comm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
                              ("eff_max", "x_half", "work_half", "sharpness"),
                              f"backend vllm_graph, {gpus} GPUs, BF16 messages; regimes (bytes) "
                              + ", ".join(f"[{lo:g}, {hi:g})" for lo, hi in regimes), "vLLM_custom_graph",
-                             regimes=regimes if len(regimes) > 1 else (), work=nbytes))
+                             regimes=regimes if len(regimes) > 1 else (), work=nbytes,
+                             sparse_free=("eff_max", "work_half")))
     return out
 
 
