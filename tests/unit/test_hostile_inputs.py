@@ -9,7 +9,7 @@ import pytest
 
 from rackplan.cli import freeze_at_exit
 
-from .test_reliability_inputs import CALIB, EXEC, PLAN_FAST, VALID, _records, _run
+from .test_reliability_inputs import CALIB, EXEC, PLAN_FAST, VALID, _records, assert_refused_in_one_line
 
 pytestmark = pytest.mark.unit
 OPDB = ["--op-database", "h200_sxm", "--hardware", "h200-sxm", "--op-database-root", "nowhere"]
@@ -81,12 +81,7 @@ CASES = [
 
 @pytest.mark.parametrize("files,argv,needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_unused_flag_is_one_line(tmp_path, capsys, monkeypatch, files, argv, needle):
-    monkeypatch.setenv("RACKPLAN_CACHE_DIR", str(tmp_path.parent / "cache"))
-    code, err, before, after = _run(tmp_path, capsys, files, argv)
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and err.startswith("rackplan: error:"), err
-    assert needle in err, err
-    assert after == before  # nothing written, nothing changed
+    assert_refused_in_one_line(tmp_path, capsys, monkeypatch, files, argv, needle)
 
 
 @pytest.mark.parametrize("triton_loaded,frozen", [(False, True), (True, False)])

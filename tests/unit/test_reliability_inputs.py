@@ -148,14 +148,19 @@ def _run(tmp_path, capsys, files, argv):
     return code, capsys.readouterr().err.strip(), before, after
 
 
-@pytest.mark.parametrize("files,argv,needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, files, argv, needle):
+def assert_refused_in_one_line(tmp_path, capsys, monkeypatch, files, argv, needle):
+    """`rackplan argv` in a folder holding `files`: exit 2, one stderr line naming `needle`, no file touched."""
     monkeypatch.setenv("RACKPLAN_CACHE_DIR", str(tmp_path.parent / "cache"))
     code, err, before, after = _run(tmp_path, capsys, files, argv)
     assert code == 2, err
     assert len(err.splitlines()) == 1 and err.startswith("rackplan: error:"), err
     assert needle in err, err
     assert after == before  # nothing written, nothing changed
+
+
+@pytest.mark.parametrize("files,argv,needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, files, argv, needle):
+    assert_refused_in_one_line(tmp_path, capsys, monkeypatch, files, argv, needle)
 
 
 def test_validate_gate_fails_on_nan():
