@@ -25,9 +25,8 @@ import numpy as np
 from rackplan.calibration import opdb, opdb_ops
 from rackplan.calibration.opdb_fit import fit_class, split
 from rackplan.calibration.robust import mape
+from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.deepgemm import sm90_group
-from rackplan.sim.cost.deepgemm import sm90_padded as padded
-from rackplan.sim.cost.efficiency import in_ranges
 from rackplan.sim.cost.roofline import price
 from rackplan.specs import load_hardware, load_profile
 
@@ -38,21 +37,13 @@ def group(m: int, n: int, k: int, sms: int) -> float:
     return float(sm90_group(m, n, k, sms))
 
 
-def _predict(m, n, k, load, pad, hw):
+def _predict(m, n, k, load, hw):
     flops = 2.0 * m * n * k
     peak = hw.flops_for("fp8_block")
 
-    def predict(prof, i):  # efficiency.evaluate_bound's form, its pad term the chosen tiles' padded work
-        eff = np.zeros(len(i))
-        for c in prof.curves["gemm.fp8_block"]:
-            q = c.sharpness
-            p = 1.0 + c.pad_cost * (pad[i] - 1.0)
-            b = c.y_half / n[i] + c.z_half / k[i]
-            e = c.eff_max / ((p ** q + (c.x_half / m[i]) ** q + b ** q) ** (1 / q) + c.work_half / flops[i])
-            tiles = np.maximum(np.ceil(m[i] / 128), 1) * np.maximum(np.ceil(n[i] / 128), 1)
-            e = e * tiles / (tiles + c.tiles_half) if c.tiles_half else e
-            ok = in_ranges(c, m[i], 0.0, load=load[i])
-            eff = np.maximum(eff, np.where(ok, e, 0.0))
+    def predict(prof, i):  # the cost model's curve code (efficiency.bind / evaluate_bound) at each row's group
+        bound = efficiency.bind(prof.curves["gemm.fp8_block"], n[i], k[i], hw.num_sms)
+        eff = efficiency.evaluate_bound(bound, m[i], flops[i], load[i])
         return price(flops[i], np.zeros(len(i)), peak, eff, hw, prof)
     return predict
 
@@ -67,12 +58,13 @@ def measure(system: str, variant: str, root=None) -> str:
     m, n, k = rows.x[keep], rows.y[keep], rows.z[keep]
     shapes = list(zip(m.astype(int), n.astype(int), k.astype(int)))
     load = np.array([group(*s, hw.num_sms) for s in shapes]) if variant != "plain" else np.ones(len(keep))
-    pad = np.array([padded(*s, hw.num_sms) for s in shapes]) if variant == "padded" else np.ones(len(keep))
     plain = opdb_ops.GEMM_START  # (the importer's rows carry the rule now: this script's own forms start plain)
-    start, free = (dataclasses.replace(plain, pad_cost=1.0), opdb_ops.ALL_FIELDS + ("pad_cost",)) \
-        if variant == "padded" else (plain, opdb_ops.ALL_FIELDS)
+    # padded: the curves name the rule (Curve.tile_rule), so efficiency prices their pad term by the chosen tiles;
+    # the group stays a load range here (the importer's _ruled_rows fits it as rule_group instead)
+    start, free = (dataclasses.replace(plain, pad_cost=1.0, tile_rule="deepgemm_sm90"),
+                   opdb_ops.ALL_FIELDS + ("pad_cost",)) if variant == "padded" else (plain, opdb_ops.ALL_FIELDS)
     ranges = tuple((g - 1.0, g) for g in sorted(set(load))) if variant != "plain" else ()
-    sub = dataclasses.replace(rows, seconds=rows.seconds[keep], predict=_predict(m, n, k, load, pad, hw), start=start,
+    sub = dataclasses.replace(rows, seconds=rows.seconds[keep], predict=_predict(m, n, k, load, hw), start=start,
                               free=free, x=m, y=n, z=k, load=load, load_ranges=ranges, rule="")
     f, fitted = fit_class(sub, prof)
     _, held = split(len(keep))

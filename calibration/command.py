@@ -28,6 +28,7 @@ from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, plan_hash
 
 from . import io
+from .opdb import add_table_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,12 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device for --microbench (cpu or cuda)")
     p.add_argument("--out-hardware", help="hardware YAML to write from --microbench")
-    p.add_argument("--op-database", metavar="SYSTEM",
-                   help="fit a measured profile from aiconfigurator-core's per-op tables of SYSTEM (gb300, h200_sxm)")
-    p.add_argument("--framework", default="vllm", help="framework of the op-database tables (default: %(default)s)")
-    p.add_argument("--version", help="framework version (default: the newest that has each table)")
-    p.add_argument("--op-database-root", metavar="PATH",
-                   help="folder laid out as <system>/<op>/<framework>/<version>/ (default: the installed package's)")
+    add_table_arguments(p, "fit a measured profile from aiconfigurator-core's per-op tables of SYSTEM "
+                        "(gb300, h200_sxm)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

@@ -55,6 +55,15 @@ class Table:
     reused_from: str = ""  # version whose file a reuse.yaml declares this one identical to
 
 
+def add_table_arguments(p, system_help: str) -> None:
+    """The flags that name op-database tables (`calibrate --op-database`, `validate --op-database`), in one place."""
+    p.add_argument("--op-database", metavar="SYSTEM", help=system_help)
+    p.add_argument("--framework", default="vllm", help="framework of the op-database tables (default: %(default)s)")
+    p.add_argument("--version", help="framework version (default: the newest that has each table)")
+    p.add_argument("--op-database-root", metavar="PATH",
+                   help="folder laid out as <system>/<op>/<framework>/<version>/ (default: the installed package's)")
+
+
 def data_root(root: str | Path | None = None) -> Path:
     """The database folder: `root` if given, else the installed package's systems/data (found
     without importing the package, whose compiled engine rackplan does not need)."""

@@ -26,6 +26,7 @@ from rackplan.args import non_negative_float, refuse_unused
 from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, resolve_profile
 
 from . import io
+from .opdb import add_table_arguments
 from .samples import step_samples
 from .validate import Report, compare_serving, compare_steps, compare_vllm_bench
 
@@ -39,14 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "hardware's default_profile, and for --op-database also datasheet)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--op-database", metavar="SYSTEM", help="validate against aiconfigurator-core's per-op tables")
-    p.add_argument("--framework", default="vllm", help="framework of the op-database tables")
-    p.add_argument("--version", help="framework version (default: the newest per table)")
-    p.add_argument("--op-database-root", metavar="PATH", help="folder laid out as <system>/<op>/<framework>/<version>/")
+    add_table_arguments(p, "validate against aiconfigurator-core's per-op tables of SYSTEM (gb300, h200_sxm)")
     p.add_argument("--hardware", help="hardware of the op-database tables")
     p.add_argument("--vllm-bench", action="append", default=[],
                    help="`vllm bench serve --save-result --save-detailed` JSON of the plan's deployment (repeatable)")
-    p.add_argument("--max-mape", type=non_negative_float, help="exit 1 when a gated MAPE (%%) is above this")
+    p.add_argument("--max-mape", type=non_negative_float,
+                   help="exit 1 when a gated MAPE (%%) is above this or not a number (gated: per op and per step "
+                   "on the held-out sizes where there are any, else on all, and TTFT / TPOT p50)")
     p.add_argument("--raw-ops", action="store_true",
                    help="predict without the profile's per-op terms (op_scale, op_fixed): the shared curves alone")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -27,10 +27,12 @@ RUN_FILES = ("measurements.jsonl", "expert_counts.jsonl")  # what a run writes i
 
 def add_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan YAML (path or name under configs/plans)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo ranks; cuda: NCCL")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: gloo ranks; cuda: NCCL (default: cpu)")
     p.add_argument("--steps", type=positive_int, default=5, help="timed steps per instance (after --warmup; "
-                   "not used in serving mode)")
-    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed steps first")
+                   "not used in serving mode; default: 5)")
+    p.add_argument("--warmup", type=non_negative_int, default=1,
+                   help="untimed steps before the timed ones (default: 1)")
     p.add_argument("--step-gap", type=non_negative_float, default=0.0, metavar="S",
                    help="idle seconds before each benchmark step, as a lightly loaded instance waits for "
                    "arrivals between steps (cold caches make such steps slower); default 0")
@@ -46,8 +48,9 @@ def add_arguments(p) -> None:
                    "writes expert_counts.jsonl)")
     p.add_argument("--ranks", type=positive_int,
                    help="world size (default: the largest that the plan and machine allow)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of weights, batches and routing")
-    p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds before the run is killed")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of weights, batches and routing (default: 0)")
+    p.add_argument("--timeout", type=positive_float, default=120.0,
+                   help="seconds before the run is killed (default: 120)")
     p.add_argument("--max-dense-layers", type=positive_int, help="run at most this many dense layers (replays)")
     p.add_argument("--max-moe-layers", type=positive_int, help="run at most this many MoE layers (replays)")
     p.add_argument("--skip-prefill", action="store_true", help="benchmark mode: run only the decode instances")

@@ -1,46 +1,60 @@
 """List the embedded models or hardware with their key numbers."""
 from __future__ import annotations
 
+import json
 import sys
 
 from rackplan.specs import available, load_hardware, load_model
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print one JSON list (a record per entry) instead of the table")
+
+
+def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[str, ...], dict]]) -> int:
+    """The one listing printer: rows as (table cells, JSON record), a rich table or, with --json, the records."""
+    if args.json:
+        print(json.dumps([record for _, record in rows], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col)
+    for cells, _ in rows:
+        t.add_row(*cells)
+    Console(width=None if sys.stdout.isatty() else 130).print(t)
+    return 0
 
 
 def run_models(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="models (configs/models)")
-    for col in ("name", "layers", "hidden", "experts / top-k / shared", "attention", "params (B)", "KV B/token"):
-        t.add_column(col)
+    rows = []
     for name in available("models"):
         m = load_model(name)
-        total = sum(m.param_counts().values()) / 1e9
-        t.add_row(name, str(m.num_layers), str(m.hidden_size),
-                  f"{m.moe.num_experts} / {m.moe.top_k} / {m.moe.num_shared_experts}", m.attention.kind,
-                  f"{total:,.1f}", f"{m.kv_bytes_per_token:,.0f}")
-    Console(width=None if sys.stdout.isatty() else 130).print(t)
-    return 0
+        total = sum(m.param_counts().values())
+        rows.append(((name, str(m.num_layers), str(m.hidden_size),
+                      f"{m.moe.num_experts} / {m.moe.top_k} / {m.moe.num_shared_experts}", m.attention.kind,
+                      f"{total / 1e9:,.1f}", f"{m.kv_bytes_per_token:,.0f}"),
+                     {"name": name, "layers": m.num_layers, "hidden": m.hidden_size, "experts": m.moe.num_experts,
+                      "top_k": m.moe.top_k, "shared_experts": m.moe.num_shared_experts,
+                      "attention": m.attention.kind, "params": total, "kv_bytes_per_token": m.kv_bytes_per_token}))
+    return _print(args, "models (configs/models)", ("name", "layers", "hidden", "experts / top-k / shared",
+                                                     "attention", "params (B)", "KV B/token"), rows)
 
 
 def run_hardware(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="hardware (configs/hardware)")
-    for col in ("name", "HBM GB", "HBM TB/s", "peak TFLOP/s", "NVLink GB/s", "domain", "scale-out GB/s"):
-        t.add_column(col)
+    rows = []
     for name in available("hardware"):
         h = load_hardware(name)
         peaks = ", ".join(f"{k} {v / 1e12:,.0f}" for k, v in h.peak_flops.items())
-        t.add_row(name, f"{h.hbm_bytes / 1e9:.0f}", f"{h.hbm_bw / 1e12:.2f}", peaks, f"{h.scaleup_bw / 1e9:.0f}",
-                  str(h.domain_size), f"{h.scaleout_bw / 1e9:.0f}")
-    Console(width=None if sys.stdout.isatty() else 130).print(t)
-    return 0
+        rows.append(((name, f"{h.hbm_bytes / 1e9:.0f}", f"{h.hbm_bw / 1e12:.2f}", peaks, f"{h.scaleup_bw / 1e9:.0f}",
+                      str(h.domain_size), f"{h.scaleout_bw / 1e9:.0f}"),
+                     {"name": name, "hbm_bytes": h.hbm_bytes, "hbm_bytes_per_s": h.hbm_bw,
+                      "peak_flops": dict(h.peak_flops), "scaleup_bytes_per_s": h.scaleup_bw,
+                      "domain_size": h.domain_size, "scaleout_bytes_per_s": h.scaleout_bw}))
+    return _print(args, "hardware (configs/hardware)", ("name", "HBM GB", "HBM TB/s", "peak TFLOP/s", "NVLink GB/s",
+                                                         "domain", "scale-out GB/s"), rows)
 
 
 add_models_arguments = add_hardware_arguments = add_arguments

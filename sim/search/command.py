@@ -24,12 +24,15 @@ from .space import SearchSpace
 REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=SEED["model"], help="model name under configs/models or a YAML path")
-    p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path")
+    p.add_argument("--model", default=SEED["model"],
+                   help="model name under configs/models or a YAML path (default: %(default)s, the seed scenario)")
+    p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s)")
     p.add_argument("--gpus", type=positive_int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
-    p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path")
-    p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T", help="TTFT p90 SLO, e.g. 2s")
-    p.add_argument("--tpot-p90", type=duration, default=0.05, metavar="T", help="TPOT p90 SLO, e.g. 50ms")
+    p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")
+    p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T",
+                   help="TTFT p90 SLO, e.g. 2s or 500ms (default: 2s)")
+    p.add_argument("--tpot-p90", type=duration, default=0.05, metavar="T",
+                   help="TPOT p90 SLO, e.g. 50ms (default: 50ms)")
     p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
                         "latency: max tokens/s/user at --rate")
@@ -40,14 +43,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than --hardware")
     p.add_argument("--mode", choices=("any", "disagg", "agg"), default="any",
-                   help="search disaggregated, aggregated or both kinds of deployment")
-    p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan")
+                   help="search disaggregated, aggregated or both (any) kinds of deployment (default: any)")
+    p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan (default: plan.yaml)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write report.md, pareto.png, pareto.csv and launch/ (vLLM launch files) here")
     p.add_argument("--force", action="store_true", help="replace a --report folder that holds an earlier report")
     p.add_argument("--timings", action="store_true", help="also print the search's wall-clock timings (stderr; "
                    "in --json as 'timings'): reports hold none, so the same inputs give the same files")
-    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1), help="processes")
+    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1),
+                   help="processes that price the layouts (and run min-gpus / latency probes; default: the CPU "
+                   "count, at most 8; the plan does not depend on it)")
     p.add_argument("--sim-requests", type=positive_int, default=None,
                    help="requests per simulator run, all run to the end (default: as many as steady state needs)")
     p.add_argument("--no-simulate", action="store_true",

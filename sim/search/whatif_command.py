@@ -30,7 +30,7 @@ from .verify import at_rate, run_simulation
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plan", default="v41-flash-gb300-nvl72", help="plan name or plan.yaml path")
+    p.add_argument("--plan", default="v41-flash-gb300-nvl72", help="plan name or plan.yaml path (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2",
                    help="a change to try (repeatable): hardware.nvlink_gbps=900,1800, "
                         "host.async_scheduling=false,true, host.scheduler_scale=0.5, host.api_servers=1,4, "
@@ -48,9 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate)")
     p.add_argument("--num-requests", type=positive_int, default=None,
                    help="requests per simulation, all run to the end (default: as many as steady state needs)")
-    p.add_argument("--seed", type=non_negative_int, default=None)
-    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
-    p.add_argument("--out", default=None, metavar="DIR", help="write whatif.csv and whatif.png here")
+    p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
+    p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1),
+                   help="processes that run the combinations' simulations (default: the CPU count, at most 8)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write whatif.csv, whatif.png and whatif_step.png (the decode step's split) here")
     p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 

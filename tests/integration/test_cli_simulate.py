@@ -43,3 +43,10 @@ def test_single_user_plan_reports_tokens_per_user(capsys):
 def test_models_and_hardware_lists(capsys):
     assert main(["models"]) == 0 and "deepseek-v4.1-flash" in capsys.readouterr().out
     assert main(["hardware"]) == 0 and "gb300-nvl72" in capsys.readouterr().out
+    # --json prints one record per entry, the table's numbers unrounded
+    assert main(["models", "--json"]) == 0
+    v41 = {m["name"]: m for m in json.loads(capsys.readouterr().out)}["deepseek-v4.1-flash"]
+    assert v41["top_k"] > 0 and v41["params"] > 1e11
+    assert main(["hardware", "--json"]) == 0
+    gb300 = {h["name"]: h for h in json.loads(capsys.readouterr().out)}["gb300-nvl72"]
+    assert gb300["domain_size"] == 72 and gb300["peak_flops"]["fp8"] > 0
