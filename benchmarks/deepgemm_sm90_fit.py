@@ -6,7 +6,9 @@ The rule: sim/cost/deepgemm.py (DeepGEMM csrc/jit_kernels/heuristics/sm90.hpp, i
 importer and the cost model use since sm90wire; the `padded` variant is the form `rackplan calibrate` now fits
 for h200 / h100 (its own fit path, opdb_ops._ruled_rows, gives the same figure). 132 SMs (H100 / H200 SXM5).
 
-Variants (all through calibration.opdb_fit.fit_class, the importer's seeded split over the m >= 32 rows):
+Variants (all through calibration.opdb_fit.fit_class, the importer's seeded split over the m >= 32 rows, and priced
+by the cost model's curve code, efficiency.bind / evaluate_bound, each row's configuration group the load its
+curves' ranges hold):
   plain   the shipped form (3 kernel configurations, KERNEL_CONFIGS)
   groups  one curve set per configuration group, as a dispatch range: 1 one CTA per cluster, 2 the same at one
           wave with a tile of >= 128 x 192 (3-4 stages), 3 a 2-CTA cluster (multicast)
