@@ -91,6 +91,7 @@ def test_no_feasible_layout_exits_3_without_a_plan(tmp_path, capsys):
     assert rc == 3 and not out.exists()
     err = capsys.readouterr().err
     assert "closest:" in err and "misses" in err and " by " in err
+    assert "TTFT p90 by" in err and "TPOT p90 by" in err  # both SLOs missed: both named, not only the worse
 
 
 def test_budget_too_small_for_weights_exits_2(tmp_path, capsys):

@@ -46,3 +46,24 @@ def test_whatif_cli_table_files_and_bad_key(tmp_path, capsys):
     assert "baseline" in capsys.readouterr().out
     assert (tmp_path / "whatif.csv").exists() and (tmp_path / "whatif.png").exists()
     assert main(["whatif", "--plan", "tiny-cpu", "--set", "hardware.flux_capacitor=1"]) == 2
+
+
+def test_pool_keys_run_and_are_refused_with_replan(tmp_path, capsys):
+    """decode.<Layout field> changes the plan's decode instances (a row of its own); with --replan,
+    where the planner chooses layouts, it is refused rather than silently ignored."""
+    assert main(["whatif", "--plan", "tiny-cpu", "--set", "decode.max_batch_per_rank=4,16", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "decode.max_batch_per_rank=4" in out and "decode.max_batch_per_rank=16" in out
+    assert main(["whatif", "--plan", "tiny-cpu", "--set", "decode.max_batch_per_rank=4", "--replan"]) == 2
+    assert "--replan" in capsys.readouterr().err
+
+
+def test_baseline_note_names_the_plans_verified_run(base):
+    plan, specs = base
+    baseline, _ = study(plan, specs, [], num_requests=200)
+    from rackplan.sim.search.whatif_command import baseline_note
+
+    assert baseline_note(plan, baseline) == ""
+    planned = dataclasses.replace(plan, predicted={"output_tps_per_gpu": 123.4, "sim_requests": 1946.0})
+    note = baseline_note(planned, baseline)
+    assert "the plan's verified 123 came from 1,946 requests" in note and "over 200 requests" in note
