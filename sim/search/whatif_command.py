@@ -138,6 +138,9 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
     return "\n".join(out)
 
 
+SYMLOG_ABOVE = 200.0  # % change: past this whatif.png's axis is symlog (linear within +-10%)
+
+
 def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,19 +164,36 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
     shown = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user")
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 3), 4.5), dpi=110)
     width = 0.8 / len(shown)
+    spread = []
     for i, m in enumerate(shown):
         vals = [100 * whatif.deltas(r.metrics, baseline.metrics).get(m, 0.0) for r in rows]
+        spread += vals
         ax.bar([j + i * width for j in range(len(rows))], vals, width, label=m)
     ax.axhline(0, c="k", lw=0.8)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
-    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6)
-    ax.set_ylabel("change against baseline (%)")
+    symlog = max((abs(v) for v in spread), default=0.0) > SYMLOG_ABOVE  # one outlier would flatten the rest
+    if symlog:
+        ax.set_yscale("symlog", linthresh=10)
+    centres = [j + 0.4 - width / 2 for j in range(len(rows))]
+    for x, r in zip(centres, rows):  # a row with no latency figures says why instead of showing 0% bars
+        if bar_note(r):
+            ax.text(x, 0, bar_note(r), ha="center", va="bottom", fontsize=7, color="tab:red")
+    ax.set_xticks(centres)
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=20, ha="right")
+    ax.set_ylabel("change against baseline (%" + (", symlog)" if symlog else ")"))
+    ax.set_title("what-if: simulated steady state against the baseline", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "whatif.png")
     plt.close(fig)
     if "gpu_ms" in baseline.metrics:
         _plot_split(plt, out / "whatif_step.png", [baseline] + rows)
+
+
+def bar_note(row: whatif.Row) -> str:
+    """Why a row of whatif.png has no latency bars (they would read as 0% change), else ''."""
+    if "error" in row.metrics:
+        return "no plan"
+    return "" if whatif.stable(row.metrics) else f"unstable:\n{row.metrics.get('saturated', '')}\nsaturates"
 
 
 def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:

@@ -67,3 +67,17 @@ def test_baseline_note_names_the_plans_verified_run(base):
     planned = dataclasses.replace(plan, predicted={"output_tps_per_gpu": 123.4, "sim_requests": 1946.0})
     note = baseline_note(planned, baseline)
     assert "the plan's verified 123 came from 1,946 requests" in note and "over 200 requests" in note
+
+
+def test_whatif_png_marks_rows_without_latency(tmp_path):
+    """An unstable row's latency deltas are not compared: whatif.png says so on the row instead of
+    drawing bars of 0% (which read as 'no change')."""
+    from rackplan.sim.search.whatif_command import bar_note, write_outputs
+
+    base = whatif.Row((), {"stable": 1.0, "ttft_p90_s": 1.0, "tpot_p90_s": 0.03, "output_tps_per_gpu": 500.0,
+                           "tps_per_user": 30.0, "request_rate": 40.0, "served_rps": 40.0})
+    sat = whatif.Row((("decode.mtp", 0),), {**base.metrics, "stable": 0.0, "saturated": "decode"})
+    none = whatif.Row((("hardware.nvlink_gbps", 1),), {"error": "no layout meets the SLOs"})
+    assert bar_note(base) == "" and "decode" in bar_note(sat) and bar_note(none) == "no plan"
+    write_outputs(tmp_path, base, [sat, none])
+    assert (tmp_path / "whatif.png").stat().st_size > 0
