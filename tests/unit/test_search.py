@@ -198,3 +198,20 @@ def test_whatif_pool_keys_change_every_instance_of_one_pool():
         assert exc.value.where == "--set"
     with pytest.raises(SpecError):
         whatif.apply(whatif.Specs(m, hw, base.profile, base.workload), f"{pool}.dbo", True)  # no plan
+
+
+def test_report_step_split_says_estimate_and_tokens_per_step():
+    """The report's op-by-op split is the cost model's (labelled so), and a speculative decode step
+    says how many tokens it emits per sequence (its time is not the TPOT)."""
+    from types import SimpleNamespace
+
+    from rackplan.sim.search import report
+    from rackplan.specs import Speculation
+
+    m, hw, wl = load_model("deepseek-v3"), load_hardware("h200-sxm"), load_workload("isl4k-osl1k")
+    lay = Layout("decode", dp=16, speculation=Speculation(1, 1.8))
+    cand = SimpleNamespace(decode=(lay,), aggregated=(), prefill=(), batch_per_rank=55.0)
+    res = SimpleNamespace(request=SimpleNamespace(model=m, hw=hw, profile=load_profile("datasheet"), workload=wl),
+                          winner=SimpleNamespace(cand=cand))
+    text = "\n".join(report._winner_steps(res))
+    assert "DEP16 decode step at 55 sequences per rank" in text and "1.8 tokens per sequence per step" in text
