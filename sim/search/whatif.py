@@ -198,8 +198,10 @@ def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object],
 
 
 def changed_specs(base: Specs, combo) -> Specs:
+    """The specs with every change of `combo`; an EPLB policy first, so that redundant experts set
+    beside it never meet the plan's policy 'none' (which refuses them) whatever the --set order."""
     out = base
-    for key, value in combo:
+    for key, value in sorted(combo, key=lambda kv: not kv[0].endswith(".eplb.policy")):
         out = apply(out, key, value)
     return out
 
