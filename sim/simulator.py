@@ -16,17 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from rackplan.specs import (
-    HardwareSpec,
-    Layout,
-    ModelSpec,
-    Plan,
-    Profile,
-    SpecError,
-    Workload,
-    load_hardware,
-    load_model,
-)
+from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
+from rackplan.specs.layout import Layout
 
 from .aggregated import AggregatedInstance
 from .cost.memory import check_fits
