@@ -78,6 +78,16 @@ def duration(text: str) -> float:
     return value
 
 
+def per_token_duration(text: str) -> float:
+    """A per-token time (TPOT) as `duration` reads it, refusing a bare number of 1 or more: '50'
+    would be 50 s per token, where 50 ms was surely meant (write 50ms, or 50s to mean seconds)."""
+    value = duration(text)
+    if value >= 1.0 and re.fullmatch(r"\s*[0-9.eE+-]+\s*", str(text)):
+        raise _fail(f"a unit on a per-token time of 1 or more ({text.strip()}ms, or {text.strip()}s to mean "
+                    "seconds per token)", text)
+    return value
+
+
 def check_writable(flag: str, path: str | Path, folder: bool = False) -> None:
     """Refuse an output path that cannot be created (a parent that is a file, or a file where a
     folder is wanted) before any work is done: SpecError naming the flag."""

@@ -17,6 +17,7 @@ import numpy as np
 import simpy
 
 from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
+from rackplan.specs.layout import Layout
 
 from .aggregated import AggregatedInstance
 from .cost.memory import check_fits
@@ -56,16 +57,18 @@ ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the
 
 def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
     """Check every layout fits in HBM; returns KV capacity (tokens per rank) per pool entry."""
-    caps = {}
-    for pool in ("prefill", "decode", "aggregated"):
-        for i, lay in enumerate(getattr(plan, pool)):
-            slots = model.moe.num_experts + lay.eplb.redundant_experts
-            if slots % lay.ep_size:
-                raise SpecError("", f"{pool}[{i}].eplb.redundant_experts",
-                                f"a count that makes experts + redundant ({model.moe.num_experts} + "
-                                f"{lay.eplb.redundant_experts}) divisible by the EP size {lay.ep_size}")
-            caps[f"{pool}[{i}]"] = check_fits(model, hw, lay, f"{pool}[{i}]")
-    return caps
+    return {f"{pool}[{i}]": validate_layout(lay, model, hw, f"{pool}[{i}]")
+            for pool in ("prefill", "decode", "aggregated") for i, lay in enumerate(getattr(plan, pool))}
+
+
+def validate_layout(lay: Layout, model: ModelSpec, hw: HardwareSpec, where: str) -> float:
+    """One layout's checks (EPLB slots split evenly over its EP ranks, fits in HBM); its KV capacity."""
+    slots = model.moe.num_experts + lay.eplb.redundant_experts
+    if slots % lay.ep_size:
+        raise SpecError("", f"{where}.eplb.redundant_experts",
+                        f"a count that makes experts + redundant ({model.moe.num_experts} + "
+                        f"{lay.eplb.redundant_experts}) divisible by the EP size {lay.ep_size}")
+    return check_fits(model, hw, lay, where)
 
 
 def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, reqs: Requests) -> None:

@@ -20,6 +20,11 @@ class EPLBConfig:
 
     def __post_init__(self):
         non_negative(self.redundant_experts, "redundant_experts")
+        # policy none is contiguous experts (sim/eplb/model.py: slots unused), while deploy's --enable-eplb
+        # would balance them: redundant slots need a policy that places them
+        check(not self.redundant_experts or self.policy != "none", "policy",
+              f"hierarchical or global with {self.redundant_experts} redundant experts (none leaves them unused)",
+              self.policy)
 
 
 @dataclass(frozen=True)

@@ -103,10 +103,13 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     con = Console(width=None if sys.stdout.isatty() else 110)
     con.print(f"[bold]{plan.name}[/]: {plan.model} on {plan.hardware}, {plan.summary} "
               f"({int(m['num_gpus'])} GPUs)")
-    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests at {m['offered_rps']:,.4g} req/s")
+    arrival = workload.arrival
+    drawn = f", {arrival.kind} at {arrival.rate:,.4g} req/s" if arrival.kind == "poisson" else ""
+    con.print(f"workload {workload.name}: {int(m['num_requests'])} requests{drawn} "
+              f"({m['offered_rps']:,.4g} req/s arrived in the window)")
     con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
-    con.print(f"measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of {w.last_arrival_s:.1f} s of arrivals "
-              f"({w.requests} requests; warm-up and cool-down left out)")
+    con.print(f"simulation (discrete-event), measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of "
+              f"{w.last_arrival_s:.1f} s of arrivals ({w.requests} requests; warm-up and cool-down left out)")
     if st.stable and not st.converged:
         con.print("[yellow]the run never settled (its warm-up is not over in its first half): these figures are "
                   "not steady-state yet; run longer (more --requests, or none to let the simulator choose)[/]")
@@ -116,11 +119,16 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
         lat.add_column("metric")
         for q in ("p50", "p90", "p90 std. error", "p99"):
             lat.add_column(q, justify="right")
+        cell = lambda x: f"{x:.4f}" if math.isfinite(x) else "-"  # noqa: E731
         for name in LATENCY:
-            se = m.get(f"{name}_p90_se_s", math.nan)
-            lat.add_row(name.upper(), *(f"{m[f'{name}_{q}_s']:.4f}" for q in ("p50", "p90")),
-                        f"{se:.4f}" if math.isfinite(se) else "-", f"{m[f'{name}_p99_s']:.4f}")
+            lat.add_row(name.upper(), *(cell(m[f"{name}_{q}_s"]) for q in ("p50", "p90")),
+                        cell(m.get(f"{name}_p90_se_s", math.nan)), cell(m[f"{name}_p99_s"]))
         con.print(lat)
+        unfinished = int(m.get("window_unfinished", 0))
+        if unfinished:  # their E2E is unknown, longer than any finished one (sim/continued.py)
+            con.print(f"E2E: {unfinished} of the window's {w.requests} requests were still decoding when the run "
+                      "stopped (it stops once each has its first token), so E2E percentiles that need them are "
+                      "not known (-); --requests N runs every request to the end")
     else:
         con.print(f"[bold red]{st.describe()}[/]: the {' and '.join(st.saturated)} pool cannot keep up with "
                   f"{m['offered_rps']:,.4g} req/s, so latency percentiles only grow with the run's length "

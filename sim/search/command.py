@@ -14,7 +14,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from rackplan.args import check_writable, duration, non_negative_int, positive_float, positive_int, refuse_unused
+from rackplan.args import (
+    check_writable,
+    duration,
+    non_negative_int,
+    per_token_duration,
+    positive_float,
+    positive_int,
+    refuse_unused,
+)
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
 
@@ -31,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")
     p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T",
                    help="TTFT p90 SLO, e.g. 2s or 500ms (default: 2s)")
-    p.add_argument("--tpot-p90", type=duration, default=0.05, metavar="T",
+    p.add_argument("--tpot-p90", type=per_token_duration, default=0.05, metavar="T",
                    help="TPOT p90 SLO, e.g. 50ms (default: 50ms)")
     p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "

@@ -108,7 +108,8 @@ def write_png(res: Result, path: Path) -> None:
     w = res.winner
     ax.scatter([w.tps_user], [w.tps_gpu], marker="*", s=220, c="gold", edgecolors="k", zorder=4,
                label="chosen (verified)" if w.check is not None else "chosen (estimate only)")
-    ax.axvline(1.0 / res.request.slo.tpot_p90_s, ls="--", c="0.5", lw=0.8)
+    tpot = res.request.slo.tpot_p90_s
+    ax.axvline(1.0 / tpot, ls="--", c="0.5", lw=0.8, label=f"TPOT SLO {tpot * 1e3:g} ms (1 / TPOT)")
     ax.set_xlabel("output tokens/s per user")
     ax.set_ylabel("output tokens/s per GPU")
     r = res.request
@@ -154,6 +155,9 @@ def _winner_steps(res: Result) -> list[str]:
     for lay in c.decode + c.aggregated:
         batch = max(1.0, round(c.batch_per_rank))
         title = f"{lay.tag} decode step at {batch:g} sequences per rank (context {tr.ctx_mean:.0f})"
+        if lay.speculation is not None:  # a step is not a token: TPOT is the step over the tokens it emits
+            title += (f", {lay.speculation.acceptance_length:g} tokens per sequence per step "
+                      f"({lay.speculation.num_tokens} draft)")
         lines += breakdown_table(title, pr.decode(lay, batch, tr.ctx_mean))
     for lay in c.prefill:
         unit = price_prefill(pr, lay, tr)
@@ -269,7 +273,7 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     fill = cluster_fill(res)
     lines += _chosen(res) + ([fill, ""] if fill else []) + _probes(res) + _why(res) + _front_section(res)
     lines += _space_notes(res)
-    lines += ["## Where the winner's time goes (op by op)", ""] + _winner_steps(res)
+    lines += ["## Where the winner's time goes (op by op; analytic estimate, the cost model)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)
     return "\n".join(lines + _files_section(res, launch_files, why_not))
 

@@ -8,6 +8,11 @@ Keys (`--set KEY=V1,V2,...`):
   hardware.<field>        any HardwareSpec number; nvlink_gbps / scaleout_gbps in GB/s
   host.async_scheduling, host.cuda_graphs, host.api_servers, host.stream_interval
                           the engine's CPU-overhead settings, on every instance of the plan
+  prefill.<field>, decode.<field>, aggregated.<field>
+                          any Layout field (dotted) on every instance of that pool, e.g. decode.dbo,
+                          decode.eplb.redundant_experts, decode.eplb.policy, prefill.max_tokens_per_step;
+                          <pool>.mtp=D: D draft tokens (0: none) as the planner tries them
+                          (sim/search/space.py spec_options: its acceptance)
   host.<part>_scale       multiplies one host part's costs (sim/cost/host.py): scheduler_scale,
                           prepare_scale, launch_scale, dp_sync_scale, sample_scale, output_scale,
                           api_server_scale
@@ -34,6 +39,7 @@ ALIASES = {  # friendly key -> (field, factor to the field's unit)
     "hardware.hbm_tbps": ("hardware.hbm_bw", 1e12),
 }
 HOST_LAYOUT = ("async_scheduling", "cuda_graphs", "api_servers", "stream_interval")  # Layout fields
+POOLS = ("prefill", "decode", "aggregated")  # --set <pool>.<Layout field>: every instance of that pool
 HOST_SCALES = {"scheduler_scale": "host.schedule", "prepare_scale": "host.prepare", "launch_scale": "host.launch",
                "dp_sync_scale": "host.dp_sync", "sample_scale": "host.sample", "output_scale": "host.output",
                "api_server_scale": "host.api_server"}
@@ -104,10 +110,13 @@ def apply(specs: Specs, key: str, value) -> Specs:
         return _scale_host(specs, tuple(HOST_SCALES.values()), value, key)
     if root == "host":
         return _apply_host(specs, rest, value, key)
+    if root in POOLS and rest:
+        return _apply_pool(specs, root, rest, value, key)
     attr = {"hardware": "hw", "model": "model", "profile": "profile", "workload": "workload"}.get(root)
     if attr is None or not rest:
-        raise SpecError("--set", key, "a key under hardware., host., cpu., model., profile. or workload. "
-                        "(e.g. hardware.nvlink_gbps, host.async_scheduling, model.moe.top_k)")
+        raise SpecError("--set", key, "a key under hardware., host., cpu., prefill., decode., aggregated., model., "
+                        "profile. or workload. (e.g. hardware.nvlink_gbps, host.async_scheduling, "
+                        "decode.eplb.redundant_experts, model.moe.top_k)")
     try:
         changed = _replace_path(getattr(specs, attr), rest.split("."), value, key)
     except SpecError as exc:
@@ -145,6 +154,39 @@ def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
     return dataclasses.replace(specs, plan=dataclasses.replace(plan, **pools))
 
 
+def _apply_pool(specs: Specs, pool: str, name: str, value, key: str) -> Specs:
+    """A Layout field (dotted) on every instance of one pool of the plan; `mtp` sets speculation to
+    that many draft tokens as the planner's search tries them (0: none)."""
+    plan = specs.plan
+    if plan is None or not getattr(plan, pool):
+        raise SpecError("--set", key, f"a plan with a {pool} pool to change")
+    if name == "mtp":
+        from .space import SearchSpace, spec_options
+
+        options = {0 if sp is None else sp.num_tokens: sp for sp in spec_options(specs.model, SearchSpace())}
+        if isinstance(value, bool) or value not in options:
+            raise SpecError("--set", key, f"a draft-token count {specs.model.name}'s drafter runs in the search "
+                            f"({', '.join(map(str, sorted(options)))})", value)
+        spec = options[value]
+        lays = tuple(dataclasses.replace(lay, speculation=spec) for lay in getattr(plan, pool))
+    else:
+        try:
+            lays = tuple(_replace_path(lay, name.split("."), value, key) for lay in getattr(plan, pool))
+        except SpecError as exc:
+            if exc.where == "--set":
+                raise
+            raise SpecError("--set", key, exc.expected, value) from None
+    from ..simulator import validate_layout
+
+    for i, lay in enumerate(lays):  # EPLB slots that split over EP, fits in HBM
+        try:
+            validate_layout(lay, specs.model, specs.hw, f"{pool}[{i}]")
+        except SpecError as exc:
+            raise SpecError("--set", key, exc.expected, value) from None
+    changed = dataclasses.replace(plan, **{pool: lays})
+    return dataclasses.replace(specs, plan=changed)
+
+
 def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object], ...]]:
     """Every combination of the --set values, in the order given; a key set twice is refused (the
     later --set would silently replace the earlier one's values)."""
@@ -156,8 +198,10 @@ def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object],
 
 
 def changed_specs(base: Specs, combo) -> Specs:
+    """The specs with every change of `combo`; an EPLB policy first, so that redundant experts set
+    beside it never meet the plan's policy 'none' (which refuses them) whatever the --set order."""
     out = base
-    for key, value in combo:
+    for key, value in sorted(combo, key=lambda kv: not kv[0].endswith(".eplb.policy")):
         out = apply(out, key, value)
     return out
 

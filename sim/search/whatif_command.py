@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "host.async_scheduling=false,true, host.scheduler_scale=0.5, host.api_servers=1,4, "
                         "host.stream_interval=1,10,50, "
                         "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
+                        "decode.eplb.redundant_experts=0,32, decode.mtp=0,1,3, decode.dbo=false,true (every "
+                        "instance of that pool), "
                         "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8")
     p.add_argument("--decode-batch", type=positive_int, default=None, metavar="B",
                    help="sequences per rank of the decode step whose time split is shown (default: the cap)")
@@ -138,6 +140,9 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
     return "\n".join(out)
 
 
+SYMLOG_ABOVE = 200.0  # % change: past this whatif.png's axis is symlog (linear within +-10%)
+
+
 def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,19 +166,36 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
     shown = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user")
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 3), 4.5), dpi=110)
     width = 0.8 / len(shown)
+    spread = []
     for i, m in enumerate(shown):
         vals = [100 * whatif.deltas(r.metrics, baseline.metrics).get(m, 0.0) for r in rows]
+        spread += vals
         ax.bar([j + i * width for j in range(len(rows))], vals, width, label=m)
     ax.axhline(0, c="k", lw=0.8)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
-    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6)
-    ax.set_ylabel("change against baseline (%)")
+    symlog = max((abs(v) for v in spread), default=0.0) > SYMLOG_ABOVE  # one outlier would flatten the rest
+    if symlog:
+        ax.set_yscale("symlog", linthresh=10)
+    centres = [j + 0.4 - width / 2 for j in range(len(rows))]
+    for x, r in zip(centres, rows):  # a row with no latency figures says why instead of showing 0% bars
+        if bar_note(r):
+            ax.text(x, 0, bar_note(r), ha="center", va="bottom", fontsize=7, color="tab:red")
+    ax.set_xticks(centres)
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=20, ha="right")
+    ax.set_ylabel("change against baseline (%" + (", symlog)" if symlog else ")"))
+    ax.set_title("what-if: simulated steady state against the baseline", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "whatif.png")
     plt.close(fig)
     if "gpu_ms" in baseline.metrics:
         _plot_split(plt, out / "whatif_step.png", [baseline] + rows)
+
+
+def bar_note(row: whatif.Row) -> str:
+    """Why a row of whatif.png has no latency bars (they would read as 0% change), else ''."""
+    if "error" in row.metrics:
+        return "no plan"
+    return "" if whatif.stable(row.metrics) else f"unstable:\n{row.metrics.get('saturated', '')}\nsaturates"
 
 
 def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
@@ -204,8 +226,10 @@ def run(args) -> int:
         check_request_budget(args.num_requests, flag="--num-requests")
     for combo in whatif.combinations(sets):  # validate every key and value before simulating anything
         whatif.changed_specs(base, combo)
-        if args.replan and any(k.split(".", 1)[-1] in whatif.HOST_LAYOUT for k, _ in combo):
-            raise SpecError("--set", combo[0][0], "no host.* layout setting with --replan (the planner chooses them)")
+        fixed = [k for k, _ in combo if k.split(".", 1)[-1] in whatif.HOST_LAYOUT or k.split(".")[0] in whatif.POOLS]
+        if args.replan and fixed:
+            raise SpecError("--set", fixed[0], "no host.* or pool layout setting with --replan (the planner chooses "
+                            "them)")
     baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers),
                            args.decode_batch)
     if args.out:
@@ -217,7 +241,23 @@ def run(args) -> int:
                            "plan": r.plan.summary if r.plan else None} for r in [baseline] + rows], indent=2))
     else:
         print(table(baseline, rows))
+        note = baseline_note(plan, baseline)
+        if note:
+            print(note)
     return 0
+
+
+def baseline_note(plan, baseline: whatif.Row) -> str:
+    """How the baseline row relates to the plan's verified figure: every row is simulated until its
+    figures reach the precision target, so the baseline can differ from the plan's verification run
+    (`rackplan simulate --plan` repeats that run exactly)."""
+    verified, n = plan.predicted.get("output_tps_per_gpu"), plan.predicted.get("sim_requests")
+    m = baseline.metrics
+    if not verified or not n or "num_requests" not in m or "output_tps_per_gpu" not in m:
+        return ""
+    return (f"every row is a simulation run to the precision target: the baseline's {m['output_tps_per_gpu']:,.0f} "
+            f"tok/s/GPU over {m['num_requests']:,.0f} requests; the plan's verified {verified:,.0f} came from "
+            f"{n:,.0f} requests (`rackplan simulate --plan` repeats that run)")
 
 
 __all__ = ["add_arguments", "run", "study", "replace"]

@@ -20,6 +20,10 @@ def test_default_simulate_prints_table(capsys):
     out = capsys.readouterr().out
     for word in ("steady state: stable", "TTFT", "TPOT", "ITL", "E2E", "p90 std. error"):
         assert word in out
+    # the rate asked for, the kind of figure, and no 'inf' for the E2E of requests still decoding at the end
+    assert "poisson at 200 req/s" in out and "simulation (discrete-event), measured over" in out
+    assert "inf" not in out
+    assert "still decoding when the run stopped" in out
 
 
 def test_json_is_byte_identical_for_a_seed(capsys):

@@ -36,7 +36,7 @@ def test_plan_writes_plan_and_report(planned):
     rows = list(csv.DictReader(open(planned / "report" / "pareto.csv")))
     assert sum(int(r["winner"]) for r in rows) == 1
     report = (planned / "report" / "report.md").read_text()
-    assert "op by op" in report
+    assert "op by op; analytic estimate" in report  # the split is the cost model's, and says so
     # no --profile: cpu-local hardware's default profile, named in the report with its fit error
     assert "Cost-model profile `cpu-local`" in report and "## Profile fit error" in report
 
@@ -91,6 +91,7 @@ def test_no_feasible_layout_exits_3_without_a_plan(tmp_path, capsys):
     assert rc == 3 and not out.exists()
     err = capsys.readouterr().err
     assert "closest:" in err and "misses" in err and " by " in err
+    assert "TTFT p90 by" in err and "TPOT p90 by" in err  # both SLOs missed: both named, not only the worse
 
 
 def test_budget_too_small_for_weights_exits_2(tmp_path, capsys):
@@ -99,3 +100,15 @@ def test_budget_too_small_for_weights_exits_2(tmp_path, capsys):
                "--workload", "isl4k-osl1k", "--out", str(out), "--quiet"])
     assert rc == 2 and not out.exists()
     assert "at least 8 GPUs" in capsys.readouterr().err
+
+
+def test_bare_tpot_of_one_or_more_is_refused(tmp_path, capsys):
+    """`--tpot-p90 50` was read as 50 s per token and planned a 2 tokens/s/user deployment; a bare
+    per-token time >= 1 now needs its unit (exit 2, one line, no plan); '0.05' and '50ms' still read."""
+    from rackplan.args import per_token_duration
+
+    assert per_token_duration("0.05") == per_token_duration("50ms") == 0.05 and per_token_duration("2s") == 2.0
+    out = tmp_path / "plan.yaml"
+    assert main(TINY + ["--tpot-p90", "50", "--out", str(out)]) == 2 and not out.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tpot-p90" in err[0] and "50ms" in err[0]

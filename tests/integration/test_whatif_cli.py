@@ -46,3 +46,38 @@ def test_whatif_cli_table_files_and_bad_key(tmp_path, capsys):
     assert "baseline" in capsys.readouterr().out
     assert (tmp_path / "whatif.csv").exists() and (tmp_path / "whatif.png").exists()
     assert main(["whatif", "--plan", "tiny-cpu", "--set", "hardware.flux_capacitor=1"]) == 2
+
+
+def test_pool_keys_run_and_are_refused_with_replan(tmp_path, capsys):
+    """decode.<Layout field> changes the plan's decode instances (a row of its own); with --replan,
+    where the planner chooses layouts, it is refused rather than silently ignored."""
+    assert main(["whatif", "--plan", "tiny-cpu", "--set", "decode.max_batch_per_rank=4,16", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "decode.max_batch_per_rank=4" in out and "decode.max_batch_per_rank=16" in out
+    assert main(["whatif", "--plan", "tiny-cpu", "--set", "decode.max_batch_per_rank=4", "--replan"]) == 2
+    assert "--replan" in capsys.readouterr().err
+
+
+def test_baseline_note_names_the_plans_verified_run(base):
+    plan, specs = base
+    baseline, _ = study(plan, specs, [], num_requests=200)
+    from rackplan.sim.search.whatif_command import baseline_note
+
+    assert baseline_note(plan, baseline) == ""
+    planned = dataclasses.replace(plan, predicted={"output_tps_per_gpu": 123.4, "sim_requests": 1946.0})
+    note = baseline_note(planned, baseline)
+    assert "the plan's verified 123 came from 1,946 requests" in note and "over 200 requests" in note
+
+
+def test_whatif_png_marks_rows_without_latency(tmp_path):
+    """An unstable row's latency deltas are not compared: whatif.png says so on the row instead of
+    drawing bars of 0% (which read as 'no change')."""
+    from rackplan.sim.search.whatif_command import bar_note, write_outputs
+
+    base = whatif.Row((), {"stable": 1.0, "ttft_p90_s": 1.0, "tpot_p90_s": 0.03, "output_tps_per_gpu": 500.0,
+                           "tps_per_user": 30.0, "request_rate": 40.0, "served_rps": 40.0})
+    sat = whatif.Row((("decode.mtp", 0),), {**base.metrics, "stable": 0.0, "saturated": "decode"})
+    none = whatif.Row((("hardware.nvlink_gbps", 1),), {"error": "no layout meets the SLOs"})
+    assert bar_note(base) == "" and "decode" in bar_note(sat) and bar_note(none) == "no plan"
+    write_outputs(tmp_path, base, [sat, none])
+    assert (tmp_path / "whatif.png").stat().st_size > 0

@@ -173,3 +173,53 @@ def test_an_ep_size_that_needs_more_slots_than_experts_is_skipped_with_its_reaso
     assert space.required_redundant(m, 512) == 384 > m.moe.num_experts
     assert not [lay for lay in space.decode_layouts(m, hw, 576, s) if lay.ep_size == 512]
     assert any("EP512" in note and "redundant slots" in note for note in space.left_out(m, hw, 576, s))
+
+
+def test_whatif_pool_keys_change_every_instance_of_one_pool():
+    """--set decode.<Layout field> / decode.mtp: EPLB, DBO and speculation are what-if knobs of the
+    plan's pools (they were refused as unknown keys); a value validate_plan refuses is a SpecError."""
+    from rackplan.specs import EPLBConfig, load_plan
+
+    plan = load_plan("v3-replay-dep8")
+    m, hw = load_model(plan.model), load_hardware(plan.hardware)
+    base = whatif.Specs(m, hw, load_profile("datasheet"), load_workload("isl4k-osl1k"), plan)
+    pool = "decode" if plan.decode else "aggregated"
+    lay = getattr(plan, pool)[0]
+    assert lay.eplb.policy == "none"
+    with pytest.raises(SpecError, match="field .policy."):  # a plan.yaml with slots policy 'none' leaves unused
+        EPLBConfig(8, "none")
+    with pytest.raises(SpecError, match="hierarchical or global"):
+        whatif.apply(base, f"{pool}.eplb.redundant_experts", lay.ep_size)
+    s = whatif.changed_specs(base, ((f"{pool}.eplb.redundant_experts", lay.ep_size),
+                                    (f"{pool}.eplb.policy", "hierarchical")))  # either --set order
+    assert {(x.eplb.redundant_experts, x.eplb.policy) for x in getattr(s.plan, pool)} == {(lay.ep_size,
+                                                                                         "hierarchical")}
+    assert all(x.dbo is (not lay.dbo) for x in getattr(whatif.apply(base, f"{pool}.dbo", not lay.dbo).plan, pool))
+    one = getattr(whatif.apply(base, f"{pool}.mtp", 1).plan, pool)[0].speculation  # V3: one MTP module
+    assert one.num_tokens == 1 and one.acceptance_length == space.acceptance_length(1, 0.8)
+    assert getattr(whatif.apply(base, f"{pool}.mtp", 0).plan, pool)[0].speculation is None
+    base = whatif.apply(base, f"{pool}.eplb.policy", "global")
+    for key, bad in ((f"{pool}.eplb.redundant_experts", 1), (f"{pool}.mtp", 3), (f"{pool}.warp", 1),
+                     (f"{pool}.eplb.policy", "random")):
+        with pytest.raises(SpecError) as exc:
+            whatif.apply(base, key, bad)
+        assert exc.value.where == "--set"
+    with pytest.raises(SpecError):
+        whatif.apply(whatif.Specs(m, hw, base.profile, base.workload), f"{pool}.dbo", True)  # no plan
+
+
+def test_report_step_split_says_estimate_and_tokens_per_step():
+    """The report's op-by-op split is the cost model's (labelled so), and a speculative decode step
+    says how many tokens it emits per sequence (its time is not the TPOT)."""
+    from types import SimpleNamespace
+
+    from rackplan.sim.search import report
+    from rackplan.specs import Speculation
+
+    m, hw, wl = load_model("deepseek-v3"), load_hardware("h200-sxm"), load_workload("isl4k-osl1k")
+    lay = Layout("decode", dp=16, speculation=Speculation(1, 1.8))
+    cand = SimpleNamespace(decode=(lay,), aggregated=(), prefill=(), batch_per_rank=55.0)
+    res = SimpleNamespace(request=SimpleNamespace(model=m, hw=hw, profile=load_profile("datasheet"), workload=wl),
+                          winner=SimpleNamespace(cand=cand))
+    text = "\n".join(report._winner_steps(res))
+    assert "DEP16 decode step at 55 sequences per rank" in text and "1.8 tokens per sequence per step" in text
