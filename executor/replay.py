@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from rackplan.sim.cost.alltoall import a2a_bytes, a2a_seconds
-from rackplan.specs import load_hardware, load_profile
+from rackplan.specs import load_hardware, resolve_profile
 
 from .attention import randn, rms_norm, sub_seed
 from .moe import Experts
@@ -46,7 +46,9 @@ class Replay:
         self.counts: dict[int, torch.Tensor] = {}
         self.rows = torch.empty(0)
         self.hw = load_hardware(plan.hardware)
-        self.prof = load_profile(plan.profile or "datasheet")
+        # the profile the simulator prices this plan with (the plan's, else the hardware's default); the plan
+        # named it, so no hardware check here
+        self.prof = resolve_profile(None, plan.profile, self.hw, any_hardware=True)
 
     def prepare(self, local_tokens: int, step: int) -> None:
         """Route the global batch through each MoE layer's router (not timed) and keep this rank's

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rackplan.specs import Plan, SpecError, load_hardware, load_model, load_profile, load_workload
+from rackplan.specs import Plan, SpecError, load_hardware, load_model, load_workload
 
 from .engine import FAMILIES, Context, servable
 from .readme import how_to_run
@@ -25,13 +25,12 @@ __all__ = ["FAMILIES", "Context", "context_for", "build", "write", "write_launch
 MARKER = ".rackplan-launch"  # marks a folder this module wrote (and may replace)
 
 
-def context_for(plan: Plan, profile: str | None = None, workload: str | None = None) -> Context:
-    """Specs a plan's launch files depend on, loaded by name (profile: the plan's, else datasheet)."""
+def context_for(plan: Plan, workload: str | None = None) -> Context:
+    """Specs a plan's launch files depend on, loaded by name (no cost profile: launch files price nothing)."""
     wl = workload or plan.workload
     if wl is None:
         raise SpecError("", "workload", "a workload (the plan names none; pass --workload)")
-    return Context(plan, load_model(plan.model), load_hardware(plan.hardware),
-                   load_profile(profile or plan.profile or "datasheet"), load_workload(wl))
+    return Context(plan, load_model(plan.model), load_hardware(plan.hardware), load_workload(wl))
 
 
 def build(cx: Context) -> dict[str, str]:

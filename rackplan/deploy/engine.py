@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from rackplan.specs import HardwareSpec, Layout, ModelSpec, Plan, Profile, SpecError, Workload
+from rackplan.specs import HardwareSpec, Layout, ModelSpec, Plan, SpecError, Workload
 
 KV_DTYPES = {"fp8": "fp8", "bf16": "bfloat16", "fp16": "float16", "fp32": "auto", "nvfp4": "nvfp4_ds_mla"}
 
@@ -71,7 +71,6 @@ class Context:
     plan: Plan
     model: ModelSpec
     hw: HardwareSpec
-    prof: Profile
     workload: Workload
     memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)  # derived values, once
 

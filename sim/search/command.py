@@ -88,7 +88,7 @@ def build_request(args) -> planner.Request:
         model=load_model(args.model), hw=hw, profile=profile,
         workload=load_workload(args.workload), num_gpus=args.gpus, slo=SLO(args.ttft_p90, args.tpot_p90),
         model_ref=args.model, hw_ref=args.hardware, workload_ref=args.workload,
-        profile_ref=args.profile,
+        profile_ref=args.profile or hw.default_profile,  # pinned: plan.yaml names the profile it was verified under
         objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
         sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate)
 

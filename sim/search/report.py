@@ -33,7 +33,7 @@ def _launch_files(res: Result) -> tuple[dict[str, str], str]:
         return {}, (f"vLLM serves no checkpoint of {r.model.name} (launch files are written for "
                     f"{', '.join(sorted(deploy.FAMILIES))})")
     try:
-        return deploy.build(deploy.Context(res.plan, r.model, r.hw, r.profile, r.workload)), ""
+        return deploy.build(deploy.Context(res.plan, r.model, r.hw, r.workload)), ""
     except SpecError as exc:
         return {}, f"vLLM cannot run this plan as laid out ({exc})"
 

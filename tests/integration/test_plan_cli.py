@@ -39,6 +39,7 @@ def test_plan_writes_plan_and_report(planned):
     assert "op by op; analytic estimate" in report  # the split is the cost model's, and says so
     # no --profile: cpu-local hardware's default profile, named in the report with its fit error
     assert "Cost-model profile `cpu-local`" in report and "## Profile fit error" in report
+    assert plan.profile == "cpu-local"  # pinned, so `simulate --plan` keeps it if the hardware's default changes
 
 
 def test_plan_read_back_simulates_identically(planned):
