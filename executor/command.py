@@ -145,6 +145,12 @@ def load_plan_checked(args):
         import torch
         if not torch.cuda.is_available():
             raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    elif not args.workload:  # serving mode starts every instance's ranks: sized by its own checks
+        from .hostmem import check_host_memory
+        run = [i for i in insts if not (args.skip_prefill and i.role == "prefill" or
+                                        args.skip_decode and i.role == "decode")]
+        world = args.ranks or default_world(plan, "cpu", False)
+        check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
     return plan
 
 
