@@ -43,6 +43,8 @@ SECONDS_PER_UNIT = {"moe_a2a_perf": 1e-6}  # latency units: ms unless listed her
 # hyper-connection site of a layer in one CUDA graph and says how many in num_sites
 OPTIONAL: dict[str, dict[str, float]] = {"mhc_module_perf": {"num_sites": 1.0}}
 
+FRAMEWORK = "vllm"  # the op-database tables read when --framework is not given
+
 
 @dataclass(frozen=True)
 class Table:

@@ -26,6 +26,7 @@ from rackplan.args import non_negative_float, refuse_unused
 from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, resolve_profile
 
 from . import io
+from .opdb import FRAMEWORK
 from .samples import step_samples
 from .validate import Report, compare_serving, compare_steps, compare_vllm_bench
 
@@ -40,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
     p.add_argument("--op-database", metavar="SYSTEM", help="validate against aiconfigurator-core's per-op tables")
-    p.add_argument("--framework", default="vllm", help="framework of the op-database tables")
+    p.add_argument("--framework", help=f"framework of the op-database tables (default: {FRAMEWORK})")
     p.add_argument("--version", help="framework version (default: the newest per table)")
     p.add_argument("--op-database-root", metavar="PATH", help="folder laid out as <system>/<op>/<framework>/<version>/")
     p.add_argument("--hardware", help="hardware of the op-database tables")
@@ -57,9 +58,10 @@ def run(args: argparse.Namespace) -> int:
         refuse_unused("validate --op-database", {"--plan": args.plan, "--measurements": args.measurements,
                       "--vllm-bench": args.vllm_bench, "--max-mape": args.max_mape, "--raw-ops": args.raw_ops},
                       "no plan input (--op-database compares profiles with its tables per op class)")
+        args.framework = args.framework or FRAMEWORK
     else:
-        refuse_unused("validate", {"--hardware": args.hardware, "--version": args.version,
-                                   "--op-database-root": args.op_database_root},
+        refuse_unused("validate", {"--hardware": args.hardware, "--framework": args.framework,
+                                   "--version": args.version, "--op-database-root": args.op_database_root},
                       "--op-database SYSTEM (the hardware of a plan's validation is the plan's)")
     if args.op_database:
         return _op_database(args)

@@ -1,9 +1,16 @@
-"""List the embedded models or hardware with their key numbers."""
+"""List the embedded models or hardware with their key numbers (--json: every field of each spec)."""
 from __future__ import annotations
 
+import json
 import sys
 
-from rackplan.specs import available, load_hardware, load_model
+from rackplan.specs import available, load_hardware, load_model, to_dict
+
+
+def _print_json(specs) -> int:
+    """Each spec as its YAML fields (HardwareSpec.host_cpu and the specs' source included)."""
+    print(json.dumps([to_dict(s) for s in specs], indent=2))
+    return 0
 
 
 def add_arguments(p) -> None:
@@ -11,6 +18,8 @@ def add_arguments(p) -> None:
 
 
 def run_models(args) -> int:
+    if args.json:
+        return _print_json(load_model(name) for name in available("models"))
     from rich.console import Console
     from rich.table import Table
 
@@ -28,6 +37,8 @@ def run_models(args) -> int:
 
 
 def run_hardware(args) -> int:
+    if args.json:
+        return _print_json(load_hardware(name) for name in available("hardware"))
     from rich.console import Console
     from rich.table import Table
 

@@ -28,6 +28,16 @@ CASES = [
     ("execute --step-gap when serving", {}, SERVE + ["--step-gap", "0.5"], "--step-gap"),
     ("execute --acceptance-rate without speculation", {}, EXEC + ["--acceptance-rate", "0.5"], "--acceptance-rate"),
     ("execute --model that does not fit the plan's hardware", {}, EXEC + ["--model", "deepseek-v3"], "--model"),
+    # the knob audit (reliab10): flags with a default that did nothing in the mode that ran
+    ("execute --steps when serving", {}, SERVE + ["--steps", "3"], "--steps"),
+    ("execute --no-cuda-graphs on cpu", {}, EXEC + ["--no-cuda-graphs"], "--no-cuda-graphs"),
+    ("execute --no-fp8 on cpu", {}, EXEC + ["--no-fp8"], "--no-fp8"),
+    ("calibrate --framework without --op-database", {"m.jsonl": _records()},
+     CALIB + ["--measurements", "m.jsonl", "--framework", "sglang"], "--framework"),
+    ("calibrate --device without --microbench", {"m.jsonl": _records()},
+     CALIB + ["--measurements", "m.jsonl", "--device", "cuda"], "--device"),
+    ("validate --framework without --op-database", {"m.jsonl": _records()},
+     VALID + ["--measurements", "m.jsonl", "--framework", "vllm"], "--framework"),
     # calibrate: every input feeds the fit that runs
     ("calibrate --op-database with --measurements", {"m.jsonl": _records()},
      ["calibrate", "--out", "fit.yaml", "--measurements", "m.jsonl"] + OPDB, "--measurements"),
@@ -172,4 +182,17 @@ def test_tiny_model_fits_host_memory():
     check_host_memory(tiny, insts, 2, None, None)  # the README's rack plan on CPU with --model tiny-moe
     capped = rank_weight_bytes(full, insts[-1].layout, None, 1)
     assert capped < rank_weight_bytes(full, insts[-1].layout, None, None)  # --max-moe-layers builds fewer
+
+
+@pytest.mark.parametrize("command,field", [("models", "source"), ("hardware", "host_cpu")])
+def test_listing_json(capsys, command, field):
+    """`rackplan models|hardware --json` printed the table (the flag did nothing); now every spec's fields."""
+    import json
+
+    from rackplan.cli import main
+    from rackplan.specs import available
+
+    assert main([command, "--json"]) == 0
+    specs = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in specs] == available(command) and all(field in s for s in specs)
 
