@@ -10,6 +10,7 @@ from rackplan.sim.cost.memory import weight_bytes_per_rank
 from rackplan.specs import ModelSpec, SpecError
 
 DENSE_PARTS, MOE_PARTS = ("dense_ffn",), ("shared_experts", "routed_experts", "router")
+NOT_BUILT = ("extra",)  # the executor builds no Engram tables (ModelSpec.extra_weight_bytes)
 
 
 def cpu_weight_dtype(model: ModelSpec) -> str:
@@ -28,7 +29,7 @@ def rank_weight_bytes(model: ModelSpec, layout, max_dense: int | None, max_moe: 
     run_moe = moe if max_moe is None else min(moe, max_moe)
     scale = {p: run_dense / max(dense, 1) for p in DENSE_PARTS} | {p: run_moe / max(moe, 1) for p in MOE_PARTS}
     scale["attention"] = (run_dense + run_moe) / max(dense + moe, 1)
-    return sum(v * scale.get(p, 1.0) for p, v in parts.items())
+    return sum(v * scale.get(p, 1.0) for p, v in parts.items() if p not in NOT_BUILT)
 
 
 def physical_memory_bytes() -> float | None:
@@ -39,13 +40,24 @@ def physical_memory_bytes() -> float | None:
         return None
 
 
+def _as_run(layout, world: int):
+    """The layout as the CPU ranks build it: a replayed one (more ranks than `world`) holds its rank's
+    num_experts / ep contiguous experts, without EPLB's redundant copies (executor/replay.py)."""
+    if layout.gpus <= world:
+        return layout
+    return dataclasses.replace(layout, eplb=dataclasses.replace(layout.eplb, redundant_experts=0))
+
+
 def check_host_memory(model: ModelSpec, insts, world: int, max_dense, max_moe) -> None:
-    """SpecError naming --model when the ranks' weights (the smallest of the instances that run,
-    so a lower bound) exceed physical memory: such a run swaps until --timeout kills it."""
+    """SpecError naming --model when the ranks' weights exceed physical memory: such a run swaps
+    until --timeout kills it. Every rank runs the instances one after another, so the run's peak is
+    at least the largest instance's weights over the ranks that hold it (activations, KV cache and
+    the interpreter come on top: a lower bound)."""
     have = physical_memory_bytes()
     if have is None or not insts:
         return
-    need = min(min(world, i.layout.gpus) * rank_weight_bytes(model, i.layout, max_dense, max_moe) for i in insts)
+    need = max(min(world, i.layout.gpus) * rank_weight_bytes(model, _as_run(i.layout, world), max_dense, max_moe)
+               for i in insts)
     if need > have:
         raise SpecError("execute", "--model", f"a model whose weights fit this machine's {have / 1e9:.1f} GB of "
                         f"memory (model {model.name} at its real shapes needs at least {need / 1e9:.1f} GB of "
