@@ -28,7 +28,7 @@ from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, plan_hash
 
 from . import io
-from .opdb import add_table_arguments
+from .opdb import FRAMEWORK, add_table_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="name of the written profile (default: from --out)")
     p.add_argument("--out", help="profile YAML to write")
     p.add_argument("--microbench", action="store_true", help="measure matmul rate and copy bandwidth here")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device for --microbench (cpu or cuda)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="device for --microbench (cpu or cuda; default cpu)")
     p.add_argument("--out-hardware", help="hardware YAML to write from --microbench")
     add_table_arguments(p, "fit a measured profile from aiconfigurator-core's per-op tables of SYSTEM "
                         "(gb300, h200_sxm)")
@@ -88,8 +88,10 @@ def check_combination(args: argparse.Namespace) -> None:
                       "--vllm-bench": args.vllm_bench, "--microbench": args.microbench, "--plan": args.plan,
                       "--holdout": args.holdout, "--host-sweep": args.host_sweep, "--out-hardware": args.out_hardware},
                       "no other input (--op-database fits a profile from its tables alone)")
+        args.framework = args.framework or FRAMEWORK
     else:
-        refuse_unused("calibrate", {"--version": args.version, "--op-database-root": args.op_database_root},
+        refuse_unused("calibrate", {"--framework": args.framework, "--version": args.version,
+                                    "--op-database-root": args.op_database_root},
                       "--op-database SYSTEM (it names the op-database tables)")
     if not args.host_sweep:
         refuse_unused("calibrate", {"--host-prefill-measurements": args.host_prefill_measurements,
@@ -98,7 +100,8 @@ def check_combination(args: argparse.Namespace) -> None:
         refuse_unused("calibrate", {"--holdout": args.holdout, "--host-sweep": args.host_sweep},
                       "--measurements (step sizes are held out of a measurement fit)")
     if not args.microbench:
-        refuse_unused("calibrate", {"--out-hardware": args.out_hardware}, "--microbench (it writes what it measured)")
+        refuse_unused("calibrate", {"--out-hardware": args.out_hardware, "--device": args.device},
+                      "--microbench (it writes what it measured, on the device it measured)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -316,7 +319,7 @@ def _sig(x: float) -> float:
 def _microbench(args) -> dict:
     from . import microbench
 
-    meas = microbench.measure(args.device)
+    meas = microbench.measure(args.device or "cpu")
     out = {k: (round(v, 9) if isinstance(v, float) else v) for k, v in meas.items()}
     if args.out_hardware:
         base = load_hardware(args.hardware or "cpu-local")

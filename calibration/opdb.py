@@ -43,6 +43,8 @@ SECONDS_PER_UNIT = {"moe_a2a_perf": 1e-6}  # latency units: ms unless listed her
 # hyper-connection site of a layer in one CUDA graph and says how many in num_sites
 OPTIONAL: dict[str, dict[str, float]] = {"mhc_module_perf": {"num_sites": 1.0}}
 
+FRAMEWORK = "vllm"  # the op-database tables read when --framework is not given
+
 
 @dataclass(frozen=True)
 class Table:
@@ -58,7 +60,7 @@ class Table:
 def add_table_arguments(p, system_help: str) -> None:
     """The flags that name op-database tables (`calibrate --op-database`, `validate --op-database`), in one place."""
     p.add_argument("--op-database", metavar="SYSTEM", help=system_help)
-    p.add_argument("--framework", default="vllm", help="framework of the op-database tables (default: %(default)s)")
+    p.add_argument("--framework", help=f"framework of the op-database tables (default: {FRAMEWORK})")
     p.add_argument("--version", help="framework version (default: the newest that has each table)")
     p.add_argument("--op-database-root", metavar="PATH",
                    help="folder laid out as <system>/<op>/<framework>/<version>/ (default: the installed package's)")

@@ -26,7 +26,7 @@ from rackplan.args import non_negative_float, refuse_unused
 from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, resolve_profile
 
 from . import io
-from .opdb import add_table_arguments
+from .opdb import FRAMEWORK, add_table_arguments
 from .samples import step_samples
 from .validate import Report, compare_serving, compare_steps, compare_vllm_bench
 
@@ -57,9 +57,10 @@ def run(args: argparse.Namespace) -> int:
         refuse_unused("validate --op-database", {"--plan": args.plan, "--measurements": args.measurements,
                       "--vllm-bench": args.vllm_bench, "--max-mape": args.max_mape, "--raw-ops": args.raw_ops},
                       "no plan input (--op-database compares profiles with its tables per op class)")
+        args.framework = args.framework or FRAMEWORK
     else:
-        refuse_unused("validate", {"--hardware": args.hardware, "--version": args.version,
-                                   "--op-database-root": args.op_database_root},
+        refuse_unused("validate", {"--hardware": args.hardware, "--framework": args.framework,
+                                   "--version": args.version, "--op-database-root": args.op_database_root},
                       "--op-database SYSTEM (the hardware of a plan's validation is the plan's)")
     if args.op_database:
         return _op_database(args)

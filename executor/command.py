@@ -23,14 +23,15 @@ from pathlib import Path
 from rackplan.args import non_negative_float, non_negative_int, positive_float, positive_int, probability, refuse_unused
 
 RUN_FILES = ("measurements.jsonl", "expert_counts.jsonl")  # what a run writes into --out
+DEFAULT_STEPS = 5  # timed benchmark steps per instance when --steps is not given
 
 
 def add_arguments(p) -> None:
     p.add_argument("--plan", required=True, help="plan YAML (path or name under configs/plans)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu: gloo ranks; cuda: NCCL (default: cpu)")
-    p.add_argument("--steps", type=positive_int, default=5, help="timed steps per instance (after --warmup; "
-                   "not used in serving mode; default: 5)")
+    p.add_argument("--steps", type=positive_int, help=f"benchmark mode: timed steps per instance (after --warmup; "
+                   f"not used in serving mode; default: {DEFAULT_STEPS})")
     p.add_argument("--warmup", type=non_negative_int, default=1,
                    help="untimed steps before the timed ones (default: 1)")
     p.add_argument("--step-gap", type=non_negative_float, default=0.0, metavar="S",
@@ -62,8 +63,9 @@ def add_arguments(p) -> None:
                    "the workload's routing skew")
     p.add_argument("--acceptance-rate", type=probability, help="speculation: probability each draft token is kept "
                    "(default: the rate giving the plan's acceptance_length; random weights accept nothing)")
-    p.add_argument("--no-cuda-graphs", action="store_true", help="skip the CUDA-graph decode timing")
-    p.add_argument("--no-fp8", action="store_true", help="GPU: keep every weight in bf16 (default: the spec's "
+    p.add_argument("--no-cuda-graphs", action="store_true", help="CUDA benchmark mode: skip the CUDA-graph decode "
+                   "timing")
+    p.add_argument("--no-fp8", action="store_true", help="CUDA: keep every weight in bf16 (default: the spec's "
                    "8-bit or narrower weights run as FP8 through torch._scaled_mm on sm89+)")
     p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier run")
     p.add_argument("--timings", action="store_true", help="add the run's wall time to the --json summary")
@@ -148,6 +150,12 @@ def load_plan_checked(args):
         import torch
         if not torch.cuda.is_available():
             raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    elif not args.workload:  # serving mode starts every instance's ranks: sized by its own checks
+        from .hostmem import check_host_memory
+        run = [i for i in insts if not (args.skip_prefill and i.role == "prefill" or
+                                        args.skip_decode and i.role == "decode")]
+        world = args.ranks or default_world(plan, "cpu", False)
+        check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
     return plan
 
 
@@ -156,13 +164,17 @@ def _check_mode_flags(plan, args) -> None:
     benchmark-mode flags with it, both roles skipped, an acceptance rate with no speculation."""
     if args.workload:
         refuse_unused("execute", {"--skip-prefill": args.skip_prefill, "--skip-decode": args.skip_decode,
-                                  "--step-gap": args.step_gap or None},
+                                  "--step-gap": args.step_gap or None, "--steps": args.steps,
+                                  "--no-cuda-graphs": args.no_cuda_graphs},
                       "benchmark mode (no --workload; serving runs every instance as its requests arrive)")
     else:
         refuse_unused("execute", {"--requests": args.requests, "--paced": args.paced}, "serving mode (--workload W)")
         if args.skip_prefill:
             refuse_unused("execute", {"--skip-decode": args.skip_decode},
                           "at most one of --skip-prefill / --skip-decode (both leave nothing to run)")
+    if args.device == "cpu":
+        refuse_unused("execute", {"--no-cuda-graphs": args.no_cuda_graphs, "--no-fp8": args.no_fp8},
+                      "--device cuda (CPU ranks run neither CUDA graphs nor FP8 weights)")
     if all(lay.speculation is None for lay in plan.prefill + plan.decode + plan.aggregated):
         refuse_unused("execute", {"--acceptance-rate": args.acceptance_rate},
                       f"a plan with speculation (plan {plan.name} has none)")
@@ -209,7 +221,7 @@ def _config(args, plan):
         from .topology import cpu_cores, max_ranks, serving_instances
         insts = serving_instances(plan, max_ranks("cpu"))
         cores = tuple(cpu_cores(insts, default_world(plan, "cpu", True)))
-    return RunConfig(plan=str(args.plan), device=args.device, steps=args.steps, warmup=args.warmup,
+    return RunConfig(plan=str(args.plan), device=args.device, steps=args.steps or DEFAULT_STEPS, warmup=args.warmup,
                      workload=args.workload, serve=bool(args.workload), requests=args.requests,
                      seed=args.seed, timeout_s=args.timeout,
                      max_dense=args.max_dense_layers, max_moe=args.max_moe_layers,

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -81,7 +82,8 @@ def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> Non
             torch.cuda.set_device(rank % torch.cuda.device_count())
         from .parallel import init_distributed
         from .runner import run_rank
-        init_distributed("nccl" if cfg.device == "cuda" else "gloo", rank, world, init, cfg.timeout_s)
+        with _rendezvous(cfg.timeout_s, f"{tmp}/rank{rank}.log"):
+            init_distributed("nccl" if cfg.device == "cuda" else "gloo", rank, world, init, cfg.timeout_s)
         records = run_rank(cfg, rank, world)
         if rank == 0:
             Path(f"{tmp}/records.json").write_text(json.dumps(records))
@@ -110,8 +112,9 @@ def launch(cfg, world: int) -> list[dict]:
     try:
         reaper = subprocess.Popen([sys.executable, "-m", "rackplan.executor.reaper", tmp], stdin=subprocess.PIPE,
                                   text=True, start_new_session=True)
-        server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                               timeout=timedelta(seconds=cfg.timeout_s))
+        with _rendezvous(cfg.timeout_s, f"{tmp}/store.log"):
+            server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=cfg.timeout_s))
         for r in range(world):
             p = ctx.Process(target=_worker, args=(cfg, r, world, tmp, f"tcp://127.0.0.1:{server.port}", os.getpid()),
                             name=f"rackplan-rank{r}")
@@ -126,6 +129,25 @@ def launch(cfg, world: int) -> list[dict]:
         _stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
         _release(reaper)
+
+
+@contextmanager
+def _rendezvous(timeout_s: float, log: str):
+    """Set up the ranks' store / process group within --timeout: c10d's own error log (a C++
+    backtrace of ~30 lines, written to fd 2) goes to `log`, and a failure is RunFailed in one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log, "ab") as fh:
+            os.dup2(fh.fileno(), 2)
+        yield
+    except RuntimeError as exc:  # torch.distributed.DistError and its kind
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunFailed(f"--timeout {timeout_s:g} s: the ranks' rendezvous (c10d store on 127.0.0.1) did not "
+                        f"complete in time ({first}); give a longer --timeout") from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _release(reaper) -> None:
@@ -152,7 +174,7 @@ def _watch(procs, timeout_s: float, tmp: str) -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             ranks = ", ".join(str(r) for r, _ in sorted(running.values(), key=lambda rp: rp[0]))
-            raise RunFailed(f"timeout after {timeout_s:g} s: rank(s) {ranks} still running (killed)")
+            raise RunFailed(f"--timeout {timeout_s:g} s passed: rank(s) {ranks} still running (killed)")
         for s in wait(list(running), timeout=min(left, HEARTBEAT_S)):
             r, p = running.pop(s)
             p.join()

@@ -76,7 +76,18 @@ def load(kind: str, name_or_path: str | Path):
     spec = from_dict(KINDS[kind], read_yaml(path, shipped), str(path))
     if kind == "profiles":
         _check_a2a_coverage(spec, str(path))
+    if kind == "workloads":
+        _check_trace_is_read(spec, str(path))
     return spec
+
+
+def _check_trace_is_read(wl: Workload, where: str) -> None:
+    """A workload file's `trace` must feed its arrivals or lengths; read nowhere it would do nothing.
+    Checked on load, not in Workload.__post_init__: the planner's verification (sim/search/verify.py)
+    and the bench fit replace a trace workload's arrival in-process and keep its trace lengths."""
+    if wl.trace is not None and "trace" not in (wl.arrival.kind, wl.isl.kind, wl.osl.kind):
+        raise SpecError(where, "trace", "unset unless arrival, isl or osl has kind trace (none reads it)",
+                        wl.trace)
 
 
 def _check_a2a_coverage(prof: Profile, where: str) -> None:

@@ -1,14 +1,17 @@
-"""List the embedded models or hardware with their key numbers."""
+"""List the embedded models or hardware with their key numbers (--json: every field of each spec, plus the
+table's derived numbers unrounded)."""
 from __future__ import annotations
 
 import json
 import sys
 
-from rackplan.specs import available, load_hardware, load_model
+from rackplan.specs import available, load_hardware, load_model, to_dict
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON list (a record per entry) instead of the table")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON list instead of the table: a record per entry, every field of its spec "
+                        "(source, host_cpu included) and the table's numbers unrounded")
 
 
 def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[str, ...], dict]]) -> int:
@@ -36,7 +39,8 @@ def run_models(args) -> int:
         rows.append(((name, str(m.num_layers), str(m.hidden_size),
                       f"{m.moe.num_experts} / {m.moe.top_k} / {m.moe.num_shared_experts}", m.attention.kind,
                       f"{total / 1e9:,.1f}", f"{m.kv_bytes_per_token:,.0f}"),
-                     {"name": name, "layers": m.num_layers, "hidden": m.hidden_size, "experts": m.moe.num_experts,
+                     {**to_dict(m), "name": name, "layers": m.num_layers, "hidden": m.hidden_size,
+                      "experts": m.moe.num_experts,
                       "top_k": m.moe.top_k, "shared_experts": m.moe.num_shared_experts,
                       "attention": m.attention.kind, "params": total, "kv_bytes_per_token": m.kv_bytes_per_token}))
     return _print(args, "models (configs/models)", ("name", "layers", "hidden", "experts / top-k / shared",
@@ -50,7 +54,7 @@ def run_hardware(args) -> int:
         peaks = ", ".join(f"{k} {v / 1e12:,.0f}" for k, v in h.peak_flops.items())
         rows.append(((name, f"{h.hbm_bytes / 1e9:.0f}", f"{h.hbm_bw / 1e12:.2f}", peaks, f"{h.scaleup_bw / 1e9:.0f}",
                       str(h.domain_size), f"{h.scaleout_bw / 1e9:.0f}"),
-                     {"name": name, "hbm_bytes": h.hbm_bytes, "hbm_bytes_per_s": h.hbm_bw,
+                     {**to_dict(h), "name": name, "hbm_bytes": h.hbm_bytes, "hbm_bytes_per_s": h.hbm_bw,
                       "peak_flops": dict(h.peak_flops), "scaleup_bytes_per_s": h.scaleup_bw,
                       "domain_size": h.domain_size, "scaleout_bytes_per_s": h.scaleout_bw}))
     return _print(args, "hardware (configs/hardware)", ("name", "HBM GB", "HBM TB/s", "peak TFLOP/s", "NVLink GB/s",

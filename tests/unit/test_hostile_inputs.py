@@ -28,6 +28,16 @@ CASES = [
     ("execute --step-gap when serving", {}, SERVE + ["--step-gap", "0.5"], "--step-gap"),
     ("execute --acceptance-rate without speculation", {}, EXEC + ["--acceptance-rate", "0.5"], "--acceptance-rate"),
     ("execute --model that does not fit the plan's hardware", {}, EXEC + ["--model", "deepseek-v3"], "--model"),
+    # the knob audit (reliab10): flags with a default that did nothing in the mode that ran
+    ("execute --steps when serving", {}, SERVE + ["--steps", "3"], "--steps"),
+    ("execute --no-cuda-graphs on cpu", {}, EXEC + ["--no-cuda-graphs"], "--no-cuda-graphs"),
+    ("execute --no-fp8 on cpu", {}, EXEC + ["--no-fp8"], "--no-fp8"),
+    ("calibrate --framework without --op-database", {"m.jsonl": _records()},
+     CALIB + ["--measurements", "m.jsonl", "--framework", "sglang"], "--framework"),
+    ("calibrate --device without --microbench", {"m.jsonl": _records()},
+     CALIB + ["--measurements", "m.jsonl", "--device", "cuda"], "--device"),
+    ("validate --framework without --op-database", {"m.jsonl": _records()},
+     VALID + ["--measurements", "m.jsonl", "--framework", "vllm"], "--framework"),
     # calibrate: every input feeds the fit that runs
     ("calibrate --op-database with --measurements", {"m.jsonl": _records()},
      ["calibrate", "--out", "fit.yaml", "--measurements", "m.jsonl"] + OPDB, "--measurements"),
@@ -64,6 +74,7 @@ CASES = [
     ("poisson with time_scale", {"w.yaml": WL.replace("rate: 8}", "rate: 8, time_scale: 0.5}")}, SIM_W,
      "arrival.time_scale"),
     ("trace path empty", {"w.yaml": TRACED + "trace: ''\n"}, SIM_W, "trace"),
+    ("trace that nothing reads", {"w.yaml": WL + "trace: t.jsonl\n"}, SIM_W, "field 'trace'"),
     ("calibrate --holdout -4", {"m.jsonl": _records()}, CALIB + ["--measurements", "m.jsonl", "--holdout", "decode:-4"],
      "--holdout"),
     ("whatif unknown hardware key lists the aliases", {}, ["whatif", "--plan", "tiny-cpu", "--set",
@@ -124,3 +135,64 @@ def test_outputs_follow_the_umask(tmp_path, umask):
     mode = {p.name: p.stat().st_mode & 0o777 for p in [tmp_path / "run", tmp_path / "run/measurements.jsonl",
                                                         tmp_path / "w.yaml"]}
     assert mode == {"run": 0o777 & ~umask, "measurements.jsonl": 0o666 & ~umask, "w.yaml": 0o666 & ~umask}
+
+
+def test_trace_workload_rate_replaced_in_process():
+    """The loader's rule only: the planner's verification swaps a trace workload's arrival for Poisson
+    in-process (sim/search/verify.py at_rate) and keeps its trace lengths."""
+    import dataclasses
+
+    from rackplan.specs import Arrival, LengthDist, Workload
+
+    wl = Workload("w", Arrival("trace"), LengthDist("trace"), LengthDist("fixed", value=4), trace="t.jsonl")
+    swapped = dataclasses.replace(wl, arrival=Arrival("poisson", rate=2.0), isl=LengthDist("fixed", value=8))
+    assert swapped.trace == "t.jsonl"  # no trace reader left; still a valid Workload
+
+
+def test_execute_rendezvous_timeout_is_one_line(tmp_path):
+    """--timeout shorter than the c10d store takes to set up: one line naming --timeout (was a 33-line
+    C++ backtrace), non-zero exit, nothing written. A subprocess: c10d logs to fd 2, past capsys."""
+    argv = [sys.executable, "-m", "rackplan.cli", "execute", "--plan", "tiny-cpu", "--device", "cpu",
+            "--timeout", "0.001", "--out", "run"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "--timeout 0.001" in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_full_size_plan_on_cpu_needs_model(tmp_path, capsys, monkeypatch):
+    """A rack plan's real shapes on CPU ranks: refused naming --model when their weights exceed the
+    machine's memory (was: ranks swapping until --timeout). The machine's size is fixed at 64 GB here
+    so the case does not depend on the host that runs the tests."""
+    from rackplan.executor import hostmem
+
+    monkeypatch.setattr(hostmem, "physical_memory_bytes", lambda: 64e9)
+    argv = ["execute", "--plan", "v41-flash-gb300-nvl72", "--device", "cpu", "--ranks", "2", "--out", "run"]
+    assert_refused_in_one_line(tmp_path, capsys, monkeypatch, {}, argv, "--model tiny-moe")
+
+
+def test_tiny_model_fits_host_memory():
+    from rackplan.executor.hostmem import check_host_memory, rank_weight_bytes
+    from rackplan.executor.topology import benchmark_instances
+    from rackplan.specs import load_model, load_plan
+
+    plan = load_plan("v41-flash-gb300-nvl72")
+    insts = benchmark_instances(plan)
+    tiny, full = load_model("tiny-moe"), load_model(plan.model)
+    check_host_memory(tiny, insts, 2, None, None)  # the README's rack plan on CPU with --model tiny-moe
+    capped = rank_weight_bytes(full, insts[-1].layout, None, 1)
+    assert capped < rank_weight_bytes(full, insts[-1].layout, None, None)  # --max-moe-layers builds fewer
+
+
+@pytest.mark.parametrize("command,field", [("models", "source"), ("hardware", "host_cpu")])
+def test_listing_json(capsys, command, field):
+    """`rackplan models|hardware --json` printed the table (the flag did nothing); now every spec's fields."""
+    import json
+
+    from rackplan.cli import main
+    from rackplan.specs import available
+
+    assert main([command, "--json"]) == 0
+    specs = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in specs] == available(command) and all(field in s for s in specs)
+
