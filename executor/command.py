@@ -124,7 +124,7 @@ def load_plan_checked(args):
             validate_plan(plan, runs, load_hardware(plan.hardware))
         except SpecError as exc:
             raise SpecError(f"execute --model {args.model}", exc.field, exc.expected) from None
-    from .topology import benchmark_instances
+    from .topology import benchmark_instances, skipped
     from .tp import check_shardable
     insts = benchmark_instances(plan)
     for inst in insts:
@@ -139,8 +139,8 @@ def load_plan_checked(args):
             raise SpecError("execute", "--ranks", f"at most {most}, the largest instance of plan {plan.name}",
                             args.ranks)
         for inst in insts:
-            skipped = args.skip_prefill and inst.role == "prefill" or args.skip_decode and inst.role == "decode"
-            if inst.layout.tp > 1 and inst.layout.gpus > args.ranks and not skipped:
+            if inst.layout.tp > 1 and inst.layout.gpus > args.ranks and not skipped(inst, args.skip_prefill,
+                                                                                   args.skip_decode):
                 raise SpecError("execute", "--ranks", f"at least {inst.layout.gpus} for the TP instance "
                                 f"{inst.name} (a TP instance is not replayed)", args.ranks)
     if args.expert_counts:
@@ -152,8 +152,7 @@ def load_plan_checked(args):
             raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
     elif not args.workload:  # serving mode starts every instance's ranks: sized by its own checks
         from .hostmem import check_host_memory
-        run = [i for i in insts if not (args.skip_prefill and i.role == "prefill" or
-                                        args.skip_decode and i.role == "decode")]
+        run = [i for i in insts if not skipped(i, args.skip_prefill, args.skip_decode)]
         world = args.ranks or default_world(plan, "cpu", False)
         check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
     return plan

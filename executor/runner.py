@@ -33,7 +33,7 @@ from .replay import MODELLED_OPS, Replay
 from .shard import build_shard
 from .speculate import Drafter, Speculation, accept, acceptance_rate, draw_accepted, verify_batch
 from .timing import StepTimer, wall
-from .topology import benchmark_instances, make_groups
+from .topology import benchmark_instances, make_groups, skipped
 from .workload import decode_contexts, prefill_lengths
 
 
@@ -142,7 +142,7 @@ def run_rank(cfg: RunConfig, rank: int, world: int) -> list[dict]:
         return serve_rank(me) if me.plan.colocated else serve_disaggregated(me)
     records = []
     for inst in benchmark_instances(me.plan):
-        if not (cfg.skip_prefill and inst.role == "prefill" or cfg.skip_decode and inst.role == "decode"):
+        if not skipped(inst, cfg.skip_prefill, cfg.skip_decode):
             records += run_instance(me, inst)
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(records, gathered, dst=0)

@@ -61,6 +61,11 @@ def pools(plan: Plan) -> list[tuple[str, tuple[Layout, ...]]]:
     return [("prefill", plan.prefill), ("decode", plan.decode)]
 
 
+def skipped(inst: InstanceSpec, skip_prefill: bool, skip_decode: bool) -> bool:
+    """Whether benchmark mode's --skip-prefill / --skip-decode leave `inst` out of the run."""
+    return skip_prefill and inst.role == "prefill" or skip_decode and inst.role == "decode"
+
+
 def benchmark_instances(plan: Plan) -> list[InstanceSpec]:
     """One instance per pool entry (an aggregated one as a prefill and a decode instance), each
     on ranks 0..n-1, measured one after the other."""

@@ -146,7 +146,7 @@ def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
     if plan is None:
         raise SpecError("--set", key, "a plan to change (host settings apply to its instances)")
     pools = {}
-    for pool in ("prefill", "decode", "aggregated"):
+    for pool in POOLS:
         try:
             pools[pool] = tuple(_replace_path(lay, [name], value, key) for lay in getattr(plan, pool))
         except SpecError as exc:
