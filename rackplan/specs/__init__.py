@@ -47,7 +47,7 @@ __all__ = [
     "EPLBConfig", "HardwareSpec", "HostParams", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
     "Plan", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
     "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml",
-    "plan_hash", "from_dict", "to_dict", "resolve_path",
+    "plan_hash", "from_dict", "to_dict", "resolve_path", "spec_ref",
 ]
 
 
@@ -67,6 +67,14 @@ def resolve_path(kind: str, name_or_path: str | Path) -> Path:
                  "profiles": "profile"}[kind]
         raise SpecError("", field, "one of: " + ", ".join(available(kind)), str(name_or_path))
     return cand
+
+
+def spec_ref(kind: str, name_or_path: str | Path) -> str:
+    """How a written file (plan.yaml) names a spec it was made from: an embedded name as given, a
+    file path made absolute, so the plan reads back from any folder (a path relative to the folder it
+    was planned in named no file anywhere else, its own folder included)."""
+    path = resolve_path(kind, name_or_path)
+    return str(path.resolve()) if path == Path(name_or_path) else str(name_or_path)
 
 
 def load(kind: str, name_or_path: str | Path):

@@ -24,7 +24,16 @@ from rackplan.args import (
     refuse_unused,
 )
 from rackplan.outputs import Outputs, prepare_folder
-from rackplan.specs import SLO, SpecError, dump_yaml, load_hardware, load_model, load_workload, resolve_profile
+from rackplan.specs import (
+    SLO,
+    SpecError,
+    dump_yaml,
+    load_hardware,
+    load_model,
+    load_workload,
+    resolve_profile,
+    spec_ref,
+)
 
 from . import planner
 from .space import SearchSpace
@@ -87,8 +96,10 @@ def build_request(args) -> planner.Request:
     return planner.Request(
         model=load_model(args.model), hw=hw, profile=profile,
         workload=load_workload(args.workload), num_gpus=args.gpus, slo=SLO(args.ttft_p90, args.tpot_p90),
-        model_ref=args.model, hw_ref=args.hardware, workload_ref=args.workload,
-        profile_ref=args.profile or hw.default_profile,  # pinned: plan.yaml names the profile it was verified under
+        model_ref=spec_ref("models", args.model), hw_ref=spec_ref("hardware", args.hardware),
+        workload_ref=spec_ref("workloads", args.workload),
+        # pinned: plan.yaml names the profile it was verified under
+        profile_ref=spec_ref("profiles", args.profile or hw.default_profile),
         objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
         sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate)
 

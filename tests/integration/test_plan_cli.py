@@ -113,3 +113,29 @@ def test_bare_tpot_of_one_or_more_is_refused(tmp_path, capsys):
     assert main(TINY + ["--tpot-p90", "50", "--out", str(out)]) == 2 and not out.exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--tpot-p90" in err[0] and "50ms" in err[0]
+
+
+def test_plan_names_its_spec_files_so_it_reads_back_from_any_folder(tmp_path, monkeypatch, capsys):
+    """`plan --workload w.yaml --profile p.yaml` wrote `profile: p.yaml` as given, relative to the folder it
+    was planned in: `simulate --plan` from any other folder (the plan's own included) was exit 2, 'p.yaml:
+    expected an existing YAML file'. File paths are now written absolute; embedded names stay names."""
+    import shutil
+
+    from rackplan.specs import CONFIG_DIR
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    shutil.copy(CONFIG_DIR / "workloads" / "tiny-chat.yaml", work / "w.yaml")
+    shutil.copy(CONFIG_DIR / "profiles" / "cpu-local.yaml", work / "p.yaml")
+    monkeypatch.chdir(work)
+    args = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "4", "--workload", "w.yaml",
+            "--profile", "p.yaml", "--workers", "1", "--quiet", "--ttft-p90", "1s", "--tpot-p90", "200ms",
+            "--sim-requests", "100", "--out", "out/plan.yaml"]
+    assert main(args) == 0
+    plan = load_plan(work / "out" / "plan.yaml")
+    assert (plan.model, plan.hardware) == ("tiny-moe", "cpu-local")
+    assert (plan.workload, plan.profile) == (str(work / "w.yaml"), str(work / "p.yaml"))
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert main(["simulate", "--plan", str(work / "out" / "plan.yaml"), "--requests", "20"]) == 0
+    assert "profile cpu-local (the plan's" in capsys.readouterr().out
