@@ -79,14 +79,15 @@ def run(args: argparse.Namespace) -> int:
     samples = step_samples(records, plan) if records else []
     rep = compare_steps(plan, samples, prof) if samples else Report({}, {})
     rep.serving = compare_serving(plan, records, prof) if records else {}
-    rep.serving.update(_vllm_bench(plan, args.vllm_bench, prof))
+    serving, bench_table = _vllm_bench(plan, args.vllm_bench, [prof] + profiles[1:])
+    rep.serving.update(serving)
     gated = rep.gated()
     if args.json:
         print(json.dumps({"fit_sizes": rep.fit_sizes, "held_out_sizes": rep.held_sizes, "ops": rep.ops,
                           "steps": rep.steps, "step_mape": rep.step_mape, "serving": rep.serving,
-                          "gated": gated}, indent=2))
+                          **({"vllm_bench": bench_table} if bench_table else {}), "gated": gated}, indent=2))
     else:
-        print_report(rep, prof.name, not args.raw_ops)
+        print_report(rep, prof.name, not args.raw_ops, bench_table)
     if args.max_mape is not None:
         over = gate(gated, args.max_mape)
         if over:
@@ -107,21 +108,46 @@ def gate(gated: dict[str, float], max_mape: float) -> dict[str, float]:
     return {k: v for k, v in gated.items() if not v <= max_mape}
 
 
-def _vllm_bench(plan, paths: list[str], prof) -> dict[str, float]:
-    """'vllm.{stat}_*' for the profile and, when it was fitted from a bench, 'vllm.before.{stat}_*' for
-    its base profile (several benches: the first one's keys, then 'vllm{i}.')."""
+def _vllm_bench(plan, paths: list[str], profiles: list) -> tuple[dict[str, float], dict]:
+    """(serving, table) of the bench runs replayed under each profile. serving: 'vllm.{stat}_*' for the
+    first profile and, when it was fitted from a bench, 'vllm.before.{stat}_*' for its base profile
+    (several benches: the first one's keys, then 'vllm{i}.'), what --max-mape gates. table: every
+    column's error side by side (_bench_columns), {} without benches."""
     from .bench_fit import read_bench, read_summary
 
-    base = _base_profile(prof)
+    columns = _bench_columns(profiles)
+    base = _base_profile(profiles[0])
     out: dict[str, float] = {}
+    table: dict = {"columns": [label for label, _ in columns], "replayed": {}, "rows": []} if paths else {}
     for i, path in enumerate(paths):
         tag = "vllm" if i == 0 else f"vllm{i}"
         summary = read_summary(path, plan)  # a run without --save-detailed: replayed at its means
         bench = read_bench(path, plan) if summary["detailed"] else summary
-        out.update({f"{tag}.{k}": v for k, v in compare_vllm_bench(plan, bench, prof).items()})
+        got = [compare_vllm_bench(plan, bench, prof) for _, prof in columns]  # one per column
+        first = got[next(j for j, (_, p) in enumerate(columns) if p is profiles[0])]
+        out.update({f"{tag}.{k}": v for k, v in first.items()})
         if base is not None:
-            out.update({f"{tag}.before.{k}": v for k, v in compare_vllm_bench(plan, bench, base).items()})
-    return out
+            before = next(g for g, (_, p) in zip(got, columns) if p.name == base.name)
+            out.update({f"{tag}.before.{k}": v for k, v in before.items()})
+        table["replayed"][tag] = f"{path}: {first['workload']}"  # what was replayed: each request, or the means
+        for stat in sorted(k[:-4] for k in first if k.endswith("_err")):
+            table["rows"].append({"bench": tag, "statistic": stat, "measured_s": first[f"{stat}_measured_s"],
+                                  "err": [g.get(f"{stat}_err", math.nan) for g in got]})
+    return out, table
+
+
+def _bench_columns(profiles: list) -> list[tuple[str, object]]:
+    """(label, profile) of each bench table column: every --profile, the one a bench fit started from
+    (calibrate --vllm-bench, its provenance) just before it unless that one is given too."""
+    names = {p.name for p in profiles}
+    cols: list[tuple[str, object]] = []
+    for prof in profiles:
+        base = _base_profile(prof)
+        if base is not None and base.name not in names:
+            cols.append((f"{base.name} (base)", base))
+            names.add(base.name)
+        cols.append((prof.name, prof))
+    return cols
 
 
 def _base_profile(prof):
@@ -133,7 +159,7 @@ def _base_profile(prof):
         return None
 
 
-def print_report(rep: Report, name: str, scaled: bool) -> None:
+def print_report(rep: Report, name: str, scaled: bool, bench_table: dict | None = None) -> None:
     if rep.ops or rep.steps or rep.fit_sizes:
         print(f"profile {name}: fitted on {_sizes(rep.fit_sizes) or 'unknown sizes'}; "
               f"held out: {_sizes(rep.held_sizes) or 'none'}")
@@ -152,7 +178,8 @@ def print_report(rep: Report, name: str, scaled: bool) -> None:
             print(f"  {r['role']:<8} {r['size']:>5} {r['set']:<9} {r['repeats']:>3} {r['predicted_s']:>11.3e} "
                   f"{r['measured_s']:>11.3e} {r['err'] * 100:>7.1f}")
         print("  step MAPE: " + ", ".join(f"{k} {v:.1f}%" for k, v in rep.step_mape.items()))
-    _print_bench(rep.serving)
+    if bench_table:
+        _print_bench(bench_table)
     if any(not k.startswith("vllm") for k in rep.serving):
         print("\nserving (simulated vs measured)")
         for key in sorted(k for k in rep.serving if k.endswith("_err") and not k.startswith("vllm")):
@@ -161,21 +188,17 @@ def print_report(rep: Report, name: str, scaled: bool) -> None:
                   f"{rep.serving[stem + '_measured_s']:.4f} s  err {rep.serving[key] * 100:+.1f}%")
 
 
-def _print_bench(serving: dict[str, float]) -> None:
-    """vLLM bench replay: measured, base profile (before) and this profile (after)."""
-    keys = sorted(k for k in serving if k.startswith("vllm") and ".before." not in k and k.endswith("_err"))
-    if not keys:
-        return
-    print("\nvllm bench serve (its requests replayed through the simulator)")
-    for key in sorted(k for k, v in serving.items() if isinstance(v, str)):
-        print(f"  {key}: {serving[key]}")  # what was replayed (each request, or the bench's means)
-    print(f"  {'statistic':<24} {'measured':>10} {'before':>9} {'after':>9}")
-    for key in keys:
-        stem = key[:-4]
-        tag, stat = stem.split(".", 1)
-        before = serving.get(f"{tag}.before.{stat}_err")
-        b = f"{before * 100:+8.1f}%" if before is not None else f"{'-':>9}"
-        print(f"  {stem:<24} {serving[stem + '_measured_s']:>9.4f}s {b} {serving[key] * 100:+8.1f}%")
+def _print_bench(table: dict) -> None:
+    """vLLM bench replay: measured, then each profile's error (simulated / measured - 1) side by side."""
+    cols = table["columns"]
+    width = max([9] + [len(c) + 1 for c in cols])
+    print("\nvllm bench serve (its requests replayed through the simulator; error = simulated / measured - 1)")
+    for tag, said in table["replayed"].items():
+        print(f"  {tag}: {said}")
+    print(f"  {'statistic':<24} {'measured':>10}" + "".join(f" {c:>{width}}" for c in cols))
+    for r in table["rows"]:
+        errs = "".join(f" {'-':>{width}}" if math.isnan(e) else f" {e * 100:>+{width - 1}.1f}%" for e in r["err"])
+        print(f"  {r['bench'] + '.' + r['statistic']:<24} {r['measured_s']:>9.4f}s{errs}")
 
 
 def _sizes(d: dict) -> str:

@@ -33,5 +33,23 @@ def test_validate_prints_which_lengths(tmp_path, capsys):
     assert main(["validate", "--plan", "tiny-cpu", "--measurements", str(tmp_path),
                  "--vllm-bench", str(DATA / "vllm_bench_summary.json")]) == 0
     out = capsys.readouterr().out
-    assert "vllm.workload: mean lengths of 6 requests: 60 in / 10 out" in out
+    assert f"vllm: {DATA / 'vllm_bench_summary.json'}: mean lengths of 6 requests: 60 in / 10 out" in out
     assert "vllm.ttft_p50" in out
+
+
+def test_several_profiles_are_replayed_side_by_side(capsys):
+    """`validate --vllm-bench B --profile A --profile C` replayed the bench under A only (C did nothing);
+    each profile is now a column named by the profile, with what the error means."""
+    bench = str(DATA / "vllm_bench_detailed.json")
+    assert main(["validate", "--plan", "tiny-cpu", "--vllm-bench", bench, "--profile", "cpu-local",
+                 "--profile", "datasheet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any("error = simulated / measured - 1" in line for line in lines)
+    header = next(line for line in lines if line.strip().startswith("statistic"))
+    assert header.split()[1:] == ["measured", "cpu-local", "datasheet"]
+    rows = [line.split() for line in lines if line.strip().startswith("vllm.")]
+    assert {r[0] for r in rows} >= {"vllm.ttft_p50", "vllm.tpot_p50"}
+    for r in rows:
+        own = compare_vllm_bench(PLAN, read_bench(bench, PLAN), load_profile("datasheet"))[f"{r[0][5:]}_err"]
+        assert len(r) == 4 and r[3] == f"{own * 100:+.1f}%"
+    assert any(r[2] != r[3] for r in rows)  # the two profiles price the bench differently
