@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,8 +40,9 @@ class Report:
         # colocated runs: the executor's lockstep engine priced by the cost model; separate
         # instances: the simulator itself (the plan as planned is what ran)
         reading = "lockstep" if "lockstep.ttft_p50_err" in self.serving else "simulator"
-        for key in (f"{reading}.ttft_p50", f"{reading}.tpot_p50", "vllm.ttft_p50", "vllm.tpot_p50"):
-            if f"{key}_err" in self.serving:
+        benches = sorted({k.split(".", 1)[0] for k in self.serving if re.fullmatch(r"vllm\d*", k.split(".", 1)[0])})
+        for key in (f"{tag}.{stat}" for tag in [reading] + benches for stat in ("ttft_p50", "tpot_p50")):
+            if f"{key}_err" in self.serving:  # every bench (vllm, vllm1, ...), not only the first
                 out[key] = abs(self.serving[f"{key}_err"]) * 100
         return out
 

@@ -53,3 +53,18 @@ def test_several_profiles_are_replayed_side_by_side(capsys):
         own = compare_vllm_bench(PLAN, read_bench(bench, PLAN), load_profile("datasheet"))[f"{r[0][5:]}_err"]
         assert len(r) == 4 and r[3] == f"{own * 100:+.1f}%"
     assert any(r[2] != r[3] for r in rows)  # the two profiles price the bench differently
+
+
+def test_max_mape_gates_every_bench(tmp_path, capsys):
+    """--max-mape gated the first --vllm-bench only: a second bench 10x slower than the simulator passed."""
+    bench = DATA / "vllm_bench_detailed.json"
+    first = compare_vllm_bench(PLAN, read_bench(bench, PLAN), load_profile("cpu-local"))
+    gate = max(abs(first[f"{s}_err"]) for s in ("ttft_p50", "tpot_p50")) * 100 + 1
+    slow = json.loads(bench.read_text())
+    slow["ttfts"] = [t * 10 for t in slow["ttfts"]]
+    slow["latencies"] = [t * 10 for t in slow["latencies"]]
+    (tmp_path / "slow.json").write_text(json.dumps(slow))
+    args = ["validate", "--plan", "tiny-cpu", "--vllm-bench", str(bench), "--max-mape", f"{gate:.1f}"]
+    assert main(args) == 0
+    assert main(args + ["--vllm-bench", str(tmp_path / "slow.json")]) == 1
+    assert "worst vllm1." in capsys.readouterr().out
