@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import math
 
 from rackplan.args import check_writable, refuse_unused
 from rackplan.outputs import write_spec
@@ -184,11 +185,12 @@ def _from_vllm_bench(args, prof, name, base_ref):
         "base_profile": base_ref, "parameters": params, "error_before_pct": pct(f.before),
         "error_after_pct": pct(f.after), "simulations": f.sims,
         "benches": [{k: v for k, v in b.summary.items() if k != "flags"} for b in benches],
-        "method": "the benches' requests replayed through the simulator; Gauss-Newton on log-parameters "
+        "method": "each bench's requests replayed through the simulator; Gauss-Newton on log-parameters "
                   "(finite differences) with a log(3) prior around the base; identified = posterior sd < "
                   "prior sd / 3; per-phase scales are op_scale 'op/prefill' and 'op/decode' of every device op"}}
     fit_error = {**prof.fit_error, **{f"vllm.{k}": abs(v) for k, v in pct(f.after).items()}}
-    summary = {"vllm_bench": {k: f"{f.values[k]:.4g}" + ("" if f.identified[k] else " (not identified: base)")
+    summary = {"base_profile": base_ref or prof.name,
+               "vllm_bench": {k: f"{f.values[k]:.4g}" + ("" if f.identified[k] else " (not identified: base)")
                               for k in PARAMS},
                "error_before_pct": pct(f.before), "error_after_pct": pct(f.after)}
     return dataclasses.replace(f.profile, fit_error=fit_error), extra, summary
@@ -335,7 +337,23 @@ def _print(result: dict, as_json: bool) -> None:
         return
     for key, val in result.items():
         print(f"{key}:")
-        for k, v in (val.items() if isinstance(val, dict) else []):
-            print(f"  {k}: {v}")
+        val = dict(val) if isinstance(val, dict) else {}
+        before, after = val.pop("error_before_pct", None), val.pop("error_after_pct", None)
+        _print_tree(val, "  ")
+        if before is not None:  # a bench fit: each statistic's error under the base profile and the fitted one
+            print("  error % (simulated / measured - 1; each bench's requests replayed through the simulator):")
+            print(f"    {'statistic':<20} {'base':>8} {'fitted':>8}")
+            for stat in after:
+                print(f"    {stat:<20} {before.get(stat, math.nan):>+8.2f} {after[stat]:>+8.2f}")
+
+
+def _print_tree(val: dict, indent: str) -> None:
+    """One 'key: value' line per leaf, nested mappings indented under their key (no Python reprs)."""
+    for k, v in val.items():
+        if isinstance(v, dict):
+            print(f"{indent}{k}:")
+            _print_tree(v, indent + "  ")
+        else:
+            print(f"{indent}{k}: {v}")
 
 

@@ -162,3 +162,22 @@ def test_closed_loop_bench_replays_at_its_concurrency(tmp_path):
     b = bench_fit.read_bench(path, plan)
     assert b.concurrency == 2
     assert np.isfinite(compare_vllm_bench(plan, b, load_profile("datasheet"))["tpot_p50_err"])
+
+
+def test_calibrate_prints_the_bench_fit_as_lines_and_a_table(tmp_path, capsys):
+    """calibrate --vllm-bench printed `vllm_bench: {'prefill_scale': '1.034', ...}` and the errors as
+    Python dict reprs: now one line per parameter and the base / fitted errors side by side."""
+    plan = load_plan(H200)
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(_handwritten(plan.name, plan_hash(plan))))
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", "--vllm-bench", str(path), "--plan", H200, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "{'" not in text and "': " not in text  # no dict reprs
+    lines = [line.split() for line in text.splitlines()]
+    assert ["base_profile:", _base().name] in lines and any(w[0] == "decode_scale:" for w in lines)
+    fit = load_profile(out).provenance["vllm_bench_fit"]
+    header = lines.index(["statistic", "base", "fitted"])
+    rows = {w[0]: w[1:] for w in lines[header + 1:]}
+    pct = (fit["error_before_pct"]["ttft_p50"], fit["error_after_pct"]["ttft_p50"])
+    assert rows["ttft_p50"] == [f"{pct[0]:+.2f}", f"{pct[1]:+.2f}"]
