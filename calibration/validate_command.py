@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
+import sys
 
 from rackplan.args import non_negative_float, refuse_unused
 from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, resolve_profile
@@ -89,16 +91,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(rep, prof.name, not args.raw_ops, bench_table)
     if args.max_mape is not None:
+        say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)  # --json: stdout is JSON only
         over = gate(gated, args.max_mape)
         if over:
             worst = max(over, key=lambda k: math.inf if math.isnan(over[k]) else over[k])
-            print(f"validate: FAIL {len(over)} MAPE(s) above {args.max_mape}% or not a number "
-                  f"(worst {worst}: {over[worst]:.1f}%)")
+            say(f"validate: FAIL {len(over)} MAPE(s) above {args.max_mape}% or not a number "
+                f"(worst {worst}: {over[worst]:.1f}%)")
             return 1
         if not gated:
-            print("validate: FAIL no gated MAPE to check")
+            say("validate: FAIL no gated MAPE to check")
             return 1
-        print(f"validate: OK every gated MAPE <= {args.max_mape}%")
+        say(f"validate: OK every gated MAPE <= {args.max_mape}%")
     return 0
 
 

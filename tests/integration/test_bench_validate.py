@@ -68,3 +68,11 @@ def test_max_mape_gates_every_bench(tmp_path, capsys):
     assert main(args) == 0
     assert main(args + ["--vllm-bench", str(tmp_path / "slow.json")]) == 1
     assert "worst vllm1." in capsys.readouterr().out
+
+
+def test_json_with_max_mape_is_json_only(capsys):
+    """validate --json --max-mape printed its verdict line after the JSON on stdout: not parseable."""
+    bench = str(DATA / "vllm_bench_detailed.json")
+    rc = main(["validate", "--plan", "tiny-cpu", "--vllm-bench", bench, "--max-mape", "0", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and json.loads(out)["gated"] and err.startswith("validate: FAIL")
