@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 import typing
 from dataclasses import dataclass
 
@@ -183,7 +184,10 @@ def _apply_pool(specs: Specs, pool: str, name: str, value, key: str) -> Specs:
             validate_layout(lay, specs.model, specs.hw, f"{pool}[{i}]")
         except SpecError as exc:
             raise SpecError("--set", key, exc.expected, value) from None
-    changed = dataclasses.replace(plan, **{pool: lays})
+    # a layout that needs more GPUs (decode.replicas=2, decode.dp=32) grows the plan's budget to them: the
+    # what-if is that deployment (per-GPU figures are over the GPUs it uses), not a refusal naming num_gpus
+    trial = dataclasses.replace(plan, num_gpus=sys.maxsize, **{pool: lays})
+    changed = dataclasses.replace(trial, num_gpus=max(plan.num_gpus, trial.gpus_used))
     return dataclasses.replace(specs, plan=changed)
 
 

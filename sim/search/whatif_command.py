@@ -117,7 +117,7 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
     API server wait)."""
     b = baseline.metrics.get("decode_batch")
     split = f"step ms @b{b:.0f}: GPU/host/API" if b else ""
-    head = (f"{'change':48s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s} "
+    head = (f"{'change':48s} {'GPUs':>5s} {'TTFT p90':>9s} {'TPOT p90':>9s} {'tok/s/GPU':>10s} {'tok/s/user':>10s} "
             f"{'served/offered':>15s}  {split:30s} deltas")
     out = [head]
     for r in [baseline] + rows:
@@ -136,7 +136,8 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
             lat = f"{what:>19s} {m.get('output_tps_per_gpu', nan):10.0f} {'-':>10s}"
         served = f"{m.get('served_rps', nan):.4g}/{m.get('offered_rps', m.get('request_rate', nan)):.4g}"
         sp = "/".join(f"{m[k]:.2f}" for k in whatif.SPLIT) if "gpu_ms" in m else ""
-        out.append(f"{r.label:48s} {lat} {served:>15s}  {sp:30s} {'' if r is baseline else ds}{plan_txt}")
+        gpus = f"{m['num_gpus']:5.0f}" if "num_gpus" in m else f"{'-':>5s}"  # a layout change may add GPUs
+        out.append(f"{r.label:48s} {gpus} {lat} {served:>15s}  {sp:30s} {'' if r is baseline else ds}{plan_txt}")
     return "\n".join(out)
 
 

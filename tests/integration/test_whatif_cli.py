@@ -54,6 +54,8 @@ def test_pool_keys_run_and_are_refused_with_replan(tmp_path, capsys):
     assert main(["whatif", "--plan", "tiny-cpu", "--set", "decode.max_batch_per_rank=4,16", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "decode.max_batch_per_rank=4" in out and "decode.max_batch_per_rank=16" in out
+    head = next(line for line in out.splitlines() if line.startswith("change"))
+    assert head.split()[1] == "GPUs"  # a layout change may add GPUs: each row says how many
     assert main(["whatif", "--plan", "tiny-cpu", "--set", "decode.max_batch_per_rank=4", "--replan"]) == 2
     assert "--replan" in capsys.readouterr().err
 

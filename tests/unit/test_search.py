@@ -223,3 +223,18 @@ def test_report_step_split_says_estimate_and_tokens_per_step():
                           winner=SimpleNamespace(cand=cand))
     text = "\n".join(report._winner_steps(res))
     assert "DEP16 decode step at 55 sequences per rank" in text and "1.8 tokens per sequence per step" in text
+
+
+def test_whatif_pool_key_that_adds_gpus_grows_the_budget():
+    """--set decode.replicas=2 on a plan whose num_gpus its instances fill was refused ('num_gpus: expected at
+    least the GPUs the instances use', a field --set cannot reach): the what-if is the bigger deployment."""
+    from rackplan.specs import load_plan
+
+    plan = load_plan("tiny-disagg")
+    plan = dataclasses.replace(plan, num_gpus=plan.gpus_used)
+    m, hw = load_model(plan.model), load_hardware(plan.hardware)
+    base = whatif.Specs(m, hw, load_profile("datasheet"), load_workload("tiny-chat"), plan)
+    more = whatif.apply(base, "decode.replicas", 2).plan
+    assert [lay.replicas for lay in more.decode] == [2] * len(plan.decode)
+    assert more.num_gpus == more.gpus_used == plan.gpus_used + sum(lay.total_gpus for lay in plan.decode)
+    assert whatif.apply(base, "decode.max_batch_per_rank", 4).plan.num_gpus == plan.num_gpus  # no GPUs: as was
