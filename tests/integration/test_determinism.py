@@ -30,6 +30,7 @@ def _outputs(out: Path, cwd: Path, env: dict) -> dict[str, bytes]:
     return {**files, "(stdout)": res.stdout}
 
 
+@pytest.mark.slow  # two interpreters each planning and simulating: about 8 s
 def test_plan_and_simulate_write_the_same_bytes_whatever_the_environment(tmp_path):
     cache = tmp_path / "cache"  # cold in the first run, warm in the second
     first = _outputs(tmp_path / "out", ROOT, {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
