@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import math
 
@@ -125,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.out:
             raise SpecError("calibrate", "--out", "a profile YAML path to write")
         prof, summary = build_profile(args)
-        write_spec(prof, args.out, "profiles", header=f"# Fitted by `rackplan calibrate` on {dt.date.today()}; "
+        write_spec(prof, args.out, "profiles", header=f"# Fitted by `rackplan calibrate` on {io.utc_date()} (UTC); "
                                           "provenance and fit error (MAPE %) below.\n")
         result["profile"] = {"out": args.out, **summary}
     _print(result, args.json)
@@ -325,7 +324,7 @@ def _microbench(args) -> dict:
     out = {k: (round(v, 9) if isinstance(v, float) else v) for k, v in meas.items()}
     if args.out_hardware:
         base = load_hardware(args.hardware or "cpu-local")
-        hw, header = microbench.hardware_yaml(meas, base, dt.date.today().isoformat())
+        hw, header = microbench.hardware_yaml(meas, base, io.utc_date())
         write_spec(hw, args.out_hardware, "hardware", header=header)
         out["out"] = args.out_hardware
     return out

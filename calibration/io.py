@@ -125,11 +125,18 @@ def software_versions() -> dict[str, str]:
     return out
 
 
+def utc_date() -> str:
+    """Today's date in UTC (YYYY-MM-DD), as every profile's provenance records it: the machine's time zone
+    would date the same fit a day apart (TZ=Pacific/Kiritimati, benchmarks/RESULTS.md 2026-12-02 "same
+    inputs, same report")."""
+    return _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+
+
 def provenance(inputs: list[str | Path], **extra) -> dict:
     """Input files with their hashes, software versions, host and date."""
     files = [{"path": str(p), "sha256": file_sha256(p)} for p in inputs]
     return {"inputs": files, "versions": software_versions(), "host": platform.node() or "unknown",
-            "machine": platform.machine(), "date": _dt.date.today().isoformat(), **extra}
+            "machine": platform.machine(), "date": utc_date(), **extra}
 
 
 def read_runs(paths: list[str | Path], plan) -> list[dict]:

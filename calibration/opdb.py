@@ -84,8 +84,9 @@ def data_root(root: str | Path | None = None) -> Path:
 
 
 def version_key(v: str) -> tuple:
-    """Sort key for versions like 0.24.0, 1.3.0rc20, 0.1.dev19262 (numbers compared as numbers)."""
-    return tuple(int(x) if x.isdigit() else -1 for x in re.findall(r"\d+|[a-z]+", v))
+    """Sort key for versions like 0.24.0, 1.3.0rc20, 0.1.dev19262 (numbers compared as numbers); versions
+    whose numbers tie (1.3.0rc1, 1.3.0.dev1) by their name, so no directory listing's order picks one."""
+    return tuple(int(x) if x.isdigit() else -1 for x in re.findall(r"\d+|[a-z]+", v)), v
 
 
 def _versions(folder: Path) -> list[str]:

@@ -4,12 +4,12 @@ Nothing is written unless every table reads and every fit succeeds (outputs.writ
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_profile
 
+from .io import utc_date
 from .opdb_import import compact, import_profile, summary_rows
 
 
@@ -33,7 +33,7 @@ def run_op_database(args) -> int:
            + (f" --version {args.version}" if args.version else "") + f" --hardware {hw.name} --base {base.name}")
     src = prof.provenance["source"]
     write_spec(compact(prof), args.out, "profiles", flow_leaves=True,
-               header=f"# Measured profile: `{cmd}` on {dt.date.today()},\n# from the per-op tables of "
+               header=f"# Measured profile: `{cmd}` on {utc_date()} (UTC),\n# from the per-op tables of "
                f"{src['package']} {src['version']}. fit_error: MAPE % per op class on held-out rows;\n"
                "# provenance.classes: the rows and tables of each class; fallbacks: where what is not fitted "
                "comes from.\n")

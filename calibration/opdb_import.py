@@ -9,7 +9,6 @@ and a summary; nothing is written here.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from importlib import metadata
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from rackplan.specs import HardwareSpec, Profile, SpecError, load_model
 from rackplan.specs.hardware import DTYPE_FAMILY
 
 from . import opdb, opdb_ops
+from .io import utc_date
 from .opdb_fit import ClassFit, fit_class, split
 from .robust import mape
 
@@ -105,7 +105,7 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
                                fit_error={f.key: round(f.mape_held, 2) for f in fits if f.key not in dropped})
     prov = {"source": {"package": opdb.PACKAGE, "version": _package_version(root), "system": system,
                        "framework": framework, "framework_version": version or "newest per table"},
-            "date": dt.date.today().isoformat(), "hardware": hw.name, "base_profile": base.name,
+            "date": utc_date(), "hardware": hw.name, "base_profile": base.name,
             "method": "per op class: one Curve fitted by calibration.robust.fit_relative (soft-L1 relative "
                       "least squares) through sim/cost's pricing of each row; fit_error = MAPE % on held-out "
                       f"rows (a seeded {int(100 * 0.25)}% of each class's rows, never fitted)",

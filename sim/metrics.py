@@ -15,7 +15,7 @@ import numpy as np
 
 from rackplan.specs import SLO
 
-from .steady import Stability, Window, measure, median, percentiles
+from .steady import Stability, Window, dot, measure, median, percentiles
 
 
 class RequestLog:
@@ -156,7 +156,7 @@ def autocorrelation_time(x: np.ndarray) -> float:
     (Sokal 1997, "Monte Carlo methods in statistical mechanics", sec. 3), autocorrelations by FFT."""
     n = len(x)
     d = x - x.mean()
-    var = float(np.dot(d, d))
+    var = dot(d, d)
     if n < 4 or var <= 0.0:
         return 1.0
     size = _fast_length(2 * n)  # zero-padded past 2n: no wrap-around
@@ -187,8 +187,8 @@ def batch_standard_error(y: np.ndarray) -> float:
     batch."""
     n = len(y)
     d = y - y.mean()
-    var = float(np.dot(d, d)) / (n - 1)
-    r = float(np.dot(d[:-1], d[1:]) / max(np.dot(d, d), 1e-300)) if var > 0 else 0.0
+    var = dot(d, d) / (n - 1)
+    r = dot(d[:-1], d[1:]) / max(dot(d, d), 1e-300) if var > 0 else 0.0
     r = min(max(r, 0.0), MAX_LAG1)
     return float(np.sqrt(var / n * (1.0 + r) / (1.0 - r)))
 
@@ -208,7 +208,7 @@ def _latency(m: dict, log: RequestLog, osl: np.ndarray, inw: np.ndarray, win: Wi
     itl_v, itl_w = np.asarray(log.step_durations)[steps], np.asarray(log.step_seqs, dtype=float)[steps]
     for q, val in zip((50, 90, 99), weighted_percentiles(itl_v, itl_w, (50, 90, 99))):
         m[f"itl_p{q}_s"] = val
-    m["itl_mean_s"] = float(np.dot(itl_v, itl_w) / itl_w.sum()) if itl_w.sum() > 0 else float("nan")
+    m["itl_mean_s"] = dot(itl_v, itl_w) / float(itl_w.sum()) if itl_w.sum() > 0 else float("nan")
     ok = (ttft <= slo.ttft_p90_s) & ((osl <= 1) | (tpot <= slo.tpot_p90_s))
     speed = np.where(osl > 1, (osl - 1) / np.maximum(log.finish - log.first_token, 1e-12), np.nan)
     if tpot_running is not None:

@@ -34,6 +34,14 @@ COOLDOWN_Q = 90.0  # cool-down: this percentile of E2E after the warm-up
 MIN_WINDOW = 20  # fewer requests in the window: measure the whole run (and call it not converged)
 
 
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """sum(a * b) [N] x [N] by numpy's pairwise summation, the same bits on every machine: np.dot hands
+    vectors over 10,000 long to BLAS, which splits the sum over its threads, so its last bits depend on
+    OPENBLAS_NUM_THREADS (a what-if's ITL mean moved by 1 ulp between 1 and 2 threads, benchmarks/RESULTS.md
+    2026-12-02 "same inputs, same report")."""
+    return float(np.sum(np.asarray(a, float) * np.asarray(b, float)))
+
+
 def percentiles(arr: np.ndarray, qs) -> list[float]:
     """np.percentile(arr, qs) of a 1-D array (its default, linear method), float for float: the
     same order statistics (a partition at the indices it reads) and numpy's interpolation formula
@@ -137,7 +145,7 @@ def _trend(t: np.ndarray, q: np.ndarray) -> tuple[float, float]:
     if len(t) < 3:
         return 0.0, 0.0
     tc, qc = t - t.mean(), q - q.mean()
-    slope = float(np.dot(tc, qc) / max(np.dot(tc, tc), 1e-300))
+    slope = dot(tc, qc) / max(dot(tc, tc), 1e-300)
     return slope, float(np.std(qc - slope * tc))
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from .cost.step import CostContext
 from .pricer import StepPricer
+from .steady import dot
 from .workload import make_requests
 
 WARM_SEED = 15  # salt of the seated sequences' draws (a stream apart from the workload's)
@@ -75,9 +76,9 @@ def warm_sequences(plan, model, hw, profile, workload, caps: dict[str, float], s
         steps = np.maximum(1, np.ceil(pool.osl / tps))  # [DRAWS] decode steps of each request
         age = rng.random(DRAWS)  # [DRAWS] share of its life already behind it
         done = np.minimum(np.floor(age * steps) * tps, pool.osl - 1)
-        ctx_mean = float(np.dot(steps, pool.isl + done) / steps.sum())  # length-biased mean context
+        ctx_mean = dot(steps, pool.isl + done) / float(steps.sum())  # length-biased mean context
         pricer = StepPricer.shared(CostContext(model, hw, lay, profile, workload.routing_skew))  # mean periods
-        kv_room = caps[f"decode[{i}]"] * lay.dp / float(np.dot(steps, pool.isl + pool.osl) / steps.sum())
+        kv_room = caps[f"decode[{i}]"] * lay.dp / (dot(steps, pool.isl + pool.osl) / float(steps.sum()))
         seats = WARM_FILL * min(lay.dp * lay.max_batch_per_rank, kv_room)
         n = steady_occupancy(pricer, lay.dp, workload.arrival.rate / instances, float(steps.mean()), ctx_mean, seats)
         k = int(round(n))

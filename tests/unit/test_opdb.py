@@ -664,3 +664,14 @@ def test_block_fp8_weight_gemms_are_priced_by_the_fp8_block_curve_where_the_prof
     assert compute[0] == pytest.approx(2.0 * compute[1])  # the same curve at half the peak
     assert sec(both, "fp8_block") - sec(fp8_only, "fp8_block") == pytest.approx(compute[0] - compute[1], rel=1e-6)
     assert sec(both, "fp8") == sec(fp8_only, "fp8") == pytest.approx(sec(fp8_only, "fp8_block"), rel=1e-2)
+
+
+@pytest.mark.parametrize("listing", [sorted, lambda names: sorted(names, reverse=True)])
+def test_versions_whose_numbers_tie_do_not_take_the_listing_order(tmp_path, monkeypatch, listing):
+    """1.3.0rc1 and 1.3.0.dev1 have the same numbers: the newest is the same whatever order the folder lists
+    them in (the filesystem's; a set's under another PYTHONHASHSEED)."""
+    for v in ("1.3.0rc1", "1.3.0.dev1", "1.2.0"):
+        (tmp_path / v).mkdir()
+    real = type(tmp_path).iterdir
+    monkeypatch.setattr(type(tmp_path), "iterdir", lambda self: iter(listing(list(real(self)))))
+    assert opdb._versions(tmp_path) == ["1.2.0", "1.3.0.dev1", "1.3.0rc1"]
