@@ -50,7 +50,8 @@ class ContinuedRun:
         if warm is not None:
             seat(self.dep.decoders, warm, 0, self.log)
         self.work = 0  # requests + steps simulated so far (the run's CPU cost, deterministically)
-        self.env.process(self._arrivals())
+        self._arriving = self._arrivals()  # (kept to close: its frame holds the run)
+        self.env.process(self._arriving)
 
     def _next(self) -> Requests | None:
         chunk = self.stream.next()
@@ -129,11 +130,17 @@ class ContinuedRun:
             self.env.run(until=self.env.now + TAIL_STEP * max(win.last_arrival_s - win.end_s, 0.05 * span, 1e-3))
 
     def close(self) -> None:
-        """Stop the deployment's main loops and drop the run's state (once)."""
+        """Stop the deployment's main loops and the arrivals, and drop the run's state (once): the
+        arrivals' suspended frame holds this run, and its SimPy process and pending timeout hold
+        each other, so without closing it the whole run (deployment, request arrays) would wait
+        for a full cyclic collection, rare after a run (simulator._no_cyclic_gc); closed, it is
+        freed by reference counting (576-GPU plan: peak RSS 240 -> 186 MB, benchmarks/RESULTS.md)."""
         if self.env is None:
             return
         self.dep.close()
-        self.env = self.log = None
+        self._arriving.close()
+        self.env = self.log = self.dep = self.stream = self._arriving = None
+        self.isl = self.osl = self.arrival = None
 
 
 def _with_warm(reqs: Requests, warm) -> Requests:
