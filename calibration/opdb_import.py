@@ -133,7 +133,8 @@ def _kept(f: ClassFit) -> bool:
 def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSpec, prof: Profile, progress=None):
     """(fit, profile, note) for class f, which the floor rule refuses: fitted instead from the same system's
     table of the framework GRAPH_TIMED_SOURCE names for f's class on hw's architecture (its newest version),
-    with the note saying so; else f unchanged and the note saying why not."""
+    with the note saying so; else f unchanged and the note saying why not (a table on the per-call floor too is
+    refused by that rule whatever its fit, so it is not fitted)."""
     arch = opdb_ops.ARCH.get(hw.name, "")
     other = GRAPH_TIMED_SOURCE.get((f.key, arch))
     if other is None:
@@ -148,6 +149,9 @@ def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSp
         return f, fitted, f"{other}'s gemm_perf table has no {f.key.split('.', 1)[1]} rows for {system}"
     if progress:
         progress(f"{f.key} ({other} {table.version})", len(rows[0].seconds))
+    floor_us = rows[0].notes.get("fastest_row_us", 0.0)
+    if floor_us > GEMM_FLOOR_MAX_S * 1e6:  # refused by the floor rule whatever its fit: not fitted
+        return f, fitted, f"{other} {table.version}'s table not taken either (every row >= {floor_us:g} us)"
     g, refit = fit_class(rows[0], prof)
     vllm = (f"the vllm {f.table.version} table times it eagerly (aiconfigurator's vLLM collector: use_cuda_graph "
             f"off for fp8_block; fastest row {_floor_us(f):g} us)")
@@ -157,9 +161,8 @@ def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSp
     if _kept(g):
         return g, refit, (f"measured from {other} {table.version} {table.op}/{table.name} ({rows[0].kernel}, "
                           f"CUDA-graph timed, the kernel vLLM runs on {arch}): {vllm}{rest}")
-    why = (f"every row >= {_floor_us(g):g} us" if _floor_us(g) > GEMM_FLOOR_MAX_S * 1e6
-           else f"its fit missed, {g.mape_held:.1f}% held-out MAPE")
-    return f, fitted, f"{other} {table.version}'s table not taken either ({why})"
+    missed = f"its fit missed, {g.mape_held:.1f}% held-out MAPE"
+    return f, fitted, f"{other} {table.version}'s table not taken either ({missed})"
 
 
 def _floor_us(f: ClassFit) -> float:

@@ -16,9 +16,10 @@ from rackplan.specs import Plan, Profile, load_hardware, load_model, plan_hash
 from .samples import IN_STEP_PARTS, layout_for
 
 
-def _record(plan: Plan, role: str, step: int, rank: int, ranks: int, op: str, seconds: float, shape: dict,
-            layers: int = 1) -> dict:
-    return {"schema": SCHEMA_VERSION, "plan_hash": plan_hash(plan), "plan": plan.name, "model": plan.model,
+def _record(plan: Plan, phash: str, role: str, step: int, rank: int, ranks: int, op: str, seconds: float,
+            shape: dict, layers: int = 1) -> dict:
+    """One record; phash = plan_hash(plan), taken once per sweep (a YAML dump of the plan: ~10 ms a call)."""
+    return {"schema": SCHEMA_VERSION, "plan_hash": phash, "plan": plan.name, "model": plan.model,
             "hardware": plan.hardware, "device": "cpu", "versions": {"torch": "synthetic"}, "rank": rank,
             "world_size": ranks, "role": role, "instance_dp": ranks, "ep": ranks, "step": step, "op": op,
             "layers": layers, "shape": shape, "dtype": "fp32", "seconds": float(seconds), "source": "measured",
@@ -31,7 +32,7 @@ def synth_records(plan: Plan, prof: Profile, decode_batches=(1, 2, 4, 8, 16), pr
     one chunk per rank, priced by `prof`, each op times `op_distort[op]` and lognormal noise."""
     rng = np.random.default_rng(seed)
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
-    out, step = [], 0
+    out, step, phash = [], 0, plan_hash(plan)
     shapes = [("decode", b) for b in decode_batches] + [("prefill", t) for t in prefill_tokens]
     for role, size in shapes:
         lay = layout_for(plan, role)
@@ -53,9 +54,9 @@ def synth_records(plan: Plan, prof: Profile, decode_batches=(1, 2, 4, 8, 16), pr
                 total += sec
                 op = "host" if name == "host.exposed" else name
                 for rank in range(r):
-                    out.append(_record(plan, role, step, rank, r, op, sec, shape))
+                    out.append(_record(plan, phash, role, step, rank, r, op, sec, shape))
             for rank in range(r):
-                out.append(_record(plan, role, step, rank, r, "step", total, shape))
+                out.append(_record(plan, phash, role, step, rank, r, "step", total, shape))
             step += 1
     return out
 

@@ -1,7 +1,7 @@
 """The built wheel installs anywhere: configs and data ship inside it, `rackplan` runs outside the
 checkout, and only the `rackplan` import name exists (no top-level `sim`).
 
-The fresh venv reuses this environment's installed dependencies (torch's CPU wheel, numpy, ...)
+The fresh venv reuses this environment's installed dependencies (torch's CPU wheel, numpy, ..., and pip)
 through a .pth file, so the test installs only the wheel itself.
 """
 import subprocess
@@ -23,7 +23,9 @@ def wheel_env(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(ROOT)],
                    check=True, capture_output=True)
     (whl,) = (tmp / "dist").glob("rackplan-*.whl")
-    venv.create(tmp / "venv", with_pip=True)
+    # no pip of its own (ensurepip is most of this fixture's time): the venv runs the pip it sees through
+    # the .pth below, which installs into the venv (sys.prefix), console script included
+    venv.create(tmp / "venv", with_pip=False)
     py = tmp / "venv" / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
