@@ -84,6 +84,9 @@ class ClassRows:
     # each row's configuration group and load range (g - 1, g] becomes the curves' rule_group g (never merged;
     # a group with too few fit rows for its curves keeps the all-rows fit)
     rule: str = ""
+    # the kernel_source each of `ranges` stands for (a backend dispatch, opdb_ops.MLA_PREFILL_DISPATCH): the fit
+    # also reports the held-out MAPE of each range's rows under its name
+    range_kernels: tuple[str, ...] = ()
 
     def parts(self):
         """(curve key, config index, start, free fields) of every curve fitted."""
@@ -201,12 +204,18 @@ def fit_class(rows: ClassRows, prof: Profile, seed: int = SEED) -> tuple[ClassFi
         extra["fitted_with"] = [k for k, _, _ in rows.also]
     if rows.ranges:
         extra["configs"] = len(rows.ranges)
-        extra["dispatch_by_rows"] = [[r[0], r[1] or "inf", r[2]] for r in rows.ranges]
+        extra["dispatch_by_context" if rows.range_kernels else "dispatch_by_rows"] = [
+            [r[0], r[1] or "inf", r[2]] for r in rows.ranges]
         if any(len(r) > 3 and (r[3] or r[4]) for r in rows.ranges):  # and by y (n): (y_min, y_max]
             extra["dispatch_by_n"] = [[r[3], r[4] or "inf"] if len(r) > 3 else [0.0, "inf"] for r in rows.ranges]
         if any(len(r) > 5 and (r[5] or r[6]) for r in rows.ranges):  # and by z (k): [z_min, z_max)
             extra["dispatch_by_k"] = " ".join(f"[{r[5]:g}, {r[6] or math.inf:g})" if len(r) > 5 else "[0, inf)"
                                               for r in rows.ranges)
+        if rows.range_kernels:
+            extra["mape_held_out_by_kernel_pct"] = {
+                k: round(mape(rows.predict(fitted, idx), rows.seconds[idx]), 2) if len(idx) else None
+                for j, k in enumerate(rows.range_kernels) for idx in [held_idx[rows.in_range(j)[held_idx]]]}
+            extra["rows_by_kernel"] = {k: int(rows.in_range(j).sum()) for j, k in enumerate(rows.range_kernels)}
     elif rows.configs > 1:
         extra["configs"] = rows.configs
     if rows.load_ranges and rows.rule:

@@ -147,6 +147,19 @@ KERNEL_CONFIGS = {"sglang_deepgemm_gemm_nt_f8f8bf16": 3}
 # carry x_min = 31 and efficiency.family_curve prices m < 32 by gemm.fp8 (benchmarks/RESULTS.md, 2026-12-02
 # "DeepGEMM's SM90 configuration in the fp8_block fit": 9.25% / 7.83% held out on h200 / h100).
 TILE_RULE = {("sglang_deepgemm_gemm_nt_f8f8bf16", "sm90"): ("deepgemm_sm90", 32.0)}
+# The MLA prefill backend vLLM 0.24.0 runs at each prompt length, by architecture: (isl_min, isl_max,
+# kernel_source), isl_min < isl <= isl_max, 0 open. On SM90 the MLA backend is FLASH_ATTN_MLA, whose metadata
+# builder sets reorder_batch_threshold = 512 ("process small prefills with decode pathway": vllm
+# v1/attention/backends/mla/flashattn_mla.py, FlashAttnMLAMetadataBuilder), so a request of <= 512 new tokens
+# runs the FLASH_ATTN_MLA decode kernel and a longer one the prefill backend, FLASH_ATTN (FA3 varlen); the
+# collector labels each row with the backend that ran it (aiconfigurator collector/vllm/collect_mla_module.py
+# _mla_backend_name: mla_layer.prefill_backend, or attn_backend where num_prefills == 0). The h100_sxm /
+# h200_sxm tables hold FLASH_ATTN_MLA at isl 1-512 and FLASH_ATTN at 1024-32768, each shape timed once
+# (benchmarks/RESULTS.md, 2026-12-02 "MLA prefill on Hopper: both backends vLLM runs"). One curve per range;
+# a kernel's rows outside its range (a shape timed by a backend vLLM does not pick there) are dropped. Serving
+# prices a prefill chunk at its longest context (sim/cost/attention.py), vLLM dispatches by its new tokens:
+# the same for a prompt without a cached prefix. An architecture not listed keeps the kernel with most rows.
+MLA_PREFILL_DISPATCH = {"sm90": ((0.0, 512.0, "FLASH_ATTN_MLA"), (512.0, 0.0, "FLASH_ATTN"))}
 ARCH = {"h100-sxm": "sm90", "h200-sxm": "sm90", "h800": "sm90", "b200": "sm100", "b300": "sm100",
         "gb200-nvl72": "sm100", "gb300-nvl72": "sm100"}  # hardware -> CUDA architecture of its GPU
 
@@ -422,8 +435,8 @@ def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
             & (c["kv_cache_dtype"] == "bfloat16") & (c["gemm_type"] == "bfloat16"))
     if not np.any(base):
         return None
-    kernel = most_rows(c["kernel_source"][base])
-    sel = base & (c["kernel_source"] == kernel)
+    dispatch = MLA_PREFILL_DISPATCH.get(ARCH.get(hw.name, ""), ()) if phase == "prefill" else ()
+    sel, ranges, kernel = dispatched_rows(c["kernel_source"], c[ctx_col].astype(float), base, dispatch)
     model, comp = _mla(2.0)
     heads, batch, ctx = (c[x][sel].astype(float) for x in ("num_heads", "batch_size", ctx_col))
     shapes = np.empty((len(heads), 5))
@@ -435,8 +448,26 @@ def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
     return ClassRows(f"attn.{phase}.mla.bf16", t, c["seconds"][sel], _core_predict("mla", phase, shapes, hw, proj),
                      ATTN_START, ATTN_FIELDS,
                      "DeepSeek-V3, all 128 heads on the rank (DP attention), BF16 MLA, KV and projections; "
-                     "module = attn.proj (gemm curves) + attn.core",
-                     kernel, configs=2, optional=("z_half",))
+                     "module = attn.proj (gemm curves) + attn.core"
+                     + ("; one curve per backend vLLM runs by isl (" + ", ".join(
+                         f"{k} ({lo:g}, {hi or math.inf:g}]" for lo, hi, k in dispatch) + ")" if ranges else ""),
+                     kernel, configs=2, optional=("z_half",), ranges=ranges, x=ctx if ranges else None,
+                     range_kernels=tuple(k for *_, k in dispatch) if ranges else ())
+
+
+def dispatched_rows(kernels: np.ndarray, x: np.ndarray, base: np.ndarray, dispatch) -> tuple[np.ndarray, tuple, str]:
+    """(row selection [N], ClassRows ranges, kernel names) of a table whose rows carry the kernel_source vLLM ran:
+    under `dispatch` ((x_min, x_max, kernel_source) ranges, x_min < x <= x_max, 0 open) every `base` row of each
+    range's kernel inside its range, one range (x_min, x_max, no tile) per kernel; without one, the kernel with
+    most rows (most_rows) and no ranges."""
+    kernels = np.asarray(kernels).astype(str)
+    if not dispatch:
+        kernel = most_rows(kernels[base])
+        return base & (kernels == kernel), (), kernel
+    sel = np.zeros(len(kernels), bool)
+    for lo, hi, k in dispatch:
+        sel |= base & (kernels == k) & (x > lo) & ((x <= hi) if hi else True)
+    return sel, tuple((lo, hi, 0.0) for lo, hi, _ in dispatch), ", ".join(k for *_, k in dispatch)
 
 
 def projection_seconds(model: ModelSpec, tokens, tp, dtype: str, hw, prof: Profile) -> np.ndarray:
