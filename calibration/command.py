@@ -26,6 +26,7 @@ import math
 from rackplan.args import check_writable, refuse_unused
 from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, plan_hash
+from rackplan.specs.profile import BENCH_ERROR_PREFIX
 
 from . import io
 from .opdb import FRAMEWORK, add_table_arguments
@@ -187,7 +188,7 @@ def _from_vllm_bench(args, prof, name, base_ref):
         "method": "each bench's requests replayed through the simulator; Gauss-Newton on log-parameters "
                   "(finite differences) with a log(3) prior around the base; identified = posterior sd < "
                   "prior sd / 3; per-phase scales are op_scale 'op/prefill' and 'op/decode' of every device op"}}
-    fit_error = {**prof.fit_error, **{f"vllm.{k}": abs(v) for k, v in pct(f.after).items()}}
+    fit_error = {**prof.fit_error, **{f"{BENCH_ERROR_PREFIX}{k}": abs(v) for k, v in pct(f.after).items()}}
     summary = {"base_profile": base_ref or prof.name,
                "vllm_bench": {k: f"{f.values[k]:.4g}" + ("" if f.identified[k] else " (not identified: base)")
                               for k in PARAMS},

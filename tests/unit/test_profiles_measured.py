@@ -301,3 +301,15 @@ def test_v4_mhc_on_gb300_matches_the_table_rows():
                        8.0, 8.0 * 4096.0)
     per_layer = step.breakdown()["mhc"] / model.num_layers
     assert per_layer == pytest.approx(0.0190e-3 + 0.0086e-3, rel=0.15)
+
+
+def test_describe_counts_op_classes_apart_from_a_bench_fits_latency_errors():
+    """A `calibrate --vllm-bench` profile's fit_error holds the op classes' MAPE and the bench's
+    |simulated / measured - 1| per latency percentile: the one line names each for what it is."""
+    prof = dataclasses.replace(load_profile("datasheet"), hardware="h200-sxm", fit_error={
+        "gemm.fp8": 5.0, "attn.core": 7.5, "vllm.ttft_p50": 16.2, "vllm.tpot_p50": 6.4})
+    line = prof.describe()
+    assert "fit error (MAPE) 5.0-7.5% over 2 op classes" in line
+    assert "vllm bench error 6.4-16.2% over 2 latency percentiles" in line
+    only_ops = dataclasses.replace(prof, fit_error={"gemm.fp8": 5.0})
+    assert "over 1 op classes" in only_ops.describe() and "bench" not in only_ops.describe()
