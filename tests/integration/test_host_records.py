@@ -36,11 +36,18 @@ def run(tmp_path_factory):
 
 def test_every_step_records_its_host_parts_where_they_run(run):
     _, recs = run
-    by_step = defaultdict(dict)
+    by_step, cpu, wall = defaultdict(dict), defaultdict(float), defaultdict(float)
     for r in recs:
         if r["role"] == "decode" and r["op"].startswith("host.") and r["op"] != "host.exposed":
             by_step[r["step"]].setdefault(r["shape"]["dp_rank"], set()).add(r["op"])
-            assert 0.0 <= r["cpu_s"] <= r["seconds"] * 1.05 + 1e-4  # a thread's CPU time fits in its wall time
+            assert r["cpu_s"] >= 0.0
+            cpu[r["op"]] += r["cpu_s"]
+            wall[r["op"]] += r["seconds"]
+    # a thread's CPU time fits in its wall time, per host part over the run: one record alone can read more
+    # CPU than wall, as the two clocks are read one after the other (on this 2-core VM under load,
+    # thread_time over a ~5 us interval ran up to 126 us ahead of perf_counter, 1 in 3.3 M intervals:
+    # benchmarks/RESULTS.md 2026-12-02 lead), so the bound is on each part's sum
+    assert cpu and all(cpu[op] <= wall[op] * 1.05 + 2e-4 for op in cpu), (dict(cpu), dict(wall))
     assert by_step and all(ranks[0] == {"host.schedule", "host.prepare", "host.dp_sync", "host.sample",
                                         "host.output"} and ranks[1] == {"host.prepare", "host.sample"}
                            for ranks in by_step.values())
