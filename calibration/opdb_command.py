@@ -5,12 +5,16 @@ Nothing is written unless every table reads and every fit succeeds (outputs.writ
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_profile
 
 from .io import utc_date
 from .opdb_import import compact, import_profile, summary_rows
+
+PROGRESS_PREFIX = "calibrate: fitting "  # stderr's progress lines when it is not a terminal (not errors)
 
 
 def run_op_database(args) -> int:
@@ -23,11 +27,19 @@ def run_op_database(args) -> int:
     name = args.name or args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     from rich.console import Console
 
-    con = Console(stderr=True)
+    con, start = Console(stderr=True), time.monotonic()
+
+    def progress(key: str, n: int) -> None:
+        """The class being fitted: a status line on a terminal; elsewhere (a log, CI) one line per class
+        with the time so far (PROGRESS_PREFIX), so a run of many minutes does not stay silent to its end."""
+        status.update(f"fitting {key} ({n} rows)")
+        if not con.is_terminal:
+            print(f"{PROGRESS_PREFIX}{key} ({n} rows), {time.monotonic() - start:.0f} s so far", file=sys.stderr,
+                  flush=True)
+
     with con.status("reading the op database") as status:
         prof, fits = import_profile(args.op_database, args.framework, args.version, hw, base, name,
-                                    args.op_database_root,
-                                    progress=lambda key, n: status.update(f"fitting {key} ({n} rows)"))
+                                    args.op_database_root, progress=progress)
     rows = summary_rows(prof, fits)
     cmd = (f"rackplan calibrate --op-database {args.op_database} --framework {args.framework}"
            + (f" --version {args.version}" if args.version else "") + f" --hardware {hw.name} --base {base.name}")

@@ -16,6 +16,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from rackplan.calibration import opdb, opdb_ops  # noqa: E402
+from rackplan.calibration.opdb_command import PROGRESS_PREFIX  # noqa: E402
 from rackplan.calibration.opdb_import import import_profile  # noqa: E402
 from rackplan.cli import main  # noqa: E402
 from rackplan.sim.cost import efficiency  # noqa: E402
@@ -375,8 +376,21 @@ def test_corrupt_graph_timed_table_is_one_line_exit_2(tmp_path, capsys):
     out = tmp_path / "p.yaml"
     rc = main(["calibrate", "--op-database", "blk", "--op-database-root", str(tmp_path), "--hardware", "gb300-nvl72",
                "--out", str(out)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and not out.exists() and len(err) == 1 and "sglang" in err[0], err
+    lines = capsys.readouterr().err.strip().splitlines()
+    err = [x for x in lines if not x.startswith(PROGRESS_PREFIX)]  # the classes fitted before the bad read
+    assert rc == 2 and not out.exists() and len(err) == 1 and "sglang" in err[0] and lines[-1] == err[0], lines
+
+
+def test_calibrate_off_a_terminal_names_each_class_as_it_fits(root, tmp_path, capsys):
+    """stderr not a terminal (a log, CI): one progress line per class fitted, in order, each with the time so far;
+    stdout keeps the table only."""
+    rc = main(["calibrate", "--op-database", "synth", "--op-database-root", str(root), "--hardware", "gb300-nvl72",
+               "--out", str(tmp_path / "p.yaml")])
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert rc == 0 and lines and all(x.startswith(PROGRESS_PREFIX) and x.endswith(" s so far") for x in lines)
+    assert any(x.startswith(PROGRESS_PREFIX + "gemm.fp8 (") for x in lines)
+    assert PROGRESS_PREFIX not in cap.out
 
 
 def test_package_version_from_the_root_s_environment(tmp_path):
