@@ -87,7 +87,7 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
             if progress:
                 progress(rows.key, len(rows.seconds))
             f, fitted = fit_class(rows, prof)
-            if not _kept(f) and _floor_us(f) > GEMM_FLOOR_MAX_S * 1e6 and framework == "vllm":
+            if not _kept(f) and _on_floor(_floor_us(f)) and framework == "vllm":
                 f, fitted, elsewhere[f.key] = _graph_timed(f, fitted, system, root, hw, prof, progress)
             fits.append(f)
             if _kept(f):
@@ -127,7 +127,7 @@ def class_rows(tables: dict, hw: HardwareSpec, prof: Profile) -> list:
 def _kept(f: ClassFit) -> bool:
     """Whether a fitted class is written: held-out MAPE within REJECT x its target, and not a GEMM table on a
     per-call floor (GEMM_FLOOR_MAX_S)."""
-    return f.mape_held <= REJECT * f.target and _floor_us(f) <= GEMM_FLOOR_MAX_S * 1e6
+    return f.mape_held <= REJECT * f.target and not _on_floor(_floor_us(f))
 
 
 def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSpec, prof: Profile, progress=None):
@@ -150,7 +150,7 @@ def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSp
     if progress:
         progress(f"{f.key} ({other} {table.version})", len(rows[0].seconds))
     floor_us = rows[0].notes.get("fastest_row_us", 0.0)
-    if floor_us > GEMM_FLOOR_MAX_S * 1e6:  # refused by the floor rule whatever its fit: not fitted
+    if _on_floor(floor_us):  # refused by the floor rule whatever its fit: not fitted
         return f, fitted, f"{other} {table.version}'s table not taken either (every row >= {floor_us:g} us)"
     g, refit = fit_class(rows[0], prof)
     vllm = (f"the vllm {f.table.version} table times it eagerly (aiconfigurator's vLLM collector: use_cuda_graph "
@@ -161,8 +161,13 @@ def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSp
     if _kept(g):
         return g, refit, (f"measured from {other} {table.version} {table.op}/{table.name} ({rows[0].kernel}, "
                           f"CUDA-graph timed, the kernel vLLM runs on {arch}): {vllm}{rest}")
-    missed = f"its fit missed, {g.mape_held:.1f}% held-out MAPE"
-    return f, fitted, f"{other} {table.version}'s table not taken either ({missed})"
+    return f, fitted, (f"{other} {table.version}'s table not taken either "
+                       f"(its fit missed, {g.mape_held:.1f}% held-out MAPE)")
+
+
+def _on_floor(fastest_row_us: float) -> bool:
+    """The floor rule: a GEMM table whose fastest row (us) takes more than GEMM_FLOOR_MAX_S sits on a per-call floor."""
+    return fastest_row_us > GEMM_FLOOR_MAX_S * 1e6
 
 
 def _floor_us(f: ClassFit) -> float:
@@ -178,7 +183,7 @@ def _dropped(dropped: dict[str, ClassFit], elsewhere: dict[str, str]) -> dict[st
         cls, _, dtype = key.partition(".")
         family = DTYPE_FAMILY.get(dtype)
         to = f"the {cls}.{family} curve (dtype family)" if family else "the base profile's scalar fields"
-        if _floor_us(f) > GEMM_FLOOR_MAX_S * 1e6:
+        if _on_floor(_floor_us(f)):
             out[key] = (f"{to}: every row of its table takes >= {_floor_us(f):g} us (a per-call floor, not a kernel "
                         f"time; > {GEMM_FLOOR_MAX_S * 1e6:g} us), held-out MAPE {f.mape_held:.1f}%"
                         + (f"; {elsewhere[key]}" if key in elsewhere else ""))

@@ -19,6 +19,14 @@ from .fit import Fitter
 from .robust import mape
 from .samples import StepSample
 
+# the serving keys' prefix of each replayed `vllm bench serve` file: vllm for the first, vllm1, vllm2, ... after
+BENCH_TAG = re.compile(r"vllm\d*")
+
+
+def bench_tag(i: int) -> str:
+    """The serving-key prefix of the i-th --vllm-bench file (BENCH_TAG)."""
+    return "vllm" if i == 0 else f"vllm{i}"
+
 
 @dataclass
 class Report:
@@ -40,7 +48,7 @@ class Report:
         # colocated runs: the executor's lockstep engine priced by the cost model; separate
         # instances: the simulator itself (the plan as planned is what ran)
         reading = "lockstep" if "lockstep.ttft_p50_err" in self.serving else "simulator"
-        benches = sorted({k.split(".", 1)[0] for k in self.serving if re.fullmatch(r"vllm\d*", k.split(".", 1)[0])})
+        benches = sorted({k.split(".", 1)[0] for k in self.serving if BENCH_TAG.fullmatch(k.split(".", 1)[0])})
         for key in (f"{tag}.{stat}" for tag in [reading] + benches for stat in ("ttft_p50", "tpot_p50")):
             if f"{key}_err" in self.serving:  # every bench (vllm, vllm1, ...), not only the first
                 out[key] = abs(self.serving[f"{key}_err"]) * 100

@@ -30,7 +30,7 @@ from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, re
 from . import io
 from .opdb import FRAMEWORK, add_table_arguments
 from .samples import step_samples
-from .validate import Report, compare_serving, compare_steps, compare_vllm_bench
+from .validate import Report, bench_tag, compare_serving, compare_steps, compare_vllm_bench
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,7 +123,7 @@ def _vllm_bench(plan, paths: list[str], profiles: list) -> tuple[dict[str, float
     out: dict[str, float] = {}
     table: dict = {"columns": [label for label, _ in columns], "replayed": {}, "rows": []} if paths else {}
     for i, path in enumerate(paths):
-        tag = "vllm" if i == 0 else f"vllm{i}"
+        tag = bench_tag(i)
         summary = read_summary(path, plan)  # a run without --save-detailed: replayed at its means
         bench = read_bench(path, plan) if summary["detailed"] else summary
         got = [compare_vllm_bench(plan, bench, prof) for _, prof in columns]  # one per column
