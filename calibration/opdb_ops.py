@@ -276,9 +276,11 @@ def _moe_model(h: int, inter: int, topk: int, experts: int, dt: str) -> ModelSpe
     return dataclasses.replace(base, hidden_size=h, moe=moe, dtypes=dts)
 
 
-def expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows) -> list[ClassRows]:
     """experts.<dtype>: one EP rank's routed experts for balanced routing (no MoE TP), priced as
-    step.py's moe.experts: T tokens enter, T top_k / ep pairs land on the rank's E / ep experts."""
+    step.py's moe.experts: T tokens enter, T top_k / ep pairs land on the rank's E / ep experts.
+    `pick(kernel_sources) -> kernel_source` chooses the kernel whose rows a dtype's class takes (the one
+    with most rows; benchmarks/opdb_dropped_kernels.py passes others, to price the rows left out)."""
     t = tables.get("moe_perf")
     if t is None:
         return []
@@ -287,7 +289,7 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
     base = (c["distribution"] == "balanced") & (c["moe_tp_size"] == 1)
     for tdt in sorted(set(c["moe_dtype"][base].astype(str)) & set(TABLE_DTYPE)):
         dt = TABLE_DTYPE[tdt]
-        kernel = most_rows(c["kernel_source"][base & (c["moe_dtype"] == tdt)])
+        kernel = pick(c["kernel_source"][base & (c["moe_dtype"] == tdt)])
         sel = base & (c["moe_dtype"] == tdt) & (c["kernel_source"] == kernel)
         shape = np.array([_expert_shape(*r, dt) for r in zip(*(c[x][sel] for x in (
             "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")))])  # [N, 5]

@@ -689,3 +689,20 @@ def test_versions_whose_numbers_tie_do_not_take_the_listing_order(tmp_path, monk
     real = type(tmp_path).iterdir
     monkeypatch.setattr(type(tmp_path), "iterdir", lambda self: iter(listing(list(real(self)))))
     assert opdb._versions(tmp_path) == ["1.2.0", "1.3.0.dev1", "1.3.0rc1"]
+
+
+def test_expert_rows_take_the_kernel_with_most_rows_unless_picked(tmp_path):
+    """A moe_perf table holding two kernels of one dtype: the class takes the kernel with most rows (20 of
+    32 here), and `pick` (benchmarks/opdb_dropped_kernels.py) selects the other one's 12 rows instead."""
+    t = np.array([2.0 ** i for i in range(4, 20)])  # [16] tokens
+    n = len(t)
+    cols = {"kernel_source": ["a_trtllm"] * 20 + ["b_cutlass"] * 12, "moe_dtype": ["fp8"] * 32,
+            "num_tokens": np.concatenate([t, t[:4], t[:12]]).astype(int), "hidden_size": [4096] * 32,
+            "inter_size": [1536] * 32, "topk": [8] * 32, "num_experts": [128] * 32, "moe_tp_size": [1] * 32,
+            "moe_ep_size": [1] * (n + 4) + [8] * 12, "distribution": ["balanced"] * 32, "latency": [50.0] * 32}
+    _write(tmp_path, "k2", "moe", "0.24.0", "moe_perf", cols)
+    hw, tables = load_hardware("b200"), opdb.locate(tmp_path, "k2")
+    kept = [r for r in opdb_ops.expert_rows(tables, hw) if r.key == "experts.fp8"][0]
+    assert (kept.kernel, len(kept.seconds)) == ("a_trtllm", 20)
+    other = [r for r in opdb_ops.expert_rows(tables, hw, lambda values: "b_cutlass") if r.key == "experts.fp8"][0]
+    assert (other.kernel, len(other.seconds)) == ("b_cutlass", 12)
