@@ -10,20 +10,20 @@ predicted / measured (median, p10, p90) and the MAPE over every row, kept kernel
 """
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
 from rackplan.calibration import opdb, opdb_ops
 from rackplan.specs import load_hardware, load_profile
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from opdb_stability import system_parser  # noqa: E402
+
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--system", default="h200_sxm")
-    p.add_argument("--hardware", default="h200-sxm")
-    p.add_argument("--profile", default="h200-sxm-vllm", help="the committed profile that prices the rows")
-    p.add_argument("--op-database-root", required=True)
+    p = system_parser(__doc__, "h200_sxm", "h200-sxm", "h200-sxm-vllm", "the committed profile that prices the rows")
     a = p.parse_args()
     table = opdb.locate(opdb.data_root(a.op_database_root), a.system)["moe_perf"]
     hw, prof = load_hardware(a.hardware), load_profile(a.profile)

@@ -20,12 +20,18 @@ from rackplan.calibration import opdb, opdb_fit, opdb_ops
 from rackplan.specs import load_hardware, load_profile
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--system", default="gb300")
-    p.add_argument("--hardware", default="gb300-nvl72")
-    p.add_argument("--profile", default="gb300-nvl72-vllm", help="profile supplying every other curve")
+def system_parser(doc: str, system: str, hardware: str, profile: str, profile_help: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark over one system's op-database tables and a committed profile."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--system", default=system)
+    p.add_argument("--hardware", default=hardware)
+    p.add_argument("--profile", default=profile, help=profile_help)
     p.add_argument("--op-database-root", required=True)
+    return p
+
+
+def main() -> None:
+    p = system_parser(__doc__, "gb300", "gb300-nvl72", "gb300-nvl72-vllm", "profile supplying every other curve")
     p.add_argument("--perturb", choices=("none", "data-ulp", "start-ulp"), default="none")
     p.add_argument("--starts", help="decades the multi-start shifts (default: opdb_fit.STARTS)")
     p.add_argument("--only", help="comma-separated classes (default: every experts.* class)")
