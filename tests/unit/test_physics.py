@@ -233,6 +233,22 @@ def test_dspark_drafter_reads_its_rank_share_of_3_active_experts():
     assert op.bytes < 1e9  # the old pricing read 3 x 14.4 GB
 
 
+def test_dspark_drafter_at_one_sequence_reads_only_the_experts_its_rows_pick():
+    # The single-user TP4 layout, one sequence proposing a 5-token block: 5 draft rows, each picking 3 of a
+    # stage's 128 experts, so an expert is hit with 1 - (1 - 3/128)^5 = 0.1119 and a rank holding 128 / ep
+    # of them reads 0.1119 x 128 / ep of them (3.58 at EP 4), not all: the hit chance, not only the pairs.
+    lay = Layout("both", dp=1, tp=4, speculation=Speculation(5, 3.5))
+    op = ops_of(decode_step(CostContext(V41, GB300, lay, PROF), 1, 9000.0))["draft"]
+    wb, ep, tp, rows = 1 + 1 / 32, lay.ep_size, lay.tp, 5
+    hit = 1 - (1 - 3 / 128) ** rows
+    distinct = max(128 / ep * hit, 1.0)
+    pairs = rows * 3 / ep
+    stage = ((0.27e9 - 3 * 35.39e6) / tp * wb + 2 * rows * 5120 * 2
+             + distinct * 35.39e6 * wb / lay.moe_tp + 3 * pairs * 5120 * 2)
+    assert hit == pytest.approx(0.1119, abs=1e-4)
+    assert op.bytes == pytest.approx(3 * stage)
+
+
 # -- memory: offload, memory fraction, pipeline stages ---------------------------------------------------
 def test_offloaded_weights_leave_hbm_and_stream_back():
     # V4.1 DEP2 prefill on GB300 offloading 60 GB per GPU: 60 GB less in HBM; every forward streams
