@@ -10,12 +10,18 @@ model with its `model_overrides`, its first decode or aggregated layout, its wor
 decode context), side by side, under one profile (the first case hardware's default, or
 --profile): e.g. the V3.2 GB300 TP2 and TP4 instances of the vLLM post.
 
+With --plan it prices a plan's first decode (or aggregated) layout under its own model, hardware, profile
+and workload, one column per NVLink bandwidth of --scaleup-gbps (the hardware's scaleup_bw replaced), so
+the ops a link what-if moves (moe.dispatch, moe.combine) show next to those it does not.
+
 Run:  python benchmarks/decode_ops.py [--dp 16] [--mtp 1] [--batch 1 8 32 64 128]
       python benchmarks/decode_ops.py --case v32-gb300-mixed-tp2 --case v32-gb300-mixed-tp4-fp8 --batch 64 512
+      python benchmarks/decode_ops.py --plan q/plan.yaml --scaleup-gbps 450 900 1800 --batch 64
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -24,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy_cases import load_cases, resolve  # noqa: E402
 
 from rackplan.sim.cost.step import CostContext, decode_step  # noqa: E402
-from rackplan.specs import SpecError, load_hardware, load_model, load_profile, load_workload  # noqa: E402
+from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, load_workload  # noqa: E402
 from rackplan.specs.layout import Layout, Speculation  # noqa: E402
 
 
@@ -58,6 +64,18 @@ def _case_columns(ids: list[str], profile: str | None) -> tuple[str, list[tuple[
     return f"decode step under {prof.name}, each case at its mean decode context", cols
 
 
+def _plan_columns(path: str, gbps: list[float] | None) -> tuple[str, list[tuple[str, CostContext, float]]]:
+    """(label, columns) for a plan's first decode or aggregated layout: one column per NVLink GB/s."""
+    plan = load_plan(path)
+    model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    prof, wl = load_profile(plan.profile or hw.default_profile), load_workload(plan.workload or "isl4k-osl1k")
+    lay = (plan.decode or plan.aggregated)[0]
+    ctx = wl.isl.expected + wl.osl.expected / 2
+    hws = [dataclasses.replace(hw, scaleup_bw=g * 1e9) for g in gbps] if gbps else [hw]
+    cols = [(f"{h.scaleup_bw / 1e9:g} GB/s", CostContext(model, h, lay, prof, wl.routing_skew), ctx) for h in hws]
+    return f"{plan.model} {lay.tag} decode on {plan.hardware} under {prof.name}, context {ctx:,.0f}", cols
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="decode_ops.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="deepseek-v3")
@@ -69,10 +87,17 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     p.add_argument("--profile", action="append", help="profile names (default: datasheet and the hardware's)")
     p.add_argument("--case", action="append", help="accuracy case ids to price side by side (one profile)")
+    p.add_argument("--plan", help="a plan YAML: its first decode layout under its own specs")
+    p.add_argument("--scaleup-gbps", type=float, nargs="+", help="with --plan: one column per NVLink GB/s (one way)")
     args = p.parse_args(argv)
-    if args.case:
+    if args.scaleup_gbps and not args.plan:
+        print("error: --scaleup-gbps: expected --plan with it (the bandwidths replace that plan's hardware's)",
+              file=sys.stderr)
+        return 2
+    if args.case or args.plan:
         try:
-            label, cols = _case_columns(args.case, (args.profile or [None])[0])
+            label, cols = (_plan_columns(args.plan, args.scaleup_gbps) if args.plan
+                           else _case_columns(args.case, (args.profile or [None])[0]))
         except SpecError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

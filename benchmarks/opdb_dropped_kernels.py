@@ -28,6 +28,7 @@ def main() -> None:
     table = opdb.locate(opdb.data_root(a.op_database_root), a.system)["moe_perf"]
     hw, prof = load_hardware(a.hardware), load_profile(a.profile)
     kernels = sorted(set(opdb.read(table)["kernel_source"].astype(str)))
+    kept = {(c.key, c.kernel) for c in opdb_ops.expert_rows({"moe_perf": table}, hw)}  # what calibrate fits
     print(f"{a.system} moe_perf ({table.version}) priced by {a.profile}")
     print("| class | kernel | kept? | rows | median | p10 | p90 | MAPE |\n|---|---|---|---|---|---|---|---|")
     for k in kernels:
@@ -36,9 +37,9 @@ def main() -> None:
         for cr in opdb_ops.expert_rows({"moe_perf": table}, hw, pick):
             if cr.kernel != k:
                 continue
-            kept = any(c.kernel == k for c in opdb_ops.expert_rows({"moe_perf": table}, hw) if c.key == cr.key)
             r = cr.predict(prof, np.arange(len(cr.seconds))) / cr.seconds  # predicted / measured [N]
-            print(f"| {cr.key} | {k} | {'kept' if kept else 'dropped'} | {len(r)} | {np.median(r):.3f} | "
+            state = "kept" if (cr.key, k) in kept else "dropped"
+            print(f"| {cr.key} | {k} | {state} | {len(r)} | {np.median(r):.3f} | "
                   f"{np.percentile(r, 10):.3f} | {np.percentile(r, 90):.3f} | {np.mean(np.abs(r - 1)) * 100:.1f}% |")
 
 

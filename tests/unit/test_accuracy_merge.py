@@ -87,6 +87,18 @@ def test_decode_ops_prices_cases_side_by_side(capsys):
     assert decode_ops.main(["--case", "no-such-case"]) == 2
 
 
+def test_decode_ops_prices_a_plan_at_several_nvlink_bandwidths(capsys):
+    # the reference plan's DEP64 decode at 450 and 900 GB/s: the all-to-all moves with the link, the experts do not
+    import decode_ops
+
+    assert decode_ops.main(["--plan", "v41-flash-gb300-nvl72", "--scaleup-gbps", "450", "900", "--batch", "8"]) == 0
+    rows = {line.split()[0]: [float(x) for x in line.split()[1:]] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("   ")}
+    assert rows["moe.dispatch"][0] > rows["moe.dispatch"][1]
+    assert rows["moe.experts"][0] == rows["moe.experts"][1]
+    assert decode_ops.main(["--scaleup-gbps", "450"]) == 2
+
+
 def test_moe_tp_check_runs_on_the_op_database(capsys):
     pytest.importorskip("aiconfigurator_core")
     import moe_tp_check
