@@ -51,7 +51,7 @@ def priced(hw_name: str, dtype: str, moe_tp: int, tokens: int) -> float:
                                                                  expert_compute=compute))
     lay = Layout(role="both", dp=1, tp=moe_tp, expert_parallel=False)
     sm = CostContext(model, hw, lay, load_profile(hw.default_profile)).step_model
-    t_exp, t_route = sm._price_moe(float(tokens), float(tokens), 1, "low_latency", "decode", 0.0)[:2]
+    t_exp, t_route = sm._price_moe(float(tokens), float(tokens), 1, "low_latency", "decode", 0.0)[1:3]
     return t_exp + t_route
 
 
