@@ -26,7 +26,7 @@ HOLDOUT = 0.25  # fraction of each class's rows held out of the fit
 SEED = 0
 BOUNDS = {"eff_max": (1e-4, 1.0), "x_half": (0.0, 1e7), "y_half": (0.0, 1e15), "z_half": (0.0, 1e7),
           "work_half": (0.0, 1e18), "sharpness": (1.0, 8.0), "tiles_half": (0.0, 1e4),
-          "pad_cost": (0.0, 10.0)}
+          "pad_cost": (0.0, 10.0), "row_half": (0.0, 1e9), "chunk_half": (0.0, 1e9)}
 # held-out MAPE (%) each class must reach (issue 13): GEMMs and attention 10, MoE and communication 15
 TARGETS = {"gemm": 10.0, "attn": 10.0, "experts": 15.0, "allreduce": 15.0, "a2a": 15.0, "quantize": 15.0,
            "mhc": 15.0}
