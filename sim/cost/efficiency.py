@@ -41,6 +41,10 @@ configuration choice), which needs the GPU's SM count (`sms`, HardwareSpec.num_s
   tile_rule    the rule's padded work over m and n (the tiles it picks for (m, n, k)) is the pad term
   rule_group   the curve holds only the shapes the rule puts in this configuration group (0: every group)
 
+A curve's row term (Curve.row_half, chunk_half per z_chunk of z) is work each row of x does whatever y, beside the
+y- and z-terms (a weight GEMM: seconds per row of m at every n; vLLM's per-tensor FP8 linear, calibration/opdb_ops.py
+FP8_ROW_CHUNK); it is worked out once per op in `bind`, 0 for a curve without it.
+
 A GEMM of a dtype whose own curves hold only some shapes (ranges, a rule_group) and which none of them holds is
 priced by the dtype family's curves (`family_curve`: gemm.fp8_block on SM90 at m < 32 by gemm.fp8).
 """
