@@ -40,6 +40,7 @@ STAT_SD = 0.02  # assumed spread of a measured statistic (log units): 2%
 PRIOR_SD = math.log(3.0)  # a parameter rarely sits more than 3x from its base value
 FD_STEP = 0.05  # finite-difference step (log units)
 MAX_ITER = 8
+LM_DAMPING = (0.0, 1.0, 10.0)  # Gauss-Newton first, then damped towards the gradient (_step)
 
 
 @dataclass(frozen=True)
@@ -231,16 +232,21 @@ def _cost(r: np.ndarray, z: np.ndarray) -> float:
 
 
 def _step(obj: _Objective, z: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One damped Gauss-Newton step with the prior; returns (z, r, normal matrix)."""
+    """One damped Gauss-Newton step with the prior; returns (z, r, normal matrix). Where no halving of the
+    Gauss-Newton step lowers the cost (parameters the statistics barely tell apart, e.g. host time and the
+    prefill scale both in TTFT, whose finite-difference columns the simulation's noise can turn), the step is
+    damped towards the gradient (Levenberg-Marquardt: A + lam diag(A)), which lowers it for a large enough lam."""
     J = obj.jacobian(z, r)
     A = J.T @ J / STAT_SD ** 2 + np.eye(len(z)) / PRIOR_SD ** 2
-    dz = np.clip(-np.linalg.solve(A, J.T @ r / STAT_SD ** 2 + z / PRIOR_SD ** 2), -0.7, 0.7)
-    for _ in range(4):  # halve until the cost falls
-        zn = z + dz
-        rn = obj(zn)
-        if _cost(rn, zn) < _cost(r, z):
-            return zn, rn, A
-        dz = dz / 2
+    g = J.T @ r / STAT_SD ** 2 + z / PRIOR_SD ** 2
+    for lam in LM_DAMPING:
+        dz = np.clip(-np.linalg.solve(A + lam * np.diag(np.diag(A)), g), -0.7, 0.7)
+        for _ in range(4):  # halve until the cost falls
+            zn = z + dz
+            rn = obj(zn)
+            if _cost(rn, zn) < _cost(r, z):
+                return zn, rn, A
+            dz = dz / 2
     return z, r, A
 
 

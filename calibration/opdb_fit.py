@@ -26,7 +26,10 @@ HOLDOUT = 0.25  # fraction of each class's rows held out of the fit
 SEED = 0
 BOUNDS = {"eff_max": (1e-4, 1.0), "x_half": (0.0, 1e7), "y_half": (0.0, 1e15), "z_half": (0.0, 1e7),
           "work_half": (0.0, 1e18), "sharpness": (1.0, 8.0), "tiles_half": (0.0, 1e4),
-          "pad_cost": (0.0, 10.0)}
+          "pad_cost": (0.0, 10.0), "row_half": (0.0, 1e9), "chunk_half": (0.0, 1e9)}
+# what a range with fewer fit rows than its free fields fits without (_fit_ranges): its padded rows priced as real
+# ones and no per-row cost (Curve pad_cost, row_half, chunk_half; z_chunk goes with chunk_half)
+SPARSE_OFF = {"pad_cost": 0.0, "row_half": 0.0, "chunk_half": 0.0, "z_chunk": 0.0}
 # held-out MAPE (%) each class must reach (issue 13): GEMMs and attention 10, MoE and communication 15
 TARGETS = {"gemm": 10.0, "attn": 10.0, "experts": 15.0, "allreduce": 15.0, "a2a": 15.0, "quantize": 15.0,
            "mhc": 15.0}
@@ -233,23 +236,25 @@ def _fit_ranges(rows: ClassRows, prof: Profile, fit_idx) -> tuple[Profile, float
     """Configurations dispatched by x (y, z), or regimes of work: each range's curve fitted alone on the fit
     rows in its range (no other curve prices them), then all of them written into `prof` (the class has no
     `also` or scalars here); the fit-set MAPE over all fit rows. A range with fewer fit rows than its
-    parameters (a small table; an all-reduce regime of three message sizes) starts from the range before it
-    and fits the first of `sparse_free`, as many as it has fit rows (eff_max alone by default; nothing with no
-    rows): a curve is never fitted on fewer rows than it has parameters, where the optimum is not unique and
-    which one is found depends on the machine's arithmetic."""
+    parameters (a small table; an all-reduce regime of three message sizes) starts from the range before it (the
+    first range: from the class's start) and fits the first of `sparse_free`, as many as it has fit rows (eff_max
+    alone by default; nothing with no rows), and first drops the padded-row and per-row costs (SPARSE_OFF) where
+    that leaves enough: a curve is never fitted on fewer rows than it has parameters, where the optimum is not
+    unique and which one is found depends on the machine's arithmetic."""
     curves = []
     for j in range(len(rows.ranges or rows.regimes)):
         one = dataclasses.replace(rows, ranges=(rows.ranges[j],)) if rows.ranges else \
             dataclasses.replace(rows, regimes=(rows.regimes[j],))
         idx = fit_idx[rows.in_range(j)[fit_idx]]
-        if "pad_cost" in one.free and len(idx) < len(one.free):  # too few rows for the padded-row cost too:
-            one = dataclasses.replace(one, free=tuple(f for f in one.free if f != "pad_cost"),  # priced as real rows
-                                      start=dataclasses.replace(one.start, pad_cost=0.0))
-        if len(idx) < len(one.free) and curves:
-            bounds = {f: getattr(one.parts()[0][2], f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max",
-                                                                 "z_min", "z_max", "work_min", "work_max")}
-            one = dataclasses.replace(one, start=dataclasses.replace(curves[-1], **bounds), regimes=(),
-                                      free=rows.sparse_free[:len(idx)])
+        if len(idx) < len(one.free) and set(SPARSE_OFF) & set(one.free):  # too few rows for the padded-row and
+            one = dataclasses.replace(one, free=tuple(f for f in one.free if f not in SPARSE_OFF),  # per-row costs
+                                      start=dataclasses.replace(one.start, **SPARSE_OFF))  # too: priced without
+        if len(idx) < len(one.free):
+            own = one.parts()[0][2]
+            bounds = {f: getattr(own, f) for f in ("x_min", "x_max", "x_tile", "y_min", "y_max", "z_min", "z_max",
+                                                   "work_min", "work_max")}
+            one = dataclasses.replace(one, start=dataclasses.replace(curves[-1] if curves else own, **bounds),
+                                      regimes=(), free=rows.sparse_free[:len(idx)])
         fitted = _fit(one, prof, idx)[0] if one.free else \
             dataclasses.replace(prof, curves={**prof.curves, rows.key: (one.start,)})
         curves += fitted.curves[rows.key]

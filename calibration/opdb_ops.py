@@ -72,12 +72,20 @@ ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness",
 # configuration's curve fits `pad_cost` (Curve: what a padded row costs beyond a real one, in real rows)
 # instead of pricing padded rows as real ones (pad_cost 0). The mechanism inside the kernel is not known
 # here (benchmarks/RESULTS.md, 2026-12-01 "padded rows priced apart"); the tile sizes it pads to are sourced.
+# m = 1 on SM100 has its own curve, (0, 1], beside the m <= 16 configuration's (1, 16]: measured, not a dispatch. On
+# all four SM100 tables (b200, gb200, gb300, b300) an m = 1 row is slower than m = 2 at nearly every (n, k) by a
+# near-constant amount, median 13.6 us on b200 (10-90%: 0.4-16.1), 16.1 on gb200 (14.3-18.3), 15.7 on gb300, 13.6
+# on b300, where h200 and h100 show -0.3 and -0.2 (benchmarks/RESULTS.md, 2026-12-02 "the SM100 fp8 dispatch in
+# full"); vLLM's CutlassFP8ScaledMMLinearKernel, _custom_ops.cutlass_scaled_mm, c3x/scaled_mm_helper.hpp and the
+# SM100 dispatch send m = 1 and m = 2 to the same configuration (M16_swap_ab), so the mechanism is unsourced. One
+# rule for every SM100 system; the priced m = 1 rows: 58-64% held-out MAPE as the m <= 16 curve's, 4-5% (b200 18%)
+# on their own (benchmarks/RESULTS.md, 2026-12-06 "a per-row cost in vLLM's per-tensor FP8 linear").
 SM90_FP8_N_SPLIT = 1280.0  # n <= 1280: the M16_N1280 / M64_N1280 configurations (scaled_mm_sm90_fp8_dispatch.cuh)
 SM100_FP8_K_SPLIT = 4096.0  # m == 64 and k < 4096: sm100_fp8_config_M64, unswapped (scaled_mm_sm100_fp8_dispatch.cuh)
 FP8_DISPATCH = {"sm90": ((0.0, 16.0, 32.0, 0.0, SM90_FP8_N_SPLIT), (0.0, 16.0, 16.0, SM90_FP8_N_SPLIT, 0.0),
                          (16.0, 64.0, 64.0, 0.0, SM90_FP8_N_SPLIT), (16.0, 64.0, 64.0, SM90_FP8_N_SPLIT, 0.0),
                          (64.0, 128.0, 128.0, 0.0, 0.0), (128.0, 0.0, 256.0, 0.0, 0.0)),
-                "sm100": ((0.0, 16.0, 32.0, 0.0, 0.0, 0.0, 0.0),
+                "sm100": ((0.0, 1.0, 32.0, 0.0, 0.0, 0.0, 0.0), (1.0, 16.0, 32.0, 0.0, 0.0, 0.0, 0.0),
                           (16.0, 63.0, 64.0, 0.0, 0.0, 0.0, 0.0),
                           (63.0, 64.0, 64.0, 0.0, 0.0, SM100_FP8_K_SPLIT, 0.0),
                           (63.0, 64.0, 64.0, 0.0, 0.0, 0.0, SM100_FP8_K_SPLIT),
@@ -91,10 +99,25 @@ FP8_DISPATCH = {"sm90": ((0.0, 16.0, 32.0, 0.0, SM90_FP8_N_SPLIT), (0.0, 16.0, 1
 # (benchmarks/RESULTS.md, 2026-12-01 "the SM90 dispatch by n, and b200's outlier rows"). A row more than
 # SCREEN_RATIO x that median is screened out of the fit and of the held-out score (the seeded split is
 # drawn over every row first, so no other row changes side); m = 1 is left alone (on Blackwell every m = 1
-# row is slower than m = 2 at nearly every (n, k), by a near-constant 14-16 us on gb200, gb300 and b300: a
-# step, not scatter, and unsourced: vLLM's CutlassFP8ScaledMMLinearKernel, _custom_ops.cutlass_scaled_mm,
-# c3x/scaled_mm_helper.hpp and the SM100 dispatch send m = 1 and m = 2 to the same configuration, so it is
-# not modelled; benchmarks/RESULTS.md, 2026-12-02 "the SM100 fp8 dispatch in full").
+# row is slower than m = 2 by a near-constant 14-16 us: a step, not scatter, priced by its own curve above).
+# A per-row cost in every per-tensor FP8 table (the whole linear the collector times: vLLM's static activation
+# quantisation, then cutlass_scaled_mm; aiconfigurator collector/vllm/collect_gemm.py, RowParallelLinear.forward
+# in a CUDA graph): at n = 256 the time grows in m at a slope (ns per row, m >= 4096, fitted by least squares)
+# that is flat from k = 256 to 2048 and steps up after every 2048 of k, 6.2 / 10.0 / 13.8 / 17.5 / 21.2 / 24.9 /
+# 32.1 / 93 / 118 ns at ceil(k / 2048) = 1, 2, 3, 4, 5, 6, 8, 25, 32 on gb200 (2.4 + 3.7 x ceil(k / 2048)); the
+# same steps between k = 2048 | 2560, 4096 | 5120 and 6144 | 7168 on b200, gb300, b300 and h200 (h200: 7.3 ns at
+# k <= 2048); the BF16 table (torch's linear) has 0.1 ns per row there and the NVFP4 one 0.6. A GEMM's own
+# terms (Curve x_half: n k, y_half: m k, z_half: m n) have nothing linear in m alone, so the fitted curves priced
+# those rows 20-50% fast at small k and small n and 5-20% slow at large n (gb200 held-out MAPE 9.51% at
+# m > 256: 10.5%). Each configuration's curve fits a row term, row_half + chunk_half x ceil(k / FP8_ROW_CHUNK)
+# per row (rackplan.specs.Curve). The mechanism is unsourced: the step width is not the static quantisation
+# kernel's (csrc/quantization/w8a8/fp8/common.cu, static_scaled_fp8_quant: a block of 256 threads per row, 16
+# elements each, 4096 a loop), and the op database's own timing of that kernel (scale_matrix_perf, 0.24.0) has
+# no steps and 0.6-1.3 ns per row, so FP8_ROW_CHUNK is the width measured on all six tables; 1024 and 4096
+# fit worse (benchmarks/RESULTS.md, 2026-12-06 "a per-row cost in vLLM's per-tensor FP8 linear").
+FP8_ROW_CHUNK = 2048.0  # k per step of the per-row cost: measured (above), unsourced
+FP8_ROW_START = {"row_half": 1e6, "chunk_half": 1e6, "z_chunk": FP8_ROW_CHUNK}  # FLOPs per row at the peak
+FP8_ROW_FIELDS = ("row_half", "chunk_half")
 SCREEN_M = (2.0, 16.0)  # m range of same-configuration neighbours (FP8_DISPATCH's m <= 16 configuration)
 SCREEN_RATIO = 1.25  # above every other system's largest ratio (1.22) but h200's one row
 SCREEN_MIN_NEIGHBOURS = 8  # a median of at least half the configuration's 15 rows
@@ -211,8 +234,8 @@ def gemm_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
         m, n, k = (c[x][sel].astype(float) for x in "mnk")
         kernels = ", ".join(sorted(set(c["kernel_source"][sel].astype(str))))
         ranges = FP8_DISPATCH.get(ARCH.get(hw.name, ""), ()) if kernels == "CutlassFP8ScaledMMLinearKernel" else ()
-        start, free = (dataclasses.replace(GEMM_START, pad_cost=1.0), ALL_FIELDS + ("pad_cost",)) if ranges \
-            else (GEMM_START, ALL_FIELDS)
+        start, free = (dataclasses.replace(GEMM_START, pad_cost=1.0, **FP8_ROW_START), ALL_FIELDS + ("pad_cost",)
+                       + FP8_ROW_FIELDS) if ranges else (GEMM_START, ALL_FIELDS)
         seconds = c["seconds"][sel]
         rule = TILE_RULE.get((kernels, ARCH.get(hw.name, "")))
         if rule is not None:

@@ -48,7 +48,8 @@ class Curve:
     """Efficiency of one op class over shape: the fraction of a peak (FLOP/s, HBM or link B/s) it
     reaches, saturating in a shape measure x and in the work of one kernel:
 
-        eff = eff_max * occ / ((pad^q + (x_half/x)^q + (y_half/y + z_half/z)^q)^(1/q) + work_half/work)
+        eff = eff_max * occ / ((pad^q + (x_half/x)^q + (y_half/y + z_half/z)^q)^(1/q) + work_half/work + row/(y z))
+        row = row_half + chunk_half * ceil(z/z_chunk)  (chunk_half 0 without a z_chunk)
         occ = tiles / (tiles + tiles_half),  tiles = ceil(x/128) * ceil(y/128)
         pad = (x_pad + pad_cost * (x_pad - x)) / x,  x_pad = ceil(x/x_tile) * x_tile  (1 without x_tile)
         pad = 1 + pad_cost * (work_pad - 1)  under a tile_rule, work_pad its padded work over m and n
@@ -73,6 +74,10 @@ class Curve:
     shape costs beyond the peak rate (a GEMM's weight reads at small m, its activation traffic at
     small n or k, a kernel's fixed latency at small work); q blends the x and y/z terms between a
     sum (q = 1) and a max (q large). A zero half (or an unknown shape, 0) drops its term.
+    The row term is work done per row of x whatever y, in FLOP units of the same peak (a weight GEMM:
+    x seconds = 2 x row / (peak eff_max occ)): row_half per row, and chunk_half per row for every z_chunk of z
+    it loops over (vLLM's per-tensor FP8 linear, whose tables hold a per-row cost stepping every 2048 of k:
+    calibration/opdb_ops.py FP8_ROW_CHUNK); 0 (the default) leaves the curve as it was.
     """
 
     eff_max: float
@@ -98,12 +103,17 @@ class Curve:
     # fp8_gemm_nt picks per (m, n, k) on the GPU's SMs; "": none): its padded work is the pad term
     tile_rule: str = ""
     rule_group: int = 0  # ... and the curve prices only the shapes the rule puts in this group (0: every group)
+    # work per row of x whatever y, in FLOPs at the curve's peak: fixed, and per z_chunk of z (0: none; above)
+    row_half: float = 0.0
+    chunk_half: float = 0.0
+    z_chunk: float = 0.0  # the z a step of chunk_half covers (0: none; needs chunk_half, and chunk_half needs it)
 
     def __post_init__(self):
         cap = REGIME_EFF_MAX if self.work_min or self.work_max else 1.0
         check(0 < self.eff_max <= cap, "eff_max", f"a fraction in (0, {cap:g}]", self.eff_max)
         for name in ("x_half", "y_half", "z_half", "work_half", "tiles_half", "x_tile", "pad_cost", "x_min", "x_max",
-                     "y_min", "y_max", "work_min", "work_max", "load_min", "load_max", "z_min", "z_max"):
+                     "y_min", "y_max", "work_min", "work_max", "load_min", "load_max", "z_min", "z_max", "row_half",
+                     "chunk_half", "z_chunk"):
             non_negative(getattr(self, name), name)
         check(0.5 <= self.sharpness <= 20.0, "sharpness", "a blend exponent in [0.5, 20]", self.sharpness)
         check(not self.x_max or self.x_max > self.x_min, "x_max", f"above x_min ({self.x_min}) or 0", self.x_max)
@@ -113,6 +123,9 @@ class Curve:
         check(not self.load_max or self.load_max > self.load_min, "load_max", f"above load_min ({self.load_min}) or 0",
               self.load_max)
         check(not self.z_max or self.z_max > self.z_min, "z_max", f"above z_min ({self.z_min}) or 0", self.z_max)
+        check(bool(self.z_chunk) == bool(self.chunk_half), "z_chunk",
+              f"> 0 exactly where chunk_half is (chunk_half {self.chunk_half:g}: a step with no width, or a width with "
+              "no step, prices nothing)", self.z_chunk)
         self._check_rule()
 
     def _check_rule(self) -> None:

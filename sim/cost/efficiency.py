@@ -41,6 +41,10 @@ configuration choice), which needs the GPU's SM count (`sms`, HardwareSpec.num_s
   tile_rule    the rule's padded work over m and n (the tiles it picks for (m, n, k)) is the pad term
   rule_group   the curve holds only the shapes the rule puts in this configuration group (0: every group)
 
+A curve's row term (Curve.row_half, chunk_half per z_chunk of z) is work each row of x does whatever y, beside the
+y- and z-terms (a weight GEMM: seconds per row of m at every n; vLLM's per-tensor FP8 linear, calibration/opdb_ops.py
+FP8_ROW_CHUNK); it is worked out once per op in `bind`, 0 for a curve without it.
+
 A GEMM of a dtype whose own curves hold only some shapes (ranges, a rule_group) and which none of them holds is
 priced by the dtype family's curves (`family_curve`: gemm.fp8_block on SM90 at m < 32 by gemm.fp8).
 """
@@ -143,13 +147,29 @@ def evaluate_bound(bound: tuple, x, work=0.0, load=0.0):
 
 
 def _fixed_terms(c: Curve, y, z, sms: int = 0) -> tuple:
-    """(y and z terms, output tiles along y, y, z, ranges, sms) of curve c: the parts of _one that x and work
-    leave alone; ranges: 0 (c has none), 1 (it has, y and z scalars), 2 (it has, y or z an array)."""
+    """(y and z terms, output tiles along y, y, z, ranges, sms, row term) of curve c: the parts of _one that x and
+    work leave alone; ranges: 0 (c has none), 1 (it has, y and z scalars), 2 (it has, y or z an array)."""
     if c.tile_rule and not sms:
         raise SpecError("hardware", "num_sms", f"the GPU's SM count (a curve with tile_rule {c.tile_rule!r} prices "
                         "by the configuration its kernel picks on that many SMs)", sms)
     ranges = (1 if isinstance(y, (int, float)) and isinstance(z, (int, float)) else 2) if _ranged(c) else 0
-    return _term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y, z, ranges, sms
+    return (_term(c.y_half, y) + _term(c.z_half, z), (_tiles(y) if c.tiles_half else 1), y, z, ranges, sms,
+            _row_term(c, y, z))
+
+
+def _row_term(c: Curve, y, z):
+    """Curve c's row term at (y, z): (row_half + chunk_half x ceil(z / z_chunk)) / (y z), the work each row of x
+    does whatever y, over the work y z a row does at the peak; 0 where c has none or y or z is unknown (0)."""
+    if not (c.row_half or c.chunk_half):
+        return 0.0
+    if isinstance(y, (int, float)) and isinstance(z, (int, float)):
+        if y <= 0 or z <= 0:
+            return 0.0
+        return (c.row_half + (c.chunk_half * math.ceil(z / c.z_chunk) if c.z_chunk else 0.0)) / (y * z)
+    y, z = np.broadcast_arrays(np.asarray(y, float), np.asarray(z, float))
+    row = c.row_half + (c.chunk_half * np.ceil(z / c.z_chunk) if c.z_chunk else 0.0)
+    known = (y > 0) & (z > 0)
+    return np.divide(row, y * z, out=np.zeros(y.shape), where=known)
 
 
 def _ranged(c: Curve) -> bool:
@@ -160,7 +180,7 @@ def _ranged(c: Curve) -> bool:
 
 def _one(c: Curve, fixed: tuple, x, work, load=0.0):
     """One curve's efficiency at x, work and load, its y and z terms `fixed` (see rackplan.specs.Curve)."""
-    b, tiles_y, y, z, ranged, sms = fixed
+    b, tiles_y, y, z, ranged, sms, row = fixed
     scalar = ranged == 1 and isinstance(x, (int, float)) and isinstance(work, (int, float)) \
         and isinstance(load, (int, float))
     if scalar and not in_ranges(c, x, work, y, load, z, sms):
@@ -169,7 +189,7 @@ def _one(c: Curve, fixed: tuple, x, work, load=0.0):
     q = c.sharpness
     p = _pad(c.x_tile, x, c.pad_cost) if c.x_tile else (_rule_pad(c, x, y, z, sms) if c.tile_rule else 1.0)
     base = p + a + b if q == 1.0 else (p ** q + a ** q + b ** q) ** (1.0 / q)
-    eff = c.eff_max / (base + _term(c.work_half, work))
+    eff = c.eff_max / (base + _term(c.work_half, work) + row)
     if c.tiles_half:
         tiles = _tiles(x) * tiles_y
         eff = eff * tiles / (tiles + c.tiles_half)

@@ -26,17 +26,18 @@ def _held_by(arch: str, m: float, n: float, k: float) -> list[int]:
 
 
 @pytest.mark.parametrize("m, k, config, tile", [
-    (1.0, 7168.0, 0, 32.0),  # m <= 16: M16_swap_ab, 128x32x128 swapped
-    (16.0, 2048.0, 0, 32.0),
-    (17.0, 2048.0, 1, 64.0),  # (16, 64], m != 64: M64_swap_ab at every k
-    (48.0, 4095.0, 1, 64.0),
-    (33.0, 16384.0, 1, 64.0),
-    (64.0, 2048.0, 3, 64.0),  # m == 64 and k < 4096: M64, 64x64x128 not swapped
-    (64.0, 4095.0, 3, 64.0),
-    (64.0, 4096.0, 2, 64.0),  # m == 64, k >= 4096: M64_swap_ab again
-    (65.0, 2048.0, 4, 128.0),  # (64, 256]: M256, 128x128x128
-    (256.0, 7168.0, 4, 128.0),
-    (257.0, 2048.0, 5, 256.0),  # default, 256x128x128 cluster 2x2
+    (1.0, 7168.0, 0, 32.0),  # m = 1: M16_swap_ab, its own curve (a measured step, opdb_ops.FP8_DISPATCH's comment)
+    (2.0, 7168.0, 1, 32.0),  # (1, 16]: M16_swap_ab, 128x32x128 swapped
+    (16.0, 2048.0, 1, 32.0),
+    (17.0, 2048.0, 2, 64.0),  # (16, 64], m != 64: M64_swap_ab at every k
+    (48.0, 4095.0, 2, 64.0),
+    (33.0, 16384.0, 2, 64.0),
+    (64.0, 2048.0, 4, 64.0),  # m == 64 and k < 4096: M64, 64x64x128 not swapped
+    (64.0, 4095.0, 4, 64.0),
+    (64.0, 4096.0, 3, 64.0),  # m == 64, k >= 4096: M64_swap_ab again
+    (65.0, 2048.0, 5, 128.0),  # (64, 256]: M256, 128x128x128
+    (256.0, 7168.0, 5, 128.0),
+    (257.0, 2048.0, 6, 256.0),  # default, 256x128x128 cluster 2x2
 ])
 def test_sm100_dispatch_picks_the_configuration_by_m_and_k(m, k, config, tile):
     for n in (256.0, 1280.0, 7168.0):  # n plays no part on SM100
