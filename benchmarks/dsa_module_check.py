@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy_cases import load_cases, resolve  # noqa: E402
 
-from rackplan.calibration.opdb import data_root  # noqa: E402
+from rackplan.calibration.opdb import data_root, version_key  # noqa: E402
 from rackplan.sim.cost.step import CostContext, decode_step  # noqa: E402
 from rackplan.specs import SpecError, load_profile  # noqa: E402
 from rackplan.specs.reading import read_parquet  # noqa: E402
@@ -47,8 +47,7 @@ def table_rows(system: str, version: str | None = None, root: str | None = None)
     """(version, {(kv dtype, gemm type, heads, batch, context): (seconds, kernel)}) of the system's newest
     vLLM DSA generation-module table (or `version`), DeepSeek-V3.2 rows."""
     base = data_root(root) / system / "sparse_attention" / "vllm"
-    versions = sorted((p.name for p in base.glob("*") if (p / f"{TABLE}.parquet").is_file()),
-                      key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()))
+    versions = sorted((p.name for p in base.glob("*") if (p / f"{TABLE}.parquet").is_file()), key=version_key)
     if not versions or (version is not None and version not in versions):
         raise SpecError("--system", TABLE, f"a vLLM table for {system}" + (f" at {version}" if version else ""),
                         ", ".join(versions) or "none")
