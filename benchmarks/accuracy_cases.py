@@ -56,7 +56,7 @@ class Metric:
     quantity: Quantity
     tokens: Optional[Literal["input", "output", "total"]] = None  # throughput: which tokens count
     pool: Literal["all", "prefill", "decode", "instance"] = "all"  # whose GPUs divide the tokens/s
-    op: Optional[str] = None  # op_s_per_layer: an op name of rackplan.specs.ops
+    op: Optional[str] = None  # op_s_per_layer: an op name of rackplan.specs.ops, or several joined by +
     definition: str = ""  # the source's own words for the figure
 
     def __post_init__(self):

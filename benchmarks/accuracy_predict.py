@@ -73,12 +73,14 @@ def _step_quantity(case: Case, sc: Scenario, step: StepCost) -> float:
     q = case.metric.quantity
     if q == "step_s":
         return step.seconds
-    if q == "op_s_per_layer":
-        name = case.metric.op
-        sec = sum(op.seconds for op in step.ops if op.name == name)
-        if sec <= 0:
-            raise _bad(case, "metric.op", "an op the step prices", name)
-        return sec / op_layers(sc.model, name)
+    if q == "op_s_per_layer":  # `a+b`: the per-layer times of several ops summed (e.g. a fused kernel)
+        total = 0.0
+        for name in case.metric.op.split("+"):
+            sec = sum(op.seconds for op in step.ops if op.name == name)
+            if sec <= 0:
+                raise _bad(case, "metric.op", "ops the step prices, joined by +", name)
+            total += sec / op_layers(sc.model, name)
+        return total
     raise _bad(case, "metric.quantity", f"throughput, step_s or op_s_per_layer for {case.method}", q)
 
 
