@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy_cases import CASES_DIR, Case, load_cases, profile_applies  # noqa: E402
 from accuracy_predict import predict  # noqa: E402
 from accuracy_report import Outcome, print_tables, summarise, to_json, write_outputs  # noqa: E402
+from accuracy_stats import profile_sources  # noqa: E402
 
 from rackplan.specs import HardwareSpec, Profile, SpecError, load_hardware, load_profile  # noqa: E402
 
@@ -69,6 +70,16 @@ class Profiles:
         if not profile_applies(prof, hw):
             return None, f"profile {prof.name} was fitted on {prof.hardware}, the case runs on {hw.name}"
         return prof, ""
+
+    def seen_sources(self, label: str, hws: list[HardwareSpec]) -> dict[str, list[str]]:
+        """Case sources the profile(s) behind `label` derived parameters from (over the cases' hardware)."""
+        seen: dict[str, list[str]] = {}
+        for hw in hws:
+            prof, _ = self.for_case(label, hw)
+            for src, params in (profile_sources(prof) if prof else {}).items():
+                seen.setdefault(src, [])
+                seen[src] += [p for p in params if p not in seen[src]]
+        return seen
 
     def label(self, label: str) -> str:
         return "hardware default" if label == DEFAULT else self._load(label).name
@@ -148,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summaries = {lab: summarise(cases, {cid: r[lab] for cid, r in results.items() if lab in r}) for lab in labels}
+    hws = [load_hardware(h) for h in sorted({c.hardware for c in cases if c.runnable})]
+    summaries = {lab: summarise(cases, {cid: r[lab] for cid, r in results.items() if lab in r},
+                                profiles.seen_sources(lab_in, hws))
+                 for lab_in, lab in zip(labels_in, labels)}
     if args.json:
         sys.stdout.write(to_json(cases, results, labels, summaries, args.seed) + "\n")
     else:

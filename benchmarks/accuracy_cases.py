@@ -46,6 +46,9 @@ from rackplan.specs import (
 from rackplan.specs.fields import check
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
+SEATS_DEFAULT = Layout.__dataclass_fields__["max_batch_per_rank"].default  # a layout that sets none
+Phase = Literal["prefill", "decode", "single-user", "kernel"]
+PHASES: tuple[str, ...] = ("prefill", "decode", "single-user", "kernel")
 Quantity = Literal["throughput", "step_s", "op_s_per_layer", "tpot_p50_s", "tps_per_user"]
 
 
@@ -94,6 +97,8 @@ class Case:
     formula: str = ""  # derived figures: the arithmetic on published numbers
     source: str = ""  # defaults to the file's source
     group: str = ""  # the case file's stem (filled on load)
+    reference: str = ""  # the shared/reference file it was transcribed from (defaults to the file's)
+    phase_of: Optional[Phase] = None  # which phase the figure measures, when `phase` cannot derive it
     model_overrides: dict[str, Any] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)  # simulate: Plan fields without name/model/hardware
     workload: dict[str, Any] = field(default_factory=dict)  # Workload fields
@@ -127,6 +132,40 @@ class Case:
         if self.method == "decode_step":
             check(self.batch_per_rank is not None and self.context_tokens is not None, "batch_per_rank",
                   "batch_per_rank and context_tokens for decode_step")
+
+    @property
+    def phase(self) -> str:
+        """What the figure measures: a kernel (one op), one user, prefill or decode. Simulated runs
+        count as prefill when their tokens are input or the output is one token, single-user at
+        concurrency 1, decode otherwise (a mixed run's output tok/s is set by its decode steps)."""
+        if self.phase_of:
+            return self.phase_of
+        if self.metric.quantity == "op_s_per_layer":
+            return "kernel"
+        arrival = self.workload.get("arrival", {})
+        if self.metric.quantity == "tps_per_user" or arrival.get("concurrency") == 1 and self.method == "simulate":
+            return "single-user"
+        if self.method in ("prefill_step", "decode_step"):
+            return self.method.split("_")[0]
+        osl = self.workload.get("osl", {})
+        one_token = osl.get("kind") == "fixed" and osl.get("value") == 1
+        return "prefill" if self.metric.tokens == "input" or one_token else "decode"
+
+    @property
+    def batch_per_rank_regime(self) -> Optional[float]:
+        """Sequences per DP rank the figure ran at (decode and single-user figures; None for the rest):
+        the decode step's batch, or a simulated run's concurrency over its DP ranks, capped by the seats."""
+        if self.phase not in ("decode", "single-user"):
+            return None
+        if self.method == "decode_step":
+            return float(self.batch_per_rank)
+        conc = self.workload.get("arrival", {}).get("concurrency")
+        lays = self.plan.get("decode") or self.plan.get("aggregated") or []
+        if conc is None or not lays:
+            return None
+        ranks = sum(lay.get("dp", 1) * lay.get("replicas", 1) for lay in lays)
+        seats = min(lay.get("max_batch_per_rank", SEATS_DEFAULT) for lay in lays)
+        return float(min(conc / ranks, seats))
 
     @property
     def runnable(self) -> bool:
@@ -218,7 +257,7 @@ def load_file(path: Path) -> list[Case]:
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise SpecError(str(path), f"cases[{i}]", "a mapping", item)
-        item = {"source": raw.get("source", ""), **item, "group": path.stem}
+        item = {"source": raw.get("source", ""), "reference": raw.get("reference", ""), **item, "group": path.stem}
         out.append(from_dict(Case, item, str(path), f"cases[{i}]."))
     return out
 
