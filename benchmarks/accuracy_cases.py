@@ -168,6 +168,13 @@ class Case:
         return float(min(conc / ranks, seats))
 
     @property
+    def speculates(self) -> bool:
+        """Runs speculative decoding (a layout of the plan or the instance names `speculation`)."""
+        pools = ("prefill", "decode", "aggregated")
+        lays = [self.instance] + [lay for pool in pools for lay in self.plan.get(pool, [])]
+        return any(lay.get("speculation") for lay in lays)
+
+    @property
     def runnable(self) -> bool:
         """Has what a prediction needs (inexpressible cases may still carry a plan)."""
         if self.method == "none" or not self.model or not self.hardware:

@@ -35,6 +35,7 @@ class Outcome:
     predicted: float | None = None
     skipped: str = ""  # the profile does not apply (other hardware, no default profile)
     error: str = ""  # the prediction failed (a bad case or a simulation that could not finish)
+    profile: str = ""  # the profile that priced it (a label such as 'hardware default' names several)
 
     def ratio(self, case: Case) -> float | None:
         return None if self.predicted is None else self.predicted / case.published
@@ -226,6 +227,7 @@ def to_json(cases: list[Case], results, labels, summaries, seed: int) -> str:
         for lab, out in results.get(c.id, {}).items():
             r = out.ratio(c)
             preds[lab] = {"predicted": out.predicted, "ratio": r, "skipped": out.skipped or None,
+                          "profile": out.profile or None,
                           "error": out.error or None,
                           "optimistic": None if r is None else optimistic(c, r)}
         rows.append({"id": c.id, "group": c.group, "source": c.source, "description": c.description,

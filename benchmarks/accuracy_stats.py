@@ -109,3 +109,38 @@ def leave_one_source_out(pairs: list[tuple[Case, float]], seen: set[str]) -> tup
     are dropped instead (for a profile that has seen one source, exactly leave-one-source-out)."""
     out = [(c, r) for c, r in pairs if c.source not in seen]
     return group(out), source_median(out)
+
+
+def band_entries(cases: list[Case], results: dict[str, dict]) -> list[dict]:
+    """Rows of rackplan/data/accuracy_bands.yaml: for every profile that priced a figure, per hardware
+    (and "*") and per phase (and "*"), the figures' count, median error, over-prediction share, figures
+    beyond 1.5x and coverage (models, decode batch per rank, speculation). `results`: case id ->
+    label -> Outcome (with the profile that priced it)."""
+    by_case = {c.id: c for c in cases}
+    pairs: dict[str, dict[str, tuple[Case, float]]] = {}  # profile -> case id -> (case, ratio): once each,
+    for cid, outs in results.items():                       # where two labels resolve to one profile
+        c = by_case[cid]
+        for out in outs.values():
+            r = out.ratio(c) if c.expressible else None
+            if out.profile and r is not None and math.isfinite(r) and r > 0:
+                pairs.setdefault(out.profile, {})[cid] = (c, r)
+    pairs = {prof: list(by_id.values()) for prof, by_id in pairs.items()}
+    rows = []
+    for prof in sorted(pairs):
+        hws = sorted({c.hardware for c, _ in pairs[prof]})
+        for hw in hws + ["*"]:
+            for phase in sorted({c.phase for c, _ in pairs[prof]}) + ["*"]:
+                sel = [(c, r) for c, r in pairs[prof] if hw in ("*", c.hardware) and phase in ("*", c.phase)]
+                if sel:
+                    rows.append(_entry(prof, hw, phase, sel))
+    return rows
+
+
+def _entry(prof: str, hw: str, phase: str, sel: list[tuple[Case, float]]) -> dict:
+    g = group(sel)
+    batches = [c.batch_per_rank_regime for c, _ in sel if c.batch_per_rank_regime is not None]
+    return {"profile": prof, "hardware": hw, "phase": phase, "figures": g.rows,
+            "typical_error": round(g.median_abs_error, 4), "over_share": round(g.over_share, 4),
+            "beyond_1_5x": g.beyond_1_5x, "models": sorted({c.model for c, _ in sel}),
+            "batch_per_rank": [min(batches), max(batches)] if batches else None,
+            "speculation": any(c.speculates for c, _ in sel)}

@@ -18,6 +18,7 @@ import math
 import sys
 import time
 
+from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
 
@@ -74,6 +75,7 @@ def report_json(plan, workload, profile, seed, result) -> str:
         "window": {"start_s": w.start_s, "end_s": w.end_s, "last_arrival_s": w.last_arrival_s,
                    "requests": w.requests},
         "metrics": _shown_metrics(result), "utilisation": result.utilisation, "steps": result.steps,
+        "accuracy_band": headline_band(plan, profile.name, workload).to_dict(),
     }), sort_keys=True)
 
 
@@ -139,6 +141,8 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     for name, val in _throughput_rows(plan, m, st.stable):
         thr.add_row(name, f"{val:,.2f}")
     con.print(thr)
+    con.print(f"accuracy: {m['output_tps_per_gpu']:,.0f} output tok/s/GPU (whole plan), "
+              f"{headline_band(plan, profile.name, workload).line()} (benchmarks/accuracy.py)")
     util = Table(title="utilisation per instance (in the window)")
     util.add_column("instance")
     util.add_column("busy", justify="right")

@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from rackplan.accuracy_band import headline_band
 from rackplan.args import (
     check_writable,
     duration,
@@ -143,12 +144,14 @@ def run(args) -> int:
         req.progress = bar.stage
         res = planner.plan(req, name=os.path.splitext(os.path.basename(args.out))[0] or "plan")
     req.progress = None
+    band = headline_band(res.plan, req.profile.name, req.workload)
     with Outputs() as out:  # plan.yaml and the report folder appear together, whole, or not at all
         if args.report:
             from .report import write_all
 
             write_all(res, out.folder(args.report, replace=args.force))
-        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n")
+        dump_yaml(replace(res.plan, predicted={**res.plan.predicted, **band.predicted()}), out.file(args.out),
+                  header=f"# {res.plan.description}\n# accuracy: {band.line()}\n")
     if args.timings:
         print("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()), file=sys.stderr)
     w = res.winner
@@ -159,7 +162,7 @@ def run(args) -> int:
                "estimate": {"request_rate": w.cand.rate_rps, "output_tps_per_gpu": w.cand.tps_gpu,
                             "tps_per_user": w.cand.tps_user},
                "predicted": res.plan.predicted, "profile": req.profile.name,
-               "profile_source": req.profile.describe()}
+               "profile_source": req.profile.describe(), "accuracy_band": band.to_dict()}
         if args.timings:
             doc["timings"] = res.timings
         print(json.dumps(doc, indent=2))
@@ -174,6 +177,7 @@ def run(args) -> int:
     else:
         note = f" (analytic estimate only, not simulated: {w.cand.tps_gpu:,.0f} output tokens/s/GPU)"
     print(f"\nplan: {res.plan.summary} -> {args.out}{note}")
+    print(f"accuracy: {w.tps_gpu:,.0f} output tok/s/GPU, {band.line()} (benchmarks/accuracy.py)")
     if fill := cluster_fill(res):
         print(fill)
     if args.report:

@@ -5,6 +5,7 @@ import csv
 from pathlib import Path
 
 from rackplan import deploy
+from rackplan.accuracy_band import headline_band
 from rackplan.specs import SpecError
 
 from ..cost.step import StepCost
@@ -271,7 +272,9 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
              f"the estimate -> {len(res.front)} on the Pareto front, {sim_note}. (No wall-clock times here, so "
              "the same inputs give the same report: `rackplan plan --timings` prints them.)", ""]
     fill = cluster_fill(res)
-    lines += _chosen(res) + ([fill, ""] if fill else []) + _probes(res) + _why(res) + _front_section(res)
+    band = headline_band(res.plan, r.profile.name, r.workload).line()
+    lines += _chosen(res) + [f"Accuracy of the headline: {band} (`python benchmarks/accuracy.py`).", ""]
+    lines += ([fill, ""] if fill else []) + _probes(res) + _why(res) + _front_section(res)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op; analytic estimate, the cost model)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)

@@ -19,6 +19,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.interrupts import process_map
 from rackplan.outputs import Outputs, prepare_folder
@@ -239,9 +240,14 @@ def run(args) -> int:
     if args.json:
         print(json.dumps([{"change": r.label, "metrics": r.metrics,
                            "deltas": whatif.deltas(r.metrics, baseline.metrics),
-                           "plan": r.plan.summary if r.plan else None} for r in [baseline] + rows], indent=2))
+                           "plan": r.plan.summary if r.plan else None,
+                           "accuracy_band": headline_band(r.plan or plan, base.profile.name, base.workload).to_dict()}
+                          for r in [baseline] + rows], indent=2))
     else:
         print(table(baseline, rows))
+        tps = baseline.metrics.get("output_tps_per_gpu")
+        print(f"accuracy: baseline {tps:,.0f} output tok/s/GPU, " if tps else "accuracy: ",
+              f"{headline_band(plan, base.profile.name, base.workload).line()} (benchmarks/accuracy.py)", sep="")
         note = baseline_note(plan, baseline)
         if note:
             print(note)

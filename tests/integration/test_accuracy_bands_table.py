@@ -1,0 +1,26 @@
+"""The shipped error bands (rackplan/data/accuracy_bands.yaml) are what the accuracy benchmark computes
+now: a cost-model or case change that moves them must regenerate the table
+(`python benchmarks/accuracy.py --write-bands`)."""
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import accuracy  # noqa: E402
+
+from rackplan.accuracy_band import BANDS_PATH  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_shipped_bands_match_the_benchmark(tmp_path, capsys):
+    out = tmp_path / "bands.yaml"
+    assert accuracy.main(["--json", "--write-bands", str(out)]) == 0
+    capsys.readouterr()
+    fresh, shipped = yaml.safe_load(out.read_text()), yaml.safe_load(BANDS_PATH.read_text())
+    assert fresh["command"] == shipped["command"]
+    assert fresh["bands"] == shipped["bands"], "regenerate: python benchmarks/accuracy.py --write-bands"
