@@ -107,7 +107,7 @@ def band(profile: str, hardware: str, phase: str, model: str = "", batch_per_ran
     if batch_per_rank is not None and e.batch_per_rank is not None and phase in ("decode", "single-user"):
         lo, hi = e.batch_per_rank
         if not lo <= batch_per_rank <= hi:
-            uncovered.append(f"{batch_per_rank:g} sequences per rank, published figures span {lo:g}-{hi:g}")
+            uncovered.append(f"{batch_per_rank:.0f} sequences per rank, published figures span {lo:.0f}-{hi:.0f}")
     if speculation and not e.speculation:
         uncovered.append("speculative decoding (no published figure with it is expressible)")
     return Band(profile, hardware, phase, e.typical_error, e.figures, scope, tuple(uncovered))
