@@ -42,6 +42,8 @@ class Group:
     median_abs_error: float
     over_share: float
     beyond_1_5x: int
+    source_median: float  # the median over sources of each source's median error
+    sources: int
 
 
 def optimistic(case: Case, ratio: float) -> bool:
@@ -64,7 +66,11 @@ def group(pairs: list[tuple[Case, float]]) -> Group | None:
         return None
     errs = [abs(r - 1.0) for _, r in pairs]
     over = sum(optimistic(c, r) for c, r in pairs) / len(pairs)
-    return Group(len(pairs), statistics.median(errs), over, sum(beyond(r) for _, r in pairs))
+    by_source: dict[str, list[float]] = {}
+    for c, r in pairs:
+        by_source.setdefault(c.source, []).append(abs(r - 1.0))
+    src_med = statistics.median(statistics.median(v) for v in by_source.values())
+    return Group(len(pairs), statistics.median(errs), over, sum(beyond(r) for _, r in pairs), src_med, len(by_source))
 
 
 def key_of(case: Case, grouping: str) -> str:
@@ -85,8 +91,8 @@ def grouped(pairs: list[tuple[Case, float]], grouping: str) -> dict[str, Group]:
 
 def source_median(pairs: list[tuple[Case, float]]) -> float | None:
     """Median over sources of each source's median error: a source with many figures counts once."""
-    per = grouped(pairs, "source")
-    return statistics.median(g.median_abs_error for g in per.values()) if per else None
+    g = group(pairs)
+    return g.source_median if g else None
 
 
 def profile_sources(prof: Profile) -> dict[str, list[str]]:
