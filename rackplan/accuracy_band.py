@@ -58,12 +58,6 @@ class Band:
             head = f"typical error {self.typical_error:.0%} ({figs}, {self.scope})"
         return head + (f"; outside the benchmark: {'; '.join(self.uncovered)}" if self.uncovered else "")
 
-    def predicted(self) -> dict[str, float]:
-        """The numbers plan.yaml's `predicted` keeps (the line goes in its header)."""
-        if self.typical_error is None:
-            return {}
-        return {"typical_error": self.typical_error, "typical_error_figures": float(self.figures)}
-
     def to_dict(self) -> dict:
         out = asdict(self)
         out["uncovered"] = list(self.uncovered)

@@ -150,8 +150,7 @@ def run(args) -> int:
             from .report import write_all
 
             write_all(res, out.folder(args.report, replace=args.force))
-        dump_yaml(replace(res.plan, predicted={**res.plan.predicted, **band.predicted()}), out.file(args.out),
-                  header=f"# {res.plan.description}\n# accuracy: {band.line()}\n")
+        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n# accuracy: {band.line()}\n")
     if args.timings:
         print("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()), file=sys.stderr)
     w = res.winner

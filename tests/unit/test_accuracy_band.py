@@ -46,7 +46,7 @@ def test_model_batch_and_speculation_outside_the_benchmark():
 
 def test_a_profile_the_benchmark_never_ran():
     b = band("mine", "gb300", "decode", entries=tuple(E))
-    assert b.typical_error is None and b.predicted() == {}
+    assert b.typical_error is None and b.figures == 0
     assert b.line() == "typical error unknown; outside the benchmark: profile mine priced no published figure"
 
 
