@@ -46,6 +46,7 @@ def test_wheel_holds_configs_and_data(wheel_env):
     assert "rackplan/configs/plans/v41-flash-gb300-nvl72.yaml" in names
     assert "rackplan/calibration/data/deepep_h800_a2a.csv" in names
     assert "rackplan/deploy/vllm_flags.txt" in names  # the kept vLLM flag list the launch files are checked against
+    assert "rackplan/data/accuracy_bands.yaml" in names  # the error bands every headline carries
     assert not [n for n in names if n.split("/")[0] in ("sim", "executor", "calibration", "configs")]
 
 
