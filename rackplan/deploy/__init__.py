@@ -37,8 +37,10 @@ def build(cx: Context) -> dict[str, str]:
     """Every launch file as {relative path: text}; raises SpecError before anything is written."""
     from . import bench, k8s, scripts
     from .placement import place
+    from .safe import check_inputs
 
     pl = place(cx.plan, cx.hw)
+    check_inputs(cx)
     trace = bench.trace_lines(cx)
     files = {"env.sh": scripts.env_script(pl, cx)}
     files.update({f"host-{h:02d}.sh": scripts.host_script(h, pl, cx) for h in range(pl.num_hosts)})

@@ -11,10 +11,9 @@ by the labels below. Engine flags are the same as the bare-host scripts (engine.
 """
 from __future__ import annotations
 
-import re
-
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement
+from .safe import dns_label, label_value
 from .scripts import checked, continued
 
 IMAGE = "vllm/vllm-openai:v0.33.0"  # the release vllm_flags.txt was taken from
@@ -24,16 +23,20 @@ DECODE_VLLM_PORT = 8200  # vLLM behind the decode pod's sidecar
 RPC_PORT = 5555  # --data-parallel-rpc-port inside the LWS group (llm-d's value)
 NIXL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT
 ROLE_LABEL = {"prefill": "prefill", "decode": "decode", "aggregated": "both"}
+# LeaderWorkerSet names: its StatefulSets are named <lws> and <lws>-<group>, and a StatefulSet's pods
+# carry the label controller-revision-hash=<statefulset>-<10-char hash>, which must fit a 63-character
+# label value (kubernetes/kubernetes#64023), so the LWS name stays well below 63
+LWS_NAME_MAX = 40
 
 
-def _name(text: str) -> str:
-    """A DNS-1123 name."""
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+def object_name(cx: Context, part: str, limit: int = LWS_NAME_MAX) -> str:
+    """Kubernetes name of the object for `part` of the plan (unique per part, stable, hashed when cut)."""
+    return dns_label(f"{cx.plan.name}-{part}", limit)
 
 
 def labels(cx: Context, pool: str | None = None) -> dict[str, str]:
     out = {"llm-d.ai/inference-serving": "true", "llm-d.ai/guide": "wide-ep-lws",
-           "llm-d.ai/model": cx.family.hf_id.split("/")[-1]}
+           "llm-d.ai/model": label_value(cx.family.hf_id.split("/")[-1])}
     if pool:
         out["llm-d.ai/role"] = ROLE_LABEL[pool]
     return out
@@ -97,7 +100,7 @@ def leader_worker_set(inst: Instance, cx: Context) -> dict:
     if pool == "decode" and cx.plan.disaggregated:
         pod = {"initContainers": [_sidecar()], **pod}
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": {"name": _name(f"{cx.plan.name}-{inst.name.rsplit('-', 1)[0]}"),
+            "metadata": {"name": object_name(cx, inst.name.rsplit('-', 1)[0]),
                          "labels": labels(cx, pool)},
             "spec": {"replicas": lay.replicas,
                      "leaderWorkerTemplate": {"size": len(inst.slices),

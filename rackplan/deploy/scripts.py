@@ -10,24 +10,18 @@ and the router spreads requests over the hosts. The P/D router is vllm-router
 """
 from __future__ import annotations
 
-import shlex
-
 from rackplan.specs import plan_hash
 
 from . import flaglist
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement, Slice
+from .safe import assign, sh
 
 ROUTER_POLICY = {"least_loaded": "power_of_two", "round_robin": "round_robin"}  # vllm-router's closest policy
 
 
 def host_var(h: int) -> str:
     return f"HOST_{h:02d}"
-
-
-def sh(args: list[str]) -> str:
-    """Shell words: quoted unless already a quoted expansion ("$X" or "http://$X:1")."""
-    return " ".join(a if a.startswith('"') else shlex.quote(a) for a in args)
 
 
 def continued(words: list[str], indent: str = "    ") -> str:
@@ -122,8 +116,8 @@ def env_script(pl: Placement, cx: Context) -> str:
     """env.sh: the model and every host address, each overridable from the environment."""
     out = ["# Settings every launch script reads. Set the host addresses (and MODEL to serve a local copy).",
            f"# Plan {cx.plan.name}: {pl.num_hosts} hosts of {pl.gpus_per_host} x {cx.hw.name}.",
-           f'MODEL="${{MODEL:-{cx.family.hf_id}}}"', 'LOGS="${LOGS:-$HERE/logs}"']
-    out += [f"export {k}=\"${{{k}:-{v}}}\"" for k, v in cx.family.env]
+           assign("MODEL", cx.family.hf_id), 'LOGS="${LOGS:-$HERE/logs}"']
+    out += [assign(k, v, export=True) for k, v in cx.family.env]
     for h in range(pl.num_hosts):
         names = ", ".join(inst.name for inst, _ in pl.on_host(h))
         out.append(f'{host_var(h)}="${{{host_var(h)}:-host-{h:02d}}}"  # {names}')
