@@ -43,7 +43,7 @@ def build(cx: Context) -> dict[str, str]:
     check_inputs(cx)
     trace = bench.trace_lines(cx)
     files = {"env.sh": scripts.env_script(pl, cx)}
-    files.update({f"host-{h:02d}.sh": scripts.host_script(h, pl, cx) for h in range(pl.num_hosts)})
+    files.update({f"host-{h:02d}.sh": scripts.host_script(h, pl, cx) for h in range(pl.num_hosts) if pl.on_host(h)})
     files["router.sh"] = scripts.router_script(pl, cx)
     files["bench.sh"] = bench.bench_script(cx, len(trace))
     files["bench_trace.jsonl"] = "\n".join(trace) + "\n"

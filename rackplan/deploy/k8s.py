@@ -11,6 +11,7 @@ by the labels below. Engine flags are the same as the bare-host scripts (engine.
 """
 from __future__ import annotations
 
+from . import fabric
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement
 from .safe import dns_label, label_value
@@ -61,27 +62,104 @@ def pod_words(inst: Instance, cx: Context) -> list[str]:
                    + serve_flags(lay, cx))
 
 
-def _container(inst: Instance, cx: Context) -> dict:
+GIB = 2**30
+# Per-host CPU and memory requests of llm-d's wide-EP pods (32 CPUs, 512 GiB for a whole 4-GPU GB200 tray
+# or 8-GPU H200 node: guides/wide-ep-lws decode.yaml and prefill.yaml); a pod on part of a host gets
+# its share, plus the host memory of weights the plan offloads (Layout.offload_gb per GPU).
+HOST_CPUS, HOST_MEMORY_GIB = 32, 512
+JIT_CACHE_GIB = 64  # compiled kernels (torch.compile, DeepGEMM, FlashInfer) under VLLM_CACHE_ROOT
+MODEL_CACHE = "/var/cache/huggingface"  # HF_HUB_CACHE, as llm-d's V4 guide mounts it
+JIT_CACHE = "/var/cache/vllm"
+CLAIM = "compute-domain-channel"  # the pod's name for its IMEX channel claim
+
+
+def model_cache_gib(cx: Context) -> int:
+    """Size of the model-cache volume: the whole checkpoint (every expert, the drafter) with 10% headroom
+    for tokenizer and config files, priced as the planner prices weights (sim/cost/memory.py)."""
+    from rackplan.sim.cost.memory import weight_bytes_per_rank
+    from rackplan.specs import Layout, Speculation
+
+    whole = Layout("both", dp=1, tp=1, expert_parallel=False, speculation=Speculation(1, 1.0)
+                   if cx.model.draft is not None else None)
+    return -(-int(sum(weight_bytes_per_rank(cx.model, whole).values()) * 1.1) // GIB)
+
+
+def _resources(inst: Instance, cx: Context) -> dict:
+    """GPUs, the host share of CPU and memory, ephemeral storage for the caches, the RDMA device."""
+    gpus = len(inst.slices[0].gpus)
+    share = gpus / cx.hw.gpus_per_node
+    mem = -(-int(HOST_MEMORY_GIB * share + inst.layout.offload_gb * gpus * 1e9 / GIB) // 1)
+    disk = model_cache_gib(cx) + JIT_CACHE_GIB
+    req = {"cpu": str(max(1, round(HOST_CPUS * share))), "memory": f"{mem}Gi", "ephemeral-storage": f"{disk}Gi",
+           "nvidia.com/gpu": str(gpus)}
+    if cx.hw.fabric == "infiniband" and fabric.settings(cx.hw, cx.plan, inst.multi_host):
+        req[fabric.RDMA_RESOURCE[0]] = "1"
+    out = {"limits": {k: v for k, v in req.items() if k != "cpu"}, "requests": req}
+    if _claims(inst, cx):
+        out["claims"] = [{"name": CLAIM}]
+    return out
+
+
+def _claims(inst: Instance, cx: Context) -> bool:
+    """Whether the pods of `inst` need an IMEX channel (multi-node NVLink between trays)."""
+    return cx.hw.fabric == "mnnvl" and bool(fabric.settings(cx.hw, cx.plan, inst.multi_host))
+
+
+def _env(inst: Instance, cx: Context) -> list[dict]:
     s = inst.slices[0]
-    script = ["find /dev/shm -type f -delete  # stale segments from a crashed run (llm-d issue 352)",
-              'START_RANK=$(( ${LWS_WORKER_INDEX:-0} * DP_SIZE_LOCAL ))',
-              "exec " + continued(pod_words(inst, cx), "  ")]
     env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "llm-d-hf-token", "key": "HF_TOKEN"}}},
            {"name": "DP_SIZE_LOCAL", "value": str(s.ranks)},
            {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_PORT)},
-           {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+           {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": "HF_HUB_CACHE", "value": MODEL_CACHE}, {"name": "VLLM_CACHE_ROOT", "value": JIT_CACHE}]
     env += [{"name": k, "value": v} for k, v in cx.family.env]
-    gpus = {"nvidia.com/gpu": str(len(s.gpus))}
-    probe = {"httpGet": {"path": "/health", "port": "modelserver"}, "periodSeconds": 10, "timeoutSeconds": 5}
+    return env + [{"name": f.name, "value": f.value} for f in fabric.settings(cx.hw, cx.plan, inst.multi_host)]
+
+
+def _probes() -> dict:
+    """llm-d's V4 decode probes: start-up waits up to 2,700 s for weights and compilation, liveness
+    restarts a hung server, readiness admits traffic once the model is listed."""
+    health = {"httpGet": {"path": "/health", "port": "modelserver"}, "timeoutSeconds": 5}
+    return {"startupProbe": {**health, "periodSeconds": 1, "failureThreshold": 2700},
+            "livenessProbe": {**health, "periodSeconds": 30, "failureThreshold": 3},
+            "readinessProbe": {"httpGet": {"path": "/v1/models", "port": "modelserver"}, "timeoutSeconds": 5,
+                               "periodSeconds": 10, "failureThreshold": 3}}
+
+
+def _container(inst: Instance, cx: Context) -> dict:
+    script = ["find /dev/shm -type f -delete  # stale segments from a crashed run (llm-d issue 352)",
+              'START_RANK=$(( ${LWS_WORKER_INDEX:-0} * DP_SIZE_LOCAL ))',
+              "exec " + continued(pod_words(inst, cx), "  ")]
     return {"name": "vllm", "image": IMAGE, "command": ["/bin/bash", "-c"], "args": ["\n".join(script)],
-            "env": env,
+            "env": _env(inst, cx),
             "ports": [{"containerPort": vllm_port(inst.pool), "name": "modelserver", "protocol": "TCP"},
                       {"containerPort": NIXL_PORT, "name": "nixl", "protocol": "TCP"}],
-            "startupProbe": {**probe, "periodSeconds": 1, "failureThreshold": 3600},
-            "readinessProbe": {**probe, "httpGet": {"path": "/v1/models", "port": "modelserver"}},
-            "resources": {"limits": dict(gpus), "requests": dict(gpus)},
+            **_probes(), "resources": _resources(inst, cx),
             "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RAWIO"]}},
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                             {"name": "model-cache", "mountPath": MODEL_CACHE},
+                             {"name": "jit-cache", "mountPath": JIT_CACHE}]}
+
+
+def _volumes(cx: Context) -> list[dict]:
+    """/dev/shm in memory (llm-d: 2 GiB, "roughly 32MB per local DP plus scratch"; NCCL 2.27), the model
+    cache sized to the checkpoint, the kernel cache."""
+    return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+            {"name": "model-cache", "emptyDir": {"sizeLimit": f"{model_cache_gib(cx)}Gi"}},
+            {"name": "jit-cache", "emptyDir": {"sizeLimit": f"{JIT_CACHE_GIB}Gi"}}]
+
+
+def compute_domain(cx: Context) -> dict:
+    """The ComputeDomain whose IMEX channel every multi-node-NVLink pod claims (NVIDIA DRA driver for
+    GPUs; the driver creates the ResourceClaimTemplate named in spec.channel). numNodes 0: the CRD's
+    recommended value with IMEX daemons found by DNS name (the driver's default feature gate)."""
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+            "metadata": {"name": object_name(cx, "compute-domain", 63), "labels": labels(cx)},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template(cx)}}}}
+
+
+def channel_template(cx: Context) -> str:
+    return object_name(cx, "imex-channel", 63)
 
 
 def _sidecar() -> dict:
@@ -95,8 +173,9 @@ def _sidecar() -> dict:
 def leader_worker_set(inst: Instance, cx: Context) -> dict:
     """The LeaderWorkerSet of the layout `inst` is the first replica of."""
     lay, pool = inst.layout, inst.pool
-    pod: dict = {"containers": [_container(inst, cx)],
-                 "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}]}
+    pod: dict = {"containers": [_container(inst, cx)], "volumes": _volumes(cx)}
+    if _claims(inst, cx):
+        pod["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": channel_template(cx)}]
     if pool == "decode" and cx.plan.disaggregated:
         pod = {"initContainers": [_sidecar()], **pod}
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
@@ -111,7 +190,8 @@ def leader_worker_set(inst: Instance, cx: Context) -> dict:
 def manifests(pl: Placement, cx: Context) -> list[dict]:
     """One LeaderWorkerSet per planned layout (its first instance stands for all replicas)."""
     firsts = [inst for inst in pl.instances if inst.name.endswith("-0")]
-    return [leader_worker_set(inst, cx) for inst in firsts]
+    domain = [compute_domain(cx)] if any(_claims(inst, cx) for inst in firsts) else []
+    return domain + [leader_worker_set(inst, cx) for inst in firsts]
 
 
 def dump(docs: list[dict]) -> str:

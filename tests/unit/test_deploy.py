@@ -69,7 +69,7 @@ def value(args: list[str], flag: str) -> str:
 
 def pod_scripts(files: dict[str, str]) -> list[tuple[dict, str]]:
     docs = list(yaml.safe_load_all(files["k8s/modelserver.yaml"]))
-    return [(d, c["args"][0]) for d in docs
+    return [(d, c["args"][0]) for d in docs if d["kind"] == "LeaderWorkerSet"
             for c in d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]]
 
 
