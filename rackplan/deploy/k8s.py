@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import fabric
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement
+from .policies import scheduler_plugins, scheduler_profile
 from .safe import dns_label, label_value
 from .scripts import checked, continued
 
@@ -208,22 +209,28 @@ def dump(docs: list[dict]) -> str:
     return yaml.dump_all(docs, Dumper=Dumper, sort_keys=False, width=200)
 
 
-def inferencepool_values(cx: Context) -> dict:
-    """Helm values for the gateway-api-inference-extension InferencePool chart (llm-d scheduler)."""
-    plugins = [{"type": "random-picker", "parameters": {"maxNumOfEndpoints": 1}}]
-    profiles = [{"name": "default", "plugins": [{"pluginRef": "random-picker"}]}]
-    if cx.plan.disaggregated:  # always prefill remotely (threshold 0), as the plan prices every request
+def scheduler_config(cx: Context) -> dict:
+    """The llm-d inference scheduler (EPP) configuration of the plan's router policy (policies.py); a
+    disaggregated plan always prefills remotely (threshold 0), as the plan prices every request."""
+    plugins = scheduler_plugins(cx.plan.router)
+    profiles = [scheduler_profile("default", cx.plan.router)]
+    if cx.plan.disaggregated:
         plugins = [{"type": "prefill-header-handler"}, {"type": "prefill-filter"}, {"type": "decode-filter"},
                    *plugins, {"type": "pd-profile-handler", "parameters": {"threshold": 0, "hashBlockSize": 5}}]
-        profiles = [{"name": r, "plugins": [{"pluginRef": f"{r}-filter"}, {"pluginRef": "random-picker"}]}
-                    for r in ("prefill", "decode")]
-    config = {"apiVersion": "inference.networking.x-k8s.io/v1alpha1", "kind": "EndpointPickerConfig",
-              "plugins": plugins, "schedulingProfiles": profiles}
+        profiles = [scheduler_profile(r, cx.plan.router, (f"{r}-filter",)) for r in ("prefill", "decode")]
+    return {"apiVersion": "inference.networking.x-k8s.io/v1alpha1", "kind": "EndpointPickerConfig",
+            "plugins": plugins, "schedulingProfiles": profiles}
+
+
+def inferencepool_values(cx: Context) -> dict:
+    """Helm values for the gateway-api-inference-extension InferencePool chart (llm-d scheduler)."""
+    config = scheduler_config(cx)
+    head = f"# simulated router policy: {cx.plan.router} (rackplan/deploy/policies.py)\n"
     import yaml
 
     return {"inferenceExtension": {"replicas": 1, "image": {"name": "llm-d-inference-scheduler",
                                                             "hub": "ghcr.io/llm-d", "tag": "v0.5.0"},
                                    "extProcPort": 9002, "pluginsConfigFile": "custom-plugins.yaml",
-                                   "pluginsCustomConfig": {"custom-plugins.yaml": yaml.safe_dump(config,
-                                                                                                 sort_keys=False)}},
+                                   "pluginsCustomConfig": {"custom-plugins.yaml": head + yaml.safe_dump(
+                                       config, sort_keys=False)}},
             "inferencePool": {"modelServers": {"matchLabels": labels(cx)}}}

@@ -15,9 +15,8 @@ from rackplan.specs import plan_hash
 from . import fabric, flaglist
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement, Slice
+from .policies import policy
 from .safe import assign, sh
-
-ROUTER_POLICY = {"least_loaded": "power_of_two", "round_robin": "round_robin"}  # vllm-router's closest policy
 
 
 def host_var(h: int) -> str:
@@ -37,10 +36,14 @@ def continued(words: list[str], indent: str = "    ") -> str:
 
 
 def checked(tool: str, words: list[str]) -> list[str]:
-    """`words` unchanged if every long flag is in `tool`'s kept vLLM list; a generator bug otherwise."""
+    """`words` unchanged if every long flag is in `tool`'s kept vLLM list, every value of a flag with
+    choices is one of them and every required partner is there; a generator bug otherwise."""
     bad = flaglist.unknown(tool, words)
     if bad:
         raise RuntimeError(f"rackplan.deploy emitted flags {tool} does not have: {bad} (see vllm_flags.txt)")
+    bad = flaglist.bad_values(tool, words)
+    if bad:
+        raise RuntimeError(f"rackplan.deploy emitted values {tool} refuses: {bad} (see vllm_flags.txt)")
     return words
 
 
@@ -57,10 +60,19 @@ def placement_flags(inst: Instance, s: Slice) -> list[str]:
     return f + ["--api-server-count", str(api), "--stream-interval", str(stream)]
 
 
-def serve_command(inst: Instance, s: Slice, cx: Context) -> list[str]:
-    """The `vllm serve` words of one slice (model and served name from $MODEL)."""
+def rank_routing(pl: Placement, cx: Context) -> int:
+    """vllm-router's --intra-node-data-parallel-size: the DP ranks behind each endpoint when the plan's
+    policy routes to ranks (policies.py) and every endpoint has as many (the flag is one for all); else 1."""
+    local = {s.ranks for inst in pl.instances for s in inst.slices}
+    return local.pop() if policy(cx.plan.router).per_rank and len(local) == 1 else 1
+
+
+def serve_command(inst: Instance, s: Slice, cx: Context, dp_routed: bool = False) -> list[str]:
+    """The `vllm serve` words of one slice (model and served name from $MODEL); a rank-routed plan's
+    servers take the router's API key (vllm-router: required for DP-aware routing)."""
+    key = ["--api-key", '"$VLLM_API_KEY"'] if dp_routed else []
     return checked("vllm serve", ["vllm", "serve", '"$MODEL"', "--served-model-name", '"$MODEL"']
-                   + placement_flags(inst, s) + serve_flags(inst.layout, cx))
+                   + placement_flags(inst, s) + key + serve_flags(inst.layout, cx))
 
 
 def _describe(inst: Instance, s: Slice) -> str:
@@ -90,10 +102,14 @@ def host_script(h: int, pl: Placement, cx: Context) -> str:
            "set -euo pipefail", 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"', 'source "$HERE/env.sh"',
            'mkdir -p "$LOGS"', f'export VLLM_NIXL_SIDE_CHANNEL_HOST="${host_var(h)}"',
            *fabric_lines(parts, cx), "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT", ""]
+    dp_routed = rank_routing(pl, cx) > 1
+    if dp_routed:
+        out.insert(-1, KEY_CHECK)
     for inst, s in parts:
         env = f"CUDA_VISIBLE_DEVICES={s.devices} VLLM_NIXL_SIDE_CHANNEL_PORT={inst.nixl_port}"
         log = f'"$LOGS/{inst.name}.host{h:02d}.log"'
-        out += [_describe(inst, s), f"{env} \\\n  {continued(serve_command(inst, s, cx))} \\\n    > {log} 2>&1 &", ""]
+        cmd = continued(serve_command(inst, s, cx, dp_routed))
+        out += [_describe(inst, s), f"{env} \\\n  {cmd} \\\n    > {log} 2>&1 &", ""]
     out += ["wait -n  # the first server to exit ends this host's part of the deployment", ""]
     return "\n".join(out)
 
@@ -103,9 +119,13 @@ def endpoints(insts: list[Instance]) -> list[str]:
     return [f'"http://${host_var(s.host)}:{inst.port}"' for inst in insts for s in inst.slices]
 
 
-def router_script(pl: Placement, cx: Context) -> str:
-    """router.sh: vllm-router in front of the instances (P/D mode for a disaggregated plan)."""
-    words = ["vllm-router", "--policy", ROUTER_POLICY[cx.plan.router]]
+KEY_CHECK = ': "${VLLM_API_KEY:?set VLLM_API_KEY (the same secret on every host and the router host)}"'
+
+
+def router_words(pl: Placement, cx: Context) -> list[str]:
+    """The vllm-router words of router.sh: the plan's policy (policies.py), its endpoints, rank routing."""
+    pol = policy(cx.plan.router)
+    words = ["vllm-router", "--policy", pol.vllm_router]
     if cx.plan.disaggregated:
         words.append("--vllm-pd-disaggregation")
         for flag, pool in (("--prefill", "prefill"), ("--decode", "decode")):
@@ -113,14 +133,27 @@ def router_script(pl: Placement, cx: Context) -> str:
                 words += [flag, url]
     else:
         words += ["--worker-urls"] + endpoints(pl.pool("aggregated"))
-    # hybrid LB: each endpoint's own API server spreads requests over its local DP ranks
-    words += ["--host", "0.0.0.0", "--port", '"$ROUTER_PORT"', "--intra-node-data-parallel-size", "1"]
-    checked("vllm-router", words)
+    ranks = rank_routing(pl, cx)
+    words += ["--host", "0.0.0.0", "--port", '"$ROUTER_PORT"', "--intra-node-data-parallel-size", str(ranks)]
+    if ranks > 1:
+        words += ["--api-key", '"$VLLM_API_KEY"']
+    return checked("vllm-router", words)
+
+
+def router_script(pl: Placement, cx: Context) -> str:
+    """router.sh: vllm-router in front of the instances (P/D mode for a disaggregated plan)."""
+    words, pol = router_words(pl, cx), policy(cx.plan.router)
+    how = (f"routes to each of the {rank_routing(pl, cx)} DP ranks behind an endpoint" if rank_routing(pl, cx) > 1
+           else "each endpoint's API server spreads its requests over its local DP ranks by least load")
     return "\n".join(["#!/usr/bin/env bash",
                       f"# Request router for plan {cx.plan.name}: {cx.plan.summary}. Run on $ROUTER_HOST after "
                       "every host script is up (pip install vllm-router).",
+                      f"# Simulated policy {cx.plan.router} -> vllm-router {pol.vllm_router} "
+                      f"({'exact' if pol.exact else 'closest'}: {pol.note}; rackplan/deploy/policies.py); "
+                      f"it {how}.",
                       "set -euo pipefail", 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-                      'source "$HERE/env.sh"', f"exec {continued(words, '  ')}", ""])
+                      'source "$HERE/env.sh"', *([KEY_CHECK] if rank_routing(pl, cx) > 1 else []),
+                      f"exec {continued(words, '  ')}", ""])
 
 
 def env_script(pl: Placement, cx: Context) -> str:
