@@ -85,7 +85,7 @@ def model_cache_gib(cx: Context) -> int:
     return -(-int(sum(weight_bytes_per_rank(cx.model, whole).values()) * 1.1) // GIB)
 
 
-def _resources(inst: Instance, cx: Context) -> dict:
+def pod_resources(inst: Instance, cx: Context) -> dict:
     """GPUs, the host share of CPU and memory, ephemeral storage for the caches, the RDMA device."""
     gpus = len(inst.slices[0].gpus)
     share = gpus / cx.hw.gpus_per_node
@@ -96,17 +96,17 @@ def _resources(inst: Instance, cx: Context) -> dict:
     if cx.hw.fabric == "infiniband" and fabric.settings(cx.hw, cx.plan, inst.multi_host):
         req[fabric.RDMA_RESOURCE[0]] = "1"
     out = {"limits": {k: v for k, v in req.items() if k != "cpu"}, "requests": req}
-    if _claims(inst, cx):
+    if needs_claim(inst, cx):
         out["claims"] = [{"name": CLAIM}]
     return out
 
 
-def _claims(inst: Instance, cx: Context) -> bool:
+def needs_claim(inst: Instance, cx: Context) -> bool:
     """Whether the pods of `inst` need an IMEX channel (multi-node NVLink between trays)."""
     return cx.hw.fabric == "mnnvl" and bool(fabric.settings(cx.hw, cx.plan, inst.multi_host))
 
 
-def _env(inst: Instance, cx: Context) -> list[dict]:
+def pod_env(inst: Instance, cx: Context) -> list[dict]:
     s = inst.slices[0]
     env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "llm-d-hf-token", "key": "HF_TOKEN"}}},
            {"name": "DP_SIZE_LOCAL", "value": str(s.ranks)},
@@ -132,17 +132,21 @@ def _container(inst: Instance, cx: Context) -> dict:
               'START_RANK=$(( ${LWS_WORKER_INDEX:-0} * DP_SIZE_LOCAL ))',
               "exec " + continued(pod_words(inst, cx), "  ")]
     return {"name": "vllm", "image": IMAGE, "command": ["/bin/bash", "-c"], "args": ["\n".join(script)],
-            "env": _env(inst, cx),
+            "env": pod_env(inst, cx),
             "ports": [{"containerPort": vllm_port(inst.pool), "name": "modelserver", "protocol": "TCP"},
                       {"containerPort": NIXL_PORT, "name": "nixl", "protocol": "TCP"}],
-            **_probes(), "resources": _resources(inst, cx),
+            **_probes(), "resources": pod_resources(inst, cx),
             "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RAWIO"]}},
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
-                             {"name": "model-cache", "mountPath": MODEL_CACHE},
-                             {"name": "jit-cache", "mountPath": JIT_CACHE}]}
+            "volumeMounts": volume_mounts()}
 
 
-def _volumes(cx: Context) -> list[dict]:
+def volume_mounts() -> list[dict]:
+    """Where pod_volumes are mounted: /dev/shm, the model cache (HF_HUB_CACHE), the kernel cache."""
+    return [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": MODEL_CACHE},
+            {"name": "jit-cache", "mountPath": JIT_CACHE}]
+
+
+def pod_volumes(cx: Context) -> list[dict]:
     """/dev/shm in memory (llm-d: 2 GiB, "roughly 32MB per local DP plus scratch"; NCCL 2.27), the model
     cache sized to the checkpoint, the kernel cache."""
     return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
@@ -174,8 +178,8 @@ def _sidecar() -> dict:
 def leader_worker_set(inst: Instance, cx: Context) -> dict:
     """The LeaderWorkerSet of the layout `inst` is the first replica of."""
     lay, pool = inst.layout, inst.pool
-    pod: dict = {"containers": [_container(inst, cx)], "volumes": _volumes(cx)}
-    if _claims(inst, cx):
+    pod: dict = {"containers": [_container(inst, cx)], "volumes": pod_volumes(cx)}
+    if needs_claim(inst, cx):
         pod["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": channel_template(cx)}]
     if pool == "decode" and cx.plan.disaggregated:
         pod = {"initContainers": [_sidecar()], **pod}
@@ -191,7 +195,7 @@ def leader_worker_set(inst: Instance, cx: Context) -> dict:
 def manifests(pl: Placement, cx: Context) -> list[dict]:
     """One LeaderWorkerSet per planned layout (its first instance stands for all replicas)."""
     firsts = [inst for inst in pl.instances if inst.name.endswith("-0")]
-    domain = [compute_domain(cx)] if any(_claims(inst, cx) for inst in firsts) else []
+    domain = [compute_domain(cx)] if any(needs_claim(inst, cx) for inst in firsts) else []
     return domain + [leader_worker_set(inst, cx) for inst in firsts]
 
 

@@ -13,6 +13,7 @@ by the longest cached prefix and falls back to the shortest queue when loads div
 llm-d inference scheduler (plugin types of llm-d-inference-scheduler): `active-request-scorer` (fewer
 in-flight requests), `queue-scorer` (fewer waiting requests), `prefix-cache-scorer` (longer prefix
 held), `max-score-picker`, `random-picker`; llm-d's prefix-aware example weighs prefix 2 : load 1.
+Dynamo 1.6.1 frontend `--router-mode`: round-robin, random, kv (KV-overlap and load), least-loaded.
 
 `exact` says where the deployment does what the simulator priced; each `note` says the difference
 where it does not (the simulator's policies are owned by sim/; these are reported, not hidden).
@@ -29,6 +30,7 @@ class Policy:
     """How one simulated routing policy runs in each deployment target."""
 
     vllm_router: str  # --policy of vllm-router
+    dynamo: str  # --router-mode of Dynamo's frontend (dynamo/common/configuration/groups/router_args.py)
     scorers: tuple[tuple[str, float], ...]  # llm-d EPP scorer plugin types and weights
     picker: str  # llm-d EPP picker plugin type
     per_rank: bool  # route to DP ranks (vllm-router --intra-node-data-parallel-size): the policy keeps
@@ -40,17 +42,18 @@ class Policy:
 
 POLICIES = {
     "least_loaded": Policy(
-        "power_of_two", (("active-request-scorer", 1.0),), "max-score-picker", False, False,
+        "power_of_two", "least-loaded", (("active-request-scorer", 1.0),), "max-score-picker", False, False,
         "vllm-router has no full least-load scan: power_of_two compares two random endpoints (the same "
         "choice as the simulator with 2 endpoints per pool); llm-d's active-request-scorer + max-score "
-        "picker scans all (in-flight requests: the simulator's decode load, not its prefill token count)"),
+        "picker and Dynamo's least-loaded scan all (in-flight requests: the simulator's decode load, not its "
+        "prefill token count)"),
     "round_robin": Policy(
-        "round_robin", (), "random-picker", False, False,
-        "vllm-router rotates as the simulator does; llm-d has no round-robin picker, random-picker gives "
+        "round_robin", "round-robin", (), "random-picker", False, False,
+        "vllm-router and Dynamo rotate as the simulator does; llm-d has no round-robin picker, random-picker gives "
         "each endpoint the same share in expectation, not in order"),
     "prefix_aware": Policy(
-        "cache_aware", (("prefix-cache-scorer", 2.0), ("queue-scorer", 1.0)), "max-score-picker", True, False,
-        "both prefer the endpoint holding the longest prefix and fall back to load; the simulator "
+        "cache_aware", "kv", (("prefix-cache-scorer", 2.0), ("queue-scorer", 1.0)), "max-score-picker", True, False,
+        "all three prefer the endpoint holding the longest prefix and fall back to load; the simulator "
         "subtracts cached tokens from queued tokens instead of weighing the two"),
 }
 

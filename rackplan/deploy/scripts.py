@@ -156,11 +156,15 @@ def router_script(pl: Placement, cx: Context) -> str:
                       f"exec {continued(words, '  ')}", ""])
 
 
-def env_script(pl: Placement, cx: Context) -> str:
-    """env.sh: the model and every host address, each overridable from the environment."""
+def env_script(pl: Placement, cx: Context, hosts: bool = True) -> str:
+    """env.sh: the model, and (bare-host scripts) every host address, each overridable from the
+    environment; without host scripts, only what bench.sh reads (ROUTER_HOST: the gateway or frontend)."""
     out = ["# Settings every launch script reads. Set the host addresses (and MODEL to serve a local copy).",
            f"# Plan {cx.plan.name}: {pl.num_hosts} hosts of {pl.gpus_per_host} x {cx.hw.name}.",
            assign("MODEL", cx.family.hf_id), 'LOGS="${LOGS:-$HERE/logs}"']
+    if not hosts:
+        return "\n".join(out + ['ROUTER_HOST="${ROUTER_HOST:?set ROUTER_HOST to the gateway or frontend address}"',
+                                'ROUTER_PORT="${ROUTER_PORT:-8000}"', ""])
     out += [assign(k, v, export=True) for k, v in cx.family.env]
     for h in range(pl.num_hosts):
         names = (", ".join(inst.name for inst, _ in pl.on_host(h))

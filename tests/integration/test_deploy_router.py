@@ -40,6 +40,11 @@ def test_deploy_runs_every_documented_router_value(tmp_path, plan, router):
     # the three name the same policy: the plan's, the vllm-router policy of it, the EPP plugins of it
     assert re.search(rf"--policy {pol.vllm_router}\b", router_sh) and f"Simulated policy {router} ->" in router_sh
     assert custom.startswith(f"# simulated router policy: {router} ")
+    graph = [d for d in yaml.safe_load_all((tmp_path / "launch" / "dynamo" / "graph.yaml").read_text())
+             if d["kind"] == "DynamoGraphDeployment"][0]
+    front = next(c for c in graph["spec"]["components"] if c["type"] == "frontend")
+    args = front["podTemplate"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--router-mode") + 1] == pol.dynamo
     epp = yaml.safe_load(custom)
     types = {p["type"] for p in epp["plugins"]}
     assert {t for t, _ in pol.scorers} | {pol.picker} <= types

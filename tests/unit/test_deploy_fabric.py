@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackplan.deploy import build, context_for, fabric, k8s
+from rackplan.deploy import build, context_for, fabric, k8s, placement
 from rackplan.specs import SpecError, load_hardware, load_plan
 
 pytestmark = pytest.mark.unit
@@ -76,6 +76,13 @@ def test_scripts_and_manifests_carry_the_same_fabric_settings(plan):
     for name, text in files.items():
         if name.startswith("host-"):
             assert names <= set(exported(text))
+    graph = [d for d in yaml.safe_load_all(files["dynamo/graph.yaml"]) if d["kind"] == "DynamoGraphDeployment"][0]
+    workers = [c for c in graph["spec"]["components"] if c["type"] != "frontend"]
+    assert workers and all(names <= set(container_env(c["podTemplate"]["spec"])) for c in workers)
+    claims = {"resourceClaims" in c["podTemplate"]["spec"] for c in workers}
+    assert claims == {cx.hw.fabric == "mnnvl"}
+    multi = {c["name"]: c.get("multinode", {}).get("nodeCount") for c in workers}
+    assert multi["decode0"] == len(placement.place(cx.plan, cx.hw).pool("decode")[0].slices)
 
 
 def test_an_instance_on_one_tray_of_an_aggregated_plan_needs_no_fabric():
@@ -124,8 +131,6 @@ def test_every_shipped_gpu_names_its_fabric():
 def test_an_nvl72_instance_never_straddles_two_racks():
     """144-GPU plan: 33 x DEP2 prefill fill 16.5 trays of rack 0, so the DEP64 decode (16 trays) starts on
     rack 1's first tray (18) instead of straddling trays 17-32; tray 17 stays empty and gets no script."""
-    from rackplan.deploy import placement
-
     cx = context_for(load_plan(str(DATA / "v41-gb300-144gpu.yaml")))
     pl = placement.place(cx.plan, cx.hw)
     per = cx.hw.nodes_per_domain  # 18 trays per NVL72 rack
