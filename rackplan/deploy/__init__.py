@@ -29,12 +29,13 @@ __all__ = ["FAMILIES", "TARGETS", "Context", "context_for", "build", "write", "w
 MARKER = ".rackplan-launch"  # marks a folder this module wrote (and may replace)
 
 
-def context_for(plan: Plan, workload: str | None = None) -> Context:
-    """Specs a plan's launch files depend on, loaded by name (no cost profile: launch files price nothing)."""
+def context_for(plan: Plan, workload: str | None = None, served_model: str | None = None) -> Context:
+    """Specs a plan's launch files depend on, loaded by name (no cost profile: launch files price nothing);
+    `served_model` names the Hugging Face repository to serve (required for a model outside FAMILIES)."""
     wl = workload or plan.workload
     if wl is None:
         raise SpecError("", "workload", "a workload (the plan names none; pass --workload)")
-    return Context(plan, load_model(plan.model), load_hardware(plan.hardware), load_workload(wl))
+    return Context(plan, load_model(plan.model), load_hardware(plan.hardware), load_workload(wl), served_model)
 
 
 TARGETS = ("scripts", "llm-d", "dynamo")  # `all` writes every one

@@ -21,6 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", help="workload bench.sh replays (default: the plan's)")
     p.add_argument("--target", default="all", choices=["scripts", "llm-d", "dynamo", "all"],
                    help="what to write: bare-host scripts, llm-d manifests, a Dynamo graph, or all (default)")
+    p.add_argument("--served-model", help="Hugging Face repository to serve (owner/name); required for a model "
+                   "outside the embedded list, which then gets the flags of its architecture")
     p.add_argument("--force", action="store_true", help="replace --out even if it holds other files")
     p.add_argument("--json", action="store_true", help="print the written files as JSON")
 
@@ -30,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_launch_folder(args.out, args.force)
     plan = load_plan(args.plan)
-    paths = write_launch(context_for(plan, workload=args.workload), args.out, args.force, args.target)
+    cx = context_for(plan, workload=args.workload, served_model=args.served_model)
+    paths = write_launch(cx, args.out, args.force, args.target)
     if args.json:
         print(json.dumps({"plan": plan.name, "files": [str(p) for p in paths]}, indent=2))
         return 0

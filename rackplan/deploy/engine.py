@@ -59,9 +59,32 @@ FAMILIES = {
 }
 
 
+# What vLLM needs for a model outside FAMILIES, by the architecture its spec describes: the DeepSeek
+# attention kinds load through the checkpoint's own code (trust-remote-code, vLLM recipes DeepSeek-V3 /
+# V4-Flash) and V4's compressed attention tokenizes with deepseek_v4 (recipe base_args); an MTP drafter is
+# vLLM's "mtp" method (config/speculative.py). A separate draft model needs its own repository: refused.
+ARCH_EXTRA = {"mla": ("--trust-remote-code",), "csa": ("--trust-remote-code", "--tokenizer-mode", "deepseek_v4"),
+              "gqa": ()}
+
+
 def servable(model: ModelSpec) -> bool:
-    """Whether vLLM serves a released checkpoint of this model (test models like tiny-moe: no)."""
+    """Whether vLLM serves a released checkpoint of this model without being told its repository
+    (test models like tiny-moe: no; any model with --served-model)."""
     return model.name in FAMILIES
+
+
+def family_of(model: ModelSpec, served: str | None = None) -> Family:
+    """How vLLM serves `model`: its entry in FAMILIES (repository replaced by `served` if given), else
+    one derived from its architecture, which needs `served` (the Hugging Face repository)."""
+    fam = FAMILIES.get(model.name)
+    if fam is not None:
+        return fam if served is None else Family(served, fam.spec_method, fam.extra, fam.source, fam.env)
+    if served is None:
+        raise SpecError("", "model", "a model vLLM deployment knows (" + ", ".join(sorted(FAMILIES)) + "), or "
+                        "its Hugging Face repository with --served-model", model.name)
+    method = "mtp" if model.draft is not None and model.draft.kind == "mtp" else None
+    return Family(served, method, ARCH_EXTRA[model.attention.kind],
+                  f"derived from {model.name}'s {model.attention.kind} attention (engine.py ARCH_EXTRA)")
 
 
 @dataclass(frozen=True)
@@ -72,15 +95,12 @@ class Context:
     model: ModelSpec
     hw: HardwareSpec
     workload: Workload
+    served_model: str | None = None  # Hugging Face repository to serve (--served-model)
     memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)  # derived values, once
 
     @property
     def family(self) -> Family:
-        fam = FAMILIES.get(self.model.name)
-        if fam is None:
-            raise SpecError("", "model", "a model vLLM deployment knows: " + ", ".join(sorted(FAMILIES)),
-                            self.model.name)
-        return fam
+        return family_of(self.model, self.served_model)
 
 
 def _json(obj: dict) -> str:
