@@ -5,7 +5,9 @@ dynamo/profiler/utils/config.py, the model Dynamo's profiler writes graphs with)
 component (OpenAI server + router, `python3 -m dynamo.frontend`), and per planned layout one worker
 component (`python3 -m dynamo.vllm` with vLLM's engine arguments, `--disaggregation-mode prefill |
 decode` in a disaggregated plan), `replicas` = planned instances and `multinode.nodeCount` = hosts per
-instance (the operator then starts one pod per host and wires the DP ranks). The engine flags, fabric
+instance (Dynamo's multinode deployment guide: the operator, through Grove or LWS, starts that many pods
+per replica and supplies the multi-node launch settings; rackplan gives the DP size, not per-pod ranks:
+not checked against a running operator). The engine flags, fabric
 settings, resources, probes and volumes are the llm-d target's (engine.py, fabric.py, k8s.py); the
 frontend routes with the plan's policy (policies.py). API-server flags stay out: Dynamo's frontend
 replaces vLLM's.

@@ -57,9 +57,10 @@ def _fabric_fill(cx: Context, pl: Placement, k8s: bool) -> list[str]:
            for v in fabric.operators(cx.hw)]
     if k8s and cx.hw.fabric == "infiniband":
         out.append(f"- the `{fabric.RDMA_RESOURCE[0]}` resource: {fabric.RDMA_RESOURCE[1]}")
-    if k8s and cx.hw.fabric == "mnnvl":
-        out.append("- nothing for the IMEX channel: the ComputeDomain is in the manifest (the NVIDIA DRA driver "
-                   "for GPUs must be installed)")
+    if cx.hw.fabric == "mnnvl":
+        out.append("- the NVIDIA DRA driver for GPUs in the cluster (the manifest's ComputeDomain gives each pod its "
+                   "IMEX channel)" if k8s else "- the IMEX service (nvidia-imex) on every tray, configured with the "
+                   "rack's trays: multi-node NVLink needs an IMEX channel")
     return out
 
 

@@ -93,9 +93,8 @@ def label_value(value: str) -> str:
 def check_inputs(cx) -> None:
     """Refuse, before any file is built, input text a launch file would carry (a Context's plan,
     workload, hardware and model names, the model's repository id and environment)."""
-    for field, value in (("plan name", cx.plan.name), ("plan description", cx.plan.description),
-                         ("workload name", cx.workload.name), ("hardware name", cx.hw.name),
-                         ("model name", cx.model.name)):
+    for field, value in (("plan name", cx.plan.name), ("workload name", cx.workload.name),
+                         ("hardware name", cx.hw.name), ("model name", cx.model.name)):
         text(value, field)
     hf_repo(cx.family.hf_id, "model repository")
     for k, v in cx.family.env:

@@ -143,14 +143,14 @@ def router_words(pl: Placement, cx: Context) -> list[str]:
 def router_script(pl: Placement, cx: Context) -> str:
     """router.sh: vllm-router in front of the instances (P/D mode for a disaggregated plan)."""
     words, pol = router_words(pl, cx), policy(cx.plan.router)
-    how = (f"routes to each of the {rank_routing(pl, cx)} DP ranks behind an endpoint" if rank_routing(pl, cx) > 1
+    how = (f"the router picks one of the {rank_routing(pl, cx)} DP ranks behind an endpoint" if rank_routing(pl, cx) > 1
            else "each endpoint's API server spreads its requests over its local DP ranks by least load")
     return "\n".join(["#!/usr/bin/env bash",
                       f"# Request router for plan {cx.plan.name}: {cx.plan.summary}. Run on $ROUTER_HOST after "
                       "every host script is up (pip install vllm-router).",
                       f"# Simulated policy {cx.plan.router} -> vllm-router {pol.vllm_router} "
-                      f"({'exact' if pol.exact else 'closest'}: {pol.note}; rackplan/deploy/policies.py); "
-                      f"it {how}.",
+                      f"({'exact' if pol.exact else 'closest'}: {pol.note}; rackplan/deploy/policies.py).",
+                      f"# DP ranks: {how}.",
                       "set -euo pipefail", 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
                       'source "$HERE/env.sh"', *([KEY_CHECK] if rank_routing(pl, cx) > 1 else []),
                       f"exec {continued(words, '  ')}", ""])

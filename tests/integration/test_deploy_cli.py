@@ -55,10 +55,11 @@ def test_each_target_writes_its_files_and_says_what_to_fill_in(tmp_path, target,
     sections = re.findall(r"^## (\S+): what you fill in$", md, re.M)
     assert sections == [target]
     fill = md.split("what you fill in")[1].split("\n\n")[1]
-    want = {"scripts": ["`HOST_00` .. `HOST_17`"], "llm-d": ["Secret `llm-d-hf-token`", "image", "gateway"],
-            "dynamo": ["Secret `hf-token-secret`", "image", "frontend"]}[target]
+    want = {"scripts": ["`HOST_00` .. `HOST_17`", "nvidia-imex", "SOCKET_IFNAME"],
+            "llm-d": ["Secret `llm-d-hf-token`", "image", "gateway", "DRA driver"],
+            "dynamo": ["Secret `hf-token-secret`", "image", "frontend", "DRA driver"]}[target]
     assert all(w in fill for w in want), fill
-    assert "IMEX" not in fill or target != "scripts"
+    assert "IB_HCA" not in fill  # an NVL72 plan: no InfiniBand settings to fill in
 
 
 def test_a_target_outside_the_list_is_refused(tmp_path, capsys):
