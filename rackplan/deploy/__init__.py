@@ -7,10 +7,13 @@ launch/
   router.sh             vllm-router in front (P/D mode for a disaggregated plan)
   bench.sh              `vllm bench serve` at the planned load -> detailed result JSON
   bench_trace.jsonl     the planned requests (timed trace) bench.sh replays
-  k8s/modelserver.yaml  llm-d wide-EP LeaderWorkerSets (one per layout)
+  k8s/modelserver.yaml  llm-d wide-EP LeaderWorkerSets (one per layout) [+ ComputeDomain on NVL72]
   k8s/inferencepool.values.yaml  Helm values for the llm-d inference scheduler's InferencePool
-Modules: engine.py (flags per instance), placement.py (hosts, GPUs, ranks, ports), scripts.py
-(shell files), bench.py, k8s.py, flaglist.py (the kept vLLM flag list the tests hold us to).
+  dynamo/graph.yaml     NVIDIA Dynamo DynamoGraphDeployment [+ ComputeDomain on NVL72]
+`--target scripts | llm-d | dynamo` writes one target's files (with env.sh and bench.sh); `all`, every one.
+Modules: engine.py (flags per instance), placement.py (hosts, GPUs, ranks, ports), fabric.py (settings per
+hardware fabric), policies.py (router policy per target), safe.py (quoting, refusal, Kubernetes names),
+scripts.py (shell files), bench.py, k8s.py (llm-d), dynamo.py, flaglist.py (the kept vLLM flag list).
 """
 from __future__ import annotations
 
@@ -21,35 +24,51 @@ from rackplan.specs import Plan, SpecError, load_hardware, load_model, load_work
 from .engine import FAMILIES, Context, servable
 from .readme import how_to_run
 
-__all__ = ["FAMILIES", "Context", "context_for", "build", "write", "write_launch", "how_to_run", "servable"]
+__all__ = ["FAMILIES", "TARGETS", "Context", "context_for", "build", "write", "write_launch", "how_to_run",
+           "servable"]
 MARKER = ".rackplan-launch"  # marks a folder this module wrote (and may replace)
 
 
-def context_for(plan: Plan, workload: str | None = None) -> Context:
-    """Specs a plan's launch files depend on, loaded by name (no cost profile: launch files price nothing)."""
+def context_for(plan: Plan, workload: str | None = None, served_model: str | None = None) -> Context:
+    """Specs a plan's launch files depend on, loaded by name (no cost profile: launch files price nothing);
+    `served_model` names the Hugging Face repository to serve (required for a model outside FAMILIES)."""
     wl = workload or plan.workload
     if wl is None:
         raise SpecError("", "workload", "a workload (the plan names none; pass --workload)")
-    return Context(plan, load_model(plan.model), load_hardware(plan.hardware), load_workload(wl))
+    return Context(plan, load_model(plan.model), load_hardware(plan.hardware), load_workload(wl), served_model)
 
 
-def build(cx: Context) -> dict[str, str]:
-    """Every launch file as {relative path: text}; raises SpecError before anything is written."""
-    from . import bench, k8s, scripts
+TARGETS = ("scripts", "llm-d", "dynamo")  # `all` writes every one
+
+
+def build(cx: Context, target: str = "all") -> dict[str, str]:
+    """Every launch file of `target` (scripts | llm-d | dynamo | all) as {relative path: text}; raises
+    SpecError before anything is written. bench.sh, its trace and env.sh come with every target."""
+    from . import bench, dynamo, k8s, scripts
     from .placement import place
+    from .safe import check_inputs
 
+    if target != "all" and target not in TARGETS:
+        raise SpecError("", "--target", "one of " + ", ".join((*TARGETS, "all")), target)
     pl = place(cx.plan, cx.hw)
+    check_inputs(cx)
+    wanted = TARGETS if target == "all" else (target,)
     trace = bench.trace_lines(cx)
-    files = {"env.sh": scripts.env_script(pl, cx)}
-    files.update({f"host-{h:02d}.sh": scripts.host_script(h, pl, cx) for h in range(pl.num_hosts)})
-    files["router.sh"] = scripts.router_script(pl, cx)
+    files = {"env.sh": scripts.env_script(pl, cx, hosts="scripts" in wanted)}
+    if "scripts" in wanted:
+        files.update({f"host-{h:02d}.sh": scripts.host_script(h, pl, cx) for h in range(pl.num_hosts)
+                      if pl.on_host(h)})
+        files["router.sh"] = scripts.router_script(pl, cx)
     files["bench.sh"] = bench.bench_script(cx, len(trace))
     files["bench_trace.jsonl"] = "\n".join(trace) + "\n"
-    files["k8s/modelserver.yaml"] = k8s.dump(k8s.manifests(pl, cx))
-    files["k8s/inferencepool.values.yaml"] = k8s.dump([k8s.inferencepool_values(cx)])
+    if "llm-d" in wanted:
+        files["k8s/modelserver.yaml"] = k8s.dump(k8s.manifests(pl, cx))
+        files["k8s/inferencepool.values.yaml"] = k8s.dump([k8s.inferencepool_values(cx)])
+    if "dynamo" in wanted:
+        files["dynamo/graph.yaml"] = k8s.dump(dynamo.manifests(pl, cx))
     from .readme import readme
 
-    files["README.md"] = readme(pl, cx, sorted(files))
+    files["README.md"] = readme(pl, cx, sorted(files), wanted)
     return files
 
 
@@ -84,6 +103,6 @@ def write(files: dict[str, str], folder: str | Path, force: bool = False) -> lis
     return [folder / rel for rel in sorted(files) if rel != MARKER]
 
 
-def write_launch(cx: Context, folder: str | Path, force: bool = False) -> list[Path]:
-    """Build and write the launch folder of `cx.plan`; returns the written paths."""
-    return write(build(cx), folder, force)
+def write_launch(cx: Context, folder: str | Path, force: bool = False, target: str = "all") -> list[Path]:
+    """Build and write the launch folder of `cx.plan` for `target`; returns the written paths."""
+    return write(build(cx, target), folder, force)

@@ -50,11 +50,19 @@ def trace_lines(cx: Context) -> list[str]:
 
 
 def _load_flags(cx: Context) -> list[str]:
+    """Closed loop: the planned concurrency, every request sent at once. Open loop: each request at its
+    own timestamp in bench_trace.jsonl (`--self-timed`, vllm/benchmarks/serve.py: "replaying traces
+    faithfully based on their timestamps"; without it the bench draws its own Poisson arrivals)."""
     wl = planned_workload(cx)
     if wl.arrival.kind == "concurrency":
         return ["--max-concurrency", str(wl.arrival.concurrency), "--request-rate", "inf", "--no-self-timed"]
-    rate = wl.arrival.rate if wl.arrival.kind == "poisson" else None
-    return ["--request-rate", f"{rate:.6g}"] if rate else []
+    return ["--self-timed"]
+
+
+def _rate_metadata(cx: Context) -> list[str]:
+    """The planned open-loop rate, recorded with the result (the trace's timestamps carry it)."""
+    wl = planned_workload(cx)
+    return [f"rackplan_request_rate={wl.arrival.rate:.6g}"] if wl.arrival.kind == "poisson" else []
 
 
 def _tokenizer_flags(cx: Context) -> list[str]:
@@ -76,7 +84,7 @@ def bench_words(cx: Context, num_requests: int) -> list[str]:
                 "--num-prompts", str(num_requests), "--ignore-eos"] + _load_flags(cx)
     result = ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
               "--metadata", f"rackplan_plan={cx.plan.name}", f"rackplan_plan_hash={plan_hash(cx.plan)}",
-              f"rackplan_workload={cx.workload.name}", "--save-result", "--save-detailed",
+              f"rackplan_workload={cx.workload.name}", *_rate_metadata(cx), "--save-result", "--save-detailed",
               "--result-dir", '"$RESULTS"', "--result-filename", "bench.json", "--seed", str(cx.workload.seed)]
     return checked("vllm bench serve", ["vllm", "bench", "serve"] + target + requests + result)
 

@@ -47,7 +47,7 @@ FAMILIES = {
                             ("--trust-remote-code", "--tokenizer-mode", "deepseek_v32"),
                             "vLLM recipes DeepSeek-V3.2.yaml (base_args, tool_calling)"),
     "deepseek-v4-flash": Family("deepseek-ai/DeepSeek-V4-Flash", "mtp",
-                                ("--trust-remote-code", "--block-size", "256", "--tokenizer-mode", "deepseek_v4"),
+                                ("--trust-remote-code", "--tokenizer-mode", "deepseek_v4"),
                                 "vLLM recipes DeepSeek-V4-Flash.yaml (base_args, PD cluster)"),
     # V4.1 dropped MTP; DSpark stages ship under mtp.* in the target checkpoint (vLLM
     # config/speculative.py: method "dspark" takes the target model as its draft).
@@ -59,9 +59,32 @@ FAMILIES = {
 }
 
 
+# What vLLM needs for a model outside FAMILIES, by the architecture its spec describes: the DeepSeek
+# attention kinds load through the checkpoint's own code (trust-remote-code, vLLM recipes DeepSeek-V3 /
+# V4-Flash) and V4's compressed attention tokenizes with deepseek_v4 (recipe base_args); an MTP drafter is
+# vLLM's "mtp" method (config/speculative.py). A separate draft model needs its own repository: refused.
+ARCH_EXTRA = {"mla": ("--trust-remote-code",), "csa": ("--trust-remote-code", "--tokenizer-mode", "deepseek_v4"),
+              "gqa": ()}
+
+
 def servable(model: ModelSpec) -> bool:
-    """Whether vLLM serves a released checkpoint of this model (test models like tiny-moe: no)."""
+    """Whether vLLM serves a released checkpoint of this model without being told its repository
+    (test models like tiny-moe: no; any model with --served-model)."""
     return model.name in FAMILIES
+
+
+def family_of(model: ModelSpec, served: str | None = None) -> Family:
+    """How vLLM serves `model`: its entry in FAMILIES (repository replaced by `served` if given), else
+    one derived from its architecture, which needs `served` (the Hugging Face repository)."""
+    fam = FAMILIES.get(model.name)
+    if fam is not None:
+        return fam if served is None else Family(served, fam.spec_method, fam.extra, fam.source, fam.env)
+    if served is None:
+        raise SpecError("", "model", "a model vLLM deployment knows (" + ", ".join(sorted(FAMILIES)) + "), or "
+                        "its Hugging Face repository with --served-model", model.name)
+    method = "mtp" if model.draft is not None and model.draft.kind == "mtp" else None
+    return Family(served, method, ARCH_EXTRA[model.attention.kind],
+                  f"derived from {model.name}'s {model.attention.kind} attention (engine.py ARCH_EXTRA)")
 
 
 @dataclass(frozen=True)
@@ -72,15 +95,12 @@ class Context:
     model: ModelSpec
     hw: HardwareSpec
     workload: Workload
+    served_model: str | None = None  # Hugging Face repository to serve (--served-model)
     memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)  # derived values, once
 
     @property
     def family(self) -> Family:
-        fam = FAMILIES.get(self.model.name)
-        if fam is None:
-            raise SpecError("", "model", "a model vLLM deployment knows: " + ", ".join(sorted(FAMILIES)),
-                            self.model.name)
-        return fam
+        return family_of(self.model, self.served_model)
 
 
 def _json(obj: dict) -> str:
@@ -92,15 +112,23 @@ def decode_tokens(lay: Layout) -> int:
     return lay.max_batch_per_rank * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
 
 
+def priced_memory_utilization(lay: Layout) -> float:
+    """The share of HBM the cost model let the engine use (sim/cost/memory.py reserve_bytes: the
+    layout's own, else all but RESERVE_FRACTION), emitted so vLLM sizes its KV cache as priced
+    instead of by its own default (0.92, vllm/config/cache.py)."""
+    from rackplan.sim.cost.memory import RESERVE_FRACTION
+
+    return lay.gpu_memory_utilization if lay.gpu_memory_utilization is not None else 1.0 - RESERVE_FRACTION
+
+
 def batch_flags(lay: Layout) -> list[str]:
     """Per-rank limits (vLLM's scheduler runs per DP rank), the memory budget and offloaded weights
     the cost model priced."""
     budget = lay.max_tokens_per_step
     if lay.role != "prefill":
         budget = max(budget, decode_tokens(lay))
-    f = ["--max-num-seqs", str(lay.max_batch_per_rank), "--max-num-batched-tokens", str(budget)]
-    if lay.gpu_memory_utilization is not None:
-        f += ["--gpu-memory-utilization", f"{lay.gpu_memory_utilization:g}"]
+    f = ["--max-num-seqs", str(lay.max_batch_per_rank), "--max-num-batched-tokens", str(budget),
+         "--gpu-memory-utilization", f"{priced_memory_utilization(lay):g}"]
     if lay.offload_gb:
         f += ["--cpu-offload-gb", f"{lay.offload_gb:g}"]
     return f
@@ -178,8 +206,26 @@ def kv_flags(lay: Layout, cx: Context) -> list[str]:
     return f
 
 
+# KV block size the attention kind needs: V4's compressed attention (csa) keeps its compressed
+# entries in 256-token blocks (vLLM recipes DeepSeek-V4-Flash base_args `--block-size 256`; llm-d
+# wide-ep-lws vllm-deepseek-v4 decode.yaml; V4.1 shares the attention)
+BLOCK_SIZE = {"csa": 256}
+
+
+def kernel_flags(cx: Context) -> list[str]:
+    """The KV block size the attention needs and the MoE kernel the cost model priced: MXFP4 experts
+    on Blackwell (fp4 tensor cores) as FlashInfer's TRT-LLM MoE, the kernel vLLM's MXFP4 oracle picks
+    and the per-op tables time (sim/cost/efficiency.py KERNEL_FORMATS note); other experts as vLLM's
+    own choice ("auto"), which is what the profiles' fp8_block / bf16 expert rows measured."""
+    f = []
+    if cx.model.attention.kind in BLOCK_SIZE:
+        f += ["--block-size", str(BLOCK_SIZE[cx.model.attention.kind])]
+    mxfp4 = cx.model.dtypes.expert_weights == "mxfp4" and "fp4" in cx.hw.peak_flops
+    return f + ["--moe-backend", "flashinfer_trtllm" if mxfp4 else "auto"]
+
+
 def serve_flags(lay: Layout, cx: Context) -> list[str]:
     """Engine flags of one instance of `lay` (placement and ports are added by the launcher)."""
     sched = ["--async-scheduling" if lay.async_scheduling else "--no-async-scheduling"]
     return (list(cx.family.extra) + parallel_flags(lay) + dbo_flags(lay, cx) + speculation_flags(lay, cx)
-            + kv_flags(lay, cx) + batch_flags(lay) + graph_flags(lay) + sched)
+            + kv_flags(lay, cx) + kernel_flags(cx) + batch_flags(lay) + graph_flags(lay) + sched)

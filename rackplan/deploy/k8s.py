@@ -11,10 +11,11 @@ by the labels below. Engine flags are the same as the bare-host scripts (engine.
 """
 from __future__ import annotations
 
-import re
-
+from . import fabric
 from .engine import Context, frontend_settings, serve_flags
 from .placement import Instance, Placement
+from .policies import scheduler_plugins, scheduler_profile
+from .safe import dns_label, label_value
 from .scripts import checked, continued
 
 IMAGE = "vllm/vllm-openai:v0.33.0"  # the release vllm_flags.txt was taken from
@@ -24,16 +25,20 @@ DECODE_VLLM_PORT = 8200  # vLLM behind the decode pod's sidecar
 RPC_PORT = 5555  # --data-parallel-rpc-port inside the LWS group (llm-d's value)
 NIXL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT
 ROLE_LABEL = {"prefill": "prefill", "decode": "decode", "aggregated": "both"}
+# LeaderWorkerSet names: its StatefulSets are named <lws> and <lws>-<group>, and a StatefulSet's pods
+# carry the label controller-revision-hash=<statefulset>-<10-char hash>, which must fit a 63-character
+# label value (kubernetes/kubernetes#64023), so the LWS name stays well below 63
+LWS_NAME_MAX = 40
 
 
-def _name(text: str) -> str:
-    """A DNS-1123 name."""
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+def object_name(cx: Context, part: str, limit: int = LWS_NAME_MAX) -> str:
+    """Kubernetes name of the object for `part` of the plan (unique per part, stable, hashed when cut)."""
+    return dns_label(f"{cx.plan.name}-{part}", limit)
 
 
 def labels(cx: Context, pool: str | None = None) -> dict[str, str]:
     out = {"llm-d.ai/inference-serving": "true", "llm-d.ai/guide": "wide-ep-lws",
-           "llm-d.ai/model": cx.family.hf_id.split("/")[-1]}
+           "llm-d.ai/model": label_value(cx.family.hf_id.split("/")[-1])}
     if pool:
         out["llm-d.ai/role"] = ROLE_LABEL[pool]
     return out
@@ -58,27 +63,108 @@ def pod_words(inst: Instance, cx: Context) -> list[str]:
                    + serve_flags(lay, cx))
 
 
-def _container(inst: Instance, cx: Context) -> dict:
+GIB = 2**30
+# Per-host CPU and memory requests of llm-d's wide-EP pods (32 CPUs, 512 GiB for a whole 4-GPU GB200 tray
+# or 8-GPU H200 node: guides/wide-ep-lws decode.yaml and prefill.yaml); a pod on part of a host gets
+# its share, plus the host memory of weights the plan offloads (Layout.offload_gb per GPU).
+HOST_CPUS, HOST_MEMORY_GIB = 32, 512
+JIT_CACHE_GIB = 64  # compiled kernels (torch.compile, DeepGEMM, FlashInfer) under VLLM_CACHE_ROOT
+MODEL_CACHE = "/var/cache/huggingface"  # HF_HUB_CACHE, as llm-d's V4 guide mounts it
+JIT_CACHE = "/var/cache/vllm"
+CLAIM = "compute-domain-channel"  # the pod's name for its IMEX channel claim
+
+
+def model_cache_gib(cx: Context) -> int:
+    """Size of the model-cache volume: the whole checkpoint (every expert, the drafter) with 10% headroom
+    for tokenizer and config files, priced as the planner prices weights (sim/cost/memory.py)."""
+    from rackplan.sim.cost.memory import weight_bytes_per_rank
+    from rackplan.specs import Layout, Speculation
+
+    whole = Layout("both", dp=1, tp=1, expert_parallel=False, speculation=Speculation(1, 1.0)
+                   if cx.model.draft is not None else None)
+    return -(-int(sum(weight_bytes_per_rank(cx.model, whole).values()) * 1.1) // GIB)
+
+
+def pod_resources(inst: Instance, cx: Context) -> dict:
+    """GPUs, the host share of CPU and memory, ephemeral storage for the caches, the RDMA device."""
+    gpus = len(inst.slices[0].gpus)
+    share = gpus / cx.hw.gpus_per_node
+    mem = -(-int(HOST_MEMORY_GIB * share + inst.layout.offload_gb * gpus * 1e9 / GIB) // 1)
+    disk = model_cache_gib(cx) + JIT_CACHE_GIB
+    req = {"cpu": str(max(1, round(HOST_CPUS * share))), "memory": f"{mem}Gi", "ephemeral-storage": f"{disk}Gi",
+           "nvidia.com/gpu": str(gpus)}
+    if cx.hw.fabric == "infiniband" and fabric.settings(cx.hw, cx.plan, inst.multi_host):
+        req[fabric.RDMA_RESOURCE[0]] = "1"
+    out = {"limits": {k: v for k, v in req.items() if k != "cpu"}, "requests": req}
+    if needs_claim(inst, cx):
+        out["claims"] = [{"name": CLAIM}]
+    return out
+
+
+def needs_claim(inst: Instance, cx: Context) -> bool:
+    """Whether the pods of `inst` need an IMEX channel (multi-node NVLink between trays)."""
+    return cx.hw.fabric == "mnnvl" and bool(fabric.settings(cx.hw, cx.plan, inst.multi_host))
+
+
+def pod_env(inst: Instance, cx: Context) -> list[dict]:
     s = inst.slices[0]
-    script = ["find /dev/shm -type f -delete  # stale segments from a crashed run (llm-d issue 352)",
-              'START_RANK=$(( ${LWS_WORKER_INDEX:-0} * DP_SIZE_LOCAL ))',
-              "exec " + continued(pod_words(inst, cx), "  ")]
     env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "llm-d-hf-token", "key": "HF_TOKEN"}}},
            {"name": "DP_SIZE_LOCAL", "value": str(s.ranks)},
            {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_PORT)},
-           {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+           {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": "HF_HUB_CACHE", "value": MODEL_CACHE}, {"name": "VLLM_CACHE_ROOT", "value": JIT_CACHE}]
     env += [{"name": k, "value": v} for k, v in cx.family.env]
-    gpus = {"nvidia.com/gpu": str(len(s.gpus))}
-    probe = {"httpGet": {"path": "/health", "port": "modelserver"}, "periodSeconds": 10, "timeoutSeconds": 5}
+    return env + [{"name": f.name, "value": f.value} for f in fabric.settings(cx.hw, cx.plan, inst.multi_host)]
+
+
+def _probes() -> dict:
+    """llm-d's V4 decode probes: start-up waits up to 2,700 s for weights and compilation, liveness
+    restarts a hung server, readiness admits traffic once the model is listed."""
+    health = {"httpGet": {"path": "/health", "port": "modelserver"}, "timeoutSeconds": 5}
+    return {"startupProbe": {**health, "periodSeconds": 1, "failureThreshold": 2700},
+            "livenessProbe": {**health, "periodSeconds": 30, "failureThreshold": 3},
+            "readinessProbe": {"httpGet": {"path": "/v1/models", "port": "modelserver"}, "timeoutSeconds": 5,
+                               "periodSeconds": 10, "failureThreshold": 3}}
+
+
+def _container(inst: Instance, cx: Context) -> dict:
+    script = ["find /dev/shm -type f -delete  # stale segments from a crashed run (llm-d issue 352)",
+              'START_RANK=$(( ${LWS_WORKER_INDEX:-0} * DP_SIZE_LOCAL ))',
+              "exec " + continued(pod_words(inst, cx), "  ")]
     return {"name": "vllm", "image": IMAGE, "command": ["/bin/bash", "-c"], "args": ["\n".join(script)],
-            "env": env,
+            "env": pod_env(inst, cx),
             "ports": [{"containerPort": vllm_port(inst.pool), "name": "modelserver", "protocol": "TCP"},
                       {"containerPort": NIXL_PORT, "name": "nixl", "protocol": "TCP"}],
-            "startupProbe": {**probe, "periodSeconds": 1, "failureThreshold": 3600},
-            "readinessProbe": {**probe, "httpGet": {"path": "/v1/models", "port": "modelserver"}},
-            "resources": {"limits": dict(gpus), "requests": dict(gpus)},
+            **_probes(), "resources": pod_resources(inst, cx),
             "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_RAWIO"]}},
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
+            "volumeMounts": volume_mounts()}
+
+
+def volume_mounts() -> list[dict]:
+    """Where pod_volumes are mounted: /dev/shm, the model cache (HF_HUB_CACHE), the kernel cache."""
+    return [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": MODEL_CACHE},
+            {"name": "jit-cache", "mountPath": JIT_CACHE}]
+
+
+def pod_volumes(cx: Context) -> list[dict]:
+    """/dev/shm in memory (llm-d: 2 GiB, "roughly 32MB per local DP plus scratch"; NCCL 2.27), the model
+    cache sized to the checkpoint, the kernel cache."""
+    return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+            {"name": "model-cache", "emptyDir": {"sizeLimit": f"{model_cache_gib(cx)}Gi"}},
+            {"name": "jit-cache", "emptyDir": {"sizeLimit": f"{JIT_CACHE_GIB}Gi"}}]
+
+
+def compute_domain(cx: Context) -> dict:
+    """The ComputeDomain whose IMEX channel every multi-node-NVLink pod claims (NVIDIA DRA driver for
+    GPUs; the driver creates the ResourceClaimTemplate named in spec.channel). numNodes 0: the CRD's
+    recommended value with IMEX daemons found by DNS name (the driver's default feature gate)."""
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+            "metadata": {"name": object_name(cx, "compute-domain", 63), "labels": labels(cx)},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template(cx)}}}}
+
+
+def channel_template(cx: Context) -> str:
+    return object_name(cx, "imex-channel", 63)
 
 
 def _sidecar() -> dict:
@@ -92,12 +178,13 @@ def _sidecar() -> dict:
 def leader_worker_set(inst: Instance, cx: Context) -> dict:
     """The LeaderWorkerSet of the layout `inst` is the first replica of."""
     lay, pool = inst.layout, inst.pool
-    pod: dict = {"containers": [_container(inst, cx)],
-                 "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}]}
+    pod: dict = {"containers": [_container(inst, cx)], "volumes": pod_volumes(cx)}
+    if needs_claim(inst, cx):
+        pod["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": channel_template(cx)}]
     if pool == "decode" and cx.plan.disaggregated:
         pod = {"initContainers": [_sidecar()], **pod}
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": {"name": _name(f"{cx.plan.name}-{inst.name.rsplit('-', 1)[0]}"),
+            "metadata": {"name": object_name(cx, inst.name.rsplit('-', 1)[0]),
                          "labels": labels(cx, pool)},
             "spec": {"replicas": lay.replicas,
                      "leaderWorkerTemplate": {"size": len(inst.slices),
@@ -108,7 +195,8 @@ def leader_worker_set(inst: Instance, cx: Context) -> dict:
 def manifests(pl: Placement, cx: Context) -> list[dict]:
     """One LeaderWorkerSet per planned layout (its first instance stands for all replicas)."""
     firsts = [inst for inst in pl.instances if inst.name.endswith("-0")]
-    return [leader_worker_set(inst, cx) for inst in firsts]
+    domain = [compute_domain(cx)] if any(needs_claim(inst, cx) for inst in firsts) else []
+    return domain + [leader_worker_set(inst, cx) for inst in firsts]
 
 
 def dump(docs: list[dict]) -> str:
@@ -125,22 +213,28 @@ def dump(docs: list[dict]) -> str:
     return yaml.dump_all(docs, Dumper=Dumper, sort_keys=False, width=200)
 
 
-def inferencepool_values(cx: Context) -> dict:
-    """Helm values for the gateway-api-inference-extension InferencePool chart (llm-d scheduler)."""
-    plugins = [{"type": "random-picker", "parameters": {"maxNumOfEndpoints": 1}}]
-    profiles = [{"name": "default", "plugins": [{"pluginRef": "random-picker"}]}]
-    if cx.plan.disaggregated:  # always prefill remotely (threshold 0), as the plan prices every request
+def scheduler_config(cx: Context) -> dict:
+    """The llm-d inference scheduler (EPP) configuration of the plan's router policy (policies.py); a
+    disaggregated plan always prefills remotely (threshold 0), as the plan prices every request."""
+    plugins = scheduler_plugins(cx.plan.router)
+    profiles = [scheduler_profile("default", cx.plan.router)]
+    if cx.plan.disaggregated:
         plugins = [{"type": "prefill-header-handler"}, {"type": "prefill-filter"}, {"type": "decode-filter"},
                    *plugins, {"type": "pd-profile-handler", "parameters": {"threshold": 0, "hashBlockSize": 5}}]
-        profiles = [{"name": r, "plugins": [{"pluginRef": f"{r}-filter"}, {"pluginRef": "random-picker"}]}
-                    for r in ("prefill", "decode")]
-    config = {"apiVersion": "inference.networking.x-k8s.io/v1alpha1", "kind": "EndpointPickerConfig",
-              "plugins": plugins, "schedulingProfiles": profiles}
+        profiles = [scheduler_profile(r, cx.plan.router, (f"{r}-filter",)) for r in ("prefill", "decode")]
+    return {"apiVersion": "inference.networking.x-k8s.io/v1alpha1", "kind": "EndpointPickerConfig",
+            "plugins": plugins, "schedulingProfiles": profiles}
+
+
+def inferencepool_values(cx: Context) -> dict:
+    """Helm values for the gateway-api-inference-extension InferencePool chart (llm-d scheduler)."""
+    config = scheduler_config(cx)
+    head = f"# simulated router policy: {cx.plan.router} (rackplan/deploy/policies.py)\n"
     import yaml
 
     return {"inferenceExtension": {"replicas": 1, "image": {"name": "llm-d-inference-scheduler",
                                                             "hub": "ghcr.io/llm-d", "tag": "v0.5.0"},
                                    "extProcPort": 9002, "pluginsConfigFile": "custom-plugins.yaml",
-                                   "pluginsCustomConfig": {"custom-plugins.yaml": yaml.safe_dump(config,
-                                                                                                 sort_keys=False)}},
+                                   "pluginsCustomConfig": {"custom-plugins.yaml": head + yaml.safe_dump(
+                                       config, sort_keys=False)}},
             "inferencePool": {"modelServers": {"matchLabels": labels(cx)}}}

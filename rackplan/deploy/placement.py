@@ -2,10 +2,11 @@
 
 Instances are placed in plan order (prefill, decode, aggregated pools; replicas in turn). One that
 needs at least a host takes whole hosts (its DP ranks split evenly, `--data-parallel-size-local`
-per host, `--data-parallel-start-rank` counting on); smaller ones share a host, packed first-fit
-on contiguous GPU indices (CUDA_VISIBLE_DEVICES). Every instance gets its own HTTP port, DP RPC
-port and NIXL side-channel port range (vLLM adds the DP rank to VLLM_NIXL_SIDE_CHANNEL_PORT), so
-instances sharing a host never collide.
+per host, `--data-parallel-start-rank` counting on), inside one NVLink domain when it fits one (the
+plan priced its all-to-all over NVLink: an NVL72 instance never straddles two racks); smaller ones
+share a host, packed first-fit on contiguous GPU indices (CUDA_VISIBLE_DEVICES). Every instance gets
+its own HTTP port, DP RPC port and NIXL side-channel port range (vLLM adds the DP rank to
+VLLM_NIXL_SIDE_CHANNEL_PORT), so instances sharing a host never collide.
 """
 from __future__ import annotations
 
@@ -66,12 +67,22 @@ class Placement:
         return [inst for inst in self.instances if inst.pool == name]
 
 
-def _whole_hosts(lay: Layout, first: int, g: int, field: str) -> tuple[Slice, ...]:
+def _whole_hosts(lay: Layout, used: list[int], hw: HardwareSpec, field: str) -> tuple[Slice, ...]:
+    """Whole hosts for `lay`, inside one NVLink domain when it fits one (an NVL72 instance that crossed
+    racks would run its all-to-all over the scale-out network the plan did not price): the hosts up to
+    the next domain are left empty for smaller instances (first-fit reuses them)."""
+    g = hw.gpus_per_node
     if lay.gpus % g or g % lay.tp:
         raise SpecError("", field, f"a layout that fills whole hosts of {g} GPUs ({lay.tag} has {lay.gpus} "
                         f"GPUs, TP {lay.tp})")
+    n, per = lay.gpus // g, hw.nodes_per_domain
+    first = len(used)
+    if 1 < n <= per and first // per != (first + n - 1) // per:
+        used += [0] * (per - first % per)
+        first = len(used)
+    used += [g] * n
     local = g // lay.tp
-    return tuple(Slice(first + k, tuple(range(g)), k * local, local) for k in range(lay.gpus // g))
+    return tuple(Slice(first + k, tuple(range(g)), k * local, local) for k in range(n))
 
 
 def _shared_host(lay: Layout, used: list[int], g: int) -> Slice:
@@ -93,13 +104,14 @@ def place(plan: Plan, hw: HardwareSpec) -> Placement:
         for j, lay in enumerate(getattr(plan, pool)):
             for i in range(lay.replicas):
                 if lay.gpus >= g:
-                    slices = _whole_hosts(lay, len(used), g, f"{pool}[{j}]")
-                    used += [g] * len(slices)
+                    slices = _whole_hosts(lay, used, hw, f"{pool}[{j}]")
                 else:
                     slices = (_shared_host(lay, used, g),)
                 n = len(out)
                 out.append(Instance(f"{pool}{j}-{i}", pool, lay, HTTP_PORT + n, RPC_PORT + n, nixl, slices))
                 nixl += lay.dp
+    while used and not used[-1]:
+        used.pop()
     hosts = len(used)
     budget = -(-plan.num_gpus // g)
     if hosts > budget:

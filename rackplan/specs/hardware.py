@@ -39,6 +39,11 @@ class HardwareSpec:
     # "cpu": the host's cores stand in for GPUs (the CPU executor): no CUDA graphs, and host work
     # runs on the core the "device" work runs on, so async scheduling cannot hide it
     kind: Literal["gpu", "cpu"] = "gpu"
+    # how hosts reach each other, which the deployment's settings follow (rackplan/deploy/fabric.py):
+    # "mnnvl": NVLink spans the trays of a rack (NVL72: IMEX channels, NCCL/UCX multi-node NVLink);
+    # "infiniband": NVLink inside a host, InfiniBand RDMA between hosts (NVSHMEM IBGDA, NCCL IB);
+    # "none": no fabric a vLLM deployment uses (the CPU executor's loopback)
+    fabric: Literal["mnnvl", "infiniband", "none"] = "none"
 
     @property
     def host_overlap(self) -> bool:

@@ -39,3 +39,30 @@ def test_plan_report_names_the_launch_files_and_how_to_run_them(tmp_path):
     # the plan hash bench.sh records is the one of the plan file as written (read_bench checks it)
     bench = (report / "launch" / "bench.sh").read_text()
     assert re.search(r"rackplan_plan_hash=(\w+)", bench).group(1) == plan_hash(load_plan(plan_file))
+
+
+@pytest.mark.parametrize("target, present, absent", [
+    ("scripts", {"host-00.sh", "router.sh", "env.sh", "bench.sh"}, {"k8s", "dynamo"}),
+    ("llm-d", {"k8s", "env.sh", "bench.sh"}, {"host-00.sh", "router.sh", "dynamo"}),
+    ("dynamo", {"dynamo", "env.sh", "bench.sh"}, {"host-00.sh", "router.sh", "k8s"}),
+])
+def test_each_target_writes_its_files_and_says_what_to_fill_in(tmp_path, target, present, absent):
+    out = tmp_path / "launch"
+    assert main(["deploy", "--plan", "v41-flash-gb300-nvl72", "--out", str(out), "--target", target]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert present <= names and not absent & names
+    md = (out / "README.md").read_text()
+    sections = re.findall(r"^## (\S+): what you fill in$", md, re.M)
+    assert sections == [target]
+    fill = md.split("what you fill in")[1].split("\n\n")[1]
+    want = {"scripts": ["`HOST_00` .. `HOST_17`", "nvidia-imex", "SOCKET_IFNAME"],
+            "llm-d": ["Secret `llm-d-hf-token`", "image", "gateway", "DRA driver"],
+            "dynamo": ["Secret `hf-token-secret`", "image", "frontend", "DRA driver"]}[target]
+    assert all(w in fill for w in want), fill
+    assert "IB_HCA" not in fill  # an NVL72 plan: no InfiniBand settings to fill in
+
+
+def test_a_target_outside_the_list_is_refused(tmp_path, capsys):
+    assert main(["deploy", "--plan", "v41-flash-gb300-nvl72", "--out", str(tmp_path / "x"), "--target", "k8s"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--target" in err and not (tmp_path / "x").exists()

@@ -69,7 +69,7 @@ def value(args: list[str], flag: str) -> str:
 
 def pod_scripts(files: dict[str, str]) -> list[tuple[dict, str]]:
     docs = list(yaml.safe_load_all(files["k8s/modelserver.yaml"]))
-    return [(d, c["args"][0]) for d in docs
+    return [(d, c["args"][0]) for d in docs if d["kind"] == "LeaderWorkerSet"
             for c in d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]]
 
 
@@ -278,7 +278,11 @@ def test_bench_replays_the_requests_the_simulator_draws(built):
     assert all(len(ln["hash_ids"]) == -(-ln["input_length"] // bench.CHUNK) for ln in lines)
     (_, args), = commands(files["bench.sh"])
     assert value(args, "--num-prompts") == str(len(reqs)) and "--save-detailed" in args
-    assert float(value(args, "--request-rate")) == pytest.approx(bench.planned_workload(cx).arrival.rate, rel=1e-5)
+    # open loop: each request at its own trace timestamp, not a Poisson draw of vLLM's own (--self-timed);
+    # the planned rate is recorded with the result
+    assert "--self-timed" in args and "--request-rate" not in args
+    rate = float(next(a for a in args if a.startswith("rackplan_request_rate=")).split("=", 1)[1])
+    assert rate == pytest.approx(bench.planned_workload(cx).arrival.rate, rel=1e-5)
 
 
 def test_flags_mirror_tp_moe_pipeline_memory_and_offload():
@@ -287,3 +291,40 @@ def test_flags_mirror_tp_moe_pipeline_memory_and_offload():
     assert par == ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]  # experts TP-sharded: no EP
     assert batch[-4:] == ["--gpu-memory-utilization", "0.85", "--cpu-offload-gb", "40"]
     assert "--enable-expert-parallel" in engine.parallel_flags(Layout("both", dp=1, tp=4))
+
+
+def test_kept_choices_and_required_pairs_catch_values_vllm_refuses():
+    serve, router = flaglist.choices("vllm serve"), flaglist.choices("vllm-router")
+    assert {"deepep_low_latency", "deepep_high_throughput"} <= serve["--all2all-backend"]
+    assert {"flashinfer_trtllm", "auto", "deep_gemm_mega_moe"} <= serve["--moe-backend"]
+    assert {"deepseek_v4", "deepseek_v41", "deepseek_v32"} <= serve["--tokenizer-mode"]  # Literal + registry
+    assert {"power_of_two", "round_robin", "cache_aware"} <= router["--policy"]
+    assert "timed_trace" in flaglist.choices("vllm bench serve")["--dataset-name"]
+    for words, match in [(["vllm", "serve", "--all2all-backend", "deepep_lowlatency"], "deepep_lowlatency"),
+                         (["vllm", "serve", "--enable-eplb"], "enable-expert-parallel"),
+                         (["vllm", "serve", "--data-parallel-size", "4", "--data-parallel-size-local", "8"],
+                          "data-parallel-size-local")]:
+        with pytest.raises(RuntimeError, match=match):
+            scripts.checked("vllm serve", words)
+    with pytest.raises(RuntimeError, match="api-key"):
+        scripts.checked("vllm-router", ["vllm-router", "--intra-node-data-parallel-size", "8"])
+    with pytest.raises(RuntimeError, match="timed_trace"):
+        scripts.checked("vllm bench serve", ["vllm", "bench", "serve", "--dataset-name", "random", "--self-timed"])
+    scripts.checked("vllm-router", ["vllm-router", "--intra-node-data-parallel-size", "8", "--api-key", "k"])
+
+
+@pytest.mark.parametrize("case", ["seed-gb300", "h200-32gpu"])
+def test_memory_share_moe_kernel_and_block_size_are_the_priced_ones(case):
+    from rackplan.sim.cost.memory import RESERVE_FRACTION
+
+    plan = load_plan(SEED if case == "seed-gb300" else H200)
+    files = build(context_for(plan))
+    serves = [a for n, t in files.items() if n.startswith("host-") for tool, a in commands(t) if tool == "vllm serve"]
+    assert {value(a, "--gpu-memory-utilization") for a in serves} == {f"{1 - RESERVE_FRACTION:g}"}  # 0.95
+    # V4.1: MXFP4 experts on GB300 run FlashInfer's TRT-LLM MoE (the priced kernel), 256-token KV blocks
+    # (compressed attention); V3 on H200: vLLM's own block-FP8 MoE choice, default blocks
+    want = ({"flashinfer_trtllm"}, {"256"}) if case == "seed-gb300" else ({"auto"}, set())
+    assert {value(a, "--moe-backend") for a in serves} == want[0]
+    assert {value(a, "--block-size") for a in serves if "--block-size" in a} == want[1]
+    lay = dataclasses.replace(plan.decode[0], gpu_memory_utilization=0.8)
+    assert engine.batch_flags(lay)[4:6] == ["--gpu-memory-utilization", "0.8"]
