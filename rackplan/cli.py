@@ -70,8 +70,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if name == command:
             mod = importlib.import_module(cmd.module)
             doc = (mod.__doc__ or "").strip()
-            if doc:
-                p.description = doc.splitlines()[0]
+            if doc:  # the docstring's first paragraph, whole (its first line alone may stop mid-sentence)
+                p.description = " ".join(doc.split("\n\n")[0].split())
             (getattr(mod, f"add_{name}_arguments", None) or mod.add_arguments)(p)
             p.set_defaults(_run=getattr(mod, f"run_{name}", None) or mod.run)
     return parser

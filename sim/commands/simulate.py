@@ -21,6 +21,8 @@ import time
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
 
+from ..metrics import not_known
+
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 
 
@@ -55,12 +57,13 @@ def _clean(x):
 
 def _shown_metrics(result) -> dict:
     """The metrics as reported: an unstable run's latency percentiles are null (they only grow
-    with the run's length)."""
+    with the run's length), and so is a figure the run could not measure (metrics.not_known)."""
+    unknown = not_known(result.metrics)
     if result.stable:
-        return dict(result.metrics)
+        return {k: (None if k in unknown else v) for k, v in result.metrics.items()}
     hidden = lambda k: (k.split("_")[0] in LATENCY and k.endswith("_s")) or k in ("goodput_rps", "slo_attainment",
                                                                                    "tps_per_user")  # noqa: E731
-    return {k: (None if hidden(k) else v) for k, v in result.metrics.items()}
+    return {k: (None if hidden(k) or k in unknown else v) for k, v in result.metrics.items()}
 
 
 def report_json(plan, workload, profile, seed, result) -> str:
@@ -73,26 +76,29 @@ def report_json(plan, workload, profile, seed, result) -> str:
         "queue_growth": st.growth,
         "window": {"start_s": w.start_s, "end_s": w.end_s, "last_arrival_s": w.last_arrival_s,
                    "requests": w.requests},
-        "metrics": _shown_metrics(result), "utilisation": result.utilisation, "steps": result.steps,
+        "metrics": _shown_metrics(result), "not_known": not_known(result.metrics),
+        "utilisation": result.utilisation, "steps": result.steps,
     }), sort_keys=True)
 
 
-def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
-    pool = [("prefill pool: prompt tokens/s per prefill GPU", m["prefill_pool_input_tps_per_gpu"]),
-            ("decode pool: output tokens/s per decode GPU", m["decode_pool_output_tps_per_gpu"])] \
+def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, str, float]]:
+    """(label, metric key, value) of the throughput table."""
+    pool = [("prefill pool: prompt tokens/s per prefill GPU", "prefill_pool_input_tps_per_gpu"),
+            ("decode pool: output tokens/s per decode GPU", "decode_pool_output_tps_per_gpu")] \
         if plan.disaggregated else []
     # requests/s served: completed, and (disaggregated) prompts done and sequences seated by each pool
-    served = [("requests/s served (completed)", m["served_rps"])] + (
-        [("requests/s the prefill pool served", m["prefill_served_rps"]),
-         ("requests/s the decode pool seated", m["decode_served_rps"])] if plan.disaggregated else [])
-    return [("whole plan: output tokens/s per GPU", m["output_tps_per_gpu"]),
-            ("whole plan: prompt tokens/s per GPU", m["input_tps_per_gpu"]),
-            ("whole plan: uncached prompt tokens/s per GPU", m["prefill_tps_per_gpu"])] + pool + [
-            ("requests/s offered", m["offered_rps"])] + served + ([
-            ("tokens/s per user (median)", m["tps_per_user"]),
-            ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
-             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"])] if stable else []) + [
-            ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
+    served = [("requests/s served (completed)", "served_rps")] + (
+        [("requests/s the prefill pool served", "prefill_served_rps"),
+         ("requests/s the decode pool seated", "decode_served_rps")] if plan.disaggregated else [])
+    slo = "goodput req/s (TTFT p90 <= %g s, TPOT p90 <= %g ms)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s * 1e3)
+    rows = [("whole plan: output tokens/s per GPU", "output_tps_per_gpu"),
+            ("whole plan: prompt tokens/s per GPU", "input_tps_per_gpu"),
+            ("whole plan: uncached prompt tokens/s per GPU", "prefill_tps_per_gpu")] + pool + [
+            ("requests/s offered", "offered_rps")] + served + ([
+            ("tokens/s per user (median)", "tps_per_user"), (slo, "goodput_rps"),
+            ("SLO attainment (share of requests)", "slo_attainment")] if stable else []) + [
+            ("prefix-cache hits (share of prompt tokens)", "prefix_hit_rate")]
+    return [(label, key, m[key]) for label, key in rows]
 
 
 def print_table(plan, workload, profile, result, origin: str = "") -> None:
@@ -136,9 +142,13 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     thr = Table(title="throughput (served in the window)")
     thr.add_column("metric")
     thr.add_column("value", justify="right")
-    for name, val in _throughput_rows(plan, m, st.stable):
-        thr.add_row(name, f"{val:,.2f}")
+    unknown, notes = not_known(m), []
+    for name, key, val in _throughput_rows(plan, m, st.stable):
+        thr.add_row(name, "not known" if key in unknown else f"{val:,.2f}")
+        notes += [f"{name}: not known: {unknown[key]}"] if key in unknown else []
     con.print(thr)
+    for note in notes:
+        con.print(note)
     util = Table(title="utilisation per instance (in the window)")
     util.add_column("instance")
     util.add_column("busy", justify="right")

@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
                         "latency: max tokens/s/user at --rate")
     p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
-                   help="target request rate for min-gpus / latency (default: the workload's rate)")
+                   help="target request rate in req/s for min-gpus / latency (default: the workload's rate)")
     p.add_argument("--profile", default=None,
                    help="cost-model profile (default: the hardware's default_profile, measured where shipped)")
     p.add_argument("--profile-any-hardware", action="store_true",
@@ -164,13 +164,19 @@ def run(args) -> int:
             doc["timings"] = res.timings
         print(json.dumps(doc, indent=2))
         return 0
-    from .report import cluster_fill, console_table
+    from .report import cluster_fill, console_table, user_gap
 
     print(f"profile {req.profile.name}: {req.profile.describe()}")
     print(console_table(res))
-    if w.check is not None:
+    if w.check is not None and req.objective == "latency":  # per user: what this objective is about
+        m = w.check.metrics
+        note = (f": {w.tps_user:.1f} tokens/s/user, TTFT p90 {m['ttft_p90_s'] * 1e3:,.1f} ms, TPOT p90 "
+                f"{m['tpot_p90_s'] * 1e3:.2f} ms, verified in the simulator at steady state (analytic estimate "
+                f"{w.cand.tps_user:.1f} tokens/s/user, gap {user_gap(w):+.0%})")
+    elif w.check is not None:
         note = (f": {w.tps_gpu:,.0f} output tokens/s/GPU, {w.tps_user:.1f} tokens/s/user at {w.rate_rps:.4g} req/s, "
-                f"verified in the simulator at steady state (analytic estimate {w.cand.tps_gpu:,.0f}, {w.gap:+.0%})")
+                f"verified in the simulator at steady state (analytic estimate {w.cand.tps_gpu:,.0f}, gap "
+                f"{w.gap:+.0%})")
     else:
         note = f" (analytic estimate only, not simulated: {w.cand.tps_gpu:,.0f} output tokens/s/GPU)"
     print(f"\nplan: {res.plan.summary} -> {args.out}{note}")

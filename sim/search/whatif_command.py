@@ -32,7 +32,9 @@ from .verify import at_rate, run_simulation
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default="v41-flash-gb300-nvl72", help="plan name or plan.yaml path (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800, "
+                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800 (GB/s: gigabytes per second "
+                        "per GPU, one way; NICs are sold in gigabits, an 800 Gb/s NIC is "
+                        "hardware.scaleout_gbps=100), hardware.hbm_tbps=8 (TB/s), "
                         "host.async_scheduling=false,true, host.scheduler_scale=0.5, host.api_servers=1,4, "
                         "host.stream_interval=1,10,50, "
                         "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
@@ -47,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="profile (default: the plan's, else the hardware's default_profile)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate)")
+    p.add_argument("--rate", type=positive_float, default=None,
+                   help="request rate in req/s (default: the plan's planned rate)")
     p.add_argument("--num-requests", type=positive_int, default=None,
                    help="requests per simulation, all run to the end (default: as many as steady state needs)")
     p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
@@ -125,7 +128,8 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
             out.append(f"{r.label:48s} {r.metrics['error']}")
             continue
         m, d = r.metrics, whatif.deltas(r.metrics, baseline.metrics)
-        ds = " ".join(f"{k.split('_')[0]}{v:+.1%}" for k, v in d.items() if k not in ("request_rate", "served_rps"))
+        ds = " ".join(delta_text(k, v, whatif.delta_errors(r.metrics, baseline.metrics).get(k))
+                      for k, v in d.items() if k not in ("request_rate", "served_rps"))
         plan_txt = f"  [{r.plan.summary}]" if r.plan is not None else ""
         nan = float("nan")
         if whatif.stable(m):
@@ -138,7 +142,19 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
         sp = "/".join(f"{m[k]:.2f}" for k in whatif.SPLIT) if "gpu_ms" in m else ""
         gpus = f"{m['num_gpus']:5.0f}" if "num_gpus" in m else f"{'-':>5s}"  # a layout change may add GPUs
         out.append(f"{r.label:48s} {gpus} {lat} {served:>15s}  {sp:30s} {'' if r is baseline else ds}{plan_txt}")
-    return "\n".join(out)
+    return "\n".join(out + [NOISE_NOTE % whatif.NOISE_Z])
+
+
+NOISE_NOTE = ("deltas: change against the baseline, +- %g standard errors of the two runs' steady-state figures "
+              "(batch means, sim/metrics.py) where measured; '(noise)': inside them, no change shown")
+
+
+def delta_text(key: str, delta: float, error: float | None) -> str:
+    """One delta of the table: 'ttft+3.1%', with its error bar where known, marked where inside the noise."""
+    text = f"{key.split('_')[0]}{delta:+.1%}"
+    if error is None:
+        return text
+    return text + f"+-{whatif.NOISE_Z * error:.1%}" + ("(noise)" if whatif.in_noise(delta, error) else "")
 
 
 SYMLOG_ABOVE = 200.0  # % change: past this whatif.png's axis is symlog (linear within +-10%)
@@ -151,14 +167,14 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
         w = csv.writer(fh)
         split = ["decode_batch", *whatif.SPLIT]
         w.writerow(["change", "stable", "saturated"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS]
-                   + split + ["plan"])
+                   + [f"delta_se_{m}" for m in whatif.METRICS] + split + ["plan"])
         for r in [baseline] + rows:
-            d = whatif.deltas(r.metrics, baseline.metrics)
+            d, err = whatif.deltas(r.metrics, baseline.metrics), whatif.delta_errors(r.metrics, baseline.metrics)
             ok = whatif.stable(r.metrics)
             w.writerow([r.label, int(ok), r.metrics.get("saturated", "")]
                        + [r.metrics.get(m, "") if ok or m not in whatif.LATENCY else "" for m in whatif.METRICS]
-                       + [d.get(m, "") for m in whatif.METRICS] + [r.metrics.get(k, "") for k in split]
-                       + [r.plan.summary if r.plan else ""])
+                       + [d.get(m, "") for m in whatif.METRICS] + [err.get(m, "") for m in whatif.METRICS]
+                       + [r.metrics.get(k, "") for k in split] + [r.plan.summary if r.plan else ""])
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,6 +255,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps([{"change": r.label, "metrics": r.metrics,
                            "deltas": whatif.deltas(r.metrics, baseline.metrics),
+                           "delta_standard_errors": whatif.delta_errors(r.metrics, baseline.metrics),
                            "plan": r.plan.summary if r.plan else None} for r in [baseline] + rows], indent=2))
     else:
         print(table(baseline, rows))
