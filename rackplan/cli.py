@@ -35,6 +35,8 @@ COMMANDS = {
     "calibrate": Command("rackplan.calibration.command", "fit a profile from measurements, tables or benchmarks"),
     "validate": Command("rackplan.calibration.validate_command", "compare a profile's predictions with "
                         "measurements"),
+    "explain": Command("rackplan.sim.commands.explain", "where one step of each pool of a plan spends its time, "
+                       "op by op, and its KV cache room"),
     "models": Command("rackplan.sim.commands.listing", "list the embedded models"),
     "hardware": Command("rackplan.sim.commands.listing", "list the embedded hardware"),
 }
@@ -43,7 +45,7 @@ DEFAULT = "simulate"  # bare `rackplan` runs the main job on the embedded defaul
 # pool of threads when numpy loads, which they never use (~30-60 ms of CPU a process on 2 cores, most
 # of `import numpy`; benchmarks/RESULTS.md, simspeed4). They load it with one thread unless the
 # environment says otherwise; their worker processes inherit that.
-SERIAL_BLAS = ("simulate", "plan", "whatif", "models", "hardware")
+SERIAL_BLAS = ("simulate", "plan", "whatif", "explain", "models", "hardware")
 
 
 class UsageError(Exception):
