@@ -96,6 +96,9 @@ class SimResult:
     steps: dict[str, int] = field(default_factory=dict)
     window: Window | None = None
     stability: Stability = field(default_factory=lambda: Stability(True))
+    # (edges [B + 1], simulated seconds from 0, {pool: busy share [B]}): utilisation over the whole run, warm-up
+    # and cool-down included (sim/simulator.py _Run.pool_busy)
+    busy_over_time: tuple = field(default=(), repr=False)
 
     @property
     def stable(self) -> bool:

@@ -19,7 +19,16 @@ import sys
 import time
 
 from rackplan.args import non_negative_int, positive_float, positive_int
-from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
+from rackplan.interrupts import in_background
+from rackplan.specs import (
+    SpecError,
+    load_hardware,
+    load_model,
+    load_plan,
+    load_workload,
+    profile_origin,
+    resolve_profile,
+)
 
 from ..metrics import not_known
 
@@ -42,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "%(default)s GiB, about 3.5 million requests)")
     p.add_argument("--timings", action="store_true", help="print the simulation's wall time (stderr)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--report", metavar="FILE", help="also write report.html here: utilisation over the run, TTFT / "
+                   "TPOT distributions, a step by op (self-contained; open it in a browser)")
 
 
 LATENCY = ("ttft", "tpot", "itl", "e2e")
@@ -159,8 +170,70 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
+def planner_choice(plan, model, hw, workload, profile) -> dict:
+    """What the planner's analytic estimate (no simulation: `rackplan plan --no-simulate`) chooses for the
+    plan's model, hardware, GPU budget, workload, SLOs and profile, among deployments of the plan's kind
+    (disaggregated or aggregated: half the search's cost, so it runs beside the simulation): {"summary",
+    "figure", "unit", "objective", "kind", "same_layout"}, or {"error": why} where it cannot plan them.
+    Throughput objective, or latency for a closed-loop (concurrency) workload, whose figure is per user."""
+    from dataclasses import replace
+
+    from ..search import planner
+    from ..search.space import SearchSpace
+
+    objective = "latency" if workload.arrival.kind == "concurrency" else "throughput"
+    kind = "disaggregated" if plan.disaggregated else "aggregated"
+    space = replace(SearchSpace(), disaggregated=plan.disaggregated, aggregated=not plan.disaggregated)
+    req = planner.Request(model, hw, profile, workload, plan.num_gpus, plan.slo, plan.model, plan.hardware,
+                          workload.name, objective=objective, space=space, simulate=False)
+    try:
+        res = planner.plan(req)
+    except (SpecError, planner.NoFeasiblePlan) as exc:
+        return {"error": str(exc)}
+    w, mine = res.winner, (plan.prefill, plan.decode, plan.aggregated)
+    figure, unit = (w.cand.tps_user, "tokens/s/user") if objective == "latency" else (w.cand.tps_gpu,
+                                                                                         "output tokens/s/GPU")
+    return {"summary": w.cand.summary, "figure": figure, "unit": unit, "objective": objective, "kind": kind,
+            "same_layout": (res.plan.prefill, res.plan.decode, res.plan.aggregated) == mine}
+
+
+def choice_line(plan, result, choice: dict) -> str:
+    """One line where the planner's estimate would choose another layout than the plan's (else '')."""
+    if "error" in choice:
+        return f"planner: its analytic estimate chooses no layout for these inputs ({choice['error']})"
+    if choice["same_layout"]:
+        return ""
+    m = result.metrics
+    mine = m["tps_per_user"] if choice["unit"] == "tokens/s/user" else m["output_tps_per_gpu"]
+    return (f"planner: `rackplan plan` would not choose this layout: among {choice['kind']} deployments of the "
+            f"same model on {plan.num_gpus} GPUs under this workload and SLOs, its analytic estimate "
+            f"({choice['objective']} objective) picks {choice['summary']} at "
+            f"{choice['figure']:,.0f} {choice['unit']} (estimate, not simulated; this run measured {mine:,.0f} in the "
+            f"simulator); `rackplan plan` verifies its choice")
+
+
+def write_report(path: str, plan, model, hw, workload, profile, result) -> None:
+    """report.html of this run (sim/htmlreport.py), written whole or not at all."""
+    from rackplan.outputs import Outputs
+
+    from ..commands.explain import explain
+    from ..htmlreport import simulate_page
+    from ..search.estimate import traffic_of
+
+    try:
+        steps = explain(plan, model, hw, profile, traffic_of(workload))
+    except SpecError:  # trace lengths: no mean request to price a step at
+        steps = []
+    with Outputs() as out:
+        out.file(path).write_text(simulate_page(plan, workload, profile, result, steps))
+
+
 def run(args) -> int:
     plan = load_plan(args.plan)
+    if args.report:
+        from rackplan.args import check_writable
+
+        check_writable("--report", args.report)
     from ..simulator import (
         MAX_STEADY,
         PRECISION,
@@ -184,20 +257,27 @@ def run(args) -> int:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
     t0 = time.perf_counter()
-    if args.requests is not None:
-        result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
-    elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
-        n = int(plan.predicted["sim_requests"])
-        check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
-        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
-    else:
-        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
+    with in_background(planner_choice, plan, model, hw, workload, profile) as choice:  # beside the simulation
+        if args.requests is not None:
+            result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
+        elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
+            n = int(plan.predicted["sim_requests"])
+            check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
+            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
+        else:
+            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
+        chosen = choice()
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
     if args.json:
-        sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
+        doc = json.loads(report_json(plan, workload, profile, seed, result))
+        sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")
     else:
         print_table(plan, workload, profile, result, origin)
+        if line := choice_line(plan, result, chosen):
+            print(line)
+    if args.report:
+        write_report(args.report, plan, model, hw, workload, profile, result)
     if args.timings:
         print(f"timings: simulate {wall:.2f} s wall", file=sys.stderr)
     return 0

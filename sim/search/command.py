@@ -38,7 +38,7 @@ from rackplan.specs import (
 from . import planner
 from .space import SearchSpace
 
-REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
+REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"],
@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="search disaggregated, aggregated or both (any) kinds of deployment (default: any)")
     p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan (default: plan.yaml)")
     p.add_argument("--report", default=None, metavar="DIR",
-                   help="write report.md, pareto.png, pareto.csv and launch/ (vLLM launch files) here")
+                   help="write report.md, report.html (interactive: open in a browser), pareto.png, pareto.csv and "
+                   "launch/ (vLLM launch files) here")
     p.add_argument("--force", action="store_true", help="replace a --report folder that holds an earlier report")
     p.add_argument("--timings", action="store_true", help="also print the search's wall-clock timings (stderr; "
                    "in --json as 'timings'): reports hold none, so the same inputs give the same files")

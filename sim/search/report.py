@@ -19,10 +19,13 @@ def write_all(res: Result, folder: str | Path) -> list[Path]:
     launch, why_not = _launch_files(res)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "pareto.csv", folder / "pareto.png", folder / "report.md"]
+    paths = [folder / "pareto.csv", folder / "pareto.png", folder / "report.md", folder / "report.html"]
     write_csv(res, paths[0])
     write_png(res, paths[1])
     paths[2].write_text(markdown(res, sorted(launch), why_not))
+    from ..htmlreport import plan_page
+
+    paths[3].write_text(plan_page(res))
     return paths + (deploy.write(launch, folder / "launch") if launch else [])
 
 
@@ -288,8 +291,10 @@ def _space_notes(res: Result) -> list[str]:
 
 def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[str]:
     """The report folder's files and how to run the launch files."""
-    head = ("`pareto.csv` (the front with the simulator's figures beside the estimate, and a sample of the other "
-            "estimated deployments), `pareto.png` (where the simulator put the front points; estimates lighter)")
+    head = ("`report.html` (the front with a hover label per deployment, the chosen plan and its step by op; open it "
+            "in a browser, no network needed), `pareto.csv` (the front with the simulator's figures beside the "
+            "estimate, and a sample of the other estimated deployments), `pareto.png` (where the simulator put the "
+            "front points; estimates lighter)")
     if not launch_files:
         return ["## Files", "", f"{head}. No `launch/`: {why_not or 'not built'}.", ""]
     names = ", ".join(f"`{n}`" for n in launch_files)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -57,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1),
                    help="processes that run the combinations' simulations (default: the CPU count, at most 8)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="write whatif.csv, whatif.png and whatif_step.png (the decode step's split) here")
+                   help="write whatif.csv, whatif.png, whatif_step.png (the decode step's split) and report.html "
+                   "(deltas with error bars; open it in a browser) here")
     p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
@@ -160,9 +162,20 @@ def delta_text(key: str, delta: float, error: float | None) -> str:
 SYMLOG_ABOVE = 200.0  # % change: past this whatif.png's axis is symlog (linear within +-10%)
 
 
-def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
+def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row], plan=None,
+                  base: whatif.Specs | None = None) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
+    if plan is not None and base is not None:  # report.html: the deltas with error bars, the baseline's step
+        from ..commands.explain import explain
+        from ..htmlreport import whatif_page
+        from .estimate import traffic_of
+
+        try:
+            steps = explain(plan, base.model, base.hw, base.profile, traffic_of(base.workload))
+        except SpecError:
+            steps = []
+        (out / "report.html").write_text(whatif_page(plan, baseline, rows, steps))
     with open(out / "whatif.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         split = ["decode_batch", *whatif.SPLIT]
@@ -186,21 +199,27 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
     spread = []
     for i, m in enumerate(shown):
         vals = [100 * whatif.deltas(r.metrics, baseline.metrics).get(m, 0.0) for r in rows]
+        # error bars: +- NOISE_Z standard errors of the two runs' figures (whatif.delta_errors), where measured
+        errs = [100 * whatif.NOISE_Z * whatif.delta_errors(r.metrics, baseline.metrics).get(m, math.nan) for r in rows]
         spread += vals
-        ax.bar([j + i * width for j in range(len(rows))], vals, width, label=m)
+        ax.bar([j + i * width for j in range(len(rows))], vals, width, yerr=errs, error_kw={"lw": 0.8, "capsize": 2},
+               label=m)
     ax.axhline(0, c="k", lw=0.8)
     symlog = max((abs(v) for v in spread), default=0.0) > SYMLOG_ABOVE  # one outlier would flatten the rest
     if symlog:
         ax.set_yscale("symlog", linthresh=10)
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi + 0.18 * (hi - lo))  # a band above the bars for the notes, clear of the title
     centres = [j + 0.4 - width / 2 for j in range(len(rows))]
     for x, r in zip(centres, rows):  # a row with no latency figures says why instead of showing 0% bars
         if bar_note(r):
-            ax.text(x, 0, bar_note(r), ha="center", va="bottom", fontsize=7, color="tab:red")
+            ax.annotate(bar_note(r), (x, 0.98), xycoords=("data", "axes fraction"), ha="center", va="top",
+                        fontsize=6, color="tab:red")
     ax.set_xticks(centres)
-    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=20, ha="right")
-    ax.set_ylabel("change against baseline (%" + (", symlog)" if symlog else ")"))
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=30, ha="right")
+    ax.set_ylabel("change against baseline (%" + (", symlog)" if symlog else ")") + ", +- 2 s.e.")
     ax.set_title("what-if: simulated steady state against the baseline", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(out / "whatif.png")
     plt.close(fig)
@@ -223,10 +242,10 @@ def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
         vals = [r.metrics.get(key, 0.0) for r in rows]
         ax.bar(range(len(rows)), vals, 0.6, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6)
+    ax.set_xticks(range(len(rows)))  # one label per bar, slanted and wrapped at ', ': neighbours never overlap
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=30, ha="right")
     ax.set_ylabel(f"decode step at {rows[0].metrics['decode_batch']:.0f} seqs/rank (ms)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -234,7 +253,8 @@ def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
 
 def run(args) -> int:
     if args.out:
-        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png", "whatif_step.png"))
+        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png", "whatif_step.png",
+                                                             "report.html"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
     base = baseline_specs(args, plan)
@@ -251,7 +271,7 @@ def run(args) -> int:
                            args.decode_batch)
     if args.out:
         with Outputs() as out:
-            write_outputs(out.folder(args.out, replace=args.force), baseline, rows)
+            write_outputs(out.folder(args.out, replace=args.force), baseline, rows, plan, base)
     if args.json:
         print(json.dumps([{"change": r.label, "metrics": r.metrics,
                            "deltas": whatif.deltas(r.metrics, baseline.metrics),

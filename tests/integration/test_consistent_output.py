@@ -115,3 +115,31 @@ def test_what_if_deltas_carry_error_bars_and_noise_is_marked():
     assert delta_text("ttft_p90_s", d["ttft_p90_s"], err["ttft_p90_s"]) == "ttft-1.0%+-9.8%(noise)"
     assert delta_text("output_tps_per_gpu", d["output_tps_per_gpu"], err["output_tps_per_gpu"]) == "output+11.1%+-0.3%"
     assert delta_text("tps_per_user", d["tps_per_user"], None) == "tps+25.0%"
+
+
+def test_simulate_says_when_the_planner_would_choose_another_layout(tmp_path, capsys):
+    """The seed plan (the write-up's layout, written by hand) is not what the planner's estimate picks on
+    its inputs: one line says so, with the planner's choice and its figure, labelled an estimate. A plan the
+    planner wrote itself gets no such line."""
+    from rackplan.sim.commands.simulate import planner_choice
+    from rackplan.specs import load_hardware, load_model, load_plan, load_workload, resolve_profile
+
+    assert main(["--requests", "200"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    plan = load_plan("v41-flash-gb300-nvl72")
+    choice = planner_choice(plan, load_model(plan.model), load_hardware(plan.hardware),
+                            load_workload(plan.workload), resolve_profile(None, None, plan.hardware))
+    assert not choice["same_layout"]
+    line = next(x for x in out.split("planner: ")[1:])
+    assert line.startswith("`rackplan plan` would not choose this layout")
+    assert f"picks {choice['summary']} at {choice['figure']:,.0f} output tokens/s/GPU (estimate, not simulated" in line
+    mine = tmp_path / "mine.yaml"
+    assert main(["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "4", "--workload", "tiny-chat",
+                 "--ttft-p90", "1s", "--tpot-p90", "200ms", "--no-simulate", "--workers", "1", "--quiet",
+                 "--out", str(mine)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "--plan", str(mine), "--requests", "100"]) == 0
+    assert "planner:" not in capsys.readouterr().out
+    assert main(["simulate", "--plan", str(mine), "--requests", "100", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["planner_estimate"]["same_layout"] is True
