@@ -58,12 +58,14 @@ def reports(tmp_path_factory):
     assert main(["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "4", "--workload", "tiny-chat",
                  "--ttft-p90", "1s", "--tpot-p90", "200ms", "--workers", "1", "--quiet", "--out", str(d / "p.yaml"),
                  "--report", str(d / "plan")]) == 0
-    return {"seed": d / "seed.html", "plan": d / "plan" / "report.html"}
+    assert main(["whatif", "--plan", "tiny-cpu", "--set", "cpu.overhead_scale=0.5,1", "--num-requests", "200",
+                 "--workers", "1", "--out", str(d / "whatif")]) == 0
+    return {"seed": d / "seed.html", "plan": d / "plan" / "report.html", "whatif": d / "whatif" / "report.html"}
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH (apt-get install -y chromium): report.html is "
                     "checked in a browser only where one is installed")
-@pytest.mark.parametrize("name,charts", [("seed", 4), ("plan", 2)])
+@pytest.mark.parametrize("name,charts", [("seed", 4), ("plan", 2), ("whatif", 2)])
 def test_report_renders_in_chromium(reports, tmp_path, name, charts):
     page = reports[name]
     text = page.read_text()
