@@ -188,8 +188,10 @@ def planner_choice(plan, model, hw, workload, profile) -> dict:
                           workload.name, objective=objective, space=space, simulate=False)
     try:
         res = planner.plan(req)
-    except (SpecError, planner.NoFeasiblePlan) as exc:
-        return {"error": str(exc)}
+    except planner.NoFeasiblePlan as exc:
+        return {"error": f"its analytic estimate finds no layout that meets the SLOs on these inputs ({exc})"}
+    except SpecError as exc:  # e.g. trace lengths: no mean request to plan for
+        return {"error": f"not compared with the planner's choice: it cannot plan these inputs ({exc})"}
     w, mine = res.winner, (plan.prefill, plan.decode, plan.aggregated)
     figure, unit = (w.cand.tps_user, "tokens/s/user") if objective == "latency" else (w.cand.tps_gpu,
                                                                                          "output tokens/s/GPU")
@@ -200,7 +202,7 @@ def planner_choice(plan, model, hw, workload, profile) -> dict:
 def choice_line(plan, result, choice: dict) -> str:
     """One line where the planner's estimate would choose another layout than the plan's (else '')."""
     if "error" in choice:
-        return f"planner: its analytic estimate chooses no layout for these inputs ({choice['error']})"
+        return f"planner: {choice['error']}"
     if choice["same_layout"]:
         return ""
     m = result.metrics
