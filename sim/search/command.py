@@ -184,5 +184,5 @@ def run(args) -> int:
     if fill := cluster_fill(res):
         print(fill)
     if args.report:
-        print(f"report: {Path(args.report) / 'report.md'}")
+        print(f"report: {Path(args.report) / 'report.md'} (and report.html: open it in a browser)")
     return 0
