@@ -171,8 +171,10 @@ def simulate_page(plan, workload, profile, result, steps) -> str:
     head = [f"{plan.model} on {plan.hardware}, {plan.summary} ({int(m['num_gpus'])} GPUs); workload "
             f"{workload.name}; profile {profile.name}: {profile.describe()}.",
             f"Simulator at steady state ({result.stability.describe()}): {m['output_tps_per_gpu']:,.0f} output "
-            f"tokens/s/GPU, {m['tps_per_user']:,.1f} tokens/s/user (median), TTFT p90 {m['ttft_p90_s'] * 1e3:,.1f} "
-            f"ms, TPOT p90 {m['tpot_p90_s'] * 1e3:,.2f} ms at {m['offered_rps']:,.4g} req/s offered."]
+            f"tokens/s/GPU at {m['offered_rps']:,.4g} req/s offered; " + (
+                f"{m['tps_per_user']:,.1f} tokens/s/user (median), TTFT p90 {m['ttft_p90_s'] * 1e3:,.1f} ms, TPOT "
+                f"p90 {m['tpot_p90_s'] * 1e3:,.2f} ms." if result.stable else
+                "latency percentiles not shown: a saturated pool's only grow with the run's length.")]
     return page(f"rackplan simulate: {plan.name}", head,
                 [("Utilisation over the run", utilisation_svg(result)),
                  ("Latency distributions", latency_svgs(result, plan.slo)),

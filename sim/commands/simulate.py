@@ -271,6 +271,8 @@ def run(args) -> int:
         chosen = choice()
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
+    if args.report:  # before stdout, which may be a pipe closed early (`| head`)
+        write_report(args.report, plan, model, hw, workload, profile, result)
     if args.json:
         doc = json.loads(report_json(plan, workload, profile, seed, result))
         sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")
@@ -278,8 +280,6 @@ def run(args) -> int:
         print_table(plan, workload, profile, result, origin)
         if line := choice_line(plan, result, chosen):
             print(line)
-    if args.report:
-        write_report(args.report, plan, model, hw, workload, profile, result)
     if args.timings:
         print(f"timings: simulate {wall:.2f} s wall", file=sys.stderr)
     return 0
