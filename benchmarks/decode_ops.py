@@ -1,5 +1,9 @@
 """One decode step of a plan's decode layout, op by op, under two profiles side by side.
 
+For one plan, `rackplan explain --plan P [--batch B]` is the user-facing way (every pool's step op by op
+with its roofline bound, the curve that priced each op and its fit error, and the KV room); this script
+stays for what explain does not do: profiles, accuracy cases and NVLink bandwidths side by side.
+
 Prices `decode_step` (sim/cost/step.py, the planner's and the simulator's pricing) at several
 sequences per DP rank, every rank alike, at the workload's mean decode context, and prints each
 op's milliseconds per profile, the step, and the TPOT it implies (step / acceptance length under

@@ -2,7 +2,9 @@
 KV tokens per rank and the sequences of the case's ISL + OSL that fit, at the simulator's default
 reserve (5%) and at a `--gpu-memory-utilization` fraction (vLLM's default 0.9). With `--simulate`
 the case also runs under each fraction (the real simulator, the hardware's default profile) and
-prints predicted / published, for checking whether memory bounds a case.
+prints predicted / published, for checking whether memory bounds a case. For a plan, `rackplan explain
+--plan P` prints each pool's KV room (the same sim/cost/memory.py functions); this script stays for the
+accuracy cases and their memory-fraction variants.
 
 MLA latents and indexer keys are replicated on every TP rank (the rank holds all of them), so
 TP divides the weights, not the KV per token. `--latent-bytes B` replaces the entry bytes of the

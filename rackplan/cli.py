@@ -35,6 +35,8 @@ COMMANDS = {
     "calibrate": Command("rackplan.calibration.command", "fit a profile from measurements, tables or benchmarks"),
     "validate": Command("rackplan.calibration.validate_command", "compare a profile's predictions with "
                         "measurements"),
+    "explain": Command("rackplan.sim.commands.explain", "where one step of each pool of a plan spends its time, "
+                       "op by op, and its KV cache room"),
     "models": Command("rackplan.sim.commands.listing", "list the embedded models"),
     "hardware": Command("rackplan.sim.commands.listing", "list the embedded hardware"),
 }
@@ -43,7 +45,7 @@ DEFAULT = "simulate"  # bare `rackplan` runs the main job on the embedded defaul
 # pool of threads when numpy loads, which they never use (~30-60 ms of CPU a process on 2 cores, most
 # of `import numpy`; benchmarks/RESULTS.md, simspeed4). They load it with one thread unless the
 # environment says otherwise; their worker processes inherit that.
-SERIAL_BLAS = ("simulate", "plan", "whatif", "models", "hardware")
+SERIAL_BLAS = ("simulate", "plan", "whatif", "explain", "models", "hardware")
 
 
 class UsageError(Exception):
@@ -70,8 +72,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if name == command:
             mod = importlib.import_module(cmd.module)
             doc = (mod.__doc__ or "").strip()
-            if doc:
-                p.description = doc.splitlines()[0]
+            if doc:  # the docstring's first paragraph, whole (its first line alone may stop mid-sentence)
+                p.description = " ".join(doc.split("\n\n")[0].split())
             (getattr(mod, f"add_{name}_arguments", None) or mod.add_arguments)(p)
             p.set_defaults(_run=getattr(mod, f"run_{name}", None) or mod.run)
     return parser

@@ -121,6 +121,25 @@ def process_map(fn, tasks: list, workers: int, init=None, initargs: tuple = (), 
     pool.join()
 
 
+@contextmanager
+def in_background(fn, *args):
+    """Run fn(*args) in one forked quiet worker while the caller goes on; yields a callable that waits for
+    (and returns) its result. The worker is forked here, in the calling thread, before anything else runs
+    beside it (a fork while another thread holds a lock, the import lock say, can leave the child waiting
+    forever); on any exception the worker is abandoned as process_map's are."""
+    from multiprocessing import get_context
+
+    with signals_held():
+        pool = get_context("fork").Pool(1, initializer=quiet_worker, initargs=(os.getpid(), None))
+    try:
+        yield pool.apply_async(fn, args).get
+    except BaseException:
+        _abandon(pool)
+        raise
+    pool.close()
+    pool.join()
+
+
 def _abandon(pool) -> None:
     handler = getattr(pool, "_worker_handler", None)
     if handler is not None:

@@ -96,6 +96,9 @@ class SimResult:
     steps: dict[str, int] = field(default_factory=dict)
     window: Window | None = None
     stability: Stability = field(default_factory=lambda: Stability(True))
+    # (edges [B + 1], simulated seconds from 0, {pool: busy share [B]}): utilisation over the whole run, warm-up
+    # and cool-down included (sim/simulator.py _Run.pool_busy)
+    busy_over_time: tuple = field(default=(), repr=False)
 
     @property
     def stable(self) -> bool:
@@ -276,6 +279,7 @@ def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, os
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(np.where(done, log.finish, log.arrival)))
     m.update(
         num_requests=float(len(isl)),
+        first_arrival_s=t0,
         window_start_s=win.start_s,
         window_end_s=win.end_s,
         window_requests=float(win.requests),
@@ -298,3 +302,23 @@ def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, os
     return SimResult(m, utilisation, log.first_token - log.arrival,
                      np.where(osl > 1, (log.finish - log.first_token) / np.maximum(osl - 1, 1), np.nan),
                      log.finish - log.arrival, steps, win, stab)
+
+
+def not_known(m: dict) -> dict[str, str]:
+    """Figures of a summary that its run could not measure, each with the reason (a person reads them
+    as "not known", never as a number): requests/s completed in the window counts the finishes of
+    requests that arrived about one E2E earlier; when the window starts less than the median E2E after
+    the first arrival, those requests mostly never came (the run had not started), and the count reads
+    low (a 200-request run: 0.00 completed beside 172 req/s of goodput). A warm-started run (sim/warm.py)
+    seats the decode pool's steady population at t = 0, so its completions flow from the start."""
+    out: dict[str, str] = {}
+    if m.get("warm_sequences", 0.0) > 0:
+        return out
+    since = m.get("window_start_s", 0.0) - m.get("first_arrival_s", 0.0)
+    e2e = m.get("e2e_p50_s", float("nan"))
+    if not since >= e2e:  # NaN and +inf (most requests still running) included
+        typical = f"E2E p50 {e2e:.1f} s" if e2e < float("inf") else "most still running when the run stopped"
+        out["served_rps"] = (f"the window starts {since:.1f} s after the first arrival, sooner than a request takes to "
+                             f"finish ({typical}), so the completions it holds under-count; run longer (more "
+                             "--requests, or none to let the simulator choose)")
+    return out

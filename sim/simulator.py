@@ -374,6 +374,9 @@ def _settling_requests(res: SimResult) -> int:
     return int(math.ceil(m["offered_rps"] * SETTLE_E2E * e2e))
 
 
+TIMELINE_BINS = 100  # intervals of the run over which each pool's busy share is kept (SimResult.busy_over_time)
+
+
 @dataclass(frozen=True)
 class _Run:
     """What a run leaves besides the request log."""
@@ -405,6 +408,15 @@ class _Run:
             if dur[inw].sum() > 0:
                 total += float(np.asarray(done)[inw].sum()) / float(dur[inw].sum())
         return total
+
+    def pool_busy(self, edges: np.ndarray) -> dict[str, np.ndarray]:
+        """Busy share of each pool (mean over its instances) in each interval between `edges` [B + 1]:
+        [B] per pool, the utilisation over the run that report.html draws."""
+        out: dict[str, list] = {}
+        for name, (ends, busy, _) in self.usage.items():
+            b = np.interp(edges, np.asarray(ends), np.asarray(busy), left=0.0) if len(ends) else np.zeros(len(edges))
+            out.setdefault(name.split("[")[0], []).append(np.diff(b) / np.diff(edges))
+        return {pool: np.clip(np.mean(shares, axis=0), 0.0, 1.0) for pool, shares in out.items()}
 
     def utilisation(self, win: Window) -> dict[str, float]:
         """Busy share of each instance over the window (busy time interpolated between step ends)."""
@@ -449,6 +461,8 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
         res = dataclasses.replace(res, ttft_s=res.ttft_s[warm:], tpot_s=res.tpot_s[warm:], e2e_s=res.e2e_s[warm:])
         res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float(isl[warm:].sum()))
     res.metrics["warm_sequences"] = float(warm)
+    edges = np.linspace(0.0, res.metrics["first_arrival_s"] + res.metrics["duration_s"], TIMELINE_BINS + 1)
+    res = dataclasses.replace(res, busy_over_time=(edges, run.pool_busy(edges)))
     res.metrics["window_steps"] = float(run.fewest_steps(win))
     res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
     return res

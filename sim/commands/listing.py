@@ -1,5 +1,9 @@
-"""List the embedded models or hardware with their key numbers (--json: every field of each spec, plus the
-table's derived numbers unrounded)."""
+"""List the embedded models or hardware with their key numbers, each column with its unit (--json: every
+field of each spec in its YAML unit, plus the table's derived numbers unrounded).
+
+Link bandwidths are gigabytes per second (GB/s, bytes) per GPU in one direction, as the hardware YAMLs hold
+them in B/s: network cards are sold in gigabits (Gb/s), so an 800 Gb/s NIC is 100 GB/s here.
+"""
 from __future__ import annotations
 
 import json
@@ -14,7 +18,12 @@ def add_arguments(p) -> None:
                         "(source, host_cpu included) and the table's numbers unrounded")
 
 
-def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[str, ...], dict]]) -> int:
+BANDWIDTH_NOTE = ("GB/s: gigabytes (bytes) per second per GPU, one direction; NICs are sold in gigabits (Gb/s): "
+                  "an 800 Gb/s NIC is 100 GB/s here (whatif's hardware.nvlink_gbps / scaleout_gbps take GB/s too)")
+
+
+def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[str, ...], dict]],
+           caption: str = "") -> int:
     """The one listing printer: rows as (table cells, JSON record), a rich table or, with --json, the records."""
     if args.json:
         print(json.dumps([record for _, record in rows], indent=2))
@@ -22,7 +31,7 @@ def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[st
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title)
+    t = Table(title=title, caption=caption or None)
     for col in columns:
         t.add_column(col)
     for cells, _ in rows:
@@ -44,7 +53,7 @@ def run_models(args) -> int:
                       "top_k": m.moe.top_k, "shared_experts": m.moe.num_shared_experts,
                       "attention": m.attention.kind, "params": total, "kv_bytes_per_token": m.kv_bytes_per_token}))
     return _print(args, "models (configs/models)", ("name", "layers", "hidden", "experts / top-k / shared",
-                                                     "attention", "params (B)", "KV B/token"), rows)
+                                                     "attention", "params (billions)", "KV bytes/token"), rows)
 
 
 def run_hardware(args) -> int:
@@ -57,8 +66,9 @@ def run_hardware(args) -> int:
                      {**to_dict(h), "name": name, "hbm_bytes": h.hbm_bytes, "hbm_bytes_per_s": h.hbm_bw,
                       "peak_flops": dict(h.peak_flops), "scaleup_bytes_per_s": h.scaleup_bw,
                       "domain_size": h.domain_size, "scaleout_bytes_per_s": h.scaleout_bw}))
-    return _print(args, "hardware (configs/hardware)", ("name", "HBM GB", "HBM TB/s", "peak TFLOP/s", "NVLink GB/s",
-                                                         "domain", "scale-out GB/s"), rows)
+    return _print(args, "hardware (configs/hardware)", ("name", "HBM GB", "HBM TB/s", "peak TFLOP/s (dense)",
+                                                         "NVLink GB/s", "domain GPUs", "scale-out GB/s"), rows,
+                  BANDWIDTH_NOTE)
 
 
 add_models_arguments = add_hardware_arguments = add_arguments

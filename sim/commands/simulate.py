@@ -20,7 +20,18 @@ import time
 
 from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
-from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
+from rackplan.interrupts import in_background
+from rackplan.specs import (
+    SpecError,
+    load_hardware,
+    load_model,
+    load_plan,
+    load_workload,
+    profile_origin,
+    resolve_profile,
+)
+
+from ..metrics import not_known
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 
@@ -41,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "%(default)s GiB, about 3.5 million requests)")
     p.add_argument("--timings", action="store_true", help="print the simulation's wall time (stderr)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--report", metavar="FILE", help="also write report.html here: utilisation over the run, TTFT / "
+                   "TPOT distributions, a step by op (self-contained; open it in a browser)")
 
 
 LATENCY = ("ttft", "tpot", "itl", "e2e")
@@ -56,12 +69,13 @@ def _clean(x):
 
 def _shown_metrics(result) -> dict:
     """The metrics as reported: an unstable run's latency percentiles are null (they only grow
-    with the run's length)."""
+    with the run's length), and so is a figure the run could not measure (metrics.not_known)."""
+    unknown = not_known(result.metrics)
     if result.stable:
-        return dict(result.metrics)
+        return {k: (None if k in unknown else v) for k, v in result.metrics.items()}
     hidden = lambda k: (k.split("_")[0] in LATENCY and k.endswith("_s")) or k in ("goodput_rps", "slo_attainment",
                                                                                    "tps_per_user")  # noqa: E731
-    return {k: (None if hidden(k) else v) for k, v in result.metrics.items()}
+    return {k: (None if hidden(k) or k in unknown else v) for k, v in result.metrics.items()}
 
 
 def report_json(plan, workload, profile, seed, result) -> str:
@@ -74,27 +88,30 @@ def report_json(plan, workload, profile, seed, result) -> str:
         "queue_growth": st.growth,
         "window": {"start_s": w.start_s, "end_s": w.end_s, "last_arrival_s": w.last_arrival_s,
                    "requests": w.requests},
-        "metrics": _shown_metrics(result), "utilisation": result.utilisation, "steps": result.steps,
+        "metrics": _shown_metrics(result), "not_known": not_known(result.metrics),
+        "utilisation": result.utilisation, "steps": result.steps,
         "accuracy_band": headline_band(plan, profile.name, workload).to_dict(),
     }), sort_keys=True)
 
 
-def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
-    pool = [("prefill pool: prompt tokens/s per prefill GPU", m["prefill_pool_input_tps_per_gpu"]),
-            ("decode pool: output tokens/s per decode GPU", m["decode_pool_output_tps_per_gpu"])] \
+def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, str, float]]:
+    """(label, metric key, value) of the throughput table."""
+    pool = [("prefill pool: prompt tokens/s per prefill GPU", "prefill_pool_input_tps_per_gpu"),
+            ("decode pool: output tokens/s per decode GPU", "decode_pool_output_tps_per_gpu")] \
         if plan.disaggregated else []
     # requests/s served: completed, and (disaggregated) prompts done and sequences seated by each pool
-    served = [("requests/s served (completed)", m["served_rps"])] + (
-        [("requests/s the prefill pool served", m["prefill_served_rps"]),
-         ("requests/s the decode pool seated", m["decode_served_rps"])] if plan.disaggregated else [])
-    return [("whole plan: output tokens/s per GPU", m["output_tps_per_gpu"]),
-            ("whole plan: prompt tokens/s per GPU", m["input_tps_per_gpu"]),
-            ("whole plan: uncached prompt tokens/s per GPU", m["prefill_tps_per_gpu"])] + pool + [
-            ("requests/s offered", m["offered_rps"])] + served + ([
-            ("tokens/s per user (median)", m["tps_per_user"]),
-            ("goodput req/s (TTFT p90 <= %gs, TPOT <= %gs)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s),
-             m["goodput_rps"]), ("SLO attainment", m["slo_attainment"])] if stable else []) + [
-            ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
+    served = [("requests/s served (completed)", "served_rps")] + (
+        [("requests/s the prefill pool served", "prefill_served_rps"),
+         ("requests/s the decode pool seated", "decode_served_rps")] if plan.disaggregated else [])
+    slo = "goodput req/s (TTFT p90 <= %g s, TPOT p90 <= %g ms)" % (plan.slo.ttft_p90_s, plan.slo.tpot_p90_s * 1e3)
+    rows = [("whole plan: output tokens/s per GPU", "output_tps_per_gpu"),
+            ("whole plan: prompt tokens/s per GPU", "input_tps_per_gpu"),
+            ("whole plan: uncached prompt tokens/s per GPU", "prefill_tps_per_gpu")] + pool + [
+            ("requests/s offered", "offered_rps")] + served + ([
+            ("tokens/s per user (median)", "tps_per_user"), (slo, "goodput_rps"),
+            ("SLO attainment (share of requests)", "slo_attainment")] if stable else []) + [
+            ("prefix-cache hits (share of prompt tokens)", "prefix_hit_rate")]
+    return [(label, key, m[key]) for label, key in rows]
 
 
 def print_table(plan, workload, profile, result, origin: str = "") -> None:
@@ -138,9 +155,13 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     thr = Table(title="throughput (served in the window)")
     thr.add_column("metric")
     thr.add_column("value", justify="right")
-    for name, val in _throughput_rows(plan, m, st.stable):
-        thr.add_row(name, f"{val:,.2f}")
+    unknown, notes = not_known(m), []
+    for name, key, val in _throughput_rows(plan, m, st.stable):
+        thr.add_row(name, "not known" if key in unknown else f"{val:,.2f}")
+        notes += [f"{name}: not known: {unknown[key]}"] if key in unknown else []
     con.print(thr)
+    for note in notes:
+        con.print(note)
     con.print(f"accuracy: {m['output_tps_per_gpu']:,.0f} output tok/s/GPU (whole plan), "
               f"{headline_band(plan, profile.name, workload).line()} (benchmarks/accuracy.py)")
     util = Table(title="utilisation per instance (in the window)")
@@ -153,8 +174,72 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
+def planner_choice(plan, model, hw, workload, profile) -> dict:
+    """What the planner's analytic estimate (no simulation: `rackplan plan --no-simulate`) chooses for the
+    plan's model, hardware, GPU budget, workload, SLOs and profile, among deployments of the plan's kind
+    (disaggregated or aggregated: half the search's cost, so it runs beside the simulation): {"summary",
+    "figure", "unit", "objective", "kind", "same_layout"}, or {"error": why} where it cannot plan them.
+    Throughput objective, or latency for a closed-loop (concurrency) workload, whose figure is per user."""
+    from dataclasses import replace
+
+    from ..search import planner
+    from ..search.space import SearchSpace
+
+    objective = "latency" if workload.arrival.kind == "concurrency" else "throughput"
+    kind = "disaggregated" if plan.disaggregated else "aggregated"
+    space = replace(SearchSpace(), disaggregated=plan.disaggregated, aggregated=not plan.disaggregated)
+    req = planner.Request(model, hw, profile, workload, plan.num_gpus, plan.slo, plan.model, plan.hardware,
+                          workload.name, objective=objective, space=space, simulate=False)
+    try:
+        res = planner.plan(req)
+    except planner.NoFeasiblePlan as exc:
+        return {"error": f"its analytic estimate finds no layout that meets the SLOs on these inputs ({exc})"}
+    except SpecError as exc:  # e.g. trace lengths: no mean request to plan for
+        return {"error": f"not compared with the planner's choice: it cannot plan these inputs ({exc})"}
+    w, mine = res.winner, (plan.prefill, plan.decode, plan.aggregated)
+    figure, unit = (w.cand.tps_user, "tokens/s/user") if objective == "latency" else (w.cand.tps_gpu,
+                                                                                         "output tokens/s/GPU")
+    return {"summary": w.cand.summary, "figure": figure, "unit": unit, "objective": objective, "kind": kind,
+            "same_layout": (res.plan.prefill, res.plan.decode, res.plan.aggregated) == mine}
+
+
+def choice_line(plan, result, choice: dict) -> str:
+    """One line where the planner's estimate would choose another layout than the plan's (else '')."""
+    if "error" in choice:
+        return f"planner: {choice['error']}"
+    if choice["same_layout"]:
+        return ""
+    m = result.metrics
+    mine = m["tps_per_user"] if choice["unit"] == "tokens/s/user" else m["output_tps_per_gpu"]
+    return (f"planner: `rackplan plan` would not choose this layout: among {choice['kind']} deployments of the "
+            f"same model on {plan.num_gpus} GPUs under this workload and SLOs, its analytic estimate "
+            f"({choice['objective']} objective) picks {choice['summary']} at "
+            f"{choice['figure']:,.0f} {choice['unit']} (estimate, not simulated; this run measured {mine:,.0f} in the "
+            f"simulator); `rackplan plan` verifies its choice")
+
+
+def write_report(path: str, plan, model, hw, workload, profile, result) -> None:
+    """report.html of this run (sim/htmlreport.py), written whole or not at all."""
+    from rackplan.outputs import Outputs
+
+    from ..commands.explain import explain
+    from ..htmlreport import simulate_page
+    from ..search.estimate import traffic_of
+
+    try:
+        steps = explain(plan, model, hw, profile, traffic_of(workload))
+    except SpecError:  # trace lengths: no mean request to price a step at
+        steps = []
+    with Outputs() as out:
+        out.file(path).write_text(simulate_page(plan, workload, profile, result, steps))
+
+
 def run(args) -> int:
     plan = load_plan(args.plan)
+    if args.report:
+        from rackplan.args import check_writable
+
+        check_writable("--report", args.report)
     from ..simulator import (
         MAX_STEADY,
         PRECISION,
@@ -178,20 +263,27 @@ def run(args) -> int:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
     t0 = time.perf_counter()
-    if args.requests is not None:
-        result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
-    elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
-        n = int(plan.predicted["sim_requests"])
-        check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
-        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
-    else:
-        result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
+    with in_background(planner_choice, plan, model, hw, workload, profile) as choice:  # beside the simulation
+        if args.requests is not None:
+            result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
+        elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
+            n = int(plan.predicted["sim_requests"])
+            check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
+            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
+        else:
+            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
+        chosen = choice()
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
+    if args.report:  # before stdout, which may be a pipe closed early (`| head`)
+        write_report(args.report, plan, model, hw, workload, profile, result)
     if args.json:
-        sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
+        doc = json.loads(report_json(plan, workload, profile, seed, result))
+        sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")
     else:
         print_table(plan, workload, profile, result, origin)
+        if line := choice_line(plan, result, chosen):
+            print(line)
     if args.timings:
         print(f"timings: simulate {wall:.2f} s wall", file=sys.stderr)
     return 0

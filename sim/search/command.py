@@ -39,7 +39,7 @@ from rackplan.specs import (
 from . import planner
 from .space import SearchSpace
 
-REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
+REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"],
@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
                         "latency: max tokens/s/user at --rate")
     p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
-                   help="target request rate for min-gpus / latency (default: the workload's rate)")
+                   help="target request rate in req/s for min-gpus / latency (default: the workload's rate)")
     p.add_argument("--profile", default=None,
                    help="cost-model profile (default: the hardware's default_profile, measured where shipped)")
     p.add_argument("--profile-any-hardware", action="store_true",
@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="search disaggregated, aggregated or both (any) kinds of deployment (default: any)")
     p.add_argument("--out", default="plan.yaml", help="where to write the chosen plan (default: plan.yaml)")
     p.add_argument("--report", default=None, metavar="DIR",
-                   help="write report.md, pareto.png, pareto.csv and launch/ (vLLM launch files) here")
+                   help="write report.md, report.html (interactive: open in a browser), pareto.png, pareto.csv and "
+                   "launch/ (vLLM launch files) here")
     p.add_argument("--force", action="store_true", help="replace a --report folder that holds an earlier report")
     p.add_argument("--timings", action="store_true", help="also print the search's wall-clock timings (stderr; "
                    "in --json as 'timings'): reports hold none, so the same inputs give the same files")
@@ -166,13 +167,19 @@ def run(args) -> int:
             doc["timings"] = res.timings
         print(json.dumps(doc, indent=2))
         return 0
-    from .report import cluster_fill, console_table
+    from .report import cluster_fill, console_table, user_gap
 
     print(f"profile {req.profile.name}: {req.profile.describe()}")
     print(console_table(res))
-    if w.check is not None:
+    if w.check is not None and req.objective == "latency":  # per user: what this objective is about
+        m = w.check.metrics
+        note = (f": {w.tps_user:.1f} tokens/s/user, TTFT p90 {m['ttft_p90_s'] * 1e3:,.1f} ms, TPOT p90 "
+                f"{m['tpot_p90_s'] * 1e3:.2f} ms, verified in the simulator at steady state (analytic estimate "
+                f"{w.cand.tps_user:.1f} tokens/s/user, gap {user_gap(w):+.0%})")
+    elif w.check is not None:
         note = (f": {w.tps_gpu:,.0f} output tokens/s/GPU, {w.tps_user:.1f} tokens/s/user at {w.rate_rps:.4g} req/s, "
-                f"verified in the simulator at steady state (analytic estimate {w.cand.tps_gpu:,.0f}, {w.gap:+.0%})")
+                f"verified in the simulator at steady state (analytic estimate {w.cand.tps_gpu:,.0f}, gap "
+                f"{w.gap:+.0%})")
     else:
         note = f" (analytic estimate only, not simulated: {w.cand.tps_gpu:,.0f} output tokens/s/GPU)"
     print(f"\nplan: {res.plan.summary} -> {args.out}{note}")
@@ -180,5 +187,5 @@ def run(args) -> int:
     if fill := cluster_fill(res):
         print(fill)
     if args.report:
-        print(f"report: {Path(args.report) / 'report.md'}")
+        print(f"report: {Path(args.report) / 'report.md'} (and report.html: open it in a browser)")
     return 0

@@ -11,7 +11,7 @@ from rackplan.specs import SpecError
 from ..cost.step import StepCost
 from .estimate import Pricer, price_prefill, traffic_of
 from .front import Verified
-from .planner import Result
+from .planner import Result, target_rate
 
 
 def write_all(res: Result, folder: str | Path) -> list[Path]:
@@ -20,10 +20,13 @@ def write_all(res: Result, folder: str | Path) -> list[Path]:
     launch, why_not = _launch_files(res)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "pareto.csv", folder / "pareto.png", folder / "report.md"]
+    paths = [folder / "pareto.csv", folder / "pareto.png", folder / "report.md", folder / "report.html"]
     write_csv(res, paths[0])
     write_png(res, paths[1])
     paths[2].write_text(markdown(res, sorted(launch), why_not))
+    from ..htmlreport import plan_page
+
+    paths[3].write_text(plan_page(res))
     return paths + (deploy.write(launch, folder / "launch") if launch else [])
 
 
@@ -291,8 +294,10 @@ def _space_notes(res: Result) -> list[str]:
 
 def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[str]:
     """The report folder's files and how to run the launch files."""
-    head = ("`pareto.csv` (the front with the simulator's figures beside the estimate, and a sample of the other "
-            "estimated deployments), `pareto.png` (where the simulator put the front points; estimates lighter)")
+    head = ("`report.html` (the front with a hover label per deployment, the chosen plan and its step by op; open it "
+            "in a browser, no network needed), `pareto.csv` (the front with the simulator's figures beside the "
+            "estimate, and a sample of the other estimated deployments), `pareto.png` (where the simulator put the "
+            "front points; estimates lighter)")
     if not launch_files:
         return ["## Files", "", f"{head}. No `launch/`: {why_not or 'not built'}.", ""]
     names = ", ".join(f"`{n}`" for n in launch_files)
@@ -314,7 +319,11 @@ def _profile_section(prof) -> list[str]:
 
 
 def console_table(res: Result, top: int = 8) -> str:
-    """A short text table for the terminal: the simulator's figures, the estimate beside them."""
+    """A short text table for the terminal: the simulator's figures, the estimate beside them, and a line
+    saying what the gap is. Under the latency objective the figures are per user (tokens/s/user, TTFT and
+    TPOT p90), never requests/s or tokens/s/GPU: a concurrency-1 workload's per-GPU rate says nothing."""
+    if res.request.objective == "latency":
+        return _latency_table(res, top)
     ranked = _ranked(res)[:top]
     out = [f"{'deployment':58s} {'GPUs':>4s} {'req/s':>7s} {'tok/s/GPU':>9s} {'tok/s/user':>10s} "
            f"{'estimate':>9s} {'gap':>6s}  verdict"]
@@ -324,7 +333,38 @@ def console_table(res: Result, top: int = 8) -> str:
         out.append(f"{mark}{v.cand.summary:57s} {v.cand.gpus:4d} {_num(v.rate_rps, sim, '7.4g')} "
                    f"{_num(v.tps_gpu, sim, '9.0f')} {_num(v.tps_user, sim, '10.1f')} {v.cand.tps_gpu:9.0f} "
                    f"{(f'{v.gap:+.0%}' if sim else '-'):>6s}  {v.verdict()}")
-    return "\n".join(out)
+    return "\n".join(out + [GAP_NOTE % ("tokens/s/GPU", "tokens/s/GPU")])
+
+
+GAP_NOTE = ("(req/s, tok/s/GPU, tok/s/user: the simulator at steady state, '-' where not verified; estimate: the "
+            "analytic estimate's %s; gap: verified / estimate - 1, so -60%% means the simulator found 60%% fewer "
+            "%s than the estimate predicted, the queueing and tails the estimate leaves out)")
+
+
+def user_gap(v: Verified) -> float:
+    """Verified tokens/s/user against the estimate's (-0.3: 30% below)."""
+    return v.tps_user / max(v.cand.tps_user, 1e-12) - 1.0
+
+
+def _latency_table(res: Result, top: int) -> str:
+    """console_table under the latency objective: per-user figures only."""
+    out = [f"{'deployment':58s} {'GPUs':>4s} {'TTFT p90 ms':>11s} {'TPOT p90 ms':>11s} {'tok/s/user':>10s} "
+           f"{'estimate':>9s} {'gap':>6s}  verdict"]
+    nan = float("nan")
+    for v in sorted(_ranked(res), key=lambda v: (not (v.simulated and v.passed), -v.tps_user))[:top]:
+        sim = v.simulated and v.passed
+        m = v.check.metrics if v.check is not None else {}
+        out.append(f"{'*' if v is res.winner else ' '}{v.cand.summary:57s} {v.cand.gpus:4d} "
+                   f"{_num(m.get('ttft_p90_s', nan) * 1e3, sim, '11.1f')} "
+                   f"{_num(m.get('tpot_p90_s', nan) * 1e3, sim, '11.2f')} {_num(v.tps_user, sim, '10.1f')} "
+                   f"{v.cand.tps_user:9.1f} {(f'{user_gap(v):+.0%}' if sim else '-'):>6s}  {v.verdict()}")
+    note = GAP_NOTE.replace("req/s, tok/s/GPU, ", "TTFT, TPOT, ") % ("tokens/s/user", "tokens/s per user")
+    return "\n".join(out + [note] + ([LOAD_NOTE] if target_rate(res.request) is None else []))
+
+
+LOAD_NOTE = ("(this workload fixes a concurrency, not a request rate: the estimate prices each deployment at the "
+             "capacity its SLOs allow, full batches, while the simulator runs it at the workload's concurrency, so "
+             "the gap here is that difference of load, not an error of the cost model)")
 
 
 def _num(x: float, shown: bool, fmt: str) -> str:

@@ -5,7 +5,9 @@ Every row is a steady-state measurement (sim/steady.py): served throughput over 
 latency percentiles only where every pool keeps up (a row whose pool saturates says which).
 
 Keys (`--set KEY=V1,V2,...`):
-  hardware.<field>        any HardwareSpec number; nvlink_gbps / scaleout_gbps in GB/s
+  hardware.<field>        any HardwareSpec number in its YAML unit (B/s, bytes, FLOP/s); nvlink_gbps /
+                          scaleout_gbps in GB/s (gigabytes per second per GPU, one way: an 800 Gb/s
+                          NIC is 100 GB/s), hbm_tbps in TB/s
   host.async_scheduling, host.cuda_graphs, host.api_servers, host.stream_interval
                           the engine's CPU-overhead settings, on every instance of the plan
   prefill.<field>, decode.<field>, aggregated.<field>
@@ -234,6 +236,32 @@ def deltas(metrics: dict, baseline: dict) -> dict[str, float]:
         if b is not None and v is not None and b != 0 and (both or m not in LATENCY):
             out[m] = v / b - 1.0
     return out
+
+
+# the standard error sim/metrics.py measures beside each compared figure (batch means over the window)
+STANDARD_ERROR = {"ttft_p90_s": "ttft_p90_se_s", "tpot_p90_s": "tpot_p90_se_s",
+                  "output_tps_per_gpu": "output_tps_per_gpu_se"}
+NOISE_Z = 2.0  # a delta within this many standard errors of 0 is run-to-run noise (~95% two-sided)
+
+
+def delta_errors(metrics: dict, baseline: dict) -> dict[str, float]:
+    """Standard error of each delta `deltas` gives, where both runs measured their figure's standard
+    error: for d = v / b - 1, (v / b) sqrt((se_v / v)^2 + (se_b / b)^2), the two runs' errors taken as
+    independent (they share the seed's arrivals, which correlates them, so this bounds the noise of the
+    difference from above). Figures without a standard error (tokens/s/user, rates) get none."""
+    out, nan = {}, float("nan")
+    for m in deltas(metrics, baseline):
+        se = STANDARD_ERROR.get(m, "")
+        v, b = metrics[m], baseline[m]
+        sv, sb = metrics.get(se, nan), baseline.get(se, nan)
+        if v and sv == sv and sb == sb:  # (NaN != NaN: a run too short to measure it)
+            out[m] = abs(v / b) * ((sv / v) ** 2 + (sb / b) ** 2) ** 0.5
+    return out
+
+
+def in_noise(delta: float, error: float | None) -> bool:
+    """Whether a delta is within NOISE_Z standard errors of no change (False where the error is unknown)."""
+    return error is not None and abs(delta) < NOISE_Z * error
 
 
 @dataclass

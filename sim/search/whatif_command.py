@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +34,9 @@ from .verify import at_rate, run_simulation
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default="v41-flash-gb300-nvl72", help="plan name or plan.yaml path (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800, "
+                   help="a change to try (repeatable): hardware.nvlink_gbps=900,1800 (GB/s: gigabytes per second "
+                        "per GPU, one way; NICs are sold in gigabits, an 800 Gb/s NIC is "
+                        "hardware.scaleout_gbps=100), hardware.hbm_tbps=8 (TB/s), "
                         "host.async_scheduling=false,true, host.scheduler_scale=0.5, host.api_servers=1,4, "
                         "host.stream_interval=1,10,50, "
                         "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
@@ -48,14 +51,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="profile (default: the plan's, else the hardware's default_profile)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate)")
+    p.add_argument("--rate", type=positive_float, default=None,
+                   help="request rate in req/s (default: the plan's planned rate)")
     p.add_argument("--num-requests", type=positive_int, default=None,
                    help="requests per simulation, all run to the end (default: as many as steady state needs)")
     p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
     p.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1),
                    help="processes that run the combinations' simulations (default: the CPU count, at most 8)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="write whatif.csv, whatif.png and whatif_step.png (the decode step's split) here")
+                   help="write whatif.csv, whatif.png, whatif_step.png (the decode step's split) and report.html "
+                   "(deltas with error bars; open it in a browser) here")
     p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
@@ -126,7 +131,8 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
             out.append(f"{r.label:48s} {r.metrics['error']}")
             continue
         m, d = r.metrics, whatif.deltas(r.metrics, baseline.metrics)
-        ds = " ".join(f"{k.split('_')[0]}{v:+.1%}" for k, v in d.items() if k not in ("request_rate", "served_rps"))
+        ds = " ".join(delta_text(k, v, whatif.delta_errors(r.metrics, baseline.metrics).get(k))
+                      for k, v in d.items() if k not in ("request_rate", "served_rps"))
         plan_txt = f"  [{r.plan.summary}]" if r.plan is not None else ""
         nan = float("nan")
         if whatif.stable(m):
@@ -139,27 +145,50 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
         sp = "/".join(f"{m[k]:.2f}" for k in whatif.SPLIT) if "gpu_ms" in m else ""
         gpus = f"{m['num_gpus']:5.0f}" if "num_gpus" in m else f"{'-':>5s}"  # a layout change may add GPUs
         out.append(f"{r.label:48s} {gpus} {lat} {served:>15s}  {sp:30s} {'' if r is baseline else ds}{plan_txt}")
-    return "\n".join(out)
+    return "\n".join(out + [NOISE_NOTE % whatif.NOISE_Z])
+
+
+NOISE_NOTE = ("deltas: change against the baseline, +- %g standard errors of the two runs' steady-state figures "
+              "(batch means, sim/metrics.py) where measured; '(noise)': inside them, no change shown")
+
+
+def delta_text(key: str, delta: float, error: float | None) -> str:
+    """One delta of the table: 'ttft+3.1%', with its error bar where known, marked where inside the noise."""
+    text = f"{key.split('_')[0]}{delta:+.1%}"
+    if error is None:
+        return text
+    return text + f"+-{whatif.NOISE_Z * error:.1%}" + ("(noise)" if whatif.in_noise(delta, error) else "")
 
 
 SYMLOG_ABOVE = 200.0  # % change: past this whatif.png's axis is symlog (linear within +-10%)
 
 
-def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row]) -> None:
+def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row], plan=None,
+                  base: whatif.Specs | None = None) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
+    if plan is not None and base is not None:  # report.html: the deltas with error bars, the baseline's step
+        from ..commands.explain import explain
+        from ..htmlreport import whatif_page
+        from .estimate import traffic_of
+
+        try:
+            steps = explain(plan, base.model, base.hw, base.profile, traffic_of(base.workload))
+        except SpecError:
+            steps = []
+        (out / "report.html").write_text(whatif_page(plan, baseline, rows, steps))
     with open(out / "whatif.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         split = ["decode_batch", *whatif.SPLIT]
         w.writerow(["change", "stable", "saturated"] + list(whatif.METRICS) + [f"delta_{m}" for m in whatif.METRICS]
-                   + split + ["plan"])
+                   + [f"delta_se_{m}" for m in whatif.METRICS] + split + ["plan"])
         for r in [baseline] + rows:
-            d = whatif.deltas(r.metrics, baseline.metrics)
+            d, err = whatif.deltas(r.metrics, baseline.metrics), whatif.delta_errors(r.metrics, baseline.metrics)
             ok = whatif.stable(r.metrics)
             w.writerow([r.label, int(ok), r.metrics.get("saturated", "")]
                        + [r.metrics.get(m, "") if ok or m not in whatif.LATENCY else "" for m in whatif.METRICS]
-                       + [d.get(m, "") for m in whatif.METRICS] + [r.metrics.get(k, "") for k in split]
-                       + [r.plan.summary if r.plan else ""])
+                       + [d.get(m, "") for m in whatif.METRICS] + [err.get(m, "") for m in whatif.METRICS]
+                       + [r.metrics.get(k, "") for k in split] + [r.plan.summary if r.plan else ""])
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,21 +200,27 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
     spread = []
     for i, m in enumerate(shown):
         vals = [100 * whatif.deltas(r.metrics, baseline.metrics).get(m, 0.0) for r in rows]
+        # error bars: +- NOISE_Z standard errors of the two runs' figures (whatif.delta_errors), where measured
+        errs = [100 * whatif.NOISE_Z * whatif.delta_errors(r.metrics, baseline.metrics).get(m, math.nan) for r in rows]
         spread += vals
-        ax.bar([j + i * width for j in range(len(rows))], vals, width, label=m)
+        ax.bar([j + i * width for j in range(len(rows))], vals, width, yerr=errs, error_kw={"lw": 0.8, "capsize": 2},
+               label=m)
     ax.axhline(0, c="k", lw=0.8)
     symlog = max((abs(v) for v in spread), default=0.0) > SYMLOG_ABOVE  # one outlier would flatten the rest
     if symlog:
         ax.set_yscale("symlog", linthresh=10)
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi + 0.18 * (hi - lo))  # a band above the bars for the notes, clear of the title
     centres = [j + 0.4 - width / 2 for j in range(len(rows))]
     for x, r in zip(centres, rows):  # a row with no latency figures says why instead of showing 0% bars
         if bar_note(r):
-            ax.text(x, 0, bar_note(r), ha="center", va="bottom", fontsize=7, color="tab:red")
+            ax.annotate(bar_note(r), (x, 0.98), xycoords=("data", "axes fraction"), ha="center", va="top",
+                        fontsize=6, color="tab:red")
     ax.set_xticks(centres)
-    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=20, ha="right")
-    ax.set_ylabel("change against baseline (%" + (", symlog)" if symlog else ")"))
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=30, ha="right")
+    ax.set_ylabel("change against baseline (%" + (", symlog)" if symlog else ")") + ", +- 2 s.e.")
     ax.set_title("what-if: simulated steady state against the baseline", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(out / "whatif.png")
     plt.close(fig)
@@ -208,10 +243,10 @@ def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
         vals = [r.metrics.get(key, 0.0) for r in rows]
         ax.bar(range(len(rows)), vals, 0.6, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6)
+    ax.set_xticks(range(len(rows)))  # one label per bar, slanted and wrapped at ', ': neighbours never overlap
+    ax.set_xticklabels([r.label.replace(", ", "\n") for r in rows], fontsize=6, rotation=30, ha="right")
     ax.set_ylabel(f"decode step at {rows[0].metrics['decode_batch']:.0f} seqs/rank (ms)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -219,7 +254,8 @@ def _plot_split(plt, path: Path, rows: list[whatif.Row]) -> None:
 
 def run(args) -> int:
     if args.out:
-        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png", "whatif_step.png"))
+        prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png", "whatif_step.png",
+                                                             "report.html"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
     base = baseline_specs(args, plan)
@@ -236,10 +272,11 @@ def run(args) -> int:
                            args.decode_batch)
     if args.out:
         with Outputs() as out:
-            write_outputs(out.folder(args.out, replace=args.force), baseline, rows)
+            write_outputs(out.folder(args.out, replace=args.force), baseline, rows, plan, base)
     if args.json:
         print(json.dumps([{"change": r.label, "metrics": r.metrics,
                            "deltas": whatif.deltas(r.metrics, baseline.metrics),
+                           "delta_standard_errors": whatif.delta_errors(r.metrics, baseline.metrics),
                            "plan": r.plan.summary if r.plan else None,
                            "accuracy_band": headline_band(r.plan or plan, base.profile.name, base.workload).to_dict()}
                           for r in [baseline] + rows], indent=2))
