@@ -109,7 +109,27 @@ def run(args) -> int:
 
 
 def load_plan_checked(args):
-    """The plan, with every argument and the whole plan checked before any rank starts: the
+    """The plan, with every argument and the whole plan checked before any rank starts
+    (check_plan), then this machine: a CUDA device for --device cuda, host memory for CPU ranks."""
+    plan = check_plan(args)
+    from rackplan.specs import SpecError, load_model
+
+    from .topology import benchmark_instances, skipped
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    elif not args.workload:  # serving mode starts every instance's ranks: sized by its own checks
+        from .hostmem import check_host_memory
+        runs = load_model(args.model or plan.model)
+        run = [i for i in benchmark_instances(plan) if not skipped(i, args.skip_prefill, args.skip_decode)]
+        world = args.ranks or default_world(plan, "cpu", False)
+        check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
+    return plan
+
+
+def check_plan(args):
+    """The plan, with every argument and the whole plan checked, whatever machine runs it: the
     simulator's plan checks (HBM fit, experts over EP ranks), TP widths of the model that runs,
     --ranks against the plan's instances, the output folder."""
     from rackplan.outputs import prepare_folder
@@ -146,15 +166,6 @@ def load_plan_checked(args):
     if args.expert_counts:
         from rackplan.sim.routing import read_expert_trace
         read_expert_trace(args.expert_counts)  # a missing or corrupt trace fails here, not in every rank
-    if args.device == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
-    elif not args.workload:  # serving mode starts every instance's ranks: sized by its own checks
-        from .hostmem import check_host_memory
-        run = [i for i in insts if not skipped(i, args.skip_prefill, args.skip_decode)]
-        world = args.ranks or default_world(plan, "cpu", False)
-        check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
     return plan
 
 

@@ -85,7 +85,7 @@ def _configs(block_m: int = 128, elem_bytes: int = 2, limit: int | None = None) 
     """Autotune space that fits `limit` bytes of shared memory (None: no limit); a single config
     under the interpreter."""
     if interpreting():
-        return [dict(BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1)]
+        return [dict(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)]  # fewer interpreted programs
     cfgs = [dict(BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=s) for n, k, w, s in CONFIGS]
     fit = [c for c in cfgs if limit is None or smem_bytes(c, block_m, elem_bytes) <= limit]
     if not fit:
