@@ -219,6 +219,10 @@ def _check_serving(plan, workload, args) -> None:
                 raise SpecError(str(args.plan), f"{role}.speculation", "none in a colocated plan (speculation "
                                 "runs in benchmark mode and disaggregated serving)", lay.speculation.num_tokens)
     need = world_size(serving_instances(plan, max_ranks(args.device)))
+    from .topology import torchrun_world
+    if torchrun_world() not in (None, need):
+        raise SpecError("execute", "WORLD_SIZE", f"{need} under torchrun in serving mode (every instance's ranks of "
+                        f"plan {plan.name}: --nnodes x --nproc-per-node)", torchrun_world())
     if args.ranks is not None and args.ranks != need:
         raise SpecError("execute", "--ranks", f"{need} in serving mode (every instance's ranks, no replays)",
                         args.ranks)
@@ -243,14 +247,16 @@ def _config(args, plan):
 
 
 def _run_torchrun(cfg):
-    """One rank of a torchrun job; rank 0 gets the records, the others None."""
-    import torch
+    """One rank of a torchrun job (one or several hosts); rank 0 gets the records, the others None.
+    Pinned as the local launcher pins its ranks (launch.pin_rank), by its rank on this host."""
     import torch.distributed as dist
 
+    from .launch import pin_rank
     from .parallel import init_from_env
     from .runner import run_rank
-    if cfg.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
+    single_host = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])) == int(os.environ["WORLD_SIZE"])
+    pin_rank(cfg, rank if single_host else None, local)
     rank, world = init_from_env("nccl" if cfg.device == "cuda" else "gloo", cfg.timeout_s)
     records = run_rank(cfg, rank, world)
     dist.destroy_process_group()

@@ -72,6 +72,21 @@ def _heartbeat(path: str) -> None:
     threading.Thread(target=beat, name="rackplan-heartbeat", daemon=True).start()
 
 
+def pin_rank(cfg, rank: int | None, local_rank: int) -> None:
+    """Threads, cores and device of one rank: one intra-op thread; on CPU the core the run assigned to
+    global `rank` (cfg.cores, serving mode on one host), else this host's cores round-robin by
+    `local_rank` (rank None: a multi-host torchrun, whose cfg.cores, sized on one host, do not apply);
+    on CUDA the local GPU `local_rank`."""
+    import torch
+    torch.set_num_threads(1)  # one core per rank on CPU
+    if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        core = cfg.cores[rank] if cfg.cores and rank is not None else cores[local_rank % len(cores)]
+        os.sched_setaffinity(0, {core})  # ranks stop migrating between cores
+    if cfg.device == "cuda":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+
+
 def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> None:
     """Child process body: never returns (os._exit skips the parent's atexit handlers)."""
     code = 0
@@ -81,14 +96,7 @@ def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> Non
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # started with them held (launch)
     try:
         _heartbeat(f"{tmp}/rank{rank}.hb")
-        import torch
-        torch.set_num_threads(1)  # one core per rank on CPU
-        if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
-            cores = sorted(os.sched_getaffinity(0))
-            core = cfg.cores[rank] if cfg.cores else cores[rank % len(cores)]
-            os.sched_setaffinity(0, {core})  # ranks stop migrating between cores
-        if cfg.device == "cuda":
-            torch.cuda.set_device(rank % torch.cuda.device_count())
+        pin_rank(cfg, rank, rank)
         Path(f"{tmp}/rank{rank}.ready").touch()  # from here on its heartbeat is held to stale_after_s
         from .parallel import init_distributed
         from .runner import run_rank
