@@ -73,16 +73,22 @@ def _heartbeat(path: str) -> None:
 
 
 def pin_rank(cfg, rank: int | None, local_rank: int) -> None:
-    """Threads, cores and device of one rank: one intra-op thread; on CPU the core the run assigned to
-    global `rank` (cfg.cores, serving mode on one host), else this host's cores round-robin by
-    `local_rank` (rank None: a multi-host torchrun, whose cfg.cores, sized on one host, do not apply);
-    on CUDA the local GPU `local_rank`."""
+    """Threads, cores and device of one rank. CPU: the plan's hardware's threads_per_rank intra-op
+    threads (1 unless a CPU rig's spec says more) on as many cores, from the core the run assigned to
+    global `rank` (cfg.cores, serving mode on one host), else from this host's cores round-robin by
+    `local_rank` (rank None: a multi-host torchrun, whose cfg.cores, sized on one host, do not apply).
+    CUDA: one thread, the local GPU `local_rank`."""
     import torch
-    torch.set_num_threads(1)  # one core per rank on CPU
+    threads = 1
+    if cfg.device == "cpu":
+        from rackplan.specs import load_hardware, load_plan
+        hw = load_hardware(load_plan(cfg.plan).hardware)
+        threads = hw.threads_per_rank if hw.kind == "cpu" else 1
+    torch.set_num_threads(threads)
     if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
-        core = cfg.cores[rank] if cfg.cores and rank is not None else cores[local_rank % len(cores)]
-        os.sched_setaffinity(0, {core})  # ranks stop migrating between cores
+        first = cores.index(cfg.cores[rank]) if cfg.cores and rank is not None else local_rank * threads
+        os.sched_setaffinity(0, {cores[(first + i) % len(cores)] for i in range(threads)})  # no migrating
     if cfg.device == "cuda":
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
 
