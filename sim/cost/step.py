@@ -52,7 +52,7 @@ class CostContext:
     prof: Profile
     skew: float = 0.0
     # CPU rigs: how much slower each busy rank runs for sharing cores with the plan's other ranks
-    # (HardwareSpec.core_share of sim/cost/cores.busy_ranks); 1 elsewhere
+    # (sim/cost/cores.core_share); 1 elsewhere
     core_share: float = 1.0
 
     @cached_property

@@ -5,7 +5,6 @@ import sys
 import pytest
 import yaml
 
-from rackplan.sim.cost.cores import busy_ranks
 from rackplan.specs import CONFIG_DIR, load_plan
 
 pytestmark = pytest.mark.integration
@@ -23,4 +22,4 @@ def test_plan_budget_capped_by_the_rigs_cores(tmp_path):
     assert "runs 2 busy ranks at once (2 cores / 1 threads per rank): budget 4 -> 2" in res.stderr
     plan = load_plan(tmp_path / "plan.yaml")
     assert plan.num_gpus == 2
-    assert busy_ranks(plan) <= 2
+    assert plan.gpus_used <= 2

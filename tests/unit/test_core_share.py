@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from rackplan.sim.cost.cores import busy_ranks, core_share
+from rackplan.sim.cost.cores import core_share
 from rackplan.sim.cost.step import CostContext, decode_step
 from rackplan.specs import load_hardware, load_model, load_plan, load_profile
 
@@ -18,7 +18,8 @@ def _cpu(cores: int, threads: int = 1):
 
 def test_cpu_local_states_its_cores_and_threads():
     assert CPU.kind == "cpu" and CPU.threads_per_rank == 1
-    assert CPU.rank_cores >= 1  # detected (cores: 0 in the file)
+    assert CPU.cores == 2 and CPU.rank_cores == 2  # stated: the dev machine the file was measured on
+    assert dataclasses.replace(CPU, cores=0).rank_cores >= 1  # 0: detected
 
 
 def test_core_share_by_hand():
@@ -30,10 +31,9 @@ def test_core_share_by_hand():
     assert load_hardware("h100-sxm").core_share(64) == 1.0
 
 
-def test_busy_ranks_of_plans():
-    assert busy_ranks(load_plan("tiny-disagg")) == 3  # 2 prefill replicas + 1 decode, each DEP1
-    assert busy_ranks(load_plan("tiny-cpu")) == 2  # colocated DEP2 prefill + DEP2 decode share 2 ranks
-    assert core_share(_cpu(2), load_plan("tiny-disagg")) == 1.5
+def test_core_share_of_plans():
+    assert core_share(_cpu(2), load_plan("tiny-disagg")) == 1.5  # 2 prefill replicas + 1 decode, each DEP1
+    assert core_share(_cpu(2), load_plan("tiny-cpu")) == 1.0  # colocated DEP2 prefill + DEP2 decode share 2 ranks
 
 
 def test_shared_cores_price_a_step_slower_in_proportion():
