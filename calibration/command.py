@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measurements.jsonl or run folder (repeatable; all from one plan)")
     p.add_argument("--holdout", action="append", default=[], metavar="ROLE:N,N",
                    help="hold these step sizes out of the fit, e.g. decode:4,12 or prefill:128")
+    p.add_argument("--no-holdout", action="store_true",
+                   help="fit a measurement run on every step size (by default a fit whose --holdout leaves no "
+                        "held-out steps is refused: it would have no held-out error to validate)")
     p.add_argument("--host-sweep", action="store_true",
                    help="the --measurements are serving runs of one model and hardware over several plans (DP "
                         "sizes, draft depths): fit only the profile's host block from their per-part host records "
@@ -98,8 +101,12 @@ def check_combination(args: argparse.Namespace) -> None:
         refuse_unused("calibrate", {"--host-prefill-measurements": args.host_prefill_measurements,
                                     "--host-probe": args.host_probe}, "--host-sweep (it fits only the host block)")
     if not args.measurements:
-        refuse_unused("calibrate", {"--holdout": args.holdout, "--host-sweep": args.host_sweep},
+        refuse_unused("calibrate", {"--holdout": args.holdout, "--host-sweep": args.host_sweep,
+                                    "--no-holdout": args.no_holdout},
                       "--measurements (step sizes are held out of a measurement fit)")
+    if args.no_holdout:
+        refuse_unused("calibrate", {"--holdout": args.holdout, "--host-sweep": args.host_sweep},
+                      "no --no-holdout (it fits on every step size)")
     if not args.microbench:
         refuse_unused("calibrate", {"--out-hardware": args.out_hardware, "--device": args.device},
                       "--microbench (it writes what it measured, on the device it measured)")
@@ -218,6 +225,11 @@ def _from_measurements(args, base, name):
     records = io.read_runs(args.measurements, plan)
     samples = step_samples(records, plan)
     fit, held = split_holdout(samples, parse_holdout(args.holdout))
+    if not held and not args.no_holdout:
+        sizes = {r: sorted({s.size for s in samples if s.role == r}) for r in ("decode", "prefill")}
+        raise SpecError("calibrate", "--holdout", "sizes that hold some measured steps out of the fit (measured: "
+                        + "; ".join(f"{r} {v}" for r, v in sizes.items() if v) + "), or --no-holdout",
+                        " ".join(args.holdout) or "none")
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     fx = Fitter(plan, model, hw, fit)
     prof = fit_profile(fx, base, name, getattr(args, "launch_s", None))

@@ -74,12 +74,11 @@ def causal_attention(q, k, v, seq_lens: list[int], span: int | None = None) -> t
     Sequences are packed back to back (`seq_lens`); `span` limits each query to the last `span`
     keys (a causal band), computed in chunks so memory stays O(T * span)."""
     out, start = [], 0
-    rep = q.shape[1] // k.shape[1]
     for n in seq_lens:
-        qs, ks, vs = (t[start:start + n].transpose(0, 1) for t in (q, k, v))  # [h, n, d]
-        ks, vs = ks.repeat_interleave(rep, 0), vs.repeat_interleave(rep, 0)
+        qs, ks, vs = (t[start:start + n].transpose(0, 1) for t in (q, k, v))  # [h, n, d], [hk, n, d]
         if span is None or span >= n:
-            out.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True))
+            out.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True,
+                                                      enable_gqa=ks.shape[0] != qs.shape[0]))
         else:
             out.append(_banded(qs, ks, vs, span))
         start += n
@@ -95,8 +94,27 @@ def _banded(q, k, v, span: int) -> torch.Tensor:
         qi = torch.arange(s, e, device=q.device)[:, None]
         kj = torch.arange(k0, e, device=q.device)[None, :]
         mask = (kj <= qi) & (kj > qi - span)  # [e-s, e-k0]
-        parts.append(F.scaled_dot_product_attention(q[:, s:e], k[:, k0:e], v[:, k0:e], attn_mask=mask))
+        parts.append(grouped_attention(q[:, s:e], k[:, k0:e], v[:, k0:e], mask))
     return torch.cat(parts, 1)
+
+
+def grouped_attention(q, k, v, mask) -> torch.Tensor:
+    """Masked attention where each group of h / hk query heads shares one key/value head (GQA; MQA
+    at hk = 1), without repeating the shared heads: q [..., h, n, dq], k [..., hk, L, dq], v [..., hk, L, dv],
+    mask (True = attend) broadcastable to [..., n, L] -> [..., h, n, dv].
+
+    The rep = h / hk query heads of a group are folded into the query rows of one matmul against their
+    key head ([..., hk, rep * n, dq] @ [..., hk, dq, L]), so nothing of size rep x L x d is materialised
+    (a repeat_interleave of V4.1's one KV head over 64 query heads was 6.7 GB per tensor per layer at a
+    batch-64 decode replay)."""
+    *lead, h, n, dq = q.shape
+    hk, length = k.shape[-3], k.shape[-2]
+    rep = h // hk
+    qg = q.reshape(*lead, hk, rep * n, dq)  # heads are grouped contiguously (head i uses key head i // rep)
+    s = torch.matmul(qg, k.transpose(-1, -2)).float() / math.sqrt(dq)  # [..., hk, rep * n, L]
+    s = s.view(*lead, hk, rep, n, length).masked_fill(~mask.unsqueeze(-3).unsqueeze(-3), -math.inf)
+    p = torch.softmax(s, -1).to(v.dtype).view(*lead, hk, rep * n, length)
+    return torch.matmul(p, v).view(*lead, h, n, v.shape[-1])  # [..., h, n, dv]
 
 
 def _with_past(entry, past, seq_lens):
@@ -112,14 +130,13 @@ def prefix_attention(q, k, v, seq_lens: list[int], prefix: list[int], span: int 
     """Chunked-prefill attention: q [T, h, dq] packed chunks of n_i tokens at positions P_i..;
     k [L, hk, dq], v [L, hk, dv] packed per sequence as P_i + n_i entries -> [T, h, dv]."""
     out, qs, ks = [], 0, 0
-    rep = q.shape[1] // k.shape[1]
     for n, p in zip(seq_lens, prefix, strict=True):
         qi = q[qs:qs + n].transpose(0, 1)  # [h, n, dq]
-        ki, vi = (t[ks:ks + p + n].transpose(0, 1).repeat_interleave(rep, 0) for t in (k, v))
+        ki, vi = (t[ks:ks + p + n].transpose(0, 1) for t in (k, v))  # [hk, P+n, d]
         row = torch.arange(p, p + n, device=q.device)[:, None]
         col = torch.arange(p + n, device=q.device)[None, :]
         mask = (col <= row) & ((col > row - span) if span else True)  # [n, P+n]
-        out.append(F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask))
+        out.append(grouped_attention(qi, ki, vi, mask))
         qs, ks = qs + n, ks + p + n
     return torch.cat(out, 1).transpose(0, 1) if out else q.new_zeros(0, q.shape[1], v.shape[-1])
 
@@ -260,6 +277,4 @@ class Attention(torch.nn.Module):
             ctx = torch.einsum("bhl,blr->bhr", p, kv[..., :self.r])  # [B, h, r]
             return torch.einsum("bhr,hrv->bhv", ctx, self.w_uv)  # [B, h, dv]
         q, k, v = self._split_heads(q, kv, pos)  # q [B, h, d]; k, v [B, L, kvh, d]
-        rep = self.heads // k.shape[2]
-        k, v = k.repeat_interleave(rep, 2).transpose(1, 2), v.repeat_interleave(rep, 2).transpose(1, 2)
-        return F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask[:, None, None])[:, :, 0]
+        return grouped_attention(q[:, :, None], k.transpose(1, 2), v.transpose(1, 2), mask[:, None])[:, :, 0]

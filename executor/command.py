@@ -109,7 +109,27 @@ def run(args) -> int:
 
 
 def load_plan_checked(args):
-    """The plan, with every argument and the whole plan checked before any rank starts: the
+    """The plan, with every argument and the whole plan checked before any rank starts
+    (check_plan), then this machine: a CUDA device for --device cuda, host memory for CPU ranks."""
+    plan = check_plan(args)
+    from rackplan.specs import SpecError, load_model
+
+    from .topology import benchmark_instances, skipped
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
+    elif not args.workload:  # serving mode starts every instance's ranks: sized by its own checks
+        from .hostmem import check_host_memory
+        runs = load_model(args.model or plan.model)
+        run = [i for i in benchmark_instances(plan) if not skipped(i, args.skip_prefill, args.skip_decode)]
+        world = args.ranks or default_world(plan, "cpu", False)
+        check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
+    return plan
+
+
+def check_plan(args):
+    """The plan, with every argument and the whole plan checked, whatever machine runs it: the
     simulator's plan checks (HBM fit, experts over EP ranks), TP widths of the model that runs,
     --ranks against the plan's instances, the output folder."""
     from rackplan.outputs import prepare_folder
@@ -146,15 +166,6 @@ def load_plan_checked(args):
     if args.expert_counts:
         from rackplan.sim.routing import read_expert_trace
         read_expert_trace(args.expert_counts)  # a missing or corrupt trace fails here, not in every rank
-    if args.device == "cuda":
-        import torch
-        if not torch.cuda.is_available():
-            raise SpecError("execute", "--device", "cpu (no CUDA device here)", "cuda")
-    elif not args.workload:  # serving mode starts every instance's ranks: sized by its own checks
-        from .hostmem import check_host_memory
-        run = [i for i in insts if not skipped(i, args.skip_prefill, args.skip_decode)]
-        world = args.ranks or default_world(plan, "cpu", False)
-        check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
     return plan
 
 
@@ -208,6 +219,10 @@ def _check_serving(plan, workload, args) -> None:
                 raise SpecError(str(args.plan), f"{role}.speculation", "none in a colocated plan (speculation "
                                 "runs in benchmark mode and disaggregated serving)", lay.speculation.num_tokens)
     need = world_size(serving_instances(plan, max_ranks(args.device)))
+    from .topology import torchrun_world
+    if torchrun_world() not in (None, need):
+        raise SpecError("execute", "WORLD_SIZE", f"{need} under torchrun in serving mode (every instance's ranks of "
+                        f"plan {plan.name}: --nnodes x --nproc-per-node)", torchrun_world())
     if args.ranks is not None and args.ranks != need:
         raise SpecError("execute", "--ranks", f"{need} in serving mode (every instance's ranks, no replays)",
                         args.ranks)
@@ -232,14 +247,16 @@ def _config(args, plan):
 
 
 def _run_torchrun(cfg):
-    """One rank of a torchrun job; rank 0 gets the records, the others None."""
-    import torch
+    """One rank of a torchrun job (one or several hosts); rank 0 gets the records, the others None.
+    Pinned as the local launcher pins its ranks (launch.pin_rank), by its rank on this host."""
     import torch.distributed as dist
 
+    from .launch import pin_rank
     from .parallel import init_from_env
     from .runner import run_rank
-    if cfg.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
+    single_host = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])) == int(os.environ["WORLD_SIZE"])
+    pin_rank(cfg, rank if single_host else None, local)
     rank, world = init_from_env("nccl" if cfg.device == "cuda" else "gloo", cfg.timeout_s)
     records = run_rank(cfg, rank, world)
     dist.destroy_process_group()

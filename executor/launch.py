@@ -8,7 +8,8 @@ it: a rank killed by a signal, else the earliest time-stamped error, not a peer 
 that rank's sockets close and which the parent happened to notice first); the others are
 terminated (SIGTERM, then SIGKILL) and joined, so no process outlives `execute`. A rank whose
 heartbeat (a file it touches every HEARTBEAT_S from a thread) goes stale - stopped (SIGSTOP),
-swapped out, deadlocked in C - is named and the run fails well inside the collective timeout.
+swapped out, deadlocked in C - is named and the run fails well inside the collective timeout; a rank
+still starting (a spawned rank imports torch before any of our code runs) has startup_after_s.
 A run that exceeds its timeout is killed the same way, naming the ranks still running.
 
 Every exit path cleans up: the parent's `finally` stops the ranks and removes the temp folder
@@ -44,6 +45,14 @@ def stale_after_s(timeout_s: float) -> float:
     return max(5.0, min(10.0, timeout_s / 3))
 
 
+def startup_after_s(timeout_s: float) -> float:
+    """Seconds a rank has to become ready (its heartbeat running, torch imported, its device set)
+    before its silence counts as a hang: a spawned rank imports torch (and CUDA's libraries) while
+    unpickling its arguments, before any code of ours runs, which takes well over stale_after_s on a
+    cold machine. Half the run's timeout, never less than the heartbeat's own limit."""
+    return max(stale_after_s(timeout_s), timeout_s / 2)
+
+
 class RunFailed(RuntimeError):
     exit_code = 1
 
@@ -63,6 +72,27 @@ def _heartbeat(path: str) -> None:
     threading.Thread(target=beat, name="rackplan-heartbeat", daemon=True).start()
 
 
+def pin_rank(cfg, rank: int | None, local_rank: int) -> None:
+    """Threads, cores and device of one rank. CPU: the plan's hardware's threads_per_rank intra-op
+    threads (1 unless a CPU rig's spec says more) on as many cores, from the core the run assigned to
+    global `rank` (cfg.cores, serving mode on one host), else from this host's cores round-robin by
+    `local_rank` (rank None: a multi-host torchrun, whose cfg.cores, sized on one host, do not apply).
+    CUDA: one thread, the local GPU `local_rank`."""
+    import torch
+    threads = 1
+    if cfg.device == "cpu":
+        from rackplan.specs import load_hardware, load_plan
+        hw = load_hardware(load_plan(cfg.plan).hardware)
+        threads = hw.threads_per_rank if hw.kind == "cpu" else 1
+    torch.set_num_threads(threads)
+    if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        first = cores.index(cfg.cores[rank]) if cfg.cores and rank is not None else local_rank * threads
+        os.sched_setaffinity(0, {cores[(first + i) % len(cores)] for i in range(threads)})  # no migrating
+    if cfg.device == "cuda":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+
+
 def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> None:
     """Child process body: never returns (os._exit skips the parent's atexit handlers)."""
     code = 0
@@ -72,14 +102,8 @@ def _worker(cfg, rank: int, world: int, tmp: str, init: str, parent: int) -> Non
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # started with them held (launch)
     try:
         _heartbeat(f"{tmp}/rank{rank}.hb")
-        import torch
-        torch.set_num_threads(1)  # one core per rank on CPU
-        if cfg.device == "cpu" and hasattr(os, "sched_setaffinity"):
-            cores = sorted(os.sched_getaffinity(0))
-            core = cfg.cores[rank] if cfg.cores else cores[rank % len(cores)]
-            os.sched_setaffinity(0, {core})  # ranks stop migrating between cores
-        if cfg.device == "cuda":
-            torch.cuda.set_device(rank % torch.cuda.device_count())
+        pin_rank(cfg, rank, rank)
+        Path(f"{tmp}/rank{rank}.ready").touch()  # from here on its heartbeat is held to stale_after_s
         from .parallel import init_distributed
         from .runner import run_rank
         with _rendezvous(cfg.timeout_s, f"{tmp}/rank{rank}.log"):
@@ -168,7 +192,7 @@ def _release(reaper) -> None:
 
 def _watch(procs, timeout_s: float, tmp: str) -> None:
     start = time.monotonic()
-    deadline, stale_s = start + timeout_s, stale_after_s(timeout_s)
+    deadline, stale_s, startup_s = start + timeout_s, stale_after_s(timeout_s), startup_after_s(timeout_s)
     running = {p.sentinel: (r, p) for r, p in enumerate(procs)}
     while running:
         left = deadline - time.monotonic()
@@ -181,7 +205,7 @@ def _watch(procs, timeout_s: float, tmp: str) -> None:
             if p.exitcode != 0:
                 r, code = _cause(r, p.exitcode, running, len(procs), tmp)
                 raise RunFailed(f"rank {r} failed: {_reason(r, code, tmp)}")
-        hung = _hung(sorted(r for r, _ in running.values()), tmp, start, stale_s)
+        hung = _hung(sorted(r for r, _ in running.values()), tmp, start, stale_s, startup_s)
         if hung:
             raise RunFailed(f"rank(s) {', '.join(map(str, hung))} stopped responding: no heartbeat for "
                             f"{stale_s:g} s (stopped, hung or starved; collective timeout {timeout_s:g} s) (killed)")
@@ -215,11 +239,16 @@ def _error(rank: int, tmp: str) -> tuple[int | None, str | None]:
         return None, None
 
 
-def _hung(ranks: list[int], tmp: str, start: float, stale_s: float) -> list[int]:
-    """Ranks whose heartbeat file is older than `stale_s` (or never appeared within it)."""
+def _hung(ranks: list[int], tmp: str, start: float, stale_s: float, startup_s: float) -> list[int]:
+    """Ranks whose heartbeat file is older than `stale_s` once they are ready, or that are not ready
+    (no `.ready` marker: still importing torch or setting up their device) `startup_s` after the launch."""
     now, wall_now = time.monotonic(), time.time()
     out = []
     for r in ranks:
+        if not os.path.exists(f"{tmp}/rank{r}.ready"):
+            if now - start > startup_s:
+                out.append(r)
+            continue
         try:
             age = wall_now - os.stat(f"{tmp}/rank{r}.hb").st_mtime
         except FileNotFoundError:

@@ -11,7 +11,8 @@ reached x payload) spread evenly over its W - 1 real peers in one all_to_all_sin
 layer, timed as measured (the plan's volume over this machine's links, `a2a_world` in the
 records); on one rank they are priced by the simulator's all-to-all model and their records say
 source 'modelled'. The routed experts' output is replaced by zeros (their values need the
-missing ranks), which changes no shape downstream.
+missing ranks), which changes no shape downstream. With FP8 on (a GPU that has it, no --no-fp8), the
+replayed rank's narrow-format weights run FP8 as a measured rank's do.
 """
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ MODELLED_OPS = ("moe.dispatch", "moe.combine")
 class Replay:
     """The routed-expert path of a Model replaying `plan_rank` of `layout`."""
 
-    def __init__(self, model, plan, layout, plan_rank: int, seed: int, group=None, world: int = 1):
+    def __init__(self, model, plan, layout, plan_rank: int, seed: int, group=None, world: int = 1,
+                 fp8: bool = False):
+        """`fp8`: the spec's narrow-format weights run as FP8 (fp8.quantise_model), the replayed experts
+        included, as the records' `weights` say (the runner sets both from one flag)."""
         self.model, self.layout, self.seed = model, layout, seed
         self.group, self.world, self.rank = group, world, plan_rank
         self.splits: dict[str, list[int]] = {}
@@ -43,6 +47,9 @@ class Replay:
         for layer in model.layers:
             if not layer.dense:
                 layer.experts = Experts(spec, layer.idx, seed, list(range(lo, hi)), model.dtype, model.device)
+        if fp8:
+            from .fp8 import quantise_model
+            quantise_model(model)
         self.counts: dict[int, torch.Tensor] = {}
         self.rows = torch.empty(0)
         self.hw = load_hardware(plan.hardware)

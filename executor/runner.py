@@ -174,7 +174,7 @@ def run_instance(me: Rank, inst) -> list[dict]:
         model = Model(me.spec, me.cfg.seed, me.device, me.dtype, ep,
                       layer_ids(me.spec, phase, me.cfg.max_dense, me.cfg.max_moe), build_experts=False)
         group = dist.group.WORLD if me.world > 1 else None  # the plan's all-to-all bytes among real ranks
-        replay = Replay(model, me.plan, lay, me.rank, me.cfg.seed, group, me.world)
+        replay = Replay(model, me.plan, lay, me.rank, me.cfg.seed, group, me.world, fp8=me.fp8)
         model.moe = replay.moe
     return StepLoop(me, inst, model, replay, rg).run()
 

@@ -112,8 +112,19 @@ def world_size(instances: list[InstanceSpec]) -> int:
     return max(inst.first + inst.layout.gpus for inst in instances)
 
 
+def torchrun_world() -> int | None:
+    """The job's world size under torchrun (RANK and WORLD_SIZE set: one or several hosts), else None."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    return None
+
+
 def max_ranks(device: str) -> int:
-    """Ranks this machine runs at once: one per GPU, or CPU_MAX_RANKS oversubscribed CPU ranks."""
+    """Ranks the run has at once: under torchrun the job's world (every host's ranks), else one per
+    local GPU, or CPU_MAX_RANKS oversubscribed CPU ranks."""
+    world = torchrun_world()
+    if world is not None:
+        return world
     if device == "cuda":
         import torch
         return torch.cuda.device_count()

@@ -73,13 +73,13 @@ class StepPricer:
     @classmethod
     def shared(cls, cx: CostContext, rng: np.random.Generator | None = None) -> "StepPricer":
         """A pricer of `cx` whose step model and caches are shared with the earlier pricers of the
-        same pricing (model, hardware and profile objects, skew, price_key of the layout, with or
+        same pricing (model, hardware and profile objects, skew, core share, price_key of the layout, with or
         without draws) in this process, the last KEPT of them: a cached step's price is a function of
         its key alone, so a simulation gives the same figures, only with fewer steps to price."""
-        key = (id(cx.model), id(cx.hw), id(cx.prof), cx.skew, price_key(cx.layout), rng is None)
+        key = (id(cx.model), id(cx.hw), id(cx.prof), cx.skew, cx.core_share, price_key(cx.layout), rng is None)
         hit = _kept.pop(key, None)
         if hit is None:  # (the entry holds the specs through its model: their ids stay theirs)
-            hit = StepModel(replace(cx, layout=key[4])), {}, {}
+            hit = StepModel(replace(cx, layout=key[5])), {}, {}
         _kept[key] = hit
         while len(_kept) > KEPT:
             _kept.popitem(last=False)

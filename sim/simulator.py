@@ -20,6 +20,7 @@ from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Wo
 from rackplan.specs.layout import Layout
 
 from .aggregated import AggregatedInstance
+from .cost.cores import core_share
 from .cost.memory import check_fits
 from .cost.step import CostContext
 from .cost.transfer import kv_link
@@ -108,7 +109,8 @@ class _Deployment:
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
         pools = iter(range(1 << 20))
-        mk = lambda lay: StepPricer.shared(CostContext(model, hw, lay, prof, wl.routing_skew),
+        share = core_share(hw, plan)  # CPU rigs: more busy ranks than cores run each slower (sim/cost/cores.py)
+        mk = lambda lay: StepPricer.shared(CostContext(model, hw, lay, prof, wl.routing_skew, share),
                                            np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs

@@ -14,6 +14,7 @@ from . import interpreting, jit, use_triton, widen
 try:
     import triton
     import triton.language as tl
+    import triton.runtime.errors
 except ImportError:  # kernels unavailable; the reference still runs
     triton = tl = None
 
@@ -53,12 +54,44 @@ def _kernel(x_ptr, w_ptr, y_ptr, table_ptr, K, M, s_wg, IEEE: tl.constexpr,
              mask=(rm[:, None] < m_end) & (rn[None, :] < M))
 
 
-def _configs() -> list[dict]:
-    """Autotune space (BLOCK_N, BLOCK_K, warps, stages); a single config under the interpreter."""
+CONFIGS = ((128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 4), (256, 64, 8, 3), (64, 32, 4, 2))
+# (BLOCK_N, BLOCK_K, warps, stages); the last is small enough for any CUDA device's shared memory
+
+
+def smem_bytes(cfg: dict, block_m: int, elem_bytes: int) -> int:
+    """Shared memory one program of a config holds: Triton's software pipeline keeps num_stages - 1
+    (at least one) buffers of an A tile [BLOCK_M, BLOCK_K] and a B tile [BLOCK_K, BLOCK_N]. fp32 at
+    BLOCK_M 128 with (128, 128, 8, 3): 2 x (128 x 128 + 128 x 128) x 4 = 262,144 B, above an H100's or
+    H200's 232,448 B per block (CUDA C Programming Guide, compute capability 9.0: 227 KB opt-in)."""
+    tiles = block_m * cfg["BLOCK_K"] + cfg["BLOCK_K"] * cfg["BLOCK_N"]
+    return max(1, cfg["num_stages"] - 1) * tiles * elem_bytes
+
+
+def smem_limit(device) -> int | None:
+    """Bytes of shared memory a block may opt into on `device` (torch's device properties, else
+    Triton's driver); None off CUDA."""
+    import torch
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(dev)
+    limit = getattr(props, "shared_memory_per_block_optin", None)
+    if limit is None:
+        limit = triton.runtime.driver.active.utils.get_device_properties(dev.index or 0)["max_shared_mem"]
+    return int(limit)
+
+
+def _configs(block_m: int = 128, elem_bytes: int = 2, limit: int | None = None) -> list[dict]:
+    """Autotune space that fits `limit` bytes of shared memory (None: no limit); a single config
+    under the interpreter."""
     if interpreting():
-        return [dict(BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1)]
-    return [dict(BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=s)
-            for n, k, w, s in ((128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 4), (256, 64, 8, 3))]
+        return [dict(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)]  # fewer interpreted programs
+    cfgs = [dict(BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=s) for n, k, w, s in CONFIGS]
+    fit = [c for c in cfgs if limit is None or smem_bytes(c, block_m, elem_bytes) <= limit]
+    if not fit:
+        raise ValueError(f"no grouped-GEMM config fits {limit} B of shared memory at BLOCK_M {block_m}, "
+                         f"{elem_bytes}-byte elements")
+    return fit
 
 
 def block_m_for(rows: int, groups: int) -> int:
@@ -103,11 +136,16 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor, impl: s
     table = tile_table(cnt, block_m, x.device)
     y = torch.empty(n_rows, m, dtype=xw.dtype, device=x.device)
     key = (block_m, k, m, str(xw.dtype), interpreting())
-    cfgs = [_BEST[key]] if key in _BEST else _configs()
+    cfgs = [_BEST[key]] if key in _BEST else _configs(block_m, xw.element_size(), smem_limit(x.device))
     best, best_s = None, float("inf")
     for cfg in cfgs:
         launch = lambda c=cfg: _launch(xw, ww, y, table, k, m, block_m, c)
-        sec = _time(launch) if len(cfgs) > 1 else (launch() or 0.0)
+        try:
+            sec = _time(launch) if len(cfgs) > 1 else (launch() or 0.0)
+        except triton.runtime.errors.OutOfResources:  # the estimate above missed a compiler buffer
+            if len(cfgs) == 1:
+                raise
+            continue
         if sec < best_s:
             best, best_s = cfg, sec
     if len(cfgs) > 1:

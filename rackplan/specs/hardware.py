@@ -44,6 +44,31 @@ class HardwareSpec:
     # "infiniband": NVLink inside a host, InfiniBand RDMA between hosts (NVSHMEM IBGDA, NCCL IB);
     # "none": no fabric a vLLM deployment uses (the CPU executor's loopback)
     fabric: Literal["mnnvl", "infiniband", "none"] = "none"
+    # CPU rigs (kind cpu): cores the ranks run on (0: detected, the cores this process may run on) and
+    # intra-op threads per rank; more busy ranks x threads than cores share them (core_share)
+    cores: int = 0
+    threads_per_rank: int = 1
+
+    @property
+    def rank_cores(self) -> int:
+        """Cores a CPU rig's ranks run on: `cores`, else detected (os.sched_getaffinity)."""
+        if self.cores:
+            return self.cores
+        import os
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+    @property
+    def rank_capacity(self) -> int:
+        """Busy ranks the machine runs at once without sharing a core (a GPU rig: unbounded here,
+        its GPU budget is the plan's)."""
+        return max(1, self.rank_cores // self.threads_per_rank) if self.kind == "cpu" else 1 << 30
+
+    def core_share(self, busy_ranks: int) -> float:
+        """How much slower each busy rank runs when `busy_ranks` x threads_per_rank threads share the
+        rig's cores (1: none shared; 3 single-thread ranks on 2 cores: 1.5). GPUs: 1."""
+        if self.kind != "cpu":
+            return 1.0
+        return max(1.0, busy_ranks * self.threads_per_rank / self.rank_cores)
 
     @property
     def host_overlap(self) -> bool:
@@ -54,6 +79,8 @@ class HardwareSpec:
         for name in ("hbm_bytes", "hbm_bw", "scaleup_bw", "scaleout_bw", "domain_size", "gpus_per_node"):
             positive(getattr(self, name), name)
         non_negative(self.num_sms, "num_sms")
+        non_negative(self.cores, "cores")
+        positive(self.threads_per_rank, "threads_per_rank")
         non_negative(self.host_link_bw, "host_link_bw")
         non_negative(self.l2_bytes, "l2_bytes")
         positive(self.sparse_prefill_head_tile, "sparse_prefill_head_tile")

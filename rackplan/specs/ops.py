@@ -67,6 +67,8 @@ OP_DEFS: tuple[OpDef, ...] = (
     OpDef("kernel.gaps", "idle", "step", "none", "device idle between eagerly launched kernels"),
     OpDef("dbo.overlap", "comm", "step", "none", "time dual-batch overlap adds (negative: time it hides)"),
     OpDef("host.exposed", "cpu", "step", "none", "host time the device step does not hide"),
+    OpDef("cores.shared", "idle", "step", "none", "CPU rigs: time a step loses when more busy ranks (x threads) "
+          "than cores run at once, each slower in proportion"),
     # host parts of one engine step (sim/cost/host.py prices them, executor/serve*.py times them)
     OpDef("host.schedule", "cpu", "step", "none", "scheduler: which requests run, token budgets, KV blocks"),
     OpDef("host.prepare", "cpu", "step", "none", "input preparation: token ids, positions, block tables, "

@@ -51,6 +51,9 @@ class CostContext:
     layout: Layout
     prof: Profile
     skew: float = 0.0
+    # CPU rigs: how much slower each busy rank runs for sharing cores with the plan's other ranks
+    # (sim/cost/cores.core_share); 1 elsewhere
+    core_share: float = 1.0
 
     @cached_property
     def step_model(self) -> "StepModel":
@@ -392,7 +395,12 @@ class StepModel:
             adjust.append(("pp.send", send))
             gpu += send
         host = self._host(step, gpu, graphs)
-        return _Evaluated(gpu + host.exposed_s, gpu, adjust, dev, host)
+        seconds = gpu + host.exposed_s
+        if cx.core_share > 1.0:  # device and host work alike run on a core shared with other ranks
+            lost = seconds * (cx.core_share - 1.0)
+            adjust.append(("cores.shared", lost))
+            return _Evaluated(seconds + lost, gpu + lost, adjust, dev, host)
+        return _Evaluated(seconds, gpu, adjust, dev, host)
 
     def _host(self, step: Step, gpu: float, graphs: bool) -> HostTime:
         """Host parts of the step (CUDA graphs for decode-only steps, as vLLM's FULL_DECODE_ONLY)."""

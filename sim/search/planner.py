@@ -12,8 +12,9 @@ on the number of workers.
 """
 from __future__ import annotations
 
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Literal
 
 from rackplan.interrupts import process_map
@@ -291,6 +292,11 @@ def _init_args(req: Request) -> tuple:
 def plan(req: Request, name: str = "plan") -> Result:
     """Run the whole pipeline; raises SpecError (bad input) or NoFeasiblePlan."""
     t0 = time.perf_counter()
+    if req.num_gpus > req.hw.rank_capacity:  # a CPU rig: no plan keeps more ranks busy than it has cores for
+        print(f"plan: {req.hw.name} runs {req.hw.rank_capacity} busy ranks at once ({req.hw.rank_cores} cores / "
+              f"{req.hw.threads_per_rank} threads per rank): budget {req.num_gpus} -> {req.hw.rank_capacity}",
+              file=sys.stderr)
+        req = replace(req, num_gpus=req.hw.rank_capacity)
     sp.check_budget(req.model, req.hw, req.num_gpus, not req.space.aggregated)
     priced = price_all(req)
     t1 = time.perf_counter()

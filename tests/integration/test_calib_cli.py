@@ -109,3 +109,17 @@ def test_validate_rejects_a_profile_of_other_hardware(run_dir, capsys):
                  "h200-sxm-vllm"]) == 2
     err = capsys.readouterr().err
     assert "h200-sxm" in err and "cpu-local" in err
+
+
+def test_fit_without_held_out_sizes_is_refused_unless_asked(run_dir, tmp_path, capsys):
+    """A --holdout that names no measured size (or none at all) leaves no held-out error: refused, exit 2,
+    no profile; --no-holdout fits on every size."""
+    out = tmp_path / "p.yaml"
+    for hold in ([], ["--holdout", "decode:999"]):
+        assert main(["calibrate", "--plan", "tiny-cpu", "--measurements", str(run_dir), *hold, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--holdout" in err[0] and "--no-holdout" in err[0] and not out.exists()
+    assert main(["calibrate", "--plan", "tiny-cpu", "--measurements", str(run_dir), "--no-holdout",
+                 "--out", str(out)]) == 0 and out.exists()
+    assert main(["calibrate", "--plan", "tiny-cpu", "--measurements", str(run_dir), "--no-holdout",
+                 "--holdout", "decode:4", "--out", str(tmp_path / "q.yaml")]) == 2
