@@ -32,6 +32,16 @@ def positive_int(text: str) -> int:
     return _int(text, 1, "an integer >= 1")
 
 
+def int_at_most(limit: int, why: str):
+    """An argparse type: an integer in [1, limit], `why` saying where the bound comes from."""
+    def parse(text: str) -> int:
+        value = _int(text, 1, f"an integer in [1, {limit:,}] ({why})")
+        if value > limit:
+            raise _fail(f"an integer in [1, {limit:,}] ({why})", text)
+        return value
+    return parse
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0 (seeds, warm-up steps)."""
     return _int(text, 0, "an integer >= 0")

@@ -28,6 +28,10 @@ from ..simulator import PRECISION
 from . import planner, whatif
 from .verify import at_rate, run_simulation
 
+# The most combinations one study runs: each is a simulation (or with --replan a whole plan) of seconds
+# to minutes on the rack plans, so 1,024 is already hours of CPU; refused before any is run (README, "Bounds").
+MAX_COMBINATIONS = 1024
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default="v41-flash-gb300-nvl72", help="plan name or plan.yaml path (default: %(default)s)")
@@ -38,16 +42,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
                         "decode.eplb.redundant_experts=0,32, decode.mtp=0,1,3, decode.dbo=false,true (every "
                         "instance of that pool), "
-                        "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8")
+                        "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8; at most "
+                        f"{MAX_COMBINATIONS:,} combinations")
     p.add_argument("--decode-batch", type=positive_int, default=None, metavar="B",
-                   help="sequences per rank of the decode step whose time split is shown (default: the cap)")
+                   help="sequences per rank of the decode step whose time split is shown (at most, and by default, "
+                        "the plan's cap)")
     p.add_argument("--replan", action="store_true", help="re-plan for every combination instead of re-simulating")
     p.add_argument("--workload", default=None, help="workload (default: the plan's)")
     p.add_argument("--profile", default=None,
                    help="profile (default: the plan's, else the hardware's default_profile)")
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
-    p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate)")
+    p.add_argument("--rate", type=positive_float, default=None, help="request rate (default: the plan's planned rate; "
+                   "not with --replan)")
     p.add_argument("--num-requests", type=positive_int, default=None,
                    help="requests per simulation, all run to the end (default: as many as steady state needs)")
     p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
@@ -57,6 +64,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write whatif.csv, whatif.png and whatif_step.png (the decode step's split) here")
     p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def check_bounds(args, plan, sets) -> None:
+    """Before anything runs: at most MAX_COMBINATIONS combinations, --decode-batch within the plan's
+    decode cap, and no --rate with --replan (the planner chooses each combination's rate)."""
+    import math
+
+    count = math.prod(len(values) for _, values in sets)
+    if count > MAX_COMBINATIONS:
+        raise SpecError("whatif", "--set", f"at most {MAX_COMBINATIONS:,} combinations of values (split the study)",
+                        f"{count:,} combinations")
+    cap = (plan.decode or plan.aggregated)[0].max_batch_per_rank
+    if args.decode_batch is not None and args.decode_batch > cap:
+        raise SpecError("whatif", "--decode-batch", f"at most {cap}, the sequences per rank plan {plan.name}'s "
+                        "first decode instance is capped at (max_batch_per_rank)", args.decode_batch)
+    if args.replan and args.rate is not None:
+        raise SpecError("whatif --replan", "--rate", "no --rate (each re-plan finds the highest rate its SLOs allow; "
+                        "--rate sets the load a plan is re-simulated at)", args.rate)
 
 
 def baseline_specs(args, plan) -> whatif.Specs:
@@ -221,6 +246,7 @@ def run(args) -> int:
         prepare_folder(args.out, "--out", args.force, owned=("whatif.csv", "whatif.png", "whatif_step.png"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
+    check_bounds(args, plan, sets)
     base = baseline_specs(args, plan)
     if args.num_requests:
         from ..simulator import check_request_budget
