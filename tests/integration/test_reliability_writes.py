@@ -166,3 +166,15 @@ def test_output_behind_a_link_updates_its_target(tmp_path, command, dangling, ca
     assert not (shared / "stale.txt").exists()
     assert [p.name for p in work.iterdir()] == ["out"] and not [p for p in shared.parent.iterdir()
                                                                if p.name.startswith(".")]
+
+
+TOO_LONG = "x" * 300 + ".yaml"  # over NAME_MAX (255) of every Linux file system
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--plan", TOO_LONG], PLAN + ["--out", TOO_LONG],
+                                  ["deploy", "--plan", "v41-flash-gb300-nvl72", "--out", TOO_LONG]],
+                         ids=["input", "plan --out", "deploy --out"])
+def test_os_error_about_a_named_path_is_one_line(tmp_path, argv, capsys):
+    code, err = _in(tmp_path, argv, capsys)
+    assert code == 2 and err == f"rackplan: error: {TOO_LONG}: {os.strerror(errno.ENAMETOOLONG)}", err
+    assert _entries(tmp_path) == []
