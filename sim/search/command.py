@@ -41,8 +41,9 @@ from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
-# The largest --gpus: 2^16, past any one serving deployment of one model (the largest plans in this repo's
-# benchmarks are 4,608 GPUs, 64 NVL72 racks); the search's work grows with the budget (README, "Bounds").
+# The largest --gpus: 2^16 GPUs, 910 NVL72 racks, far past one serving deployment of one model (the largest
+# budget benchmarks/search_speed.py plans is 576, eight racks; issue 36 timed 4,608 at 95 CPU-s); the search's
+# work grows with the budget (README, "Bad input, interrupts and outputs": Bounds).
 MAX_GPUS = 65536
 NAME_MAX = 40  # characters of a plan name taken from --out (it reaches scripts and Kubernetes object names)
 

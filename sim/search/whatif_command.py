@@ -19,7 +19,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from rackplan.args import non_negative_int, positive_float, positive_int
+from rackplan.args import non_negative_int, positive_float, positive_int, refuse_unused
 from rackplan.interrupts import process_map
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
@@ -29,7 +29,7 @@ from . import planner, whatif
 from .verify import at_rate, run_simulation
 
 # The most combinations one study runs: each is a simulation (or with --replan a whole plan) of seconds
-# to minutes on the rack plans, so 1,024 is already hours of CPU; refused before any is run (README, "Bounds").
+# to minutes on the rack plans, so 1,024 is already hours of CPU; refused before any is run (README: Bounds).
 MAX_COMBINATIONS = 1024
 
 
@@ -79,9 +79,9 @@ def check_bounds(args, plan, sets) -> None:
     if args.decode_batch is not None and args.decode_batch > cap:
         raise SpecError("whatif", "--decode-batch", f"at most {cap}, the sequences per rank plan {plan.name}'s "
                         "first decode instance is capped at (max_batch_per_rank)", args.decode_batch)
-    if args.replan and args.rate is not None:
-        raise SpecError("whatif --replan", "--rate", "no --rate (each re-plan finds the highest rate its SLOs allow; "
-                        "--rate sets the load a plan is re-simulated at)", args.rate)
+    if args.replan:
+        refuse_unused("whatif --replan", {"--rate": args.rate}, "no --rate (each re-plan finds the highest rate its "
+                      "SLOs allow; --rate sets the load a plan is re-simulated at)")
 
 
 def baseline_specs(args, plan) -> whatif.Specs:
