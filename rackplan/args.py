@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def check_writable(flag: str, path: str | Path, folder: bool = False) -> None:
     from rackplan.outputs import target
     from rackplan.specs import SpecError
 
-    p = target(path)
+    p = Path(os.path.abspath(target(path)))  # "." has no parents to check
     if folder and p.exists() and not p.is_dir():
         raise SpecError("", flag, "a folder path (this is a file)", str(path))
     if not folder and p.is_dir():
@@ -129,7 +130,6 @@ def check_writable(flag: str, path: str | Path, folder: bool = False) -> None:
 
 def _check_storage(flag: str, path: str | Path, folder: Path) -> None:
     import errno
-    import os
 
     from rackplan.specs import SpecError
 
