@@ -1,6 +1,7 @@
 """Fuzz every input reader with mutated files: each outcome must be a success or a one-line SpecError.
 
-The mutations are those of tests/unit/test_reading_property.py (tokens and bytes spliced in,
+Readers: those of tests/unit/test_reading_property.py plus the bench fit's (read_bench) and the op
+database's reuse.yaml (EXTRA). The mutations are that test's (tokens and bytes spliced in,
 truncation at a line end or anywhere), drawn from a seeded stream, many more per reader than the
 test runs. Prints per reader how many files were read, refused, or raised anything else (with
 the first traceback of each kind); exit 1 if anything else was raised. `--simulate N` also runs
@@ -24,13 +25,38 @@ import test_reading_property as prop  # noqa: E402
 
 from rackplan.specs import SpecError  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench_fit(path):
+    """The bench fit's reader (calibration/bench_fit.py: per-request fields range-checked) on tiny-cpu."""
+    from rackplan.calibration.bench_fit import read_bench
+    from rackplan.specs import load_plan
+
+    return read_bench(path, load_plan("tiny-cpu"))
+
+
+def _reuse(path):
+    from rackplan.calibration.opdb import reuse_entries
+
+    return reuse_entries(path)
+
+
+# readers beside the property test's: (original bytes, suffix, reader)
+EXTRA = {
+    "vllm bench fit": ((ROOT / "tests/data/vllm_bench_detailed.json").read_bytes(), ".json", _bench_fit),
+    "opdb reuse.yaml": (b"schema_version: 1\nreuse:\n- table: gemm_perf\n  from_version: 0.24.0\n  reason: same\n"
+                        b"- {table: moe_perf, from_version: 0.19.0}\n", ".yaml", _reuse),
+}
+READERS = {**prop.SOURCES, **EXTRA}
+
 
 def fuzz(seed: int, per_reader: int) -> tuple[collections.Counter, dict]:
     rng = random.Random(seed)
     tokens = [t.encode() for t in prop.TOKENS]
     stats, bad = collections.Counter(), {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (text, suffix, reader) in prop.SOURCES.items():
+        for name, (text, suffix, reader) in READERS.items():
             path = Path(tmp) / f"mutated{suffix}"
             for _ in range(per_reader):
                 edits = [(rng.random(), rng.randint(0, 40), rng.choice(tokens + [bytes([rng.randint(0, 255)])]))
@@ -102,7 +128,7 @@ def main() -> int:
         more, more_bad = fuzz_simulate(args.seed, args.simulate)
         stats.update(more)
         bad.update(more_bad)
-    for name in list(prop.SOURCES) + [f"simulate {n}" for n in SIMULATE] * bool(args.simulate):
+    for name in list(READERS) + [f"simulate {n}" for n in SIMULATE] * bool(args.simulate):
         row = {k: v for (n, k), v in stats.items() if n == name}
         print(f"{name:20s} " + ", ".join(f"{k} {v}" for k, v in sorted(row.items())))
     for (name, kind), tb in bad.items():

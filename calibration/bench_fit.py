@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rackplan.sim.traces import MAX_TOKENS
 from rackplan.specs import Arrival, Plan, Profile, SpecError, load_workload, plan_hash
 from rackplan.specs.ops import DEVICE_OPS
 from rackplan.specs.profile import HOST_FIELDS
@@ -89,12 +90,30 @@ def _arrays(path, data: dict) -> dict[str, np.ndarray]:
         if bad is not None:
             raise SpecError(str(path), key, "a list of numbers", bad)
         out[key] = np.asarray(v, float)
-        if key in ("input_lens", "output_lens") and not np.all((out[key] >= 0) & (out[key] == np.round(out[key]))):
-            raise SpecError(str(path), key, "whole token counts >= 0", str(v[:3]))
+        if key in ("input_lens", "output_lens"):
+            bad = ~((out[key] >= 0) & (out[key] <= MAX_TOKENS) & (out[key] == np.round(out[key])))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise SpecError(str(path), f"{key}[{i}]", f"a whole token count in [0, {MAX_TOKENS:.0e}]", v[i])
+        elif not np.isfinite(out[key]).all():
+            i = int(np.argmax(~np.isfinite(out[key])))
+            raise SpecError(str(path), f"{key}[{i}]", "a finite number of seconds", v[i])
     n = {len(a) for a in out.values()}
     if len(n) > 1:
         raise SpecError(str(path), "input_lens", "per-request lists of one length", sorted(n))
     return out
+
+
+def _check_served(path, a: dict[str, np.ndarray], ok: np.ndarray) -> None:
+    """Every successful request's times are in range: 0 < TTFT <= latency (vLLM measures both from the
+    request's send time); a request outside them is a SpecError naming the file and its index, never
+    dropped (dropping it would move the fit)."""
+    for key, bad, want in (("ttfts", ok & ~(a["ttfts"] > 0), "a TTFT > 0 s for a successful request"),
+                           ("latencies", ok & ~(a["latencies"] >= a["ttfts"]),
+                            "a latency >= the request's TTFT (both from its send time)")):
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SpecError(str(path), f"{key}[{i}]", want, float(a[key][i]))
 
 
 def _finite_rate(rate) -> bool:
@@ -121,7 +140,8 @@ def read_bench(path: str | Path, plan: Plan) -> Bench:
     errors = data.get("errors") or [""] * n
     if not isinstance(errors, list) or len(errors) != n:
         raise SpecError(str(path), "errors", f"a list of {n} error strings, one per request")
-    ok = np.array([not e for e in errors]) & (a["output_lens"] > 0) & np.isfinite(a["ttfts"]) & (a["ttfts"] > 0)
+    ok = np.array([not e for e in errors]) & (a["output_lens"] > 0)  # a request without a token has no TTFT
+    _check_served(path, a, ok)
     if not ok.any():
         raise SpecError(str(path), "errors", "at least one successful request")
     order = np.argsort(a["start_times"][ok], kind="stable")
@@ -147,7 +167,12 @@ def replay(plan: Plan, bench: Bench, prof: Profile) -> tuple[np.ndarray, np.ndar
             wl = dataclasses.replace(wl, prefix_hit_rate=base.prefix_hit_rate, routing_skew=base.routing_skew)
         if bench.concurrency:
             wl = dataclasses.replace(wl, arrival=Arrival(kind="concurrency", concurrency=bench.concurrency))
-        res = simulate(plan, wl, prof, num_requests=len(reqs))
+        try:
+            res = simulate(plan, wl, prof, num_requests=len(reqs))
+        except SpecError as exc:  # about the bench's requests (e.g. a prompt beyond the KV capacity): its file
+            got = str(exc).partition(f"expected {exc.expected}")[2]
+            field = {"isl + osl": "input_lens + output_lens", "isl": "input_lens", "osl": "output_lens"}
+            raise SpecError(bench.source, field.get(exc.field, exc.field), f"{exc.expected}{got}") from None
     return res.ttft_s, res.tpot_s
 
 

@@ -333,6 +333,13 @@ def _sig(x: float) -> float:
 def _microbench(args) -> dict:
     from . import microbench
 
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():  # as `execute --device cuda` says it, before anything is measured
+            raise SpecError("calibrate --microbench", "--device", "cpu (no CUDA device here: this torch "
+                            f"{torch.__version__} {'has no CUDA' if torch.version.cuda is None else 'sees no GPU'})",
+                            "cuda")
     meas = microbench.measure(args.device or "cpu")
     out = {k: (round(v, 9) if isinstance(v, float) else v) for k, v in meas.items()}
     if args.out_hardware:

@@ -44,6 +44,12 @@ SECONDS_PER_UNIT = {"moe_a2a_perf": 1e-6}  # latency units: ms unless listed her
 OPTIONAL: dict[str, dict[str, float]] = {"mhc_module_perf": {"num_sites": 1.0}}
 
 FRAMEWORK = "vllm"  # the op-database tables read when --framework is not given
+# the column whose values split a table into op classes (calibration/opdb_ops.py fits one class per value):
+# a value none of whose rows has a finite positive latency is a class the tables claim but cannot give
+CLASS_COLUMN = {"gemm_perf": "gemm_dtype", "moe_perf": "moe_dtype", "context_attention_perf": "kv_cache_dtype",
+                "generation_attention_perf": "kv_cache_dtype", "mla_context_module_perf": "mla_dtype",
+                "mla_generation_module_perf": "mla_dtype", "custom_allreduce_perf": "num_gpus",
+                "moe_a2a_perf": "comm_backend", "scale_matrix_perf": "quant_dtype", "mhc_module_perf": "op_name"}
 
 
 @dataclass(frozen=True)
@@ -127,13 +133,32 @@ def _table_at(folder: Path, version: str, name: str, op: str) -> Table | None:
         return Table(name, op, version, path)
     reuse = folder / version / "reuse.yaml"
     if reuse.is_file():
-        from rackplan.specs.reading import read_yaml
-
-        for item in read_yaml(reuse).get("reuse") or []:
-            src = folder / str(item.get("from_version", "")) / f"{name}.parquet"
-            if item.get("table") == name and src.is_file():
-                return Table(name, op, version, src, reused_from=str(item["from_version"]))
+        for item in reuse_entries(reuse):
+            src = folder / item["from_version"] / f"{name}.parquet"
+            if item["table"] == name and src.is_file():
+                return Table(name, op, version, src, reused_from=item["from_version"])
     return None
+
+
+def reuse_entries(path: Path) -> list[dict[str, str]]:
+    """A reuse.yaml's declarations, `reuse: [{table: NAME, from_version: VERSION, ...}, ...]` (the
+    aiconfigurator-core schema); anything else is a SpecError naming the file and the entry."""
+    from rackplan.specs.reading import read_yaml
+
+    items = read_yaml(path).get("reuse")
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise SpecError(str(path), "reuse", "a list of {table, from_version} mappings", type(items).__name__)
+    for i, item in enumerate(items):
+        ok = isinstance(item, dict) and all(isinstance(item.get(k), (str, int, float)) and not isinstance(
+            item.get(k), bool) and str(item.get(k)).strip() for k in ("table", "from_version"))
+        if not ok:
+            raise SpecError(str(path), f"reuse[{i}]", "a mapping with table and from_version (a table name and "
+                            "the version whose file it reuses)", item)
+        if "/" in str(item["from_version"]) or str(item["from_version"]) in (".", ".."):
+            raise SpecError(str(path), f"reuse[{i}].from_version", "a version folder name", item["from_version"])
+    return [{"table": str(it["table"]), "from_version": str(it["from_version"])} for it in items]
 
 
 def read(table: Table) -> dict[str, np.ndarray]:
@@ -153,9 +178,55 @@ def read(table: Table) -> dict[str, np.ndarray]:
     except (TypeError, ValueError):
         raise SpecError(str(table.path), "latency", "numbers (milliseconds)") from None
     keep = np.isfinite(sec) & (sec > 0)
+    _check_classes(table, cols, keep)
     out = {c: v[keep] for c, v in cols.items()}
     out["seconds"] = sec[keep]
     return out
+
+
+def _check_classes(table: Table, cols: dict[str, np.ndarray], keep: np.ndarray) -> None:
+    """A table whose rows all lack a finite positive latency, or one of whose op classes (CLASS_COLUMN's
+    values) has no such row, is a SpecError naming the file: a class the table lists but cannot fit."""
+    where = f"{table.path}{f' (reused by {table.version})' if table.reused_from else ''}"
+    if len(keep) and not keep.any():
+        raise SpecError(where, "latency", "finite positive latencies (every row is NaN, infinite or <= 0)")
+    col = CLASS_COLUMN.get(table.name)
+    if col is None:
+        return
+    values = cols[col].astype(str)
+    for v in sorted(set(values.tolist())):
+        if not keep[values == v].any():
+            raise SpecError(where, "latency", f"finite positive latencies in the rows of {col} {v} (every one is "
+                            "NaN, infinite or <= 0: that op class cannot be fitted)")
+
+
+def gpu_of(hardware: str) -> str:
+    """The GPU a hardware name stands for: its first dash-separated part (gb300-nvl72 -> GB300, h200-sxm -> H200)."""
+    return hardware.split("-")[0].upper()
+
+
+def check_hardware(system: str, tables: dict[str, Table], hardware: str) -> None:
+    """Every table was measured on the GPU of `hardware` (gpu_of): its `device` column (the name torch
+    reports, e.g. 'NVIDIA GB300') must name that GPU as a word; a table without the column is held to
+    the system's folder name (gb300, h200_sxm) where that names the GPU of an embedded hardware. Else
+    a SpecError naming the table and the GPU it was measured on."""
+    from rackplan.specs import available
+    from rackplan.specs.reading import read_parquet
+
+    def names(text: str, gpu: str) -> bool:
+        word = rf"(?<![a-z0-9]){re.escape(gpu.lower())}(?![a-z0-9])"  # GB300 names neither B300 nor GB300A
+        return re.search(word, text.lower().replace("_", " ")) is not None
+
+    gpu = gpu_of(hardware)
+    known = {gpu_of(h) for h in available("hardware")}
+    for name in sorted(tables):
+        data = read_parquet(tables[name].path, ())
+        named = (sorted({str(d) for d in data.column("device").unique().to_pylist()}) if "device" in
+                 data.column_names else [system] if any(names(system, g) for g in known) else [])
+        other = [d for d in named if not names(d, gpu)]
+        if other:
+            raise SpecError(str(tables[name].path), "device", f"the GPU of --hardware {hardware} ({gpu}; pass the "
+                            f"--hardware the tables of {system} were measured on)", other[0])
 
 
 def most_rows(values: np.ndarray) -> str:

@@ -24,6 +24,10 @@ def run_op_database(args) -> int:
     if not args.out:
         raise SpecError("calibrate --op-database", "--out", "a profile YAML path to write")
     hw, base = load_hardware(args.hardware), load_profile(args.base or "datasheet")
+    from .opdb import check_hardware, data_root, locate
+
+    check_hardware(args.op_database, locate(data_root(args.op_database_root), args.op_database, args.framework,
+                                            args.version), hw.name)
     name = args.name or args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     from rich.console import Console
 

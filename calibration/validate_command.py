@@ -228,7 +228,7 @@ def _side_by_side_steps(plan, args, profiles) -> None:
 
 def _op_database(args) -> int:
     """Each profile's predictions against the op-database tables, per op class, side by side."""
-    from .opdb import data_root, locate
+    from .opdb import check_hardware, data_root, locate
     from .validate import compare_op_database
 
     if not args.hardware:
@@ -237,6 +237,7 @@ def _op_database(args) -> int:
     names = args.profile or ["datasheet", hw.default_profile]
     profiles = [resolve_profile(n, None, hw, args.profile_any_hardware) for n in dict.fromkeys(names)]
     tables = locate(data_root(args.op_database_root), args.op_database, args.framework, args.version)
+    check_hardware(args.op_database, tables, hw.name)
     elsewhere = _graph_timed_tables(args, hw)
     rows = compare_op_database(tables, hw, profiles, elsewhere)
     if args.json:

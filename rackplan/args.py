@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from pathlib import Path
 
@@ -30,6 +31,16 @@ def _int(text: str, lo: int, expected: str) -> int:
 def positive_int(text: str) -> int:
     """An integer >= 1 (counts of requests, steps, ranks, GPUs, workers)."""
     return _int(text, 1, "an integer >= 1")
+
+
+def int_at_most(limit: int, why: str):
+    """An argparse type: an integer in [1, limit], `why` saying where the bound comes from."""
+    def parse(text: str) -> int:
+        value = _int(text, 1, f"an integer in [1, {limit:,}] ({why})")
+        if value > limit:
+            raise _fail(f"an integer in [1, {limit:,}] ({why})", text)
+        return value
+    return parse
 
 
 def non_negative_int(text: str) -> int:
@@ -88,12 +99,21 @@ def per_token_duration(text: str) -> float:
     return value
 
 
+# Less free space than this on an output's file system is refused before any work: the smallest
+# outputs are a plan.yaml of a few kB, the largest a plan report (pareto.png ~0.1 MB) or the
+# measurements of a run (~0.1-1 MB for the tiny plans); a file system this full is full in practice.
+MIN_FREE_BYTES = 1 << 20
+
+
 def check_writable(flag: str, path: str | Path, folder: bool = False) -> None:
-    """Refuse an output path that cannot be created (a parent that is a file, or a file where a
-    folder is wanted) before any work is done: SpecError naming the flag."""
+    """Refuse an output path that cannot be written before any work is done: a parent that is a
+    file, a file where a folder is wanted, a read-only file system, a folder this user may not
+    write, or one with under MIN_FREE_BYTES free (SpecError naming the flag, the folder and the
+    errno's meaning). A symbolic link is checked at its target (rackplan/outputs.py writes there)."""
+    from rackplan.outputs import target
     from rackplan.specs import SpecError
 
-    p = Path(path)
+    p = Path(os.path.abspath(target(path)))  # "." has no parents to check
     if folder and p.exists() and not p.is_dir():
         raise SpecError("", flag, "a folder path (this is a file)", str(path))
     if not folder and p.is_dir():
@@ -103,7 +123,31 @@ def check_writable(flag: str, path: str | Path, folder: bool = False) -> None:
             if not parent.is_dir():
                 raise SpecError("", flag, f"a path whose parent folders can be created ({parent} is a file)",
                                 str(path))
+            for where in (parent, p) if folder and p.is_dir() else (parent,):  # entries are moved into p
+                _check_storage(flag, path, where)
             return
+
+
+def _check_storage(flag: str, path: str | Path, folder: Path) -> None:
+    import errno
+
+    from rackplan.specs import SpecError
+
+    def refuse(code: int, note: str = "") -> None:
+        raise SpecError("", flag, f"a writable path ({folder}: {os.strerror(code)}"
+                        f"{note})", str(path))
+
+    try:
+        st = os.statvfs(folder)
+    except OSError as exc:
+        refuse(exc.errno or errno.EIO)
+    if st.f_flag & os.ST_RDONLY:
+        refuse(errno.EROFS)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        refuse(errno.EACCES)
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        refuse(errno.ENOSPC, f", {free:,} bytes free, at least {MIN_FREE_BYTES:,} needed")
 
 
 def refuse_unused(command: str, flags: dict[str, object], expected: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import gc
 import importlib
 import os
@@ -87,6 +88,19 @@ def freeze_at_exit() -> None:
         gc.freeze()
 
 
+# errnos of a path the user named (an unwritable or full output, an unreadable input): one line, exit 2
+PATH_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM,
+                         errno.ENAMETOOLONG, errno.ELOOP, errno.EISDIR, errno.ENOTDIR})
+
+
+def os_error_line(exc: BaseException) -> str:
+    """'PATH: meaning of the errno' for an OSError about a named path in PATH_ERRNOS, else ''
+    (rackplan/outputs.py names its own outputs; this catches what is written or read elsewhere)."""
+    if isinstance(exc, OSError) and exc.errno in PATH_ERRNOS and exc.filename:
+        return f"{os.fsdecode(exc.filename)}: {os.strerror(exc.errno)}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     if argv is None:  # the process's own command line (console script, `python -m`): it ends on return
@@ -122,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(getattr(exc, "exit_code", 130))
     except Exception as exc:  # noqa: BLE001 - only errors that declare an exit code are user-facing
         code = getattr(exc, "exit_code", None)
+        if code is None and (line := os_error_line(exc)):
+            print(f"rackplan: error: {line}", file=sys.stderr)
+            return 2
         if code is None:
             raise
         print(f"rackplan: error: {exc}", file=sys.stderr)

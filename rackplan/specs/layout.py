@@ -155,6 +155,9 @@ class SLO:
         positive(self.tpot_p90_s, "tpot_p90_s")
 
 
+PREDICTED_POSITIVE = ("request_rate", "sim_requests")  # predicted figures commands read back from a plan
+
+
 @dataclass(frozen=True)
 class Plan:
     """A deployment: model + hardware + instances (disaggregated or aggregated) + SLOs."""
@@ -196,6 +199,10 @@ class Plan:
             check(lay.role == "both", f"aggregated[{i}].role", "'both'", lay.role)
         check(self.gpus_used <= self.num_gpus, "num_gpus",
               f"at least the GPUs the instances use ({self.gpus_used})", self.num_gpus)
+        for key in PREDICTED_POSITIVE:  # read back as the load to simulate (whatif, simulate, deploy's bench)
+            if key in self.predicted:
+                value = self.predicted[key]
+                check(value > 0 and value != float("inf"), f"predicted.{key}", "a finite number > 0", value)
 
     @property
     def gpus_used(self) -> int:

@@ -18,6 +18,7 @@ from rackplan.accuracy_band import headline_band
 from rackplan.args import (
     check_writable,
     duration,
+    int_at_most,
     non_negative_int,
     per_token_duration,
     positive_float,
@@ -41,11 +42,32 @@ from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
+# The largest --gpus: 2^16 GPUs, 910 NVL72 racks, far past one serving deployment of one model (the largest
+# budget benchmarks/search_speed.py plans is 576, eight racks; issue 36 timed 4,608 at 95 CPU-s); the search's
+# work grows with the budget (README, "Bad input, interrupts and outputs": Bounds).
+MAX_GPUS = 65536
+NAME_MAX = 40  # characters of a plan name taken from --out (it reaches scripts and Kubernetes object names)
+
+
+def plan_name(out: str) -> str:
+    """The plan's name from its --out file: the file's stem with every run of characters other than
+    letters, digits, '.', '_' and '-' as one '-', cut to NAME_MAX with a stable hash of the stem when longer."""
+    import hashlib
+    import re
+
+    stem = os.path.splitext(os.path.basename(out))[0]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "plan"
+    if len(name) > NAME_MAX:
+        name = f"{name[:NAME_MAX - 9].rstrip('-._')}-{hashlib.sha256(stem.encode()).hexdigest()[:8]}"
+    return name
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"],
                    help="model name under configs/models or a YAML path (default: %(default)s, the seed scenario)")
     p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s)")
-    p.add_argument("--gpus", type=positive_int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
+    p.add_argument("--gpus", type=int_at_most(MAX_GPUS, "the planner's largest GPU budget"), default=SEED["gpus"],
+                   help=f"GPU budget, at most {MAX_GPUS:,} (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")
     p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T",
                    help="TTFT p90 SLO, e.g. 2s or 500ms (default: 2s)")
@@ -85,6 +107,9 @@ def build_request(args) -> planner.Request:
     """Specs and knobs of one planning run from parsed arguments."""
     if args.gpus is None or args.gpus < 1:
         raise SpecError("", "gpus", "a positive GPU count", args.gpus)
+    if args.objective == "throughput":
+        refuse_unused("plan --objective throughput", {"--rate": args.rate}, "--objective min-gpus or latency (the "
+                      "throughput objective finds the highest rate the SLOs allow; --rate is the target of the others)")
     if args.no_simulate:
         refuse_unused("plan --no-simulate", {"--sim-requests": args.sim_requests, "--seed": args.seed},
                       "a simulator verification (drop --no-simulate; the analytic estimate draws nothing)")
@@ -143,7 +168,7 @@ def run(args) -> int:
     req = build_request(args)
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
         req.progress = bar.stage
-        res = planner.plan(req, name=os.path.splitext(os.path.basename(args.out))[0] or "plan")
+        res = planner.plan(req, name=plan_name(args.out))
     req.progress = None
     band = headline_band(res.plan, req.profile.name, req.workload)
     with Outputs() as out:  # plan.yaml and the report folder appear together, whole, or not at all

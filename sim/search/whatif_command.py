@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rackplan.accuracy_band import headline_band
-from rackplan.args import non_negative_int, positive_float, positive_int
+from rackplan.args import non_negative_int, positive_float, positive_int, refuse_unused
 from rackplan.interrupts import process_map
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
@@ -29,6 +29,10 @@ from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load
 from ..simulator import PRECISION
 from . import planner, whatif
 from .verify import at_rate, run_simulation
+
+# The most combinations one study runs: each is a simulation (or with --replan a whole plan) of seconds
+# to minutes on the rack plans, so 1,024 is already hours of CPU; refused before any is run (README: Bounds).
+MAX_COMBINATIONS = 1024
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,9 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "host.cuda_graphs=false,true, cpu.overhead_scale=0.5,1 (every host part), "
                         "decode.eplb.redundant_experts=0,32, decode.mtp=0,1,3, decode.dbo=false,true (every "
                         "instance of that pool), "
-                        "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8")
+                        "model.moe.top_k=4,6,8, profile.mem_eff=0.7, workload.prefix_hit_rate=0.8; at most "
+                        f"{MAX_COMBINATIONS:,} combinations")
     p.add_argument("--decode-batch", type=positive_int, default=None, metavar="B",
-                   help="sequences per rank of the decode step whose time split is shown (default: the cap)")
+                   help="sequences per rank of the decode step whose time split is shown (at most, and by default, "
+                        "the plan's cap)")
     p.add_argument("--replan", action="store_true", help="re-plan for every combination instead of re-simulating")
     p.add_argument("--workload", default=None, help="workload (default: the plan's)")
     p.add_argument("--profile", default=None,
@@ -52,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-any-hardware", action="store_true",
                    help="allow a profile fitted on other hardware than the plan's")
     p.add_argument("--rate", type=positive_float, default=None,
-                   help="request rate in req/s (default: the plan's planned rate)")
+                   help="request rate in req/s (default: the plan's planned rate; not with --replan)")
     p.add_argument("--num-requests", type=positive_int, default=None,
                    help="requests per simulation, all run to the end (default: as many as steady state needs)")
     p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
@@ -63,6 +69,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(deltas with error bars; open it in a browser) here")
     p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def check_bounds(args, plan, sets) -> None:
+    """Before anything runs: at most MAX_COMBINATIONS combinations, --decode-batch within the plan's
+    decode cap, and no --rate with --replan (the planner chooses each combination's rate)."""
+    import math
+
+    count = math.prod(len(values) for _, values in sets)
+    if count > MAX_COMBINATIONS:
+        raise SpecError("whatif", "--set", f"at most {MAX_COMBINATIONS:,} combinations of values (split the study)",
+                        f"{count:,} combinations")
+    cap = (plan.decode or plan.aggregated)[0].max_batch_per_rank
+    if args.decode_batch is not None and args.decode_batch > cap:
+        raise SpecError("whatif", "--decode-batch", f"at most {cap}, the sequences per rank plan {plan.name}'s "
+                        "first decode instance is capped at (max_batch_per_rank)", args.decode_batch)
+    if args.replan:
+        refuse_unused("whatif --replan", {"--rate": args.rate}, "no --rate (each re-plan finds the highest rate its "
+                      "SLOs allow; --rate sets the load a plan is re-simulated at)")
 
 
 def baseline_specs(args, plan) -> whatif.Specs:
@@ -258,6 +282,7 @@ def run(args) -> int:
                                                              "report.html"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
+    check_bounds(args, plan, sets)
     base = baseline_specs(args, plan)
     if args.num_requests:
         from ..simulator import check_request_budget
