@@ -1,0 +1,105 @@
+"""Decode pool sizes of a deployment family (sim/search/pools.py): exact up to EXACT_POOLS, computed
+beyond it, and never missing the best rate match."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rackplan.sim.search import pools
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("ratio, limit, expected", [
+    (0.4, 1000, {1, 2, 5}),  # 0.4 = [0; 2, 2]: convergents 0/1, 1/2, 2/5
+    (2.5, 1000, {1, 2}),  # [2; 2]: 2/1, 5/2
+    (math.pi, 1000, {1, 7, 106, 113, 7 * 113 + 106}),  # 3, 22/7, 333/106, 355/113; then a = 292: 7 x 113 + 106
+    (math.pi, 100, {1, 7}),  # 106 > 100: the last semiconvergent t x 7 + 1 <= 100 is 99
+])
+def test_approximation_denominators_by_hand(ratio, limit, expected):
+    got = pools.approximation_denominators(ratio, limit)
+    if limit == 100:
+        expected = expected | {99}
+    assert got == expected
+
+
+def _best(ratio: float, limit: int, upper: bool) -> float:
+    """Brute force: the rate-matched prefill-to-decode ratio nearest `ratio` from above (ceil) or
+    below (floor, at least one prefill instance) over every decode count up to `limit`."""
+    if upper:
+        return min(math.ceil(q * ratio) / q for q in range(1, limit + 1))
+    return max(math.floor(q * ratio) / q for q in range(1, limit + 1) if math.floor(q * ratio) >= 1)
+
+
+@pytest.mark.parametrize("ratio", [0.1234567, 0.37, 1 / 3 + 1e-7, 0.618034, 1.41421356, 2.718281828, 7.3])
+@pytest.mark.parametrize("limit", [50, 400, 5000])
+def test_the_best_matches_from_both_sides_are_among_the_tried_sizes(ratio, limit):
+    qs = pools.approximation_denominators(ratio, limit)
+    assert min(math.ceil(q * ratio) / q for q in qs) == _best(ratio, limit, True)
+    lower = [math.floor(q * ratio) / q for q in qs if math.floor(q * ratio) >= 1]
+    if ratio * limit >= 2:
+        assert max(lower) == _best(ratio, limit, False)
+
+
+def test_small_families_try_every_count_as_before():
+    # 576 GPUs, DEP2 prefill and decode: every n_d from 1 to (576 - 2) // 2
+    assert list(pools.decode_pool_counts(2, 2, 0.37, 576)) == list(range(1, 288))
+
+
+@pytest.mark.parametrize("gpus", [10_000, 100_000, 1_000_000])
+def test_large_families_try_logarithmically_many_counts_all_within_budget(gpus):
+    ratio, g_p, g_d = 0.37, 2, 2
+    counts = list(pools.decode_pool_counts(g_p, g_d, ratio, gpus))
+    top = pools.largest_decode_pool(g_p, g_d, ratio, gpus)
+    assert counts == sorted(set(counts)) and counts[-1] == top
+    assert len(counts) < pools.DENSE * (3 + math.log(top / pools.DENSE))
+    assert set(range(1, pools.DENSE + 1)) <= set(counts)
+    for n in counts:
+        assert max(1, math.ceil(n * ratio) - 1) * g_p + n * g_d <= gpus
+    n = top + 1  # the next count does not fit even with one prefill instance fewer than matched
+    assert max(1, math.ceil(n * ratio) - 1) * g_p + n * g_d > gpus
+
+
+@pytest.mark.parametrize("g_p, g_d, ratio", [(32, 1, 0.01), (1, 32, 50.0), (2, 2, 0.37), (16, 8, 1.0), (8, 64, 3.3)])
+@pytest.mark.parametrize("gpus", [40, 577, 4096])
+def test_largest_decode_pool_by_brute_force(g_p, g_d, ratio, gpus):
+    fits = [n for n in range(1, gpus + 1) if max(1, math.ceil(n * ratio) - 1) * g_p + n * g_d <= gpus]
+    assert pools.largest_decode_pool(g_p, g_d, ratio, gpus) == max(fits, default=0)
+
+
+def _fields(c):
+    return (c.gpus, c.rate_rps, c.ttft_p90_s, c.tpot_s, c.batch_per_rank, c.capacity_rps, c.summary)
+
+
+@pytest.mark.parametrize("gpus, target", [(64, None), (400, None), (64, 3.0)])
+def test_a_family_priced_as_arrays_gives_the_scalar_candidates_to_the_bit(gpus, target):
+    """combine._family (arrays over the pool sizes) against combine._disagg_candidate (one size at a
+    time) on every family of a tiny-moe search: the same candidates, float for float."""
+    from rackplan.sim.search import combine, planner
+    from rackplan.sim.search.estimate import Pricer, traffic_of
+    from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload
+
+    m, hw, prof, wl = load_model("tiny-moe"), load_hardware("cpu-local"), load_profile("datasheet"), \
+        load_workload("tiny-chat")
+    req = planner.Request(m, hw, prof, wl, gpus, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat",
+                          simulate=False, target_rps=target, objective="latency" if target else "throughput")
+    priced = planner.price_all(req)
+    tr = traffic_of(wl)
+    pr = Pricer(m, hw, prof, tr.skew)
+    st = combine.Setting(gpus, req.slo, tr, target)
+    prefills = combine.best_prefill_per_size([u for k, u in priced if k == "prefill"], 0.9 - 0.2)
+    families = found = 0
+    for dec in (u for k, u in priced if k == "decode" and u is not None):
+        for top in range(len(dec.batches)):
+            for pu, p_rate in prefills:
+                sizes = list(combine._pool_sizes(pu.gpus, dec.gpus, p_rate, dec.rate(top), st))
+                if not sizes:
+                    continue
+                families += 1
+                scalar = [combine._disagg_candidate(pr, pu, p, dec, d, top, p_rate, dec.rate(top), st)
+                          for p, d in sizes]
+                arrays = list(combine._family(pr, pu, dec, top, sizes, p_rate, dec.rate(top), st))
+                assert [_fields(c) for c in arrays] == [_fields(c) for c in scalar if c is not None]
+                found += len(arrays)
+    assert families > 0 and found > 0
