@@ -2,8 +2,8 @@
 
 A family is one prefill shape, one decode shape and one max batch; its deployments differ in the
 pool sizes (n_p prefill, n_d decode instances), with n_p rate-matched to n_d: ceil(n_d * ratio)
-or one less, ratio = decode rate / prefill rate per instance. Up to EXACT_POOLS decode instances
-every n_d is tried. Beyond that the per-GPU figures depend on the pools' sizes only through
+or one less, ratio = decode rate / prefill rate per instance. Within a budget of EXACT_GPUS every
+n_d is tried. Beyond it the per-GPU figures depend on the pools' sizes only through
 (a) the rounding of n_p, which matters in proportion to 1 / n_p, and (b) queueing terms that
 shrink as the pools grow; so a larger family tries:
 - every n_d up to DENSE (small pools, where rounding and queueing matter most);
@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-EXACT_POOLS = 320  # families with at most this many decode instances try every n_d (576 GPUs of DEP2 decode: 287)
-DENSE = 32  # beyond, every n_d up to DENSE, then a geometric grid of step 1 / DENSE
+EXACT_GPUS = 576  # budgets up to eight NVL72 racks try every n_d (the embedded scenarios plan as they always did)
+DENSE = 16  # beyond, every n_d up to DENSE, then a geometric grid of step 1 / DENSE
 TOP_WINDOW = 8  # ... and the largest n_d that fit the budget
 CF_TERMS = 40  # continued-fraction terms at most (float ratios run out of precision well before)
 
@@ -68,8 +68,8 @@ def approximation_denominators(ratio: float, limit: int) -> set[int]:
 def decode_pool_counts(g_p: int, g_d: int, ratio: float, num_gpus: int) -> Iterator[int]:
     """The n_d a family tries (ascending), per the module docstring."""
     top = largest_decode_pool(g_p, g_d, ratio, num_gpus)
-    if top <= EXACT_POOLS:
-        yield from range(1, (num_gpus - g_p) // g_d + 1)
+    if num_gpus <= EXACT_GPUS or top <= DENSE + TOP_WINDOW:  # (no larger n_d fits: least prefill grows with it)
+        yield from range(1, top + 1)
         return
     sizes = set(range(1, DENSE + 1)) | set(range(max(1, top - TOP_WINDOW + 1), top + 1))
     n = float(DENSE)

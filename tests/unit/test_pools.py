@@ -1,4 +1,4 @@
-"""Decode pool sizes of a deployment family (sim/search/pools.py): exact up to EXACT_POOLS, computed
+"""Decode pool sizes of a deployment family (sim/search/pools.py): exact up to EXACT_GPUS, computed
 beyond it, and never missing the best rate match."""
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def test_the_best_matches_from_both_sides_are_among_the_tried_sizes(ratio, limit
         assert max(lower) == _best(ratio, limit, False)
 
 
-def test_small_families_try_every_count_as_before():
-    # 576 GPUs, DEP2 prefill and decode: every n_d from 1 to (576 - 2) // 2
-    assert list(pools.decode_pool_counts(2, 2, 0.37, 576)) == list(range(1, 288))
+def test_small_budgets_try_every_count_that_fits():
+    # 576 GPUs, DEP2 prefill and decode, 0.37 prefill per decode instance: n_d + ceil(0.37 n_d) - 1 <= 288
+    assert list(pools.decode_pool_counts(2, 2, 0.37, 576)) == list(range(1, 211))
 
 
 @pytest.mark.parametrize("gpus", [10_000, 100_000, 1_000_000])
