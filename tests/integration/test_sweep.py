@@ -91,7 +91,7 @@ def test_too_many_cells_are_refused_with_the_bound(tmp_path):
         sweep.cells(grid)
 
 
-@pytest.mark.slow  # Ray's start-up: ~30 s on 2 idle cores
+@pytest.mark.slow  # Ray starts a local instance (277 s wall on the shared 2-core machine under load)
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="Ray is not installed (pip install 'rackplan[ray]')")
 def test_two_hundred_cells_on_a_local_ray_instance_give_the_process_pool_table(tmp_path):
