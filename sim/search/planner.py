@@ -232,15 +232,19 @@ USER_SLACK = 0.05  # the simulator's tokens/s/user may beat the cost model's lon
 
 def speed_bound(req: Request) -> Callable[[Candidate], float]:
     """The most tokens/s/user the simulator may find for a candidate: its decode (or aggregated)
-    instance stepping one sequence per rank at the mean context (the fastest step the cost model
-    prices), USER_SLACK over it (a lone request's actual contexts and idle peer ranks)."""
+    instance stepping one sequence at the mean context on one DP rank, the others idle (the
+    fastest step the cost model prices), USER_SLACK over it (a request's contexts around the mean)."""
+    from rackplan.sim.cost.batch import RankWork, Step
+
     tr = traffic_of(req.workload)
     pr, memo = Pricer(req.model, req.hw, req.profile, tr.skew), {}
 
     def bound(c: Candidate) -> float:
         if id(c) not in memo:
             lay = (c.decode or c.aggregated)[0]
-            memo[id(c)] = (1.0 + USER_SLACK) * lay.tokens_per_step / pr.decode(lay, 1.0, tr.ctx_mean).period_s
+            lone = RankWork(1.0, float(tr.ctx_mean))
+            step = Step((lone, RankWork()), (1, lay.dp - 1)) if lay.dp > 1 else Step((lone,), (1,))
+            memo[id(c)] = (1.0 + USER_SLACK) * lay.tokens_per_step / pr.pricer(lay).price(step).period_s
         return memo[id(c)]
     return bound
 
