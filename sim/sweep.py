@@ -78,6 +78,9 @@ class Grid:
         for name in ("gpus", "rates"):
             if any(v <= 0 for v in getattr(self, name)):
                 raise SpecError("", name, "positive values", getattr(self, name))
+        if self.kind == "plan" and self.rates and self.objective == "throughput":
+            raise SpecError("", "rates", "no rates for objective throughput (it plans each deployment at its "
+                            "capacity); objective min-gpus or latency serve a given rate")
         if self.requests is not None and self.requests < 1:
             raise SpecError("", "requests", "a positive integer", self.requests)
         if any(not values for values in self.whatif.values()):

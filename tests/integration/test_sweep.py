@@ -75,6 +75,7 @@ def test_bad_grids_are_refused_before_any_cell_runs(tmp_path, capsys):
                         ("kind: plan\nmodels: [tiny-moe]\nhardware: [cpu-local]\ngpus: [0]\n", "gpus"),
                         ("kind: simulate\nplans: [tiny-cpu]\nwhatif: {hardware.no_such_field: [1]}\n",
                          "hardware.no_such_field"),
+                        ("kind: plan\nmodels: [tiny-moe]\nhardware: [cpu-local]\ngpus: [4]\nrates: [2.0]\n", "rates"),
                         ("kind: simulate\nplans: [no-such-plan]\n", "")):
         path = tmp_path / "grid.yaml"
         path.write_text(grid)
@@ -82,6 +83,15 @@ def test_bad_grids_are_refused_before_any_cell_runs(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and field in err
         assert not (tmp_path / "bad" / "sweep.csv").exists()
+
+
+def test_plan_cells_run_the_planner_and_say_where_their_figures_come_from(tmp_path):
+    grid = ("kind: plan\nmodels: [tiny-moe]\nhardware: [cpu-local]\ngpus: [4]\nworkloads: [tiny-chat]\n"
+            "slos: [{ttft_p90_s: 1.0, tpot_p90_s: 0.2}, {ttft_p90_s: 0.001, tpot_p90_s: 0.001}]\n")
+    ok, infeasible = _sweep(tmp_path, grid, "plans", "--workers", "1")
+    assert ok["status"] == "ok" and ok["source"] == "simulator, verified plan"
+    assert int(ok["gpus_used"]) <= 4 and float(ok["ttft_p90_s"]) <= 1.0 and float(ok["tpot_p90_s"]) <= 0.2
+    assert infeasible["status"] == "no plan" and "closest:" in infeasible["error"] and not infeasible["source"]
 
 
 def test_too_many_cells_are_refused_with_the_bound(tmp_path):
