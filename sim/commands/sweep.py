@@ -81,16 +81,24 @@ def pool_map(grid, todo: list, workers: int):
                            chunksize=max(1, len(todo) // (16 * workers)))
 
 
-def ray_map(grid, todo: list, address: str, workers: int):
-    """(cell, row) of each cell as Ray finishes them: a local instance of `workers` CPUs for 'auto',
-    else the cluster at `address`."""
+def start_ray(address: str, workers: int):
+    """The ray module, connected: a local instance of `workers` CPUs for 'auto', else the cluster at
+    `address` (before any output: a bad address is one line, exit 2)."""
     try:
         import ray
     except ImportError:
         raise SpecError("", "--ray", "Ray installed (pip install 'rackplan[ray]')") from None
     local = address == "auto"
-    ray.init(address=None if local else address, num_cpus=workers if local else None, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    try:
+        ray.init(address=None if local else address, num_cpus=workers if local else None, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise SpecError("", "--ray", f"'auto' or the address of a running Ray cluster ({exc})", address) from None
+    return ray
+
+
+def ray_map(ray, grid, todo: list):
+    """(cell, row) of each cell as Ray finishes them; shuts Ray down at the end."""
     try:
         task = ray.remote(num_cpus=1)(sweep.run_cell)
         grid_ref = ray.put(grid)
@@ -163,6 +171,7 @@ def run(args) -> int:
     done = {} if args.force else finished(folder, set(keys))
     todo = [c for c in all_cells if c.key(grid) not in done]
     sweep.check(grid, todo)  # bad names or keys refused before any cell runs
+    ray = start_ray(args.ray, args.workers) if args.ray else None
     folder.mkdir(parents=True, exist_ok=True)
     if args.force and (folder / DONE).exists():
         (folder / DONE).unlink()
@@ -175,7 +184,7 @@ def run(args) -> int:
             if log.read(1) != b"\n":
                 log.write(b"\n")  # after a line an interrupted write cut short
         advance = bar.stage("sweep", len(todo))
-        results = ray_map(grid, todo, args.ray, args.workers) if args.ray else pool_map(grid, todo, args.workers)
+        results = ray_map(ray, grid, todo) if ray else pool_map(grid, todo, args.workers)
         for cell, row in results:
             done[cell.key(grid)] = row
             log.write((json.dumps({"key": cell.key(grid), "row": row}, sort_keys=True) + "\n").encode())
