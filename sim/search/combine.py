@@ -14,14 +14,11 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from rackplan.specs import SLO, Layout
 
-from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic, elementwise, interp
+from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic, interp
 from .pools import decode_pool_counts
 
-VECTOR_MIN = 48  # families with this many pool sizes or more are priced as arrays (below, numpy's per-call cost loses)
 SLO_MARGIN = 0.9  # plan estimates to 90% of each SLO: the simulator's tails are the real test
 WAIT_TAIL = math.log(10.0)  # p90 / mean of an exponential wait
 
@@ -150,11 +147,7 @@ def disaggregated(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: De
             break  # larger batches only get slower
         d_rate = dec.rate(top)
         for pu, p_rate in prefills:
-            sizes = list(_pool_sizes(pu.gpus, dec.gpus, p_rate, d_rate, st))
-            if len(sizes) >= VECTOR_MIN:
-                yield from _family(pr, pu, dec, top, sizes, p_rate, d_rate, st)
-                continue
-            for n_p, n_d in sizes:
+            for n_p, n_d in _pool_sizes(pu.gpus, dec.gpus, p_rate, d_rate, st):
                 cand = _disagg_candidate(pr, pu, n_p, dec, n_d, top, p_rate, d_rate, st)
                 if cand is not None:
                     yield cand
@@ -174,23 +167,13 @@ def _pool_sizes(g_p: int, g_d: int, p_rate: float, d_rate: float, st: Setting):
                 yield n_p, n_d
 
 
-def decode_wait_p90(rate_rps, slots, service_s):
+def decode_wait_p90(rate_rps: float, slots: float, service_s: float) -> float:
     """p90 wait (s) for a decode slot: M/M/c with c = running-sequence slots of the pool and a
-    request's decode time as service (Sakasegawa's mean wait x ln 10 for the tail); numbers, or
-    arrays of one shape (elementwise, the same bits)."""
-    if not isinstance(rate_rps, np.ndarray):
-        rho = rate_rps * service_s / slots
-        if rho >= 1.0:
-            return math.inf
-        return WAIT_TAIL * service_s * rho ** (math.sqrt(2.0 * (slots + 1.0)) - 1.0) / (slots * (1.0 - rho))
-    rate, c, service = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (rate_rps, slots, service_s)))
-    rho = rate * service / c
-    out = np.full(rho.shape, math.inf)
-    ok = rho < 1.0
-    if ok.any():
-        r, n, t = rho[ok], c[ok], service[ok]
-        out[ok] = WAIT_TAIL * t * elementwise(math.pow, r, np.sqrt(2.0 * (n + 1.0)) - 1.0) / (n * (1.0 - r))
-    return out
+    request's decode time as service (Sakasegawa's mean wait x ln 10 for the tail)."""
+    rho = rate_rps * service_s / slots
+    if rho >= 1.0:
+        return math.inf
+    return WAIT_TAIL * service_s * rho ** (math.sqrt(2.0 * (slots + 1.0)) - 1.0) / (slots * (1.0 - rho))
 
 
 def fit_rate(ttft_at, rate_hi: float, limit_s: float) -> float:
@@ -202,22 +185,6 @@ def fit_rate(ttft_at, rate_hi: float, limit_s: float) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ttft_at(mid) <= limit_s else (lo, mid)
     return lo if lo > 0 and ttft_at(lo) <= limit_s else 0.0
-
-
-def fit_rates(ttft_at, rate_hi: np.ndarray, limit_s: float) -> np.ndarray:
-    """fit_rate of many entries at once: per entry i, the highest rate <= rate_hi[i] whose TTFT
-    stays within limit_s, by the same 20 halvings (the same bits); `ttft_at(rates, idx)`: the TTFT
-    of entries `idx` at `rates`."""
-    rate = np.where(ttft_at(rate_hi, np.arange(len(rate_hi))) <= limit_s, rate_hi, 0.0)
-    todo = np.flatnonzero(rate <= 0.0)
-    if len(todo):
-        lo, hi = np.zeros(len(todo)), rate_hi[todo]
-        for _ in range(20):
-            mid = (lo + hi) / 2
-            good = ttft_at(mid, todo) <= limit_s
-            lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
-        rate[todo] = np.where((lo > 0) & (ttft_at(lo, todo) <= limit_s), lo, 0.0)
-    return rate
 
 
 def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, top: int,
@@ -246,42 +213,6 @@ def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, 
                            "max_tokens_per_step": max(dec.layout.max_tokens_per_step, _decode_tokens(dec, top))}))
     return Candidate("disaggregated", pools, gpus, rate, ttft_at(rate), tpot, batch, st.traffic.osl,
                      min(n_p * pu.capacity_rps, n_d * d_rate))
-
-
-def _family(pr, pu: PrefillUnit, dec: DecodeUnit, top: int, sizes: list[tuple[int, int]], p_rate: float,
-            d_rate: float, st: Setting) -> Iterator[Candidate]:
-    """_disagg_candidate of every (n_p, n_d) of `sizes` at once, as arrays over the pool sizes: the
-    same formulas in the same order, so the same candidates to the bit (tests/unit/test_pools.py)."""
-    n_p = np.array([p for p, _ in sizes], dtype=float)  # [S]
-    n_d = np.array([d for _, d in sizes], dtype=float)  # [S]
-    gpus = [p * pu.gpus + d * dec.gpus for p, d in sizes]
-    near, far = _transfer_s(pr, 1, st.traffic), _transfer_s(pr, pr.hw.domain_size + 1, st.traffic)
-    transfer = np.array([near if g <= pr.hw.domain_size else far for g in gpus])  # [S]
-    slots = n_d * dec.layout.dp * dec.batches[top]  # [S] running-sequence seats of the decode pool
-
-    def ttft_at(rate: np.ndarray, i: np.ndarray) -> np.ndarray:
-        _, tpot = dec.at_rate(rate / n_d[i], top)
-        return (pu.ttft_p90(rate / (n_p[i] * pu.capacity_rps)) + transfer[i] + tpot * dec.acceptance
-                + decode_wait_p90(rate, slots[i], st.traffic.osl * tpot))
-
-    limit = SLO_MARGIN * st.slo.ttft_p90_s
-    if st.target_rps is not None:
-        target = np.full(len(sizes), st.target_rps)
-        rate = np.where(ttft_at(target, np.arange(len(sizes))) <= limit, target, 0.0)
-    else:
-        rate = fit_rates(ttft_at, np.minimum(n_p * p_rate, n_d * d_rate), limit)
-    keep = np.flatnonzero(rate > 0)
-    batch, tpot = dec.at_rate(rate[keep] / n_d[keep], top)
-    ttft = ttft_at(rate[keep], keep)
-    tokens = max(dec.layout.max_tokens_per_step, _decode_tokens(dec, top))
-    for k, i in enumerate(keep.tolist()):
-        if tpot[k] > SLO_MARGIN * st.slo.tpot_p90_s:
-            continue
-        p, d = sizes[i]
-        pools = ((pu.layout, {"replicas": p}),
-                 (dec.layout, {"replicas": d, "max_batch_per_rank": dec.batches[top], "max_tokens_per_step": tokens}))
-        yield Candidate("disaggregated", pools, gpus[i], float(rate[i]), float(ttft[k]), float(tpot[k]),
-                        float(batch[k]), st.traffic.osl, min(p * pu.capacity_rps, d * d_rate))
 
 
 def _decode_tokens(dec: DecodeUnit, top: int) -> int:

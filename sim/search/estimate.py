@@ -17,8 +17,6 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-import numpy as np
-
 from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
 
 from ..cost.memory import kv_capacity_tokens
@@ -120,29 +118,13 @@ class Pricer:
         return self.pricer(layout).uniform(work)
 
 
-def queue_wait_p90(rho, capacity_rps: float):
-    """p90 queueing delay (s) of a pool at utilisation `rho` (a number, or an array: elementwise)
-    with capacity `capacity_rps`."""
-    if not isinstance(rho, np.ndarray):
-        if rho <= 0.1:
-            return 0.0
-        if rho >= 1.0:
-            return math.inf
-        return DETERMINISTIC * math.log(10.0 * rho) / (capacity_rps * (1.0 - rho))
-    r = np.asarray(rho, dtype=float)
-    out = np.where(r >= 1.0, math.inf, 0.0)
-    busy = (r > 0.1) & (r < 1.0)
-    if busy.any():
-        rb = r[busy]
-        out[busy] = DETERMINISTIC * elementwise(math.log, 10.0 * rb) / (capacity_rps * (1.0 - rb))
-    return out
-
-
-def elementwise(fn, *arrays: np.ndarray) -> np.ndarray:
-    """fn (a `math` function) over arrays of one shape, element by element: numpy's own log and pow
-    may differ from libm's in the last bit (SIMD builds), and the estimate's figures are the same
-    bits whether one deployment or a whole family of pool sizes is priced."""
-    return np.fromiter(map(fn, *(a.tolist() for a in arrays)), float, arrays[0].size)
+def queue_wait_p90(rho: float, capacity_rps: float) -> float:
+    """p90 queueing delay (s) of a pool at utilisation `rho` with capacity `capacity_rps`."""
+    if rho <= 0.1:
+        return 0.0
+    if rho >= 1.0:
+        return math.inf
+    return DETERMINISTIC * math.log(10.0 * rho) / (capacity_rps * (1.0 - rho))
 
 
 @dataclass(frozen=True)
@@ -226,51 +208,25 @@ class DecodeUnit:
     def tpot(self, i: int) -> float:
         return self.step_s[i] / self.acceptance
 
-    @cached_property
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.asarray(self.rates, float), np.asarray(self.batches, float), np.asarray(self.step_s, float)
-
-    def at_rate(self, rate_rps, top: int):
-        """(operating batch, TPOT s) when one instance serves `rate_rps` (a number, or an array:
-        elementwise) with grid batch `top` as cap."""
-        if not isinstance(rate_rps, np.ndarray):
-            rates, steps = self.rates, self.step_s
-            if rate_rps >= rates[top]:
-                return float(self.batches[top]), steps[top] / self.acceptance
-            if rate_rps <= rates[0]:
-                return float(self.batches[0]), steps[0] / self.acceptance
-            b = interp(rate_rps, rates, self.batches, top)
-            return b, interp(b, self.batches, steps, top) / self.acceptance
-        rates, batches, steps = self._arrays
-        r = np.asarray(rate_rps, dtype=float)
-        full, idle = r >= rates[top], r <= rates[0]
-        b = np.where(full, batches[top], np.where(idle, batches[0], interp(r, rates, batches, top)))
-        step = np.where(full, steps[top], np.where(idle, steps[0], interp(b, batches, steps, top)))
-        tpot = step / self.acceptance
-        return b, tpot
+    def at_rate(self, rate_rps: float, top: int) -> tuple[float, float]:
+        """(operating batch, TPOT s) when one instance serves `rate_rps` with grid batch `top` as cap."""
+        rates, steps = self.rates, self.step_s
+        if rate_rps >= rates[top]:
+            return float(self.batches[top]), steps[top] / self.acceptance
+        if rate_rps <= rates[0]:
+            return float(self.batches[0]), steps[0] / self.acceptance
+        b = interp(rate_rps, rates, self.batches, top)
+        return b, interp(b, self.batches, steps, top) / self.acceptance
 
 
-def interp(x, xs, ys, top: int):
+def interp(x: float, xs, ys, top: int) -> float:
     """Piecewise-linear y(x) through (xs[i], ys[i]) for i <= top, xs increasing, xs[0] <= x <= xs[top]
-    (numpy.interp's formula); x a number, or an array (elementwise; outside that range: any value)."""
-    if not isinstance(x, np.ndarray):
-        j = bisect_right(xs, x, 0, top + 1) - 1
-        if j >= top or xs[j] == x:
-            return float(ys[min(j, top)])
-        slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
-        return float(slope * (x - xs[j]) + ys[j])
-    xv = np.asarray(x, dtype=float)
-    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
-    if top == 0:
-        out = np.full(xv.shape, ys[0])
-    else:
-        j = np.searchsorted(xs[:top + 1], xv, side="right") - 1
-        at = np.clip(j, 0, top)
-        seg = np.clip(j, 0, top - 1)
-        with np.errstate(divide="ignore", invalid="ignore"):  # (segments of entries outside the range)
-            slope = (ys[seg + 1] - ys[seg]) / (xs[seg + 1] - xs[seg])
-        out = np.where((j >= top) | (xs[at] == xv), ys[at], slope * (xv - xs[seg]) + ys[seg])
-    return out
+    (numpy.interp's formula)."""
+    j = bisect_right(xs, x, 0, top + 1) - 1
+    if j >= top or xs[j] == x:
+        return float(ys[min(j, top)])
+    slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
+    return float(slope * (x - xs[j]) + ys[j])
 
 
 def kv_batch_limit(pr: Pricer, layout: Layout, tr: Traffic) -> int:

@@ -67,39 +67,3 @@ def test_largest_decode_pool_by_brute_force(g_p, g_d, ratio, gpus):
     fits = [n for n in range(1, gpus + 1) if max(1, math.ceil(n * ratio) - 1) * g_p + n * g_d <= gpus]
     assert pools.largest_decode_pool(g_p, g_d, ratio, gpus) == max(fits, default=0)
 
-
-def _fields(c):
-    return (c.gpus, c.rate_rps, c.ttft_p90_s, c.tpot_s, c.batch_per_rank, c.capacity_rps, c.summary)
-
-
-@pytest.mark.parametrize("gpus, target", [(64, None), (400, None), (64, 3.0)])
-def test_a_family_priced_as_arrays_gives_the_scalar_candidates_to_the_bit(gpus, target):
-    """combine._family (arrays over the pool sizes) against combine._disagg_candidate (one size at a
-    time) on every family of a tiny-moe search: the same candidates, float for float."""
-    from rackplan.sim.search import combine, planner
-    from rackplan.sim.search.estimate import Pricer, traffic_of
-    from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload
-
-    m, hw, prof, wl = load_model("tiny-moe"), load_hardware("cpu-local"), load_profile("datasheet"), \
-        load_workload("tiny-chat")
-    req = planner.Request(m, hw, prof, wl, gpus, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat",
-                          simulate=False, target_rps=target, objective="latency" if target else "throughput")
-    priced = planner.price_all(req)
-    tr = traffic_of(wl)
-    pr = Pricer(m, hw, prof, tr.skew)
-    st = combine.Setting(gpus, req.slo, tr, target)
-    prefills = combine.best_prefill_per_size([u for k, u in priced if k == "prefill"], 0.9 - 0.2)
-    families = found = 0
-    for dec in (u for k, u in priced if k == "decode" and u is not None):
-        for top in range(len(dec.batches)):
-            for pu, p_rate in prefills:
-                sizes = list(combine._pool_sizes(pu.gpus, dec.gpus, p_rate, dec.rate(top), st))
-                if not sizes:
-                    continue
-                families += 1
-                scalar = [combine._disagg_candidate(pr, pu, p, dec, d, top, p_rate, dec.rate(top), st)
-                          for p, d in sizes]
-                arrays = list(combine._family(pr, pu, dec, top, sizes, p_rate, dec.rate(top), st))
-                assert [_fields(c) for c in arrays] == [_fields(c) for c in scalar if c is not None]
-                found += len(arrays)
-    assert families > 0 and found > 0
