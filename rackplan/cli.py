@@ -30,6 +30,8 @@ COMMANDS = {
     "plan": Command("rackplan.sim.search.command", "search layouts for the most tokens/s per GPU under the SLOs"),
     "whatif": Command("rackplan.sim.search.whatif_command", "simulate a plan under changed hardware, model or "
                       "profile"),
+    "sweep": Command("rackplan.sim.commands.sweep", "run a grid of plans or simulations (YAML) into one table and "
+                     "chart, on a process pool or Ray"),
     "deploy": Command("rackplan.deploy.command", "write vLLM launch files (per-host scripts, router, benchmark, "
                       "Kubernetes) for an existing plan"),
     "execute": Command("rackplan.executor.command", "run a plan for real (gloo on CPU, NCCL on GPU)"),
@@ -46,7 +48,7 @@ DEFAULT = "simulate"  # bare `rackplan` runs the main job on the embedded defaul
 # pool of threads when numpy loads, which they never use (~30-60 ms of CPU a process on 2 cores, most
 # of `import numpy`; benchmarks/RESULTS.md, simspeed4). They load it with one thread unless the
 # environment says otherwise; their worker processes inherit that.
-SERIAL_BLAS = ("simulate", "plan", "whatif", "explain", "models", "hardware")
+SERIAL_BLAS = ("simulate", "plan", "whatif", "explain", "sweep", "models", "hardware")
 
 
 class UsageError(Exception):

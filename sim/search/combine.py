@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from rackplan.specs import SLO, Layout
 
 from .estimate import DecodeUnit, PrefillUnit, Pricer, Traffic, interp
+from .pools import decode_pool_counts
 
 SLO_MARGIN = 0.9  # plan estimates to 90% of each SLO: the simulator's tails are the real test
 WAIT_TAIL = math.log(10.0)  # p90 / mean of an exponential wait
@@ -153,13 +154,13 @@ def disaggregated(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: De
 
 
 def _pool_sizes(g_p: int, g_d: int, p_rate: float, d_rate: float, st: Setting):
-    """(n_p, n_d) pool sizes to try within the GPU budget."""
+    """(n_p, n_d) pool sizes to try within the GPU budget (n_d: sim/search/pools.py)."""
     if st.target_rps is not None:
         n_p, n_d = math.ceil(st.target_rps / p_rate), math.ceil(st.target_rps / d_rate)
         if n_p * g_p + n_d * g_d <= st.num_gpus:
             yield n_p, n_d
         return
-    for n_d in range(1, (st.num_gpus - g_p) // g_d + 1):
+    for n_d in decode_pool_counts(g_p, g_d, d_rate / p_rate, st.num_gpus):
         match = max(1, math.ceil(n_d * d_rate / p_rate))
         for n_p in sorted({match, max(1, match - 1)}):
             if n_p * g_p + n_d * g_d <= st.num_gpus:

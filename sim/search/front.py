@@ -130,6 +130,46 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
     return [out[id(c)] for c in points]
 
 
+def verify_fixed(objective: str, points: list[Candidate], run, speed_bound, workers: int = 1) -> list[Verified]:
+    """Fixed-load objectives (min-gpus, latency): each point is probed once at the target load, in
+    the order it could win, and only while it still can: min-gpus fewest GPUs first, stopping after
+    the first GPU count with a passing point (exact); latency fastest `speed_bound(c)` first (the
+    most tokens/s/user the simulator may find for c), stopping once no bound left reaches the best
+    verified tokens/s/user. `run(cands)` probes a batch (up to `workers` at a time, in parallel);
+    a point probed in a batch after the best already ruled it out counts as skipped, so the
+    verified set does not depend on `workers`. In front order."""
+    if objective == "min-gpus":
+        order = sorted(points, key=lambda c: (c.gpus, c.sort_key()))
+        def can_win(c, best):
+            return best is None or c.gpus <= best.cand.gpus
+        why = "a deployment with fewer GPUs meets the SLOs at the target load"
+    else:
+        order = sorted(points, key=lambda c: (-speed_bound(c), c.sort_key()))
+        def can_win(c, best):
+            return best is None or speed_bound(c) >= best.tps_user
+        why = "its cost-model speed bound is below the verified tokens/s/user of the winner"
+    out, best, i = {}, None, 0
+    while i < len(order) and can_win(order[i], best):
+        batch = []
+        while i < len(order) and len(batch) < max(1, workers) and can_win(order[i], best):
+            batch.append(order[i])
+            i += 1
+        for c, chk in zip(batch, run(batch), strict=True):
+            if not can_win(c, best):
+                continue
+            out[id(c)] = v = Verified(c, chk)
+            if v.passed and (best is None or _fixed_key(objective, v) > _fixed_key(objective, best)):
+                best = v
+    return [out.get(id(c)) or Verified(c, None, why) for c in points]
+
+
+def _fixed_key(objective: str, v: Verified):
+    """planner.choose's order for a fixed-load objective (larger wins)."""
+    if objective == "min-gpus":
+        return (-v.cand.gpus, round(v.tps_user, 6))
+    return (round(v.tps_user, 6), round(v.tps_gpu, 6))
+
+
 def _keep_best_run(points: list[Candidate], out: dict) -> None:
     """The best passing points keep their verified runs live (what verify.confirm goes on with;
     the runner-up is confirmed when the best falls below it), best first while their requests

@@ -113,9 +113,11 @@ def _probe(task):
     return check_at(plan, model, hw, workload, prof, rate, slo, n, seed, first)
 
 
-def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str) -> list:
-    """Ordered map over a process pool (inline for one worker), with an optional progress bar."""
-    advance = req.progress(stage, len(tasks)) if req.progress else (lambda: None)
+def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str, advance=None) -> list:
+    """Ordered map over a process pool (inline for one worker), with an optional progress bar (a
+    new one for `stage`, or the `advance` of one already shown)."""
+    if advance is None:
+        advance = req.progress(stage, len(tasks)) if req.progress else (lambda: None)
     if req.workers <= 1 or len(tasks) < 2:
         _init(*init_args)
         out = []
@@ -213,12 +215,39 @@ def verify(req: Request, points: list[Candidate]) -> list[Verified]:
     osl_p90 = front.p90_output_length(req.workload)
     rate = target_rate(req)
     if rate is not None or req.workload.arrival.kind == "concurrency":
-        tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, rate or c.rate_rps,
-                  req.slo, req.sim_requests, req.seed, front.first_probe(c, rate or c.rate_rps, osl_p90))
-                 for c in points]
-        checks = _pmap(_probe, tasks, req, _init_args(req), "simulate front")
-        return [Verified(c, k) for c, k in zip(points, checks, strict=True)]
+        advance = req.progress("simulate front", len(points)) if req.progress else (lambda: None)
+
+        def run(cands: list[Candidate]) -> list:
+            tasks = [(to_plan(req, c, "check", {}), req.model, req.hw, req.workload, req.profile, rate or c.rate_rps,
+                      req.slo, req.sim_requests, req.seed, front.first_probe(c, rate or c.rate_rps, osl_p90))
+                     for c in cands]
+            return _pmap(_probe, tasks, req, _init_args(req), "simulate front", advance)
+        if req.objective == "throughput":  # a closed loop at each point's own load: every point
+            return [Verified(c, k) for c, k in zip(points, run(points), strict=True)]
+        return front.verify_fixed(req.objective, points, run, speed_bound(req), req.workers)
     return front.verify_front(req, points, lambda c: to_plan(req, c, "check", {}))
+
+
+USER_SLACK = 0.05  # the simulator's tokens/s/user may beat the cost model's lone-sequence speed by this much
+
+
+def speed_bound(req: Request) -> Callable[[Candidate], float]:
+    """The most tokens/s/user the simulator may find for a candidate: its decode (or aggregated)
+    instance stepping one sequence at the mean context on one DP rank, the others idle (the
+    fastest step the cost model prices), USER_SLACK over it (a request's contexts around the mean)."""
+    from rackplan.sim.cost.batch import RankWork, Step
+
+    tr = traffic_of(req.workload)
+    pr, memo = Pricer(req.model, req.hw, req.profile, tr.skew), {}
+
+    def bound(c: Candidate) -> float:
+        if id(c) not in memo:
+            lay = (c.decode or c.aggregated)[0]
+            lone = RankWork(1.0, float(tr.ctx_mean))
+            step = Step((lone, RankWork()), (1, lay.dp - 1)) if lay.dp > 1 else Step((lone,), (1,))
+            memo[id(c)] = (1.0 + USER_SLACK) * lay.tokens_per_step / pr.pricer(lay).price(step).period_s
+        return memo[id(c)]
+    return bound
 
 
 def choose(req: Request, verified: list[Verified]) -> Verified:

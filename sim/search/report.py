@@ -252,7 +252,10 @@ def _front_section(res: Result) -> list[str]:
              "| # | deployment | GPUs | req/s | tok/s/GPU | tok/s/user | TTFT p90 ms | TPOT p90 ms | est tok/s/GPU | "
              "est tok/s/user | gap | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     lines += [_row(i + 1, v) for i, v in enumerate(shown)] + [""]
-    if skipped:
+    if skipped and res.request.objective != "throughput":  # sim/search/front.py verify_fixed
+        lines += [f"{len(skipped)} other front points were not simulated: {skipped[0].skipped} (their estimates "
+                  f"are in `pareto.csv`).", ""]
+    elif skipped:
         lines += [f"{len(skipped)} other front points were not simulated: the cost model's capacity of their pools "
                   f"bounds them below the chosen deployment's verified tokens/s/GPU (branch and bound; their estimates "
                   f"are in `pareto.csv`).", ""]

@@ -139,3 +139,21 @@ def test_plan_names_its_spec_files_so_it_reads_back_from_any_folder(tmp_path, mo
     capsys.readouterr()
     assert main(["simulate", "--plan", str(work / "out" / "plan.yaml"), "--requests", "20"]) == 0
     assert "profile cpu-local (the plan's" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("objective", ["latency", "min-gpus"])
+def test_fixed_load_objectives_choose_as_if_every_front_point_were_simulated(objective, monkeypatch):
+    """front.verify_fixed probes only points that can still win: the same plan as probing all."""
+    from rackplan.sim.search import front
+    from rackplan.specs import SLO
+
+    m, hw, prof, wl = (load_model("tiny-moe"), load_hardware("cpu-local"), load_profile("datasheet"),
+                       load_workload("tiny-chat"))
+    req = planner.Request(m, hw, prof, wl, 8, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat",
+                          objective=objective, target_rps=4.0, sim_requests=64)
+    pruned = planner.plan(req)
+    monkeypatch.setattr(front, "verify_fixed", lambda _o, points, run, _b, _w: [
+        front.Verified(c, k) for c, k in zip(points, run(points), strict=True)])
+    full = planner.plan(req)
+    assert pruned.plan == full.plan
+    assert sum(v.check is not None for v in pruned.verified) <= sum(v.check is not None for v in full.verified)

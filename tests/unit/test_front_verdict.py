@@ -1,4 +1,6 @@
 """Verdicts of verified front points (sim/search/front.py) say what the probes found."""
+import pytest
+
 from rackplan.sim.search.front import Verified
 from rackplan.sim.search.verify import Check, Probe
 
@@ -32,3 +34,49 @@ def test_over_capacity_needs_more_than_the_arrivals_noise():
     assert not capacity_probe(101.0, 100.0, 250_000).over_capacity
     unstable = Probe(100.0, {"prefill_capacity_rps": 120.0, "offered_rps": 100.0}, False, ("prefill",), {}, 1000)
     assert unstable.over_capacity  # a growing queue is always over capacity
+
+
+def _points(gpus: list[int]):
+    from rackplan.sim.search.combine import Candidate
+    from rackplan.specs import Layout
+
+    lay = Layout("both", dp=1, tp=1)
+    return [Candidate("aggregated", ((lay, {"replicas": g}),), g, 1.0, 0.1, 0.02, 1.0, 100.0, 2.0) for g in gpus]
+
+
+def _runner(results: dict, probed: list):
+    """Each point's Check from a table (tokens/s/user, passed), recording what was probed."""
+    def run(cands):
+        probed.extend(cands)
+        return [Check(1.0, {"tps_per_user": results[id(c)][0], "output_tps_per_gpu": 10.0}, results[id(c)][1])
+                for c in cands]
+    return run
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_min_gpus_probes_the_fewest_gpus_first_and_stops_after_a_count_that_passes(workers):
+    from rackplan.sim.search.front import verify_fixed
+
+    pts = _points([32, 8, 16, 8])
+    results = {id(pts[0]): (50.0, True), id(pts[1]): (40.0, False), id(pts[2]): (45.0, True),
+               id(pts[3]): (42.0, False)}
+    probed: list = []
+    out = verify_fixed("min-gpus", pts, _runner(results, probed), None, workers)
+    # both 8-GPU points fail, so 16 GPUs is probed and passes; 32 can no longer win
+    assert [v.check is not None for v in out] == [False, True, True, True]
+    assert out[0].skipped and not out[0].passed
+    assert len(probed) == (3 if workers == 1 else 4)  # a batch of 2 or 4 probes 32 as well, then drops it
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_latency_probes_the_fastest_bound_first_and_stops_when_no_bound_reaches_the_best(workers):
+    from rackplan.sim.search.front import verify_fixed
+
+    pts = _points([8, 16, 24, 32])
+    bound = {id(pts[0]): 100.0, id(pts[1]): 90.0, id(pts[2]): 80.0, id(pts[3]): 60.0}
+    results = {id(pts[0]): (85.0, False), id(pts[1]): (88.0, True), id(pts[2]): (79.0, True),
+               id(pts[3]): (59.0, True)}
+    out = verify_fixed("latency", pts, _runner(results, []), lambda c: bound[id(c)], workers)
+    # 100 fails; 90 passes at 88 tok/s/user; 80 and 60 cannot reach 88
+    assert [v.check is not None for v in out] == [True, True, False, False]
+    assert [v.passed for v in out] == [False, True, False, False]
