@@ -175,8 +175,8 @@ class _Deployment:
     def _pick(self, instances, rid: int | None = None):
         """The instance a request goes to (the plan's router, rackplan/policy/route.py); prefix_aware
         weighs each instance's queued prompt tokens less this request's prefix-cache hit there."""
-        if len(instances) == 1:
-            self.router.pick(id(instances), (0,))
+        if len(instances) == 1:  # (a one-instance pool's turn is never read: only the router's count moves)
+            self.router.decisions += 1
             return instances[0]
         uncached = [inst.queued_tokens - self._hit(inst, rid) for inst in instances] \
             if rid is not None and self.plan.router == "prefix_aware" else None
@@ -230,7 +230,7 @@ class _Deployment:
         that would rescan everything the run allocated."""
         for inst in self.front + self.decoders:
             inst.stop()
-        self.front, self.decoders, self.on_request_done = [], [], None
+        self.front, self.decoders, self.on_request_done, self.dest = [], [], None, {}
 
     def steps(self) -> dict[str, int]:
         return {inst.name: inst.steps for inst in self.front + self.decoders}

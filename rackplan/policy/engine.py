@@ -106,6 +106,7 @@ class EngineCore:
         self._arrived: list[int] = []  # added since the last step, not bound yet
         # per rank route.bind_rank's score, WAITING_WEIGHT x (waiting + incoming) + running, kept current
         self._score = [0] * ranks
+        self._most_blocks = 0  # max_seqs x the blocks of the longest decode sequence yet, at its end
         self._no_chunks: list[list[Chunk]] = [[] for _ in range(ranks)]  # a step without prefill (never written)
         self.seqs: dict[int, _Seq] = {}  # decoding sequences
         self._ending: dict[int, list[int]] = {}  # step -> rids whose last token it emits
@@ -181,7 +182,10 @@ class EngineCore:
         self._fit_decodes(preempted)
         admitted: list[int] = []
         chunks, completing = self._no_chunks, []
+        full, running, prefilling = self.max_seqs, self.running, self.prefilling
         for r in sorted(self._active) if len(self._active) > 1 else tuple(self._active):
+            if len(running[r]) >= full and not prefilling[r]:
+                continue  # no seat: its queue waits (the common case of a full decode rank)
             mine: list[Chunk] = []
             left = self.budget - int(self._batch[r]) * self.q
             before = len(preempted)
@@ -202,9 +206,9 @@ class EngineCore:
         """Preempt on every rank whose decode sequences' blocks for this step would not fit."""
         if not self.seqs:
             return
-        most, held = self.max_seqs, max(self.pblocks) if self._active else 0
-        if (float(self.ctx.max()) + most * self.q) / self.block + most <= self.kv_blocks - held:
-            return  # no rank can be short (the common case: one reduction a step)
+        held = max(self.pblocks) if self._active else 0
+        if self._most_blocks <= self.kv_blocks - held:
+            return  # no rank can be short: max_seqs of the longest sequence yet fit (the common case, O(1))
         bound = (self.ctx + self.batch * self.q) / self.block + self.batch  # [R] blocks at most
         room = np.subtract(self.kv_blocks, self.pblocks) if self._active else self.kv_blocks
         for r in np.flatnonzero(bound > room).tolist():
@@ -298,6 +302,9 @@ class EngineCore:
     def _decode(self, r: int, rid: int, ctx: float, left: float) -> None:
         """Start decoding `left` tokens from context `ctx` on rank r at the current step."""
         end = self.step + max(1, math.ceil(left / self.tps))
+        most = self.max_seqs * blocks(ctx + (end - self.step) * self.tps + self.q, self.block)
+        if most > self._most_blocks:  # a rank's blocks at most: max_seqs sequences as long as this one at its end
+            self._most_blocks = most
         self.seqs[rid] = _Seq(r, ctx, left, self.step, end)
         self.running[r][rid] = None
         self._score[r] += 1
