@@ -6,12 +6,12 @@ process, and each tick runs a prefill step, the KV hand-off and a decode step on
 decode instances on their own hardware, running at once. So two predictions are made:
   - `simulator`: the run's own requests (arrival, prompt and output lengths) through
     `sim.simulator.simulate` (what the planner predicts for this plan);
-  - `lockstep`: the same requests through the executor's own scheduler (executor/serving.py,
-    pure Python, no torch), every tick priced by the cost model (the step period, StepCost.period_s
-    with its engine-loop time, of the tick's prefill chunks and decode seats, `kv_transfer_seconds`
-    of its hand-offs). This is the like-for-like check of the profile on a time-shared run
-    (colocated plans only: a plan with separate instances runs as the simulator models it, so the
-    simulator's reading is the check).
+  - `lockstep`: the same requests through the executor's own scheduler (executor/serving.py over
+    the serving policy, rackplan/policy: pure Python, no torch), every tick priced by the cost
+    model (the step period, StepCost.period_s with its engine-loop time, of the tick's prefill
+    chunks and decode seats, `kv_transfer_seconds` of its hand-offs). This is the like-for-like
+    check of the profile on a time-shared run (colocated plans only: a plan with separate
+    instances runs as the simulator models it, so the simulator's reading is the check).
 """
 from __future__ import annotations
 
@@ -66,15 +66,31 @@ def simulator(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarr
 
 def lockstep(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarray]:
     """TTFT and TPOT of the requests through the executor's time-shared tick loop, cost-model priced."""
-    from rackplan.executor.serving import Scheduler
+    from rackplan.executor.serving import Scheduler, engines
 
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
-    pre, dec = plan.prefill[0], plan.decode[0]
-    cx_p, cx_d = CostContext(model, hw, pre, prof), CostContext(model, hw, dec, prof)
-    sched = Scheduler([int(r["isl"]) for r in reqs], [int(r["osl"]) for r in reqs],
-                      [int(r["shape"].get("cached", 0)) for r in reqs], [float(r["arrival_s"]) for r in reqs],
-                      pre.ep_size, pre.max_tokens_per_step, pre.max_batch_per_rank, dec.ep_size,
-                      dec.max_batch_per_rank)
+    isl, osl = [int(r["isl"]) for r in reqs], [int(r["osl"]) for r in reqs]
+    sched = Scheduler(isl, osl, [float(r["arrival_s"]) for r in reqs],
+                      *engines(plan, model, hw, isl, osl, [int(r["shape"].get("cached", 0)) for r in reqs]))
+    dec = plan.decode[0] if plan.disaggregated else plan.aggregated[0]
+    cx_d = CostContext(model, hw, dec, prof)
+    if plan.disaggregated:
+        pre = plan.prefill[0]
+        cx_p = CostContext(model, hw, pre, prof)
+        replay(sched, lambda tick: _prefill_s(cx_p, tick), lambda tick: _transfer_s(model, hw, prof, tick, pre.ep_size),
+               lambda tick: _decode_s(cx_d, tick))
+    else:
+        replay(sched, lambda tick: 0.0, lambda tick: 0.0, lambda tick: _decode_s(cx_d, tick))
+    ttft = np.array([tl.first_token - tl.arrival for tl in sched.times])
+    tpot = np.array([(tl.finish - tl.first_token) / (int(r["osl"]) - 1)
+                     for tl, r in zip(sched.times, reqs) if int(r["osl"]) > 1])
+    return {"ttft": ttft, "tpot": tpot}
+
+
+def replay(sched, prefill_s, transfer_s, decode_s) -> None:
+    """The executor's tick loop (executor/serve.py) on a clock of priced steps: each tick's prefill
+    step, KV hand-off and decode step take `prefill_s(tick)`, `transfer_s(tick)`, `decode_s(tick)`
+    seconds (the cost model here; a fixed step clock in the differential test)."""
     now = 0.0
     while True:
         sched.arrive(now)
@@ -84,17 +100,13 @@ def lockstep(plan: Plan, reqs: list[dict], prof: Profile) -> dict[str, np.ndarra
             now = sched.next_arrival()
             continue
         tick = sched.plan(now)
-        t = now + (_prefill_s(cx_p, tick) if tick.has_prefill else 0.0)
+        t = now + (prefill_s(tick) if tick.has_prefill else 0.0)
         prefilled = t
-        xfer = _transfer_s(model, hw, prof, tick, pre.ep_size)
+        xfer = transfer_s(tick) if tick.transfers else 0.0
         t += xfer
-        t += _decode_s(cx_d, tick) if tick.has_decode else 0.0
+        t += decode_s(tick) if tick.has_decode else 0.0  # (a recompute's or an aggregated prompt's chunks ride with it)
         sched.done(tick, t, prefilled, xfer)
         now = t
-    ttft = np.array([tl.first_token - tl.arrival for tl in sched.times])
-    tpot = np.array([(tl.finish - tl.first_token) / (int(r["osl"]) - 1)
-                     for tl, r in zip(sched.times, reqs) if int(r["osl"]) > 1])
-    return {"ttft": ttft, "tpot": tpot}
 
 
 def _prefill_s(cx: CostContext, tick) -> float:
@@ -107,7 +119,11 @@ def _prefill_s(cx: CostContext, tick) -> float:
 def _decode_s(cx: CostContext, tick) -> float:
     batch = np.array([float(len(seats)) for seats in tick.decode])
     ctx = np.array([float(sum(s.ctx + 1 for s in seats)) for seats in tick.decode])
-    return step_cost(cx, RankBatch(batch, ctx)).period_s
+    if not any(tick.decode_chunks):
+        return step_cost(cx, RankBatch(batch, ctx)).period_s
+    new = [np.array([float(c.take) for c in per]) for per in tick.decode_chunks]  # recomputes of preempted ones
+    prefix = [np.array([float(c.start) for c in per]) for per in tick.decode_chunks]
+    return step_cost(cx, RankBatch(batch, ctx, new, prefix)).period_s
 
 
 def _transfer_s(model, hw, prof: Profile, tick, ranks: int) -> float:
@@ -129,7 +145,8 @@ def compare(plan: Plan, records: list[dict], prof: Profile) -> dict[str, float]:
     meas = measured(records)
     out: dict[str, float] = {"requests": float(len(reqs)), "serving_runs": float(len({r.get("_run", 0) for r in
                                                                                    records if r["op"] == "request"}))}
-    readings = [("lockstep", lockstep(plan, reqs, prof))] if plan.colocated else []  # the time-shared engine
+    # the time-shared engine (a colocated or aggregated plan)
+    readings = [("lockstep", lockstep(plan, reqs, prof))] if plan.colocated or not plan.disaggregated else []
     for name, pred in readings + [("simulator", simulator(plan, reqs, prof))]:
         for metric in ("ttft", "tpot"):
             for q in (50, 90):

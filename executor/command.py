@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rackplan.args import non_negative_float, non_negative_int, positive_float, positive_int, probability, refuse_unused
 
-RUN_FILES = ("measurements.jsonl", "expert_counts.jsonl")  # what a run writes into --out
+RUN_FILES = ("measurements.jsonl", "expert_counts.jsonl", "ran.json")  # what a run writes into --out
 DEFAULT_STEPS = 5  # timed benchmark steps per instance when --steps is not given
 
 
@@ -105,7 +105,9 @@ def run(args) -> int:
         except RunFailed as exc:
             print(f"rackplan execute: {exc}", file=sys.stderr)
             return 1
-    return _report(records, out, time.perf_counter() - t0, args.json, args.timings, args.force)
+    from .fields import plan_record
+    ran = plan_record(plan, args.device, bool(args.workload))
+    return _report(records, out, time.perf_counter() - t0, args.json, args.timings, args.force, ran)
 
 
 def load_plan_checked(args):
@@ -166,6 +168,11 @@ def check_plan(args):
     if args.expert_counts:
         from rackplan.sim.routing import read_expert_trace
         read_expert_trace(args.expert_counts)  # a missing or corrupt trace fails here, not in every rank
+    from .fields import check_plan_fields, check_replicas
+    check_plan_fields(plan, args.device, bool(args.workload), str(args.plan))  # what it would not run
+    if args.workload:  # every serving replica runs on its own ranks, or the run is refused
+        from .topology import max_ranks
+        check_replicas(plan, str(args.plan), max_ranks(args.device))
     return plan
 
 
@@ -195,9 +202,6 @@ def _check_serving(plan, workload, args) -> None:
     from rackplan.specs import SpecError
 
     from .topology import max_ranks, serving_instances, world_size
-    if not plan.disaggregated:
-        raise SpecError(str(args.plan), "prefill", "a disaggregated plan (prefill + decode) for serving mode",
-                        "aggregated")
     if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
         from rackplan.sim.traces import load_trace
         load_trace(workload)  # a missing or malformed trace fails here, not in every rank
@@ -206,18 +210,17 @@ def _check_serving(plan, workload, args) -> None:
             raise SpecError("execute", "--paced", "an open-loop workload (trace or poisson arrivals; a closed loop "
                             "is paced by its finishes)", workload.arrival.kind)
         fronts = sum(lay.replicas for lay in plan.prefill)
-        if plan.colocated or fronts != 1:
+        if plan.colocated or not plan.disaggregated or fronts != 1:
             raise SpecError("execute", "--paced", "a disaggregated plan with one prefill instance (the instance "
                             "that paces the arrivals)", f"{fronts} prefill instances" if fronts != 1 else "colocated")
-    if plan.colocated:
-        for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
-            for field, val in (("replicas", lay.replicas), ("tp", lay.tp)):
-                if val != 1:
-                    raise SpecError(str(args.plan), f"{role}.{field}", "1 in a colocated plan (serving time-shares "
-                                    "one DEP prefill + decode pair; TP runs in disaggregated serving)", val)
-            if lay.speculation is not None:
-                raise SpecError(str(args.plan), f"{role}.speculation", "none in a colocated plan (speculation "
-                                "runs in benchmark mode and disaggregated serving)", lay.speculation.num_tokens)
+    if plan.colocated or not plan.disaggregated:
+        from .serve import check_plan
+        check_plan(plan, str(args.plan))  # the time-shared engine: one instance per pool, no TP / PP / speculation
+    from rackplan.sim.simulator import check_requests_fit
+    from rackplan.sim.workload import make_requests
+    from rackplan.specs import load_hardware, load_model
+    check_requests_fit(plan, load_model(plan.model), load_hardware(plan.hardware), workload,  # one that never fits
+                       make_requests(workload, args.requests))  # a rank's KV blocks is refused, not waited for
     need = world_size(serving_instances(plan, max_ranks(args.device)))
     from .topology import torchrun_world
     if torchrun_world() not in (None, need):
@@ -264,7 +267,7 @@ def _run_torchrun(cfg):
 
 
 def _report(records: list[dict], out: Path, wall_s: float, as_json: bool, timings: bool = False,
-            force: bool = False) -> int:
+            force: bool = False, ran: dict | None = None) -> int:
     from rackplan.outputs import Outputs
 
     from .records import summary_table, write_jsonl
@@ -277,6 +280,8 @@ def _report(records: list[dict], out: Path, wall_s: float, as_json: bool, timing
         write_jsonl(records, folder / path.name)
         if trace:
             write_jsonl(trace, folder / "expert_counts.jsonl")
+        if ran is not None:  # what ran of the plan (executor/fields.py)
+            (folder / "ran.json").write_text(json.dumps(ran, indent=1) + "\n")
         read_measurements(folder / path.name)  # the schema check calibration will run
     if as_json:
         summary = {"out": str(path), "records": len(records)}

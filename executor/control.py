@@ -1,10 +1,11 @@
 """The control plane of disaggregated serving, on the run's c10d store (the TCPStore of the local
 launcher or of torchrun): arrivals (a closed loop's are published when a request finishes; paced
-bursts are released by the prefill leader, the only one that reads them), the
-router's claims (request r is offered to prefill instance r mod n first, taken by another only
-while that one is busy; an atomic add on claim/<rid> decides a race), decode load per decode
-rank (running + staged), and one KV inbox per decode instance (headers: request, source rank,
-length, first token).
+bursts are released by the prefill leader, the only one that reads them), the router (any prefill
+leader routes an arrived request: an atomic add on claim/<rid> decides a race; the plan's router,
+rackplan/policy/route.choose, over the prefill instances' queued prompt tokens, its decision counts
+kept here; the request goes to the chosen instance's queue), decode counts per decode rank (bound
+and running, what the router and vLLM's rank binding read), and one KV inbox per decode instance
+(headers: request, bound rank, source rank, length, first token).
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import math
 import time
 
 import numpy as np
+
+from rackplan.policy import bind_rank, choose
 
 INBOX_POLL_S = 0.0002  # an idle decode leader's look at its inbox (a store check costs ~15 us)
 
@@ -55,39 +58,64 @@ class Control:
     def next_unclaimed(self) -> int:
         return int(self.store.add("next", 0))
 
-    def claim(self, now: float, room: int, front: int, fronts: int) -> list[tuple[int, float]]:
-        """Prefill instance `front` of `fronts` takes up to `room` arrived requests in arrival order:
-        [(rid, arrival)]. Request r is first offered to instance r mod fronts; another instance takes
-        it only while that one is busy (least loaded, ties round-robin, as the simulator's router)."""
-        out = []
-        while len(out) < room:
+    def route(self, now: float, router: str, fronts: list[str], need) -> int:
+        """Route every request that has arrived and is not routed yet to a prefill instance (the
+        plan's `router` on their queued prompt tokens; `need[rid]`: its prompt tokens to compute),
+        posted to that instance's queue `pin/<name>`; how many this call routed."""
+        n = 0
+        while True:
             cur = self.next_unclaimed()
             if cur >= self.n or not self.arrival(cur) <= now:
-                break
-            owner = cur % fronts
-            if owner != front and not self.busy(owner):
-                break  # its idle owner takes it
+                return n
             if int(self.store.add(f"claim/{cur}", 1)) != 1:
-                break  # another instance owns it (and advances "next"): try again next step
+                return n  # another leader routes it (and advances "next")
+            loads = [self.queued(f) for f in fronts]
+            k = choose(router, loads, self._count("router/decisions"), self._count("router/turn/prefill"), loads)
+            self.add_queued(fronts[k], int(need[cur]))
+            self.post(f"pin/{fronts[k]}", {"rid": cur, "arrival": self.arrival(cur)})
             self.store.add("next", 1)
-            out.append((cur, self.arrival(cur)))
-        return out
+            n += 1
 
-    def set_busy(self, front: int, busy: bool) -> None:
-        self.store.add(f"busy/{front}", 1 if busy else -1)  # a counter: one store op either way
+    def _count(self, key: str) -> int:
+        """The next value of a router counter (1 for its first decision)."""
+        return int(self.store.add(key, 1))
 
-    def busy(self, front: int) -> bool:
-        return int(self.store.add(f"busy/{front}", 0)) > 0
+    def queued(self, front: str) -> int:
+        return int(self.store.add(f"queued/{front}", 0))
 
-    def load(self, inst: str, dp: int) -> int:
-        return int(self.store.add(f"load/{inst}/{dp}", 0))
+    def add_queued(self, front: str, n: int) -> None:
+        """Prompt tokens routed to a prefill instance (n > 0) or computed there (n < 0)."""
+        if n:
+            self.store.add(f"queued/{front}", n)
 
-    def add_load(self, inst: str, dp: int, n: int) -> None:
-        self.store.add(f"load/{inst}/{dp}", n)
+    def route_decode(self, router: str, decoders: list[tuple[str, int]]) -> tuple[str, int]:
+        """A prefilled prompt's decode instance (the router on their bound + running requests) and
+        DP rank there (vLLM's binding on that instance's counts), counted as bound from now."""
+        counts = [[self.counts(name, d) for d in range(dp)] for name, dp in decoders]
+        loads = [sum(w + r for w, r in per) for per in counts]
+        k = choose(router, loads, self._count("router/decisions"), self._count("router/turn/decode"))
+        per = counts[k]
+        dp = bind_rank([w for w, _ in per], [r for _, r in per])
+        self.add_counts(decoders[k][0], dp, 1, 0)
+        return decoders[k][0], dp
+
+    def counts(self, inst: str, dp: int) -> tuple[int, int]:
+        """(bound and not running, running) requests of a decode rank."""
+        return int(self.store.add(f"bound/{inst}/{dp}", 0)), int(self.store.add(f"run/{inst}/{dp}", 0))
+
+    def add_counts(self, inst: str, dp: int, bound: int, running: int) -> None:
+        if bound:
+            self.store.add(f"bound/{inst}/{dp}", bound)
+        if running:
+            self.store.add(f"run/{inst}/{dp}", running)
 
     def post(self, inst: str, header: dict) -> None:
         n = int(self.store.add(f"inbox/{inst}/n", 1)) - 1
         self.store.set(f"inbox/{inst}/{n}", json.dumps(header))
+
+    def posted(self, inst: str) -> int:
+        """Headers posted to an inbox so far."""
+        return int(self.store.add(f"inbox/{inst}/n", 0))
 
     def inbox(self, inst: str, start: int) -> list[dict]:
         """Headers start, start + 1, ... posted so far."""

@@ -2,19 +2,22 @@
 loop on its own ranks and process groups, at the same time, and each prompt's KV cache goes from
 its prefill rank to its decode rank point-to-point (kv.py).
 
-Request lifecycle (the simulator's, sim/simulator.py; the policy pieces are serving.py's):
+Request lifecycle (the simulator's, sim/simulator.py; both drive the serving policy, rackplan/policy,
+through serving.py's PrefillLeader and DecodeLeader):
   1. requests arrive on the wall clock (open loop) or when one finishes (closed loop);
-  2. router: the first prefill instance with room takes the oldest arrived request (`claim`, an
-     atomic compare-and-set on the run's store): an idle instance takes it the moment it arrives,
-     a busy one at its next step, so load goes where there is capacity, like least-loaded routing;
-  3. the prefill leader (local rank 0) forms each step's chunks (PrefillQueue) and broadcasts them
-     to its instance; the step a prompt's last chunk runs, the leader has picked the least-loaded
-     decode rank (store counters of running + staged requests), the prefill rank isends the KV
-     and posts a header (request, source rank, length, first token) in that decode instance's inbox;
-  4. the decode leader reads its inbox each step, seats staged requests (DecodeSeats) and
-     broadcasts the step; a newly seated request's decode rank receives its KV first (timed as
-     `kv.transfer`), then every seated request emits 1 token (1 + accepted drafts under
-     speculation); the first decode step after the KV arrived gives the first token (TTFT).
+  2. router: any prefill leader routes an arrived request (an atomic add on the run's store decides
+     a race) with the plan's router over the prefill instances' queued prompt tokens (store
+     counters), into the chosen instance's queue, where it binds to a DP rank (vLLM's balancer);
+  3. the prefill leader (local rank 0) forms each step's chunks and broadcasts them to its
+     instance; the step a prompt's last chunk runs, the leader picks its decode instance (the
+     router) and rank (vLLM's binding on that instance's bound + running counts), the prefill rank
+     isends the KV and posts a header (request, rank, source rank, length, first token) in that
+     decode instance's inbox;
+  4. the decode leader reads its inbox each step, stages each request on its rank, seats those
+     whose KV blocks are free and broadcasts the step; a newly seated request's decode rank
+     receives its KV first (timed as `kv.transfer`), a preempted one recomputes its context, then
+     every seated request emits 1 token (1 + accepted drafts under speculation); the first decode
+     step after the KV arrived gives the first token (TTFT).
 Every rank keeps its own clock from a common start barrier (one machine: the same monotonic
 clock); rank 0 gathers step records, request timelines and expert counts at the end. With async
 scheduling a leader plans step n + 1 on a worker thread while step n runs (the plan cannot depend
@@ -33,6 +36,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from rackplan.policy import EngineCore
+from rackplan.sim.simulator import validate_plan
 from rackplan.sim.workload import make_requests
 from rackplan.specs import load_workload
 from rackplan.specs.ops import HOST_PARTS
@@ -44,7 +49,7 @@ from .model import Batch, layer_ids
 from .probe import probe_record
 from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
-from .serving import DecodeSeats, PrefillQueue, Timeline
+from .serving import DecodeLeader, DecodeSeats, PrefillLeader, PrefillQueue, Timeline
 from .speculate import accept, draw_accepted, verify_batch
 from .timing import HostClock, NullTimer
 from .topology import make_groups, max_ranks, serving_instances
@@ -59,6 +64,7 @@ class Tick:
     work: list  # per DP rank: prefill Chunks or decode Seats
     extra: dict = field(default_factory=dict)  # prefill: rid -> (decode instance, dp); decode: rid -> header
     accepted: dict = field(default_factory=dict)  # decode + speculation: rid -> drafts kept
+    chunks: list = field(default_factory=list)  # decode: per DP rank, recompute chunks of preempted sequences
     admitted: int = 0  # requests the scheduler took in this step (claimed prompts, newly seated decodes)
     waiting: int = 0  # requests it left waiting (queued prompts not scheduled, staged decodes without a seat)
     idle_s: float = 0.0  # wall seconds the leader waited idle (no work) since its previous step
@@ -196,55 +202,46 @@ class PrefillLoop(Loop):
     def __init__(self, eng, rg):
         lay = rg.inst.layout
         super().__init__(eng, rg, Instance(eng.me, rg, lay.max_batch_per_rank + 1, max(eng.isl), time_shared=False))
-        self.queue = PrefillQueue(lay.dp, lay.max_tokens_per_step, lay.max_batch_per_rank, eng.isl, eng.cached) \
+        self.sched = PrefillLeader(rg.inst.name, PrefillQueue(eng.core(rg.inst)), eng.control, eng.me.plan.router,
+                                   eng.fronts, [(d.name, d.layout.dp) for d in eng.decoders], eng.need) \
             if self.leader else None
         self.first_tokens: dict[int, int] = {}
-        self.front = eng.fronts.index(rg.inst.name)  # this prefill instance's index for the router
-        self.busy = False
 
     def finished(self) -> bool:
-        return not self.queue.queue and self.eng.control.next_unclaimed() >= self.eng.control.n
+        return self.sched.finished
 
     def idle_wait(self) -> None:
         ctl, now = self.eng.control, self.eng.clock()
         nxt = ctl.next_unclaimed()
         wait = ctl.arrival(nxt) - now if nxt < ctl.n else 0.0
-        time.sleep(min(IDLE_POLL_S, wait) if math.isfinite(wait) and wait > 0 else POLL_S)
+        time.sleep(min(IDLE_POLL_S, wait, POLL_S * 5) if math.isfinite(wait) and wait > 0 else POLL_S)
 
     def plan(self):
         now = self.eng.clock()
-        ctl = self.eng.control
         with self.aside():  # the load generator and the router: no scheduler work
-            if ctl.paced and all(rid in self.queue.bound for rid in self.queue.queue):
-                ctl.release(now)  # every queued prompt has started: the next burst arrives
-            claimed = ctl.claim(now, self.queue.room, self.front, len(self.eng.fronts))
-        for rid, arrival in claimed:
-            self.queue.add(rid)
+            taken = self.sched.take(now)
+        for rid, arrival in taken:
             self.eng.times(rid).arrival = arrival
-        if bool(self.queue.queue) != self.busy:
-            self.busy = bool(self.queue.queue)
-            with self.aside():
-                ctl.set_busy(self.front, self.busy)
-        if not self.queue.queue:
+        if not self.sched.queue.pending:
             return None
-        chunks = self.queue.form()
-        n_sched = sum(len(per) for per in chunks)
+        chunks = self.sched.form()
+        core = self.sched.queue.core
         targets = {}
         for ch in (c for per in chunks for c in per):
             tl = self.eng.times(ch.rid)
             if math.isnan(tl.prefill_start):
                 tl.prefill_start, tl.prefill_rank = now, self.rg.inst.first + self._dp_of(chunks, ch) * self.lay.tp
             if ch.last:
-                with self.aside():  # the router's choice, on the control plane's load counts
-                    targets[ch.rid] = self.eng.pick_decode()
-        return Tick(self.ticks, chunks, targets, admitted=len(claimed), waiting=len(self.queue.queue) - n_sched)
+                with self.aside():  # the router's choice, on the control plane's counts
+                    targets[ch.rid] = self.sched.target()
+        return Tick(self.ticks, chunks, targets, admitted=len(taken), waiting=core.num_waiting)
 
     @staticmethod
     def _dp_of(chunks, ch) -> int:
         return next(d for d, per in enumerate(chunks) if ch in per)
 
     def book(self, tick: Tick) -> None:
-        self.queue.book(tick.work)
+        self.sched.book(tick.work, self.aside)
 
     def step(self, tick: Tick) -> float:
         me, chunks = self.me, tick.work[self.rg.dp_rank]
@@ -296,14 +293,14 @@ class DecodeLoop(Loop):
         depth = lay.speculation.num_tokens if lay.speculation else 0
         max_ctx = max(i + o for i, o in zip(eng.isl, eng.osl, strict=True)) + depth + 2
         super().__init__(eng, rg, Instance(eng.me, rg, lay.max_batch_per_rank, max_ctx, time_shared=False))
-        self.seats = DecodeSeats(lay.dp, lay.max_batch_per_rank) if self.leader else None
-        self.seen = 0
+        self.sched = DecodeLeader(rg.inst.name, DecodeSeats(eng.core(rg.inst)), eng.control) if self.leader else None
         self.heads: dict[int, dict] = {}  # rid -> KV header of a staged request
         self.booked: list[tuple[int, int]] = []
         # each seat's last token stays on the device (no host read of sampled tokens per step);
         # the emitted tokens are read once, after the run (`outputs`)
         self.last = torch.zeros(lay.max_batch_per_rank, dtype=torch.long, device=eng.me.device)
         self.outputs: list[tuple[list[int], object]] = []  # (request ids, tokens [B] or per-request lists)
+        self.first: dict[int, int] = {}  # rid -> the token its prefill sampled (a recompute reads it)
         self.drafter = eng.me.drafter(lay, lay.max_batch_per_rank, max_ctx)
         self.rng = np.random.default_rng(sub_seed(eng.me.cfg.seed, "accept", rg.inst.name))
 
@@ -311,20 +308,20 @@ class DecodeLoop(Loop):
         return self.eng.control.all_done()
 
     def idle_wait(self) -> None:
-        self.eng.control.wait_inbox(self.rg.inst.name, self.seen, IDLE_POLL_S)
+        self.eng.control.wait_inbox(self.rg.inst.name, self.sched.seen, IDLE_POLL_S)
 
     def plan(self):
-        name, osl = self.rg.inst.name, self.eng.osl
         with self.aside():
-            heads = self.eng.control.inbox(name, self.seen)
-        self.seen += len(heads)
+            heads = self.sched.take()
         for h in heads:
-            self.seats.stage(h["dp"], h["rid"], h["length"], osl[h["rid"]])
             self.heads[h["rid"]] = h
-        if not self.seats.busy:
+        if not self.sched.seats.busy:
             return None
-        seats = self.seats.seat()
+        seats = self.sched.seat(self.aside)
+        chunks = self.sched.seats.chunks
         handoffs = {s.rid: self.heads.pop(s.rid) for per in seats for s in per if s.new}
+        if not any(seats) and not any(chunks):
+            return None  # every rank's head waits for KV blocks
         sp = self.lay.speculation
         accepted = {}
         if sp is not None:
@@ -333,17 +330,19 @@ class DecodeLoop(Loop):
                 accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
                                                         self.me.acceptance(self.lay)), strict=True))
         return Tick(self.ticks, seats, handoffs, accepted, admitted=len(handoffs),
-                    waiting=sum(len(q) for q in self.seats.staged))
+                    waiting=self.sched.seats.core.num_waiting, chunks=chunks)
 
     def book(self, tick: Tick) -> None:
         emitted = {rid: 1 + a for rid, a in tick.accepted.items()} or None
-        self.booked = self.seats.book(tick.work, emitted)
+        self.booked = self.sched.book(tick.work, emitted, self.aside)
 
     def step(self, tick: Tick) -> float:
         me, seats = self.me, tick.work[self.rg.dp_rank]
         for s in seats:
             if s.new:
                 self._install(s, tick.extra[s.rid])
+        # every rank of the instance steps when any recomputes (EP collectives), chunks or not
+        recompute_s = self._recompute(tick.chunks[self.rg.dp_rank]) if tick.chunks and any(tick.chunks) else 0.0
         t0, c0 = time.perf_counter(), time.thread_time()
         dev = me.device
         slots = torch.tensor([s.slot for s in seats], dtype=torch.long, device=dev)
@@ -380,7 +379,35 @@ class DecodeLoop(Loop):
             self.outputs.append(([s.rid for s in seats], ids))
         self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
         self.eng.trace(self.inst)
+        return sec["step"] + recompute_s
+
+    def _recompute(self, chunks) -> float:
+        """Recompute preempted sequences' KV on this rank (vLLM V1's recompute preemption): their
+        tokens so far (prompt, the prefill's token, what this rank emitted) as prefill chunks in
+        their new slots; the last chunk restores the sequence's last token. Returns the step's seconds."""
+        me = self.me
+        seqs = {c.rid: self._sequence(c.rid) for c in chunks}
+        parts = [seqs[c.rid][c.start:c.start + c.take] for c in chunks]
+        toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+        slots = torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device)
+        batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
+        sec, _ = self.inst.forward(batch, lambda logits: None)
+        for c in (c for c in chunks if c.last):
+            self.last[c.slot] = int(seqs[c.rid][-1])
+        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
+                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks],
+                 "recompute": True}
+        self.eng.records += self.inst.record(sec, shape, 0.0)
         return sec["step"]
+
+    def _sequence(self, rid: int) -> torch.Tensor:
+        """A request's tokens so far on this rank: prompt, the prefill's token, the decode steps'."""
+        out = [self.first[rid]]
+        for rids, toks in self.outputs:
+            if rid in rids:
+                t = toks[rids.index(rid)]
+                out += [int(x) for x in t] if isinstance(t, list) else [int(t)]
+        return torch.cat([self.eng.prompt(rid), torch.tensor(out, dtype=torch.long)])
 
     def _install(self, seat, head: dict) -> None:
         """Receive a newly seated request's KV from its prefill rank into the seat's cache slot."""
@@ -393,6 +420,7 @@ class DecodeLoop(Loop):
         for li, d in enumerate(cache.data):
             d[seat.slot, :head["length"]] = kv[li]
         self.last[seat.slot] = head["token"]
+        self.first[seat.rid] = head["token"]
         info = eng.info.setdefault(seat.rid, {})
         if self.rg.tp_rank == 0:
             eng.checksums.append((seat.rid, "kv_checksum_recv", kv.sum()))
@@ -415,9 +443,8 @@ class DecodeLoop(Loop):
                 tl = self.eng.times(s.rid)
                 if math.isnan(tl.first_token):
                     tl.first_token, tl.decode_rank = now, self.rg.inst.first + self._dp(tick, s) * self.lay.tp
-        for dp, rid in self.booked:
+        for _, rid in self.booked:
             self.eng.times(rid).finish = now
-            self.eng.control.add_load(self.rg.inst.name, dp, -1)
             self.eng.control.finish(now)
 
     @staticmethod
@@ -431,6 +458,8 @@ class Engine:
     def __init__(self, me, reqs, concurrency: int):
         self.me, self.reqs = me, reqs
         self.isl, self.osl, self.cached = reqs.isl.tolist(), reqs.osl.tolist(), reqs.cached.tolist()
+        self.need = [i - c for i, c in zip(self.isl, self.cached, strict=True)]  # prompt tokens to compute
+        self.caps = validate_plan(me.plan, me.plan_spec, me.hw)
         insts = serving_instances(me.plan, max_ranks(me.kind))
         self.instances = {i.name: i for i in insts}
         self.decoders = [i for i in insts if i.role == "decode"]
@@ -463,14 +492,12 @@ class Engine:
     def prompt(self, rid: int) -> torch.Tensor:
         return prompt_tokens(self.me.cfg.seed, rid, self.isl[rid], self.me.spec.vocab_size)
 
-    def pick_decode(self) -> tuple[str, int]:
-        """Least-loaded decode rank over every decode instance (running + staged), counted now."""
-        ranks = [(k, dp) for k, i in enumerate(self.decoders) for dp in range(i.layout.dp)]
-        best = min((self.control.load(self.decoders[k].name, dp), k, dp) for k, dp in ranks) if len(ranks) > 1 \
-            else (0,) + ranks[0]
-        name = self.decoders[best[1]].name
-        self.control.add_load(name, best[2], 1)
-        return name, best[2]
+    def core(self, inst) -> EngineCore:
+        """The serving policy of instance `inst` (rackplan/policy), KV blocks per rank from the memory
+        model (the simulator's capacity, sim/simulator.validate_plan)."""
+        pool = inst.name.split(".")[0]
+        return EngineCore.for_layout(inst.layout, self.caps[pool], self.me.plan_spec.attention.kind, self.isl,
+                                     self.osl, self.cached)
 
     def iteration(self, rg, tick: Tick, overhead_s: float) -> None:
         """The leader's loop time of one step outside the step itself (op 'host', role 'serve')."""

@@ -139,7 +139,7 @@ def run_rank(cfg: RunConfig, rank: int, world: int) -> list[dict]:
     if cfg.serve:
         from .disagg import serve_disaggregated
         from .serve import serve_rank
-        return serve_rank(me) if me.plan.colocated else serve_disaggregated(me)
+        return serve_rank(me) if me.plan.colocated or not me.plan.disaggregated else serve_disaggregated(me)
     records = []
     for inst in benchmark_instances(me.plan):
         if not skipped(inst, cfg.skip_prefill, cfg.skip_decode):

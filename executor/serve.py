@@ -35,7 +35,7 @@ from rackplan.specs import SpecError
 from .attention import sub_seed
 from .model import Batch, layer_ids
 from .records import request_record, step_records
-from .serving import Scheduler, Tick
+from .serving import Scheduler, Tick, engines
 from .shard import build_shard
 from .timing import HostClock, NullTimer, StepTimer, wall
 from .topology import make_groups, max_ranks, serving_instances
@@ -114,13 +114,15 @@ class Engine:
 
     def __init__(self, me, reqs):
         self.me, self.reqs, self.rank = me, reqs, me.rank
-        pre, dec = me.plan.prefill[0], me.plan.decode[0]
         groups = make_groups(serving_instances(me.plan, max_ranks(me.kind)), me.rank)
         isl, osl = reqs.isl.tolist(), reqs.osl.tolist()
-        rg_pre, rg_dec = groups.get("prefill[0].0"), groups.get("decode[0].0")
-        self.pre = Instance(me, rg_pre, pre.max_batch_per_rank + 1, max(isl)) if rg_pre else None
-        self.dec = Instance(me, rg_dec, dec.max_batch_per_rank,
+        rg_pre = groups.get("prefill[0].0")
+        rg_dec = groups.get("decode[0].0") or groups.get("aggregated[0].0")  # an aggregated plan: one instance
+        self.pre = Instance(me, rg_pre, rg_pre.inst.layout.max_batch_per_rank + 1, max(isl)) if rg_pre else None
+        self.dec = Instance(me, rg_dec, rg_dec.inst.layout.max_batch_per_rank,
                             max(i + o for i, o in zip(isl, osl, strict=True)) + 1) if rg_dec else None
+        if self.dec is not None:
+            self.dec.role = "decode"  # an aggregated instance's steps: recorded as decode (its chunks as prefill)
         inst = self.dec or self.pre  # None on a rank beyond both instances (an idle rank)
         data = inst.cache.data if inst else []
         self.kv_layers = len(data)
@@ -209,6 +211,8 @@ class Engine:
 
     def decode_step(self, tick: Tick) -> None:
         if self.dec is not None:
+            if any(tick.decode_chunks):  # every rank of the instance steps (EP collectives), chunks or not
+                self._decode_chunks(tick.decode_chunks[self.rank])
             t0 = time.perf_counter()
             seats = tick.decode[self.rank]
             for s in seats:
@@ -227,6 +231,37 @@ class Engine:
             self.records += self.dec.record(sec, shape, prep_s)
             self._trace(self.dec)
         self.num_steps += 1
+
+    def _decode_chunks(self, chunks) -> None:
+        """Prefill chunks on the decode (aggregated) instance's rank, before its decode step: an
+        aggregated plan's prompts (the last chunk samples the first token) and the recompute of a
+        preempted sequence's context (prompt + tokens emitted so far; its last token goes on)."""
+        t0 = time.perf_counter()
+        parts = [self.sequence(c.rid)[c.start:c.start + c.take] for c in chunks]
+        toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+        dev = self.me.device
+        batch = Batch.prefill(toks.to(dev), [c.take for c in chunks],
+                              torch.tensor([c.slot for c in chunks], dtype=torch.long, device=dev),
+                              [c.start for c in chunks])
+        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
+                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks],
+                 "mixed": True}
+        prep_s = time.perf_counter() - t0
+        sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist())
+        for c, tok in zip(chunks, ids, strict=True):
+            out = self.info.setdefault(c.rid, {}).setdefault("output_tokens", [])
+            if c.last:
+                if not out:  # a prompt's last chunk: its first token
+                    out.append(tok)
+                self.last[c.slot] = out[-1]
+        self.records += [dict(r, role="prefill") for r in self.dec.record(sec, shape, prep_s)]
+        self._trace(self.dec)
+
+    def sequence(self, rid: int) -> torch.Tensor:
+        """Request `rid`'s tokens so far: its prompt, then what it emitted [isl + emitted]."""
+        out = self.info.get(rid, {}).get("output_tokens", [])
+        prompt = self.prompt(rid)
+        return torch.cat([prompt, torch.tensor(out, dtype=torch.long)]) if out else prompt
 
     def _seat(self, s) -> None:
         """Install a staged request's KV in its decode slot (the hand-off's receiving side)."""
@@ -257,25 +292,36 @@ class Engine:
                 inst.model.expert_counts.clear()
 
 
-def check_servable(me) -> None:
-    """The colocated engine runs a disaggregated plan's prefill and decode instance on the same ranks."""
-    plan = me.plan
-    if not plan.disaggregated:
-        raise SpecError(me.cfg.plan, "prefill", "a disaggregated plan (prefill + decode) for serving mode",
-                        "aggregated")
-    for role, lay in (("prefill", plan.prefill[0]), ("decode", plan.decode[0])):
-        if lay.tp != 1:
-            raise SpecError(me.cfg.plan, f"{role}.tp", "1 in a colocated plan (TP runs in benchmark mode and in "
-                            "disaggregated serving)", lay.tp)
-        if lay.pp != 1:
-            raise SpecError(me.cfg.plan, f"{role}.pp", "1 (the executor runs one pipeline stage)", lay.pp)
+def check_plan(plan, where: str) -> None:
+    """What the time-shared engine (a colocated or aggregated plan) cannot run, refused before any
+    rank starts (SpecError naming the field): more than one instance per pool, TP, PP, speculation."""
+    pools = [("prefill", plan.prefill), ("decode", plan.decode)] if plan.disaggregated \
+        else [("aggregated", plan.aggregated)]
+    for pool, lays in pools:
+        if len(lays) > 1 or lays[0].replicas > 1:
+            raise SpecError(where, f"{pool}[0].replicas", "one instance per pool in a colocated or aggregated "
+                            "serving run (the time-shared engine runs one of each)", sum(lay.replicas for lay in lays))
+        lay = lays[0]
+        for name, val in (("tp", lay.tp), ("pp", lay.pp)):
+            if val != 1:
+                raise SpecError(where, f"{pool}[0].{name}", "1 in a colocated or aggregated plan (the time-shared "
+                                "engine runs DEP ranks of one pipeline stage; TP runs in disaggregated serving)", val)
         if lay.speculation is not None:
-            raise SpecError(me.cfg.plan, f"{role}.speculation", "none in a colocated plan (speculation runs "
-                            "in benchmark mode and in disaggregated serving)", lay.speculation.num_tokens)
-        if lay.ep_size > me.world:
-            raise SpecError(me.cfg.plan, f"{role}.dp", f"at most {me.world} ranks (serving runs no replays)",
-                            lay.ep_size)
-    if layer_ids(me.spec, "prefill", me.cfg.max_dense, me.cfg.max_moe) != \
+            raise SpecError(where, f"{pool}[0].speculation", "none in a colocated or aggregated plan (speculation "
+                            "runs in benchmark mode and in disaggregated serving)", lay.speculation.num_tokens)
+
+
+def check_servable(me) -> None:
+    """The colocated engine runs a disaggregated plan's prefill and decode instance on the same ranks,
+    or an aggregated plan's instance (check_plan), on at most the world's ranks."""
+    plan = me.plan
+    check_plan(plan, me.cfg.plan)
+    for pool in ("prefill", "decode", "aggregated"):
+        for lay in getattr(plan, pool):
+            if lay.ep_size > me.world:
+                raise SpecError(me.cfg.plan, f"{pool}[0].dp", f"at most {me.world} ranks (serving runs no replays)",
+                                lay.ep_size)
+    if plan.disaggregated and layer_ids(me.spec, "prefill", me.cfg.max_dense, me.cfg.max_moe) != \
             layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe):
         raise SpecError(me.plan.model, "layers", "the same layers in prefill and decode for serving mode")
 
@@ -301,10 +347,7 @@ def serve_rank(me) -> list[dict]:
     reqs = make_requests(wl, me.cfg.requests)
     engine = Engine(me, reqs)
     engine.warmup(me.cfg.warmup)
-    pre, dec = me.plan.prefill[0], me.plan.decode[0]
-    sched = Scheduler(reqs.isl.tolist(), reqs.osl.tolist(), reqs.cached.tolist(), reqs.arrival_s.tolist(),
-                      pre.ep_size, pre.max_tokens_per_step, pre.max_batch_per_rank, dec.ep_size,
-                      dec.max_batch_per_rank, wl.arrival.concurrency or 0) if me.rank == 0 else None
+    sched = scheduler(me.plan, me.plan_spec, me.hw, reqs, wl.arrival.concurrency or 0) if me.rank == 0 else None
     dist.barrier()
     t0 = time.perf_counter()
     while True:
@@ -326,6 +369,18 @@ def serve_rank(me) -> list[dict]:
     return _gather(me, engine, sched, reqs)
 
 
+def decode_layout(plan):
+    """The layout that decodes: the first decode instance's, or an aggregated plan's instance's."""
+    return plan.decode[0] if plan.disaggregated else plan.aggregated[0]
+
+
+def scheduler(plan, model, hw, reqs, concurrency: int) -> Scheduler:
+    """Rank 0's policy for the run: the plan's first instances (serving.engines), the run's requests."""
+    isl, osl = reqs.isl.tolist(), reqs.osl.tolist()
+    pre, dec = engines(plan, model, hw, isl, osl, reqs.cached.tolist())
+    return Scheduler(isl, osl, reqs.arrival_s.tolist(), pre, dec, concurrency)
+
+
 def _iteration_record(me, tick, step_recs: list[dict], t_tick: float) -> dict:
     """Rank 0's engine-loop time of one tick outside its timed steps (scheduling, the schedule
     broadcast, KV hand-off, the closing barrier): op 'host', role 'serve'."""
@@ -333,7 +388,7 @@ def _iteration_record(me, tick, step_recs: list[dict], t_tick: float) -> dict:
     wall = time.perf_counter() - t_tick
     shape = {"prefill_steps": sum(r["role"] == "prefill" for r in steps),
              "decode_steps": sum(r["role"] == "decode" for r in steps), "tick": tick.index, "time_shared": True}
-    lay = me.plan.decode[0]
+    lay = decode_layout(me.plan)
     return dict(me.base, role="serve", instance_dp=lay.dp, ep=lay.ep_size, step=tick.index, op="host", layers=1,
                 shape=shape, dtype=me.dtype_name, seconds=max(wall - sum(r["seconds"] for r in steps), 0.0),
                 source="measured", cuda_graphs=False)
@@ -357,5 +412,5 @@ def request_records(me, sched: Scheduler, reqs, info: dict) -> list[dict]:
     """One 'request' record per request, times from the scheduler's wall clock (run start = 0)."""
     n_layers = len(layer_ids(me.spec, "decode", me.cfg.max_dense, me.cfg.max_moe))
     return [request_record(me.base, rid, t, int(reqs.isl[rid]), int(reqs.osl[rid]), int(reqs.cached[rid]),
-                           me.plan.decode[0], n_layers, me.dtype_name, True, info.get(rid, {}))
+                           decode_layout(me.plan), n_layers, me.dtype_name, True, info.get(rid, {}))
             for rid, t in enumerate(sched.times)]

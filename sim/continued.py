@@ -105,12 +105,10 @@ class ContinuedRun:
         out = np.full(len(osl), np.nan)
         now = self.env.now
         for inst in self.dep.decoders + self.dep.front:
-            ranks = getattr(inst, "ranks", None)
-            if ranks is None:
-                continue
-            for rid, left in ranks.steps_left().items():
+            core = inst.core
+            for rid, left in core.steps_left().items():
                 if rid < len(osl) and rid >= self.warm:
-                    emitted = osl[rid] - left * ranks.tps
+                    emitted = osl[rid] - left * core.tps
                     if emitted > 1 and not np.isnan(head.first_token[rid]):
                         out[rid] = (now - head.first_token[rid]) / (emitted - 1)
         return out

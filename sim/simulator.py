@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from rackplan.policy import EngineCore, Router, block_tokens, capacity_blocks
 from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
 from rackplan.specs.layout import Layout
 
@@ -24,7 +25,7 @@ from .cost.cores import core_share
 from .cost.memory import check_fits
 from .cost.step import CostContext
 from .cost.transfer import kv_link
-from .decode import DecodeInstance, DecodeRanks
+from .decode import DecodeInstance
 from .metrics import Pools, RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
@@ -73,18 +74,26 @@ def validate_layout(lay: Layout, model: ModelSpec, hw: HardwareSpec, where: str)
 
 
 def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, reqs: Requests) -> None:
-    """A request whose prompt + output KV exceeds every decode (aggregated) rank's KV capacity can
-    never be admitted: refuse it before simulating (SpecError naming the workload's lengths)."""
+    """A request whose prompt + output KV (in whole blocks, with a step's queries) exceeds every
+    decode (aggregated) rank's KV blocks could never finish: refuse it before simulating
+    (SpecError naming the workload's lengths)."""
     caps = validate_plan(plan, model, hw)
     pools = [k for k in caps if not k.startswith("prefill")]
     if not pools or not len(reqs):
         return
-    room = max(caps[k] for k in pools)
+    block = block_tokens(model.attention.kind)
+    lays = {f"{pool}[{i}]": lay for pool in ("decode", "aggregated") for i, lay in enumerate(getattr(plan, pool))}
+    room = max(capacity_blocks(caps[k], block) * block - (1 + _drafts(lays[k])) for k in pools)
     need = reqs.isl + reqs.osl
     worst = int(np.argmax(need))
     if need[worst] > room:
         raise SpecError(workload.name, "isl + osl", f"at most {int(room)} tokens, the largest KV capacity of a "
-                        f"decode rank ({', '.join(pools)})", f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}")
+                        f"decode rank in {block}-token blocks ({', '.join(pools)})",
+                        f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}")
+
+
+def _drafts(lay: Layout) -> int:
+    return lay.speculation.num_tokens if lay.speculation else 0
 
 
 class _Deployment:
@@ -96,16 +105,15 @@ class _Deployment:
         self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
         self.kv_local = kv_link(model, hw, prof, True)  # colocated hand-off between ranks of one domain
         self.caps = validate_plan(plan, model, hw)
-        self.rr = 0  # least_loaded: picks so far (ties rotate)
-        self.turns: dict[int, int] = {}  # round_robin, prefix_aware: picks so far per pool
+        self.router = Router(plan.router)
+        self.dest: dict[int, object] = {}  # rid -> the decoder its KV goes to (bound when its last chunk is scheduled)
         self.on_request_done = None
         # [N] ints read per request, per step: arrays of machine ints (8 bytes a request, not a list's 36)
         isl, osl = _ints(reqs.isl), _ints(reqs.osl)
         # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
-        self.cached = cached = _ints(reqs.cached)
+        self.cached = _ints(reqs.cached)
         self.isl, self.osl = isl, osl
         self.kv_s = self._transfer_seconds(reqs)  # [N] KV transfer seconds (KVLink's formula over the array)
-        self.need_of = lambda rid: (cached[rid], isl[rid])  # rid -> (cached, prompt tokens)
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
         pools = iter(range(1 << 20))
@@ -122,29 +130,31 @@ class _Deployment:
                     k = len(self.front)
                     turn = shared[k] if shared else None
                     to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
-                    self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr, lay.max_tokens_per_step,
-                                                      lay.max_batch_per_rank, cached, isl, to_decode,
-                                                      turn, self._handoff_s if shared else None,
-                                                      self._prefixes(f"prefill[{i}]", lay)))
+                    prefix = self._prefixes(f"prefill[{i}]", lay)
+                    self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr,
+                                                      self._core(f"prefill[{i}]", lay, prefix), to_decode,
+                                                      turn, self._handoff_s if shared else None, prefix,
+                                                      None if shared else self._bind_decode))
             for i, lay in enumerate(plan.decode):
                 pr = mk(lay)
                 for j in range(lay.replicas):
-                    ranks = DecodeRanks(lay.dp, lay.max_batch_per_rank, self.caps[f"decode[{i}]"],
-                                        lay.tokens_per_step)
                     turn = shared[len(self.decoders)] if shared else None
-                    self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, ranks, log,
-                                                        isl.__getitem__, osl.__getitem__, self._done, turn))
+                    self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, self._core(f"decode[{i}]", lay),
+                                                        log, self._done, turn))
         else:
             for i, lay in enumerate(plan.aggregated):
                 pr = mk(lay)
-                q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
                 for j in range(lay.replicas):
-                    ranks = DecodeRanks(lay.dp, lay.max_batch_per_rank, self.caps[f"aggregated[{i}]"],
-                                        lay.tokens_per_step)
-                    self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr, ranks,
-                                                         lay.max_tokens_per_step, q, log, self.need_of,
-                                                         osl.__getitem__, self._done,
-                                                         self._prefixes(f"aggregated[{i}]", lay)))
+                    prefix = self._prefixes(f"aggregated[{i}]", lay)
+                    self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr,
+                                                         self._core(f"aggregated[{i}]", lay, prefix), log,
+                                                         self._done, prefix))
+
+    def _core(self, pool: str, lay: Layout, prefix: InstancePrefixes | None = None) -> EngineCore:
+        """The serving policy of one instance of `pool` (rackplan/policy): its ranks, budget, seats,
+        KV blocks per rank, and the prefix cache that decides a prompt's hit when it first runs."""
+        return EngineCore.for_layout(lay, self.caps[pool], self.model.attention.kind, self.isl, self.osl, self.cached,
+                                     prefix.schedule if prefix is not None else None)
 
     def extend(self, reqs: Requests) -> None:
         """Requests of a continued run (sim/continued.py) take the next rids."""
@@ -165,29 +175,14 @@ class _Deployment:
                                 self.cached)
 
     def _pick(self, instances, rid: int | None = None):
-        """The instance a request goes to. least_loaded: ties round-robin by a counter of routing
-        decisions (a single-instance pool only counts the decision); round_robin and prefix_aware:
-        each pool its own turn; prefix_aware: least prompt work queued ahead plus this request's
-        uncached part (the most cached blocks win between equal queues)."""
-        n = len(instances)
-        if n == 1:
-            self.rr += 1
+        """The instance a request goes to (the plan's router, rackplan/policy/route.py); prefix_aware
+        weighs each instance's queued prompt tokens less this request's prefix-cache hit there."""
+        if len(instances) == 1:  # (a one-instance pool's turn is never read: only the router's count moves)
+            self.router.decisions += 1
             return instances[0]
-        if self.plan.router != "least_loaded":
-            k = self.turns[id(instances)] = self.turns.get(id(instances), 0) + 1
-            if self.plan.router == "round_robin":
-                return instances[(k - 1) % n]
-            if rid is not None:  # [prefix cache]; decoders (no rid) fall through to least loaded
-                return min(enumerate(instances), key=lambda x: (x[1].queued_tokens - self._hit(x[1], rid),
-                                                                (x[0] - k) % n))[1]
-        self.rr += 1  # ties go round-robin, so idle instances share the load
-        rr = self.rr
-        best, low, off = instances[0], instances[0].load, (-rr) % n
-        for i in range(1, n):
-            load = instances[i].load
-            if load < low or (load == low and (i - rr) % n < off):
-                best, low, off = instances[i], load, (i - rr) % n
-        return best
+        uncached = [inst.queued_tokens - self._hit(inst, rid) for inst in instances] \
+            if rid is not None and self.plan.router == "prefix_aware" else None
+        return instances[self.router.pick(id(instances), [inst.load for inst in instances], uncached)]
 
     @staticmethod
     def _hit(inst, rid: int) -> int:
@@ -197,10 +192,16 @@ class _Deployment:
         self.log.arrive(rid, self.env.now)
         self._pick(self.front, rid).submit(rid)
 
+    def _bind_decode(self, rid: int) -> None:
+        """A prompt's last chunk is scheduled: its decoder (the router) and DP rank there, as the
+        executor's prefill leader picks them when it forms the step (its KV is pushed to that rank)."""
+        dest = self.dest[rid] = self._pick(self.decoders)
+        dest.core.bind(rid)
+
     def _to_transfer(self, rid: int) -> None:
-        """KV transfer to the least-loaded decoder: a timeout whose callback delivers."""
+        """KV transfer to the decoder bound at scheduling: a timeout whose callback delivers."""
         self.log.prefilled(rid, self.env.now)
-        dest = self._pick(self.decoders)
+        dest = self.dest.pop(rid)
         self.env.timeout(self.kv_s[rid]).callbacks.append(lambda _ev: dest.deliver(rid))
 
     def _to_paired(self, rid: int, k: int) -> None:
@@ -231,7 +232,7 @@ class _Deployment:
         that would rescan everything the run allocated."""
         for inst in self.front + self.decoders:
             inst.stop()
-        self.front, self.decoders, self.on_request_done = [], [], None
+        self.front, self.decoders, self.on_request_done, self.dest = [], [], None, {}
 
     def steps(self) -> dict[str, int]:
         return {inst.name: inst.steps for inst in self.front + self.decoders}

@@ -96,11 +96,9 @@ def seat(decoders: list, warm: Warm, first_rid: int, log) -> None:
     """Seat the warm sequences (rids from `first_rid`) on their instances at t = 0: running, first
     token at 0, never arrived. One that finds no room is dropped (its finish set: nothing runs)."""
     for i in range(len(warm)):
-        rid, ranks = first_rid + i, decoders[int(warm.instance[i])].ranks
+        rid, core = first_rid + i, decoders[int(warm.instance[i])].core
         ctx, left = float(warm.isl[i] + warm.done[i]), int(warm.left[i])
-        rank = ranks.pick_rank(ctx + left)
-        if rank is None:
+        if not core.seat(rid, ctx, left):
             log.finish[rid] = 0.0
             continue
-        ranks.admit(rid, rank, ctx, left, ctx + left)
         log.first_token[rid] = 0.0

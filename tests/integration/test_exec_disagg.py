@@ -104,3 +104,41 @@ def test_layout_that_does_not_fit_the_cpu_is_one_line_exit_2(tmp_path):
     dump_yaml(plan, tmp_path / "big.yaml")
     res = _serve(tmp_path / "big.yaml", tmp_path)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_full_decode_kv_cache_preempts_recomputes_and_still_matches_the_reference(tmp_path):
+    """tiny-disagg with the decode rank's KV cut (gpu_memory_utilization) to 3-4 blocks of 64 tokens:
+    the serving policy preempts running sequences and the decode rank recomputes their context
+    (prompt + tokens so far) before they decode on; every request's tokens still equal the
+    single-process reference."""
+    from rackplan.sim.simulator import validate_plan
+    from rackplan.specs import SpecError, load_hardware, load_model
+
+    plan = load_plan("tiny-disagg")
+    model, hw = load_model(plan.model), load_hardware(plan.hardware)
+
+    def kv(g):
+        lay = dataclasses.replace(plan.decode[0], gpu_memory_utilization=g)
+        return dataclasses.replace(plan, decode=(lay,))
+    def cap(g):
+        try:
+            return validate_plan(kv(g), model, hw)["decode[0]"]
+        except SpecError:  # the weights alone do not fit
+            return 0.0
+    lo, hi = 0.0, 0.9  # bisect for a cache of 192-255 tokens (the workload's longest request: 120)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if 192 <= cap(mid) < 256:
+            break
+        lo, hi = (mid, hi) if cap(mid) < 192 else (lo, mid)
+    assert 192 <= cap(mid) < 256
+    path = tmp_path / "plan.yaml"
+    dump_yaml(kv(mid), path)
+    res = _serve(path, tmp_path / "out", "--requests", "10", timeout=300)
+    assert res.returncode == 0, res.stderr
+    recs = read_measurements(tmp_path / "out")
+    assert any(r["shape"].get("recompute") for r in recs if r["role"] == "decode" and r["op"] == "step")
+    reqs = sorted((r for r in recs if r["op"] == "request"), key=lambda r: r["step"])
+    assert len(reqs) == 10
+    for r in reqs:
+        assert r["output_tokens"] == _reference(r["step"], r["isl"], r["osl"])

@@ -3,6 +3,7 @@ osl tokens equal to a single-process reference (so the KV really moved from the 
 the decode rank), records are valid, and a fault during serving fails the run naming the rank."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,13 +32,16 @@ def _serve(out: Path, workload: str, *extra, env=None, timeout=90):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
-def _reference(rid: int, isl: int, osl: int) -> list[int]:
-    """Greedy tokens of one request in one process holding every expert (prompt at once)."""
+def _reference(rid: int, isl: int, osl: int, first: bool = False) -> list[int]:
+    """Greedy tokens of one request in one process holding every expert (prompt at once): the osl
+    after the prompt's own sampled token (`first`: that token alone)."""
     model = Model(SPEC, 0, "cpu", torch.float32, make_ep_group(None, 0, 1, SPEC.moe.num_experts),
                   layer_ids(SPEC, "decode"))
     cache = model.kv_cache(1, isl + osl + 1)
     logits = model.forward(Batch.prefill(prompt_tokens(0, rid, isl, SPEC.vocab_size), [isl]), cache, NullTimer())
     tok, out = int(logits.argmax(-1)), []
+    if first:
+        return [tok]
     for i in range(osl):
         tok = int(model.forward(Batch.decode(torch.tensor([tok]), [isl + i]), cache, NullTimer()).argmax(-1))
         out.append(tok)
@@ -113,3 +117,34 @@ def test_fault_during_serving_fails_naming_the_rank(tmp_path):
 def test_too_few_ranks_for_serving_is_one_line_exit_2(tmp_path):
     res = _serve(tmp_path, "tiny-chat", "--ranks", "1")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+AGGREGATED = """name: tiny-agg
+model: tiny-moe
+hardware: cpu-local
+num_gpus: 2
+aggregated:
+  - {role: both, dp: 2, max_tokens_per_step: 64, max_batch_per_rank: 8, cuda_graphs: false,
+     async_scheduling: false}
+"""
+
+
+def test_an_aggregated_plan_serves_and_matches_the_reference(tmp_path):
+    """An aggregated plan in serving mode: each rank's prompts in chunks next to its decodes, on one
+    instance; a request's tokens (its first from the last prefill chunk, then osl - 1 decodes) equal
+    the single-process reference; ran.json says what ran."""
+    plan = tmp_path / "agg.yaml"
+    plan.write_text(AGGREGATED)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rackplan.cli", "execute", "--plan", str(plan), "--device", "cpu",
+           "--workload", "tiny-chunked", "--requests", "4", "--out", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    recs = read_measurements(out)
+    reqs = [r for r in recs if r["op"] == "request"]
+    assert len(reqs) == 4
+    for r in reqs[:2]:
+        first = _reference(r["step"], r["isl"], 0, first=True)
+        assert r["output_tokens"] == first + _reference(r["step"], r["isl"], r["osl"] - 1)
+    ran = json.loads((out / "ran.json").read_text())
+    assert ran["mode"] == "aggregated" and ran["router"] == "least_loaded"

@@ -66,4 +66,5 @@ def test_execute_into_an_earlier_run_needs_force(tmp_path, capsys):
     code, _, _ = _in(tmp_path, ["execute", "--plan", "tiny-cpu", "--steps", "1", "--warmup", "0", "--out", "run",
                                 "--force"], capsys)
     assert code == 0
-    assert sorted(p.name for p in run.iterdir()) == ["measurements.jsonl"]  # the stale file is gone
+    # the stale file is gone (ran.json: what ran of the plan, written by every run since issue 34)
+    assert sorted(p.name for p in run.iterdir()) == ["measurements.jsonl", "ran.json"]

@@ -9,8 +9,9 @@ import torch
 
 from rackplan.executor.model import Batch, Model, layer_ids
 from rackplan.executor.parallel import make_ep_group
-from rackplan.executor.serving import Scheduler
+from rackplan.executor.serving import DecodeSeats, PrefillQueue, Scheduler
 from rackplan.executor.timing import NullTimer
+from rackplan.policy import EngineCore
 
 from .test_exec_model import _variant
 
@@ -18,8 +19,10 @@ pytestmark = pytest.mark.unit
 
 
 def _sched(isl, osl, arrival, n_prefill=2, budget=8, max_seqs=2, n_decode=2, max_batch=1, concurrency=0):
-    return Scheduler(list(isl), list(osl), [0] * len(isl), list(arrival), n_prefill, budget, max_seqs,
-                     n_decode, max_batch, concurrency)
+    isl, osl, cached = list(isl), list(osl), [0] * len(isl)
+    pre = EngineCore("prefill", n_prefill, budget, max_seqs, 10**6, 16, isl, osl, cached)
+    dec = EngineCore("decode", n_decode, budget, max_batch, 10**6, 16, isl, osl, cached)
+    return Scheduler(isl, osl, list(arrival), PrefillQueue(pre), DecodeSeats(dec), concurrency)
 
 
 def _run(sched, dt=1.0, max_ticks=100):

@@ -296,7 +296,7 @@ def test_turnover_terms_default_to_nothing():
 
 
 def test_the_simulator_prices_a_decode_steps_admissions_and_finishes():
-    from rackplan.sim.decode import DecodeRanks
+    from rackplan.policy import EngineCore
     from rackplan.sim.pricer import StepPricer
 
     layout = Layout(role="decode", dp=2, async_scheduling=False)
@@ -307,9 +307,9 @@ def test_the_simulator_prices_a_decode_steps_admissions_and_finishes():
     assert pr.decode([4, 4], [4000, 4000], 8, 2, 2) - base == pytest.approx(30e-6 + 7e-6)
     plain = StepPricer(CostContext(V3, GB300, layout, PROF))  # no per-request terms: the same step
     assert not plain.turnover and plain.decode([4, 4], [4000, 4000], 8, 2, 2) == plain.decode([4, 4], [4000, 4000], 8)
-    ranks = DecodeRanks(2, 8, 1e6, 1.0)  # the sequences the next step finishes, as its heap will pop them
-    ranks.admit(0, 0, 100, 1, 101)
-    ranks.admit(1, 1, 100, 3, 103)
-    assert ranks.finishing == 1 and ranks.advance() == [0]
-    assert ranks.finishing == 0 and ranks.advance() == []
-    assert ranks.finishing == 1 and ranks.advance() == [1]
+    core = EngineCore("decode", 2, 8192, 8, 10**6, 16, [100, 100], [1, 3], [0, 0])  # the sequences the next
+    core.add(0)  # step finishes, as the pricer's turnover terms count them
+    core.add(1)
+    for want_finishing, want_done in ((1, [0]), (0, []), (1, [1])):
+        batch = core.schedule()
+        assert batch.finishing == want_finishing and core.finish(batch).finished == want_done

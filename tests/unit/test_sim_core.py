@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from rackplan.sim.decode import DecodeRanks
+from rackplan.policy import EngineCore
 from rackplan.sim.metrics import RequestLog
 from rackplan.sim.steady import median, percentiles
 
@@ -57,46 +57,27 @@ def test_median_equals_numpys():
 
 
 def test_decode_sequences_finish_as_a_heap_orders_them():
+    """The serving policy's decode engine (rackplan/policy) finishes sequences in the order a heap
+    of (finish step, rid) pops them, and counts the next step's finishing ones."""
     rng = random.Random(5)
-    ranks = DecodeRanks(8, 64, 1e9, 1.0)
+    isl, osl = [], []
+    core = EngineCore("decode", 8, 8192, 64, 10**9, 16, isl, osl, [])
     heap, rid = [], 0
     for _ in range(400):
         for _ in range(rng.choice((0, 1, 2, 5))):
-            rank = ranks.pick_rank(100.0)
-            if rank is None:
-                break
-            osl = rng.choice((1, 2, 3, 17, 40))
-            ranks.admit(rid, rank, 100.0, osl, 100.0 + osl)
-            heapq.heappush(heap, (ranks.step + osl, rid))
+            isl.append(100)
+            osl.append(rng.choice((1, 2, 3, 17, 40)))
+            core.add(rid)
+            heapq.heappush(heap, (core.step + osl[-1], rid))
             rid += 1
-        assert ranks.running == len(heap)
-        assert ranks.finishing == sum(1 for s, _ in heap if s == ranks.step + 1)
-        assert ranks.steps_left() == {r: s - ranks.step for s, r in heap}
+        batch = core.schedule()
+        assert batch.decoding == len(heap)
+        assert batch.finishing == sum(1 for s, _ in heap if s == core.step + 1)
+        assert core.steps_left() == {r: s - core.step for s, r in heap}
         want = []
-        while heap and heap[0][0] <= ranks.step + 1:
+        while heap and heap[0][0] <= core.step + 1:
             want.append(heapq.heappop(heap)[1])
-        assert ranks.advance() == want
-
-
-def test_free_seat_heap_picks_the_least_loaded_rank():
-    rng = random.Random(6)
-    ranks = DecodeRanks(5, 3, 500.0, 1.0)
-    kv = [0.0] * 5
-    for _ in range(300):
-        need = rng.choice((50.0, 120.0, 260.0))
-        room = [r for r in range(5) if ranks.seats[r] < 3 and kv[r] + need <= 500.0]
-        want = min(room, key=lambda r: (ranks.seats[r], r)) if room else None
-        got = ranks.pick_rank(need)
-        assert got == want
-        if got is not None and rng.random() < 0.6:
-            ranks.reserve(got, need)
-            kv[got] += need
-        held = [r for r in range(5) if ranks.seats[r]]
-        if held and rng.random() < 0.4:
-            r = rng.choice(held)
-            ranks.release(r, kv[r] / ranks.seats[r])
-            kv[r] -= kv[r] / (ranks.seats[r] + 1)
-
+        assert core.finish(batch).finished == sorted(want)
 
 def test_request_log_writes_land_in_its_arrays_after_growing():
     log = RequestLog(3)

@@ -1,0 +1,434 @@
+"""One serving instance's scheduler: its DP ranks' queues, chunked prefill, paged KV, decode.
+
+`EngineCore(role, ...)` is a prefill instance ('prefill'), a decode instance ('decode': requests
+arrive with their KV) or an aggregated one ('both'). A driver calls `add(rid)` as requests reach
+it, then per step `schedule()` -> Batch, runs (or prices) the batch, and `finish(batch)` -> Done.
+
+Per DP rank (vLLM: one engine core per rank; a request stays on the rank it was bound to):
+  1. running decode sequences first: each needs KV for its context plus this step's queries
+     (1 + draft tokens); a rank short of blocks preempts its newest running sequence (vLLM V1's
+     recompute preemption: its blocks freed, it goes back to the head of the rank's queue and
+     recomputes its context as prefill when readmitted), until the rest fit;
+  2. prompts part-way through prefill, in order, chunked to what is left of the rank's token
+     budget (decode queries count against it), blocks for each chunk allocated (preempting as in 1);
+  3. the rank's waiting queue, FIFO, unless the rank preempted this step (as vLLM's scheduler): a
+     request starts when a seat is free (max_seqs running per rank), budget is left, and its
+     chunk's (decode: its context's) blocks are free; the head waits otherwise and the rest behind
+     it (the rank's queue is FIFO; other ranks go on).
+Decode sequences advance together, `tokens_per_step` tokens a step (a fluid mean under
+speculation unless the driver passes each sequence's count), so a step costs O(ranks) vector
+work plus O(1) per sequence that starts or finishes. Their blocks are not counted step by step:
+a rank's held blocks are the sum of ceil((context + queries) / block) over its sequences (exactly
+what block-by-block allocation holds, as nothing is freed mid-life), and are only summed when the
+bound (contexts + queries) / block + sequences says the rank could run out.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from .kv import block_tokens, blocks, capacity_blocks
+from .route import WAITING_WEIGHT
+
+Chunk = tuple[int, int, int]  # (rid, new tokens, tokens before them: prefix-cached or earlier chunks)
+Role = Literal["prefill", "decode", "both"]
+
+
+@dataclass(slots=True)
+class Batch:
+    """One step of one instance: per DP rank its prefill chunks; every decoding sequence runs."""
+
+    chunks: list[list[Chunk]]  # [rank] -> chunks (new prompts, continued ones, recomputes)
+    decoding: int  # decoding sequences this step (all ranks)
+    admitted: list[int]  # decode sequences whose first step this is (a decode instance: first token)
+    preempted: list[int]  # sequences preempted before this step (they recompute later)
+    finishing: int  # decoding sequences whose last token this step emits
+    completing: list[int]  # prompts (and recomputes) whose last chunk this step runs, rank by rank
+
+    @property
+    def has_prefill(self) -> bool:
+        return any(self.chunks)
+
+
+@dataclass(slots=True)
+class Done:
+    """What a step finished: prompts whose last chunk ran, their first tokens, whole requests."""
+
+    prefilled: list[tuple[int, int]] = field(default_factory=list)  # (rank, rid): prefill instance's hand-offs
+    first: list[int] = field(default_factory=list)  # aggregated: rids whose first token this step emitted
+    finished: list[int] = field(default_factory=list)  # rids whose last token this step emitted
+
+
+@dataclass(slots=True)
+class _Seq:
+    """A decoding sequence: its context and tokens left `ctx0`, `left0` as of step `step0`."""
+
+    rank: int
+    ctx0: float
+    left0: float
+    step0: int
+    end: int  # the step whose tokens are its last
+
+
+class EngineCore:
+    """The scheduler of one instance over `ranks` DP ranks (see the module docstring).
+
+    `isl`, `osl`, `cached`: per rid its prompt tokens, output tokens and prefix-cached prompt
+    tokens (tables the driver owns and may grow); `kv_blocks`: blocks per rank; `queries`: query
+    tokens of a decode sequence per step (1 + draft tokens); `tokens_per_step`: tokens it emits.
+    `on_start(rid) -> hit` runs when a prompt is first scheduled (a prefix cache decides its hit
+    then and writes `cached[rid]`)."""
+
+    def __init__(self, role: Role, ranks: int, budget: int, max_seqs: int, kv_blocks: int, block: int,
+                 isl: Sequence[int], osl: Sequence[int], cached: Sequence[int], queries: int = 1,
+                 tokens_per_step: float = 1.0, on_start: Callable[[int], int] | None = None):
+        self.role, self.ranks, self.budget, self.max_seqs = role, ranks, budget, max_seqs
+        self.kv_blocks, self.block, self.q, self.tps = kv_blocks, block, queries, tokens_per_step
+        self.isl, self.osl, self.cached, self.on_start = isl, osl, cached, on_start
+        self.batch = np.zeros(ranks)  # [R] decoding sequences
+        self.ctx = np.zeros(ranks)  # [R] sum of their contexts
+        self._batch, self._ctx = memoryview(self.batch), memoryview(self.ctx)  # per-element writes, no numpy scalar
+        self.waiting: list[deque[int]] = [deque() for _ in range(ranks)]
+        self.running: list[dict[int, None]] = [{} for _ in range(ranks)]  # admission order (prefilling + decoding)
+        self.prefilling: list[list[int]] = [[] for _ in range(ranks)]  # part-way prompts, in order
+        self.progress: dict[int, int] = {}  # rid -> tokens computed (prefill, recompute)
+        self.target: dict[int, int] = {}  # rid -> tokens its prefill must reach
+        self.pblocks = [0] * ranks  # blocks held by prefilling sequences
+        self.held: dict[int, int] = {}  # rid -> blocks of a prefilling sequence
+        self.resume: dict[int, tuple[float, float]] = {}  # preempted decode: rid -> (context, tokens left)
+        self.rank_of: dict[int, int] = {}
+        self.incoming = [0] * ranks  # bound requests not yet added (their KV on its way)
+        self._arrived: list[int] = []  # added since the last step, not bound yet
+        # per rank route.bind_rank's score, WAITING_WEIGHT x (waiting + incoming) + running, kept current
+        self._score = [0] * ranks
+        self._most_blocks = 0  # max_seqs x the blocks of the longest decode sequence yet, at its end
+        self._no_chunks: list[list[Chunk]] = [[] for _ in range(ranks)]  # a step without prefill (never written)
+        self.seqs: dict[int, _Seq] = {}  # decoding sequences
+        self._ending: dict[int, list[int]] = {}  # step -> rids whose last token it emits
+        self.step = 0  # steps finished
+        self.queued_tokens = 0  # prompt tokens not yet prefilled (the router's least-loaded measure)
+        self.num_waiting = 0
+        self._active: set[int] = set()  # ranks with waiting or part-way prompts
+        self._started: set[int] = set()  # [prefix cache] prompts whose hit `on_start` decided
+
+    @classmethod
+    def for_layout(cls, lay, kv_tokens: float, attention_kind: str, isl: Sequence[int], osl: Sequence[int],
+                   cached: Sequence[int], on_start: Callable[[int], int] | None = None) -> "EngineCore":
+        """One instance of Layout `lay` (rackplan.specs) with `kv_tokens` KV tokens per rank (the
+        memory model's capacity, sim/cost/memory.py) in the model's block size."""
+        block = block_tokens(attention_kind)
+        drafts = lay.speculation.num_tokens if lay.speculation else 0
+        return cls(lay.role, lay.dp, lay.max_tokens_per_step, lay.max_batch_per_rank, capacity_blocks(kv_tokens, block),
+                   block, isl, osl, cached, 1 + drafts, lay.tokens_per_step, on_start)
+
+    # -- arrivals ---------------------------------------------------------------------------------
+    @property
+    def load(self) -> int:
+        """Requests on the instance (bound, waiting or running): a decode pool's least-loaded measure."""
+        return self.num_waiting + len(self._arrived) + sum(self.incoming) + sum(len(r) for r in self.running)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.seqs) or bool(self._active) or bool(self._arrived)
+
+    def bind(self, rid: int, rank: int | None = None) -> int:
+        """Bind a request to a DP rank before it can run (a decode instance: at hand-off, while its KV
+        is on its way; vLLM's decode server has it then); `rank`: the binding another process made
+        from this instance's counts (executor/control.py). It counts as waiting there."""
+        if rank is None:
+            score = self._score  # bind_rank's score, kept as requests come and go
+            rank = score.index(min(score))
+        self.rank_of[rid] = rank
+        self.incoming[rank] += 1
+        self._score[rank] += WAITING_WEIGHT
+        return rank
+
+    def add(self, rid: int) -> None:
+        """A request reaches the instance (a decode instance: its KV arrived). One bound already
+        (`bind`) joins its rank's queue; the others bind at the next `schedule`, in arrival order, on
+        the counts as of the last step (vLLM's balancer reads the engines' per-step stats)."""
+        if self.role != "decode":
+            self.queued_tokens += self.isl[rid] - self.cached[rid]
+        r = self.rank_of.get(rid)
+        if r is None:
+            self._arrived.append(rid)
+            return
+        self.incoming[r] -= 1
+        self._score[r] -= WAITING_WEIGHT
+        self._queue(r, rid)
+
+    def _queue(self, r: int, rid: int) -> None:
+        self._score[r] += WAITING_WEIGHT
+        self.waiting[r].append(rid)
+        self.num_waiting += 1
+        self._active.add(r)
+
+    # -- scheduling -------------------------------------------------------------------------------
+    def schedule(self) -> Batch:
+        """This step's batch: decode sequences (after any preemption), then chunks per rank."""
+        if self._arrived:
+            for rid in self._arrived:
+                r = self.bind(rid)
+                self.incoming[r] -= 1
+                self._score[r] -= WAITING_WEIGHT
+                self._queue(r, rid)
+            self._arrived.clear()
+        preempted: list[int] = []
+        self._fit_decodes(preempted)
+        admitted: list[int] = []
+        chunks, completing = self._no_chunks, []
+        full, running, prefilling = self.max_seqs, self.running, self.prefilling
+        for r in sorted(self._active) if len(self._active) > 1 else tuple(self._active):
+            if len(running[r]) >= full and not prefilling[r]:
+                continue  # no seat: its queue waits (the common case of a full decode rank)
+            mine: list[Chunk] = []
+            left = self.budget - int(self._batch[r]) * self.q
+            before = len(preempted)
+            if self.prefilling[r]:
+                left = self._continue(r, left, mine, preempted)
+            if len(preempted) == before and not (before and r in {self.rank_of[p] for p in preempted}):
+                self._admit(r, left, mine, admitted)  # (vLLM: a step that preempted admits no one)
+            if mine:
+                if chunks is self._no_chunks:
+                    chunks = [[] for _ in range(self.ranks)]
+                chunks[r] = mine
+                target = self.target
+                completing += [rid for rid, take, start in mine if start + take >= target[rid]]
+        ending = self._ending.get(self.step + 1)
+        return Batch(chunks, len(self.seqs), admitted, preempted, len(ending) if ending else 0, completing)
+
+    def _fit_decodes(self, preempted: list[int]) -> None:
+        """Preempt on every rank whose decode sequences' blocks for this step would not fit."""
+        if not self.seqs:
+            return
+        held = max(self.pblocks) if self._active else 0
+        if self._most_blocks <= self.kv_blocks - held:
+            return  # no rank can be short: max_seqs of the longest sequence yet fit (the common case, O(1))
+        bound = (self.ctx + self.batch * self.q) / self.block + self.batch  # [R] blocks at most
+        room = np.subtract(self.kv_blocks, self.pblocks) if self._active else self.kv_blocks
+        for r in np.flatnonzero(bound > room).tolist():
+            while self.running[r] and self._decode_blocks(r) + self.pblocks[r] > self.kv_blocks:
+                preempted.append(self._preempt(r))
+
+    def _decode_blocks(self, r: int, extra: int = 0) -> int:
+        """Blocks rank r's decode sequences hold this step (with `extra` more queries each)."""
+        step, tps, q, b = self.step, self.tps, self.q + extra, self.block
+        return sum(blocks(s.ctx0 + (step - s.step0) * tps + q, b)
+                   for s in (self.seqs.get(rid) for rid in self.running[r]) if s is not None)
+
+    def _free_blocks(self, r: int) -> int:
+        """Blocks free on rank r this step (decode sequences' counted exactly only when tight)."""
+        bound = (self._ctx[r] + self._batch[r] * self.q) / self.block + self._batch[r]
+        free = self.kv_blocks - self.pblocks[r]
+        return free - (int(bound) if bound <= free else self._decode_blocks(r))
+
+    def _continue(self, r: int, left: int, out: list[Chunk], preempted: list[int]) -> int:
+        """Chunks of rank r's part-way prompts, in order; returns the budget left."""
+        for rid in list(self.prefilling[r]):
+            if left <= 0:
+                break
+            if rid not in self.held:  # preempted by an earlier chunk's allocation
+                continue
+            start = self.progress[rid]
+            take = min(self.target[rid] - start, left)
+            while self._free_blocks(r) < blocks(start + take, self.block) - self.held[rid]:
+                victim = self._preempt(r)
+                preempted.append(victim)
+                if victim == rid:
+                    break
+            if rid not in self.held:
+                continue
+            self._hold(r, rid, blocks(start + take, self.block))
+            out.append((rid, take, start))
+            left -= take
+        return left
+
+    def _admit(self, r: int, left: int, out: list[Chunk], admitted: list[int]) -> None:
+        """Rank r's waiting requests, FIFO, while a seat, budget and blocks are free."""
+        queue, running = self.waiting[r], self.running[r]
+        while queue and len(running) < self.max_seqs:
+            rid = queue[0]
+            if self.role == "decode" and rid not in self.resume:  # its KV arrived: decode from this step
+                ctx = float(self.isl[rid])
+                if self._free_blocks(r) < blocks(ctx + self.q, self.block):
+                    break
+                self._pop(r)
+                self._decode(r, rid, ctx, float(self.osl[rid]))
+                admitted.append(rid)
+                continue
+            if left <= 0:
+                break
+            start, target = self._prompt(rid)
+            take = min(target - start, left)
+            if self._free_blocks(r) < blocks(start + take, self.block):
+                break
+            self._pop(r)
+            if self.on_start is not None and rid not in self.resume and rid not in self._started:
+                self._started.add(rid)
+                self.queued_tokens -= self.on_start(rid)  # [prefix cache] the hit is known once scheduled
+                start = self.cached[rid]
+                take = min(target - start, left)
+            running[rid] = None
+            self._score[r] += 1
+            self.prefilling[r].append(rid)
+            self.progress[rid], self.target[rid], self.held[rid] = start, target, 0
+            self._hold(r, rid, blocks(start + take, self.block))
+            out.append((rid, take, start))
+            left -= take
+        if not queue and not self.prefilling[r]:
+            self._active.discard(r)
+
+    def _prompt(self, rid: int) -> tuple[int, int]:
+        """(tokens already computed, tokens to reach) of a request about to start its prefill."""
+        if rid in self.resume:  # recompute its whole context (prompt + tokens emitted so far)
+            return 0, math.ceil(self.resume[rid][0])
+        return self.cached[rid], self.isl[rid]
+
+    def _pop(self, r: int) -> None:
+        self.waiting[r].popleft()
+        self.num_waiting -= 1
+        self._score[r] -= WAITING_WEIGHT
+
+    def _hold(self, r: int, rid: int, n: int) -> None:
+        """A prefilling sequence's blocks grow to `n`."""
+        self.pblocks[r] += n - self.held[rid]
+        self.held[rid] = n
+
+    def _decode(self, r: int, rid: int, ctx: float, left: float) -> None:
+        """Start decoding `left` tokens from context `ctx` on rank r at the current step."""
+        end = self.step + max(1, math.ceil(left / self.tps))
+        most = self.max_seqs * blocks(ctx + (end - self.step) * self.tps + self.q, self.block)
+        if most > self._most_blocks:  # a rank's blocks at most: max_seqs sequences as long as this one at its end
+            self._most_blocks = most
+        self.seqs[rid] = _Seq(r, ctx, left, self.step, end)
+        self.running[r][rid] = None
+        self._score[r] += 1
+        self._batch[r] += 1
+        self._ctx[r] += ctx
+        self._ending.setdefault(end, []).append(rid)
+
+    def _preempt(self, r: int) -> int:
+        """Recompute preemption of rank r's newest running sequence; returns its rid."""
+        rid = next(reversed(self.running[r]))
+        del self.running[r][rid]
+        self._score[r] += WAITING_WEIGHT - 1
+        s = self.seqs.pop(rid, None)
+        if s is not None:  # decoding: keep its context and tokens left for the recompute
+            ctx = s.ctx0 + (self.step - s.step0) * self.tps
+            self._batch[r] -= 1
+            self._ctx[r] = max(self._ctx[r] - ctx, 0.0)
+            self._ending[s.end].remove(rid)
+            self.resume[rid] = (ctx, s.left0 - (self.step - s.step0) * self.tps)
+        else:  # prefilling: its chunks so far are lost
+            self.prefilling[r].remove(rid)
+            self.pblocks[r] -= self.held.pop(rid)
+            if rid not in self.resume:
+                self.queued_tokens += self.progress[rid] - self.cached[rid]
+            del self.progress[rid], self.target[rid]
+        self.waiting[r].appendleft(rid)
+        self.num_waiting += 1
+        self._active.add(r)
+        return rid
+
+    # -- after the step ---------------------------------------------------------------------------
+    def finish(self, batch: Batch, emitted: dict[int, int] | None = None) -> Done:
+        """The step ran: contexts grow, chunks count, and what finished leaves. `emitted`: tokens
+        each decoding sequence emitted when it differs from `tokens_per_step` (drawn acceptance)."""
+        done = Done()
+        if self.seqs:
+            self.ctx += self.batch if self.tps == 1.0 else self.batch * self.tps  # (x 1.0 is exact)
+            if emitted:
+                self._reanchor(emitted)
+        self.step += 1
+        ending = self._ending.pop(self.step, None)
+        if ending:
+            if len(ending) > 1:
+                ending.sort()  # in rid order
+            for rid in ending:
+                self._end_decode(rid)
+            done.finished.extend(ending)
+        for r, per in enumerate(batch.chunks if batch.chunks is not self._no_chunks else ()):
+            for rid, take, start in per:
+                self.progress[rid] = start + take
+                if rid not in self.resume:
+                    self.queued_tokens -= take
+                if start + take >= self.target[rid]:
+                    self._end_prefill(r, rid, done)
+        return done
+
+    def _reanchor(self, emitted: dict[int, int]) -> None:
+        """Sequences that emitted other than `tokens_per_step` this step: restated from the next step
+        (before the step counter moves; the context sums already grew by `tokens_per_step`)."""
+        k, tps = self.step, self.tps
+        for rid, n in emitted.items():
+            s = self.seqs.get(rid)
+            if s is None or n == tps or s.end == k + 1:
+                continue
+            ctx = s.ctx0 + (k - s.step0) * tps + n
+            left = s.left0 - (k - s.step0) * tps - n
+            self._ctx[s.rank] += n - tps
+            self._ending[s.end].remove(rid)
+            s.ctx0, s.left0, s.step0 = ctx, left, k + 1
+            s.end = k + 1 + (math.ceil(left / tps) if left > 0 else 0)
+            self._ending.setdefault(s.end, []).append(rid)
+
+    def _end_decode(self, rid: int) -> None:
+        s = self.seqs.pop(rid)
+        del self.running[s.rank][rid]
+        self._score[s.rank] -= 1
+        self._batch[s.rank] -= 1
+        self._ctx[s.rank] = max(self._ctx[s.rank] - (s.ctx0 + (s.end - s.step0) * self.tps), 0.0)
+        self.rank_of.pop(rid, None)
+
+    def _end_prefill(self, r: int, rid: int, done: Done) -> None:
+        """Rank r's prompt `rid` is prefilled: a prefill instance hands it off, the others decode it."""
+        self.prefilling[r].remove(rid)
+        self._started.discard(rid)
+        del self.progress[rid], self.target[rid], self.running[r][rid]
+        self._score[r] -= 1
+        self.pblocks[r] -= self.held.pop(rid)
+        if rid in self.resume:  # a recomputed sequence goes on decoding (its blocks now the decode's)
+            ctx, left = self.resume.pop(rid)
+            self._decode(r, rid, ctx, left)
+        elif self.role == "prefill":
+            self.rank_of.pop(rid, None)
+            done.prefilled.append((r, rid))
+        else:  # aggregated: the last chunk emitted the first token
+            done.first.append(rid)
+            if self.osl[rid] > 1:
+                self._decode(r, rid, float(self.isl[rid]), float(self.osl[rid] - 1))
+            else:
+                self.rank_of.pop(rid, None)
+                done.finished.append(rid)
+        if not self.waiting[r] and not self.prefilling[r]:
+            self._active.discard(r)
+
+    # -- views for drivers ------------------------------------------------------------------------
+    def decoding_on(self, r: int) -> list[int]:
+        """Rank r's decoding sequences this step, in admission order."""
+        return [rid for rid in self.running[r] if rid in self.seqs]
+
+    def context(self, rid: int) -> tuple[float, float]:
+        """(context, tokens left) of a decoding sequence at the current step."""
+        s = self.seqs[rid]
+        k = self.step - s.step0
+        return s.ctx0 + k * self.tps, s.left0 - k * self.tps
+
+    def steps_left(self) -> dict[int, int]:
+        """Steps each decoding sequence still has to go (rid -> steps; a snapshot)."""
+        return {rid: s.end - self.step for rid, s in self.seqs.items()}
+
+    def seat(self, rid: int, ctx: float, left: float) -> bool:
+        """Seat a decoding sequence directly (a warm start's running sequences) on the rank a new
+        request would bind to; False when that rank has no seat or blocks for it."""
+        r = self._score.index(min(self._score))
+        if len(self.running[r]) >= self.max_seqs or self._free_blocks(r) < blocks(ctx + self.q, self.block):
+            return False
+        self.rank_of[rid] = r
+        self._decode(r, rid, ctx, left)
+        return True

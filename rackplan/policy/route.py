@@ -1,0 +1,72 @@
+"""Routing: which instance of a pool a request goes to, and which DP rank of it the request binds to.
+
+Instances (the router in front of the pools; plan.router):
+  - least_loaded: the fewest queued requests or prompt tokens (what the pool reports as its load);
+    ties go round-robin (a counter of the router's decisions), so idle instances share the work;
+  - round_robin: each pool its own turn;
+  - prefix_aware: the least prompt work queued ahead plus this request's uncached part (the most
+    cached blocks win between equal queues), ties by the pool's turn; without a request (a decode
+    pool) it falls back to least_loaded.
+DP ranks (inside one instance): vLLM's DP load balancer (DPLBAsyncMPClient) sends a request to the
+engine core with the lowest `4 * waiting + running`, the first one on ties; it stays there.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+ROUTERS = ("least_loaded", "round_robin", "prefix_aware")
+WAITING_WEIGHT = 4  # vLLM v1/engine/core_client.py: score = waiting * 4 + running
+
+
+class Router:
+    """The router's state (its decisions over every pool, and each pool's turn) and its pick."""
+
+    def __init__(self, policy: str):
+        if policy not in ROUTERS:
+            raise ValueError(f"router {policy!r}: expected one of {', '.join(ROUTERS)}")
+        self.policy = policy
+        self.decisions = 0  # picks so far, every pool (least_loaded: ties rotate)
+        self.turns: dict[object, int] = {}  # picks so far per pool (round_robin, prefix_aware)
+
+    def pick(self, pool: object, loads: Sequence[float], uncached: Sequence[float] | None = None) -> int:
+        """Index of the instance of `pool` (any hashable naming it) a request goes to. `loads`: each
+        instance's load; `uncached` (prefix_aware, with a request): per instance, the queued prompt
+        tokens ahead plus this request's part its prefix cache misses."""
+        self.decisions += 1
+        self.turns[pool] = self.turns.get(pool, 0) + 1
+        return choose(self.policy, loads, self.decisions, self.turns[pool], uncached)
+
+
+def choose(policy: str, loads: Sequence[float], decision: int, turn: int,
+           uncached: Sequence[float] | None = None) -> int:
+    """The pick of the router's `decision`-th decision, the pool's `turn`-th (both counted from 1);
+    the executor keeps the counts on its store, the simulator in Router."""
+    n = len(loads)
+    if n == 1:
+        return 0
+    if policy == "round_robin":
+        return (turn - 1) % n
+    if policy == "prefix_aware" and uncached is not None:
+        return min(range(n), key=lambda i: (uncached[i], (i - turn) % n))
+    return least_loaded(loads, decision)
+
+
+def least_loaded(loads: Sequence[float], turn: int) -> int:
+    """The instance with the lowest load; among equal ones the first at or after `turn` (mod n)."""
+    n = len(loads)
+    best, low, off = 0, loads[0], (-turn) % n
+    for i in range(1, n):
+        load = loads[i]
+        if load < low or (load == low and (i - turn) % n < off):
+            best, low, off = i, load, (i - turn) % n
+    return best
+
+
+def bind_rank(waiting: Sequence[int], running: Sequence[int]) -> int:
+    """vLLM's DP rank for a new request: the lowest WAITING_WEIGHT * waiting + running, first on ties."""
+    best, low = 0, WAITING_WEIGHT * waiting[0] + running[0]
+    for r in range(1, len(waiting)):
+        score = WAITING_WEIGHT * waiting[r] + running[r]
+        if score < low:
+            best, low = r, score
+    return best
