@@ -14,6 +14,34 @@ def add_arguments(p) -> None:
                         "(source, host_cpu included) and the table's numbers unrounded")
 
 
+def add_models_arguments(p) -> None:
+    add_arguments(p)
+    p.add_argument("--from", dest="from_config", metavar="CONFIG",
+                   help="print the model spec built from a Hugging Face config.json (a path, a folder holding one, "
+                        "or a repo id in the local Hugging Face cache) as YAML, to save under configs/models/ or "
+                        "pass to --model; unsupported fields or architectures are refused by name")
+
+
+def print_from_config(ref: str) -> int:
+    """The spec a config.json translates to, as loadable YAML (a header names its source)."""
+    import yaml
+
+    from rackplan.specs import resolve_path
+    from rackplan.specs.hf_config import load_config_spec
+
+    path = resolve_path("models", ref)
+    if path.suffix != ".json":
+        from rackplan.specs import SpecError
+
+        raise SpecError("", "from", "a config.json, a folder holding one or a cached Hugging Face repo id", ref)
+    spec = load_config_spec(path)
+    params = spec.param_counts()
+    print(f"# {spec.name}: built by rackplan from {path} (rackplan/specs/hf_config.py states each default)\n"
+          f"# parameters (analytic, MTP excluded): {sum(params.values()) / 1e9:,.2f}B total\n"
+          + yaml.safe_dump(to_dict(spec), sort_keys=False, width=120), end="")
+    return 0
+
+
 def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[str, ...], dict]]) -> int:
     """The one listing printer: rows as (table cells, JSON record), a rich table or, with --json, the records."""
     if args.json:
@@ -32,6 +60,8 @@ def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[st
 
 
 def run_models(args) -> int:
+    if getattr(args, "from_config", None):
+        return print_from_config(args.from_config)
     rows = []
     for name in available("models"):
         m = load_model(name)
@@ -61,4 +91,4 @@ def run_hardware(args) -> int:
                                                          "domain", "scale-out GB/s"), rows)
 
 
-add_models_arguments = add_hardware_arguments = add_arguments
+add_hardware_arguments = add_arguments
