@@ -125,18 +125,26 @@ def config_file(ref: str | Path) -> Optional[Path]:
     if not p.exists() and REPO_ID.fullmatch(str(ref)):
         found = cached_config(str(ref))
         if found is None:
-            raise SpecError("", "model", "a Hugging Face repo id present in the local cache (never downloaded; "
-                            f"looked in {', '.join(str(h) for h in hub_dirs())})", str(ref))
+            raise SpecError("", "model", "an embedded model name, a YAML or config.json path, or a Hugging Face "
+                            "repo id present in the local cache (never downloaded; looked in "
+                            f"{', '.join(str(h) for h in hub_dirs())})", str(ref))
         return found
     return None
 
 
+def repo_of(path: Path) -> Optional[str]:
+    """ORG/NAME of a config.json kept in a cache folder (models--ORG--NAME/snapshots/REV/) or in a
+    folder named ORG--NAME (tests/data/hf_configs/), else None."""
+    parts = Path(path).resolve().parts
+    folder = next((p[len("models--"):] for p in reversed(parts) if p.startswith("models--")),
+                  parts[-2] if len(parts) > 1 else "")
+    return folder.replace("--", "/", 1) if "--" in folder else None
+
+
 def model_name(path: Path) -> str:
-    """A spec name for a config.json: the repo's name from its cache folder (models--ORG--NAME) or
-    from its parent folder (NAME or ORG--NAME)."""
-    parts = path.resolve().parts
-    repo = next((p for p in reversed(parts) if p.startswith("models--")), parts[-2] if len(parts) > 1 else "model")
-    return repo.split("--")[-1].lower()
+    """A spec name for a config.json: its repo's name, else its folder's name, lower case."""
+    repo = repo_of(path)
+    return (repo.split("/")[-1] if repo else Path(path).resolve().parent.name).lower()
 
 
 # --- translation ------------------------------------------------------------------------------------
@@ -154,7 +162,12 @@ def spec_from_config(data: dict, where: str, name: str, source: str = "",
     dtypes = _dtypes(cfg, family, quant)
     build = {"deepseek_v3": _deepseek, "kimi_k2": _deepseek, "deepseek_v32": _deepseek, "glm4_moe": _deepseek,
              "qwen3_moe": _qwen3, "gpt_oss": _gpt_oss, "deepseek_v4": _deepseek_v4}[family]
-    return build(cfg, family, dtypes, name, source or where)
+    try:
+        return build(cfg, family, dtypes, name, source or where)
+    except SpecError as exc:  # a spec range check on a translated value: name the config it came from
+        if exc.where:
+            raise
+        raise SpecError(where, f"(the spec built from it) {exc.field}", exc.expected) from None
 
 
 def _check_keys(cfg: _Config, family: str) -> None:
@@ -176,26 +189,27 @@ def _common(cfg: _Config) -> dict:
 
 def _deepseek(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: str) -> ModelSpec:
     """DeepSeek-V3 / R1, Kimi K2, DeepSeek-V3.2 (MLA) and GLM-4.5 (GQA) on the DeepSeek MoE block."""
-    layers, hidden = cfg.int("num_hidden_layers"), cfg.int("hidden_size")
+    layers = cfg.int("num_hidden_layers")
     attn = _gqa(cfg, dtypes, layers) if family == "glm4_moe" else _mla(cfg, family, dtypes, layers)
-    moe = MoESpec(
-        num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
-        num_shared_experts=cfg.int("n_shared_experts", 0), expert_intermediate=cfg.int("moe_intermediate_size"),
-        # glm4_moe has no scoring_func key: its gate is sigmoid (vLLM glm4_moe.py Glm4MoE)
-        scoring=_scoring(cfg, "sigmoid" if family == "glm4_moe" else "softmax"),
-        num_groups=cfg.int("n_group", 1), topk_groups=cfg.int("topk_group", 1),
-        routed_scaling=float(cfg.get("routed_scaling_factor", 1.0)))
+    # glm4_moe has no scoring_func key: its gate is sigmoid (vLLM glm4_moe.py Glm4MoE); the
+    # DeepSeek configs' default is HF DeepseekV3Config's (softmax), though every release names it
+    moe = _deepseek_moe(cfg, "sigmoid" if family == "glm4_moe" else "softmax")
     dense = cfg.int("first_k_dense_replace", 0)
     spec = ModelSpec(name=name, num_dense_layers=dense, dense_intermediate=cfg.int("intermediate_size") if dense else 0,
                      attention=attn, moe=moe, dtypes=dtypes, source=source, **_common(cfg))
     return _with_mtp(cfg, spec)
 
 
-def _scoring(cfg: _Config, default: str) -> str:
-    value = cfg.get("scoring_func", default)
-    if value not in ("softmax", "sigmoid", "sqrtsoftplus"):
+def _deepseek_moe(cfg: _Config, scoring: str) -> MoESpec:
+    """The DeepSeek MoE block's keys (routed + shared experts, group-limited top-k, scaling)."""
+    scoring = cfg.get("scoring_func", scoring)
+    if scoring not in ("softmax", "sigmoid", "sqrtsoftplus"):
         raise cfg.fail("scoring_func", "softmax, sigmoid or sqrtsoftplus")
-    return value
+    return MoESpec(num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
+                   num_shared_experts=cfg.int("n_shared_experts", 0),
+                   expert_intermediate=cfg.int("moe_intermediate_size"), scoring=scoring,
+                   num_groups=cfg.int("n_group", 1), topk_groups=cfg.int("topk_group", 1),
+                   routed_scaling=float(cfg.get("routed_scaling_factor", 1.0)))
 
 
 def _mla(cfg: _Config, family: str, dtypes: Dtypes, layers: int) -> AttentionSpec:
@@ -277,10 +291,8 @@ def _deepseek_v4(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: s
                          num_kv_heads=cfg.int("num_key_value_heads"), q_lora_rank=cfg.int("q_lora_rank"),
                          qk_rope_head_dim=cfg.int("qk_rope_head_dim"), o_lora_rank=cfg.int("o_lora_rank"),
                          o_groups=cfg.int("o_groups"), kv=tuple(c for c in kv if c.layers))
-    moe = MoESpec(num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
-                  num_shared_experts=cfg.int("n_shared_experts", 0), expert_intermediate=cfg.int("moe_intermediate_size"),
-                  scoring=_scoring(cfg, "sqrtsoftplus"), routed_scaling=float(cfg.get("routed_scaling_factor", 1.0)))
-    spec = ModelSpec(name=name, num_dense_layers=0, attention=attn, moe=moe, dtypes=dtypes, source=source,
+    spec = ModelSpec(name=name, num_dense_layers=0, attention=attn, moe=_deepseek_moe(cfg, "sqrtsoftplus"),
+                     dtypes=dtypes, source=source,
                      hc_mult=cfg.int("hc_mult", 0), **_common(cfg))
     return _with_mtp(cfg, spec)
 
@@ -329,6 +341,8 @@ def _dtypes(cfg: _Config, family: str, quant: Optional[dict]) -> Dtypes:
     q = cfg.get("quantization_config") or (quant or {}).get("quantization")
     fmt, kv8, keep = _quant_format(cfg, q)
     weights = {cls: (base if fmt is None or _excluded(keep, cls) else fmt) for cls in _MODULES}
+    if family in ("qwen3_moe", "gpt_oss"):
+        weights["dense"] = weights["attention"]  # no dense FFN nor shared expert: unused, kept alike
     if family == "deepseek_v4" and cfg.get("expert_dtype") is not None:
         if cfg.get("expert_dtype") != "fp4":
             raise cfg.fail("expert_dtype", "'fp4' (MXFP4 routed experts)")
@@ -384,4 +398,7 @@ def load_config_spec(path: str | Path) -> ModelSpec:
     path = Path(path)
     quant_path = path.parent / "hf_quant_config.json"
     quant = read_json(quant_path, "hf_quant_config.json") if quant_path.is_file() else None
-    return spec_from_config(read_json(path, "config.json"), str(path), model_name(path), str(path), quant)
+    repo = repo_of(path)
+    rev = path.parent.name if path.parent.parent.name == "snapshots" else ""
+    source = (f"{repo} config.json" + (f" (revision {rev})" if rev else "")) if repo else str(path)
+    return spec_from_config(read_json(path, "config.json"), str(path), model_name(path), source, quant)

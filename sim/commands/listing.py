@@ -38,8 +38,18 @@ def print_from_config(ref: str) -> int:
     params = spec.param_counts()
     print(f"# {spec.name}: built by rackplan from {path} (rackplan/specs/hf_config.py states each default)\n"
           f"# parameters (analytic, MTP excluded): {sum(params.values()) / 1e9:,.2f}B total\n"
-          + yaml.safe_dump(to_dict(spec), sort_keys=False, width=120), end="")
+          + yaml.safe_dump(_compact(spec), sort_keys=False, width=120), end="")
     return 0
+
+
+def _compact(obj):
+    """to_dict without the fields left at their defaults (what a hand-written spec omits)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(obj):
+        return [_compact(v) for v in obj] if isinstance(obj, (list, tuple)) else obj
+    return {f.name: _compact(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if f.init and (f.default is dataclasses.MISSING or getattr(obj, f.name) != f.default)}
 
 
 def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[str, ...], dict]]) -> int:
