@@ -46,6 +46,8 @@ def _compact(obj):
     """to_dict without the fields left at their defaults (what a hand-written spec omits)."""
     import dataclasses
 
+    if isinstance(obj, float) and obj.is_integer():
+        return int(obj)  # 1024 bytes, not 1024.0 (the float fields load ints back as floats)
     if not dataclasses.is_dataclass(obj):
         return [_compact(v) for v in obj] if isinstance(obj, (list, tuple)) else obj
     return {f.name: _compact(getattr(obj, f.name)) for f in dataclasses.fields(obj)
