@@ -144,7 +144,8 @@ def repo_of(path: Path) -> Optional[str]:
 def model_name(path: Path) -> str:
     """A spec name for a config.json: its repo's name, else its folder's name, lower case."""
     repo = repo_of(path)
-    return (repo.split("/")[-1] if repo else Path(path).resolve().parent.name).lower()
+    name = (repo.split("/")[-1] if repo else Path(path).resolve().parent.name).lower()
+    return re.sub(r"[^a-z0-9._-]+", "-", name).strip("-._") or "model"  # names reach file names and reports
 
 
 # --- translation ------------------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def _gqa(cfg: _Config, dtypes: Dtypes, layers: int, windows: tuple = ()) -> Atte
     """GQA: K and V of every KV head per token; `windows`: (name, layers, window) components instead
     of one full-context component (gpt-oss's sliding / full alternation)."""
     heads, kv_heads = cfg.int("num_attention_heads"), cfg.int("num_key_value_heads")
-    d = cfg.int("head_dim", cfg.int("hidden_size") // max(heads, 1))
+    d = cfg.int("head_dim", cfg.int("hidden_size") // max(heads, 1))  # transformers' default when absent
     entry = 2 * kv_heads * d * _bytes(dtypes.kv_cache)
     parts = windows or (("gqa_kv", layers, None),)
     kv = tuple(KVComponent(n, count, count, entry_bytes=entry, qk_dim=d, v_dim=d, window=w)

@@ -43,7 +43,8 @@ REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --rep
 SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "workload": "agentic-chat"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"],
-                   help="model name under configs/models or a YAML path (default: %(default)s, the seed scenario)")
+                   help="model name under configs/models, a YAML path, or a Hugging Face config.json (a path, "
+                        "a folder holding one, a repo id in the local cache) (default: %(default)s, the seed scenario)")
     p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s)")
     p.add_argument("--gpus", type=positive_int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")

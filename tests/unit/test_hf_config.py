@@ -190,3 +190,10 @@ def test_v4_pro_compress_ratios_split_the_layers():
     assert (comps["swa"].layers, comps["csa"].layers, comps["hca"].layers) == (61, 30, 31)
     assert (comps["csa"].topk, comps["swa"].window, m.hc_mult) == (1024, 128, 4)
     assert (m.dtypes.expert_weights, m.dtypes.attention_weights, m.dtypes.kv_cache) == ("mxfp4", "fp8_block", "bf16")
+
+
+def test_spec_name_from_an_odd_folder_is_plain(tmp_path):
+    folder = tmp_path / "My Model; $(x)"
+    folder.mkdir()
+    shutil.copy(V3_CONFIG, folder / "config.json")
+    assert load_model(str(folder)).name == "my-model-x"
