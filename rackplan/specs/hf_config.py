@@ -14,8 +14,9 @@ What config.json does not say comes from one stated rule each (the "defaults" be
   scale per 128 + the 64-d rope in BF16 = 656 B, indexer keys 128 FP8 + one FP32 scale = 132 B
   (configs/models/deepseek-v3.2.yaml cites the engines).
 - An MTP layer (num_nextn_predict_layers) is one decoder layer with the target's MoE plus the 2h x h
-  `eh_proj`; it reads the shared embedding and head (counted in its active parameters, as DeepSeek's
-  README_WEIGHTS.md counts them).
+  `eh_proj`; a pass also reads the shared head whole (in its active parameters) and the shared
+  embedding by rows (not counted: DeepSeek's README_WEIGHTS.md counts it whole in its 2.4B); its one
+  weight dtype is the attention's (a pass reads mostly attention, eh_proj and head).
 """
 from __future__ import annotations
 
@@ -308,11 +309,12 @@ def _with_mtp(cfg: _Config, spec: ModelSpec) -> ModelSpec:
     # one MTP layer: attention + router + shared experts + eh_proj (2h -> h); routed experts apart
     dense = spec.attention.projection_params(h) + h * moe.num_experts + moe.num_shared_experts * expert + 2 * h * h
     total = n * (dense + moe.num_experts * expert)
-    active = dense + moe.top_k * expert + 2 * h * spec.vocab_size  # + the shared embedding and head it reads
+    active = dense + moe.top_k * expert + h * spec.vocab_size  # + the shared head, read whole (the embedding: rows)
     from dataclasses import replace
 
+    # one weight dtype for the drafter: the attention's (a pass reads mostly attention, eh_proj and head)
     return replace(spec, draft=DraftSpec(kind="mtp", num_tokens=n, forward_passes=n, active_params=float(active),
-                                         total_params=float(total), weight_dtype=spec.dtypes.expert_weights,
+                                         total_params=float(total), weight_dtype=spec.dtypes.attention_weights,
                                          num_experts=moe.num_experts, top_k=moe.top_k, expert_params=float(expert)))
 
 
