@@ -327,7 +327,7 @@ _MODULES = {
     "experts": ("model.layers.5.mlp.experts.0.gate_proj", "model.layers.5.mlp.experts"),
     "dense": ("model.layers.0.mlp.gate_proj", "model.layers.5.mlp.shared_experts.gate_proj"),
 }
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", None: "bf16"}
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", None: "bf16"}
 
 
 def _excluded(patterns: list, cls: str) -> bool:
@@ -340,7 +340,7 @@ def _dtypes(cfg: _Config, family: str, quant: Optional[dict]) -> Dtypes:
     """Weight dtypes from the quantisation block; KV / dispatch / compute follow them (module docstring)."""
     base = _TORCH_DTYPES.get(cfg.get("torch_dtype", cfg.get("dtype")))
     if base is None:
-        raise cfg.fail("torch_dtype", "bfloat16 or float16")
+        raise cfg.fail("torch_dtype", "bfloat16, float16 or float32")
     q = cfg.get("quantization_config") or (quant or {}).get("quantization")
     fmt, kv8, keep = _quant_format(cfg, q)
     weights = {cls: (base if fmt is None or _excluded(keep, cls) else fmt) for cls in _MODULES}
@@ -355,7 +355,7 @@ def _dtypes(cfg: _Config, family: str, quant: Optional[dict]) -> Dtypes:
     eight = fmt in ("fp8", "fp8_block") or kv8
     four = weights["experts"] in ("mxfp4", "nvfp4")
     return Dtypes(attention_weights=weights["attention"], expert_weights=weights["experts"],
-                  dense_weights=weights["dense"],
+                  dense_weights=weights["dense"], activations=base,
                   kv_cache="bf16" if family == "deepseek_v4" else ("fp8" if eight else base),
                   dispatch="fp8" if eight else base, combine="bf16" if base == "bf16" else base,
                   compute={"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}.get(weights["attention"], base),
@@ -391,6 +391,17 @@ def _bytes(dtype: str) -> float:
     from .model import DTYPE_BYTES
 
     return DTYPE_BYTES[dtype]
+
+
+def param_ranges(spec: ModelSpec) -> dict[str, tuple[float, float]]:
+    """Parameter counts as publishers state them, each a (low, high) pair of conventions:
+    total without .. with the MTP layer(s); active per token from the decoder layers alone
+    (attention, dense FFN, shared + top-k routed experts, routers) .. plus the embedding and head."""
+    p, moe, h = spec.param_counts(), spec.moe, spec.hidden_size
+    total = sum(p.values())
+    layers = total - p["embed_head"] - p["routed_experts"] + moe.top_k * moe.expert_params(h) * spec.num_moe_layers
+    return {"total": (total, total + (spec.draft.total_params if spec.draft else 0.0)),
+            "active": (layers, layers + p["embed_head"])}
 
 
 def load_config_spec(path: str | Path) -> ModelSpec:

@@ -113,7 +113,7 @@ def test_repo_id_absent_from_the_cache_is_refused_not_downloaded(tmp_path, monke
     ("deepseek-ai--DeepSeek-V3", {"hidden_size": -1}, "hidden_size"),
     ("Qwen--Qwen3-235B-A22B", {"mlp_only_layers": [0, 1]}, "mlp_only_layers"),
     ("Qwen--Qwen3-235B-A22B", {"use_sliding_window": True}, "use_sliding_window"),
-    ("Qwen--Qwen3-235B-A22B", {"torch_dtype": "float32"}, "torch_dtype"),
+    ("Qwen--Qwen3-235B-A22B", {"torch_dtype": "float64"}, "torch_dtype"),
     ("openai--gpt-oss-120b", {"layer_types": ["full_attention"] * 3}, "layer_types"),
     ("deepseek-ai--DeepSeek-V4-Pro", {"compress_ratios": [4, 16] * 31}, "compress_ratios"),
 ])

@@ -10,41 +10,29 @@ with derived ends, and the published figure must fall within it widened by 1%:
   GLM neither).
 """
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
 
 from rackplan.specs import load_model
-from rackplan.specs.hf_config import load_config_spec
+from rackplan.specs.hf_config import load_config_spec, param_ranges
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from hf_models import DATA, SHIPPED  # noqa: E402  (the published figures, printed by benchmarks/hf_models.py)
 
 pytestmark = pytest.mark.unit
-DATA = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 
-# name, config folder, published total and active (parameters), where published
-SHIPPED = [
-    ("kimi-k2", "moonshotai--Kimi-K2-Instruct", 1.0e12, 32e9, "moonshotai/Kimi-K2-Instruct README (model card)"),
-    ("qwen3-30b-a3b", "Qwen--Qwen3-30B-A3B", 30.5e9, 3.3e9, "Qwen/Qwen3-30B-A3B README (model card)"),
-    ("qwen3-coder-480b-a35b", "Qwen--Qwen3-Coder-480B-A35B-Instruct", 480e9, 35e9,
-     "Qwen/Qwen3-Coder-480B-A35B-Instruct README (model card)"),
-    ("glm-4.5", "zai-org--GLM-4.5", 355e9, 32e9, "zai-org/GLM-4.5 README (model card)"),
-    ("gpt-oss-120b", "openai--gpt-oss-120b", 116.83e9, 5.13e9, "OpenAI gpt-oss model card, table 1"),
-    ("deepseek-v4-pro", "deepseek-ai--DeepSeek-V4-Pro", 1.6e12, 49e9, "deepseek-ai/DeepSeek-V4-Pro README"),
-]
 IDS = [s[0] for s in SHIPPED]
 
 
 def totals(m) -> tuple[float, float]:
-    """(without, with) the MTP drafter's resident parameters."""
-    total = sum(m.param_counts().values())
-    return total, total + (m.draft.total_params if m.draft else 0.0)
+    return param_ranges(m)["total"]
 
 
 def actives(m) -> tuple[float, float]:
-    """(decoder layers only, + embedding and head) read per token."""
-    p, moe, h = m.param_counts(), m.moe, m.hidden_size
-    layers = (sum(p.values()) - p["embed_head"] - p["routed_experts"]
-              + moe.top_k * moe.expert_params(h) * m.num_moe_layers)
-    return layers, layers + p["embed_head"]
+    return param_ranges(m)["active"]
 
 
 @pytest.mark.parametrize("name,repo,total,active,where", SHIPPED, ids=IDS)
@@ -78,6 +66,6 @@ def test_hand_derived_qwen3_30b_counts():
     assert actives(m)[1] == 48 * (18_874_368 + 8 * 4_718_592 + 2048 * 128) + 2 * 151_936 * 2048
 
 
-@pytest.mark.xfail(strict=True, reason="Kimi K2 report's 1.04T is 1.3% above its config.json's arithmetic")
+@pytest.mark.xfail(strict=True, reason="the 1.04T quoted from the K2 report: 1.3% above config.json")
 def test_kimi_k2_total_against_the_report():
     assert abs(totals(load_model("kimi-k2"))[0] / 1.04e12 - 1) <= 0.01
