@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from .fields import SpecError
+from .fields import MAX_INT, SpecError
 from .model import AttentionSpec, DraftSpec, Dtypes, KVComponent, ModelSpec, MoESpec
 
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -82,8 +82,22 @@ class _Config:
 
     def int(self, key: str, default: Optional[int] = None) -> int:
         value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise SpecError(self.where, key, "a non-negative integer", value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+            raise SpecError(self.where, key, f"an integer in 0..{MAX_INT}", value)
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e6:
+            raise SpecError(self.where, key, "a positive number below 1e6", value)
+        return float(value)
+
+    def strings(self, key: str, allowed: tuple = ()) -> list:
+        """A list of strings (each one of `allowed` when given)."""
+        value = self.data.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) and (not allowed or v in allowed)
+                                                   for v in value):
+            raise SpecError(self.where, key, "a list of " + (" / ".join(allowed) if allowed else "strings"), value)
         return value
 
     def fail(self, key: str, expected: str) -> SpecError:
@@ -158,7 +172,7 @@ def spec_from_config(data: dict, where: str, name: str, source: str = "",
         raise SpecError(where, "(top level)", "a JSON object (config.json)", type(data).__name__)
     cfg = _Config(data, where)
     family = data.get("model_type")
-    if family not in _FAMILY_KEYS:
+    if not isinstance(family, str) or family not in _FAMILY_KEYS:
         raise cfg.fail("model_type", "one of the architectures rackplan translates: " + ", ".join(SUPPORTED))
     _check_keys(cfg, family)
     dtypes = _dtypes(cfg, family, quant)
@@ -211,7 +225,7 @@ def _deepseek_moe(cfg: _Config, scoring: str) -> MoESpec:
                    num_shared_experts=cfg.int("n_shared_experts", 0),
                    expert_intermediate=cfg.int("moe_intermediate_size"), scoring=scoring,
                    num_groups=cfg.int("n_group", 1), topk_groups=cfg.int("topk_group", 1),
-                   routed_scaling=float(cfg.get("routed_scaling_factor", 1.0)))
+                   routed_scaling=cfg.number("routed_scaling_factor", 1.0))
 
 
 def _mla(cfg: _Config, family: str, dtypes: Dtypes, layers: int) -> AttentionSpec:
@@ -259,9 +273,9 @@ def _gpt_oss(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: str) 
     Not in the spec (each below 0.01% of the parameters and of a layer's FLOPs): attention sinks (one
     learned logit per head), the q/k/v/o and expert biases."""
     layers = cfg.int("num_hidden_layers")
-    types = cfg.get("layer_types") or []
-    if not isinstance(types, list) or len(types) != layers or set(types) - {"sliding_attention", "full_attention"}:
-        raise cfg.fail("layer_types", f"{layers} entries of sliding_attention / full_attention")
+    types = cfg.strings("layer_types", ("sliding_attention", "full_attention"))
+    if len(types) != layers:
+        raise cfg.fail("layer_types", f"{layers} entries (num_hidden_layers) of sliding_attention / full_attention")
     sliding = types.count("sliding_attention")
     attn = _gqa(cfg, dtypes, layers, (("swa", sliding, cfg.int("sliding_window")), ("full", layers - sliding, None)))
     top_k = cfg.int("num_experts_per_tok", cfg.get("experts_per_token"))
@@ -279,7 +293,8 @@ def _deepseek_v4(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: s
     (num_hash_layers) are priced as routed: the spec has no hash router (its cost is a lookup)."""
     layers, d = cfg.int("num_hidden_layers"), cfg.int("head_dim")
     ratios = cfg.get("compress_ratios")
-    if not isinstance(ratios, list) or len(ratios) < layers or set(ratios[:layers]) - {0, 4, 128}:
+    if not isinstance(ratios, list) or len(ratios) < layers or any(
+            isinstance(r, bool) or r not in (0, 4, 128) for r in ratios[:layers]):
         raise cfg.fail("compress_ratios", f"at least num_hidden_layers ({layers}) entries of 0, 4 or 128")
     entry = d * _bytes(dtypes.kv_cache)  # one 512-d latent per entry
     idx = cfg.int("index_head_dim")
@@ -333,12 +348,13 @@ _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", None:
 def _excluded(patterns: list, cls: str) -> bool:
     """Whether a module of class `cls` is kept unquantised by a modules_to_not_convert / ignore list."""
     return any(fnmatch.fnmatch(mod, pat) or fnmatch.fnmatch(mod, f"{pat}.*") or fnmatch.fnmatch(mod, f"*{pat}")
-               for pat in patterns if isinstance(pat, str) for mod in _MODULES[cls])
+               for pat in patterns for mod in _MODULES[cls])
 
 
 def _dtypes(cfg: _Config, family: str, quant: Optional[dict]) -> Dtypes:
     """Weight dtypes from the quantisation block; KV / dispatch / compute follow them (module docstring)."""
-    base = _TORCH_DTYPES.get(cfg.get("torch_dtype", cfg.get("dtype")))
+    torch_dtype = cfg.get("torch_dtype", cfg.get("dtype"))
+    base = _TORCH_DTYPES.get(torch_dtype) if torch_dtype is None or isinstance(torch_dtype, str) else None
     if base is None:
         raise cfg.fail("torch_dtype", "bfloat16, float16 or float32")
     q = cfg.get("quantization_config") or (quant or {}).get("quantization")
@@ -370,6 +386,9 @@ def _quant_format(cfg: _Config, q: Optional[dict]) -> tuple[Optional[str], bool,
         raise cfg.fail("quantization_config", "a mapping")
     method = str(q.get("quant_method", "modelopt" if "quant_algo" in q else "")).lower()
     keep = q.get("modules_to_not_convert") or q.get("ignore") or q.get("exclude_modules") or []
+    if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
+        raise SpecError(cfg.where, "quantization_config.modules_to_not_convert", "a list of module name patterns",
+                        keep)
     if method == "fp8":
         block = q.get("weight_block_size")
         if block not in (None, [128, 128]):

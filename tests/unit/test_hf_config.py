@@ -201,3 +201,19 @@ def test_spec_name_from_an_odd_folder_is_plain(tmp_path):
     folder.mkdir()
     shutil.copy(V3_CONFIG, folder / "config.json")
     assert load_model(str(folder)).name == "my-model-x"
+
+
+ODD_VALUES = [None, "x", [], {}, [1, "a"], [{}], -1, 0, 1.5, 2**60, True, float("inf")]
+
+
+@pytest.mark.parametrize("repo", sorted(p.name for p in DATA.iterdir() if p.is_dir()))
+def test_any_odd_value_is_a_spec_error_or_a_spec(repo):
+    """Every key of every shipped config set to each odd value: a ModelSpec or one SpecError naming a
+    field, never another exception (a TypeError from a list where a number belongs, an overflow)."""
+    base = config(repo)
+    for key in base:
+        for value in ODD_VALUES:
+            try:
+                spec_from_config({**base, key: value}, "config.json", "m")
+            except SpecError as exc:
+                assert exc.field, (key, value)
