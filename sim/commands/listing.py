@@ -19,11 +19,12 @@ def add_models_arguments(p) -> None:
     p.add_argument("--from", dest="from_config", metavar="CONFIG",
                    help="print the model spec built from a Hugging Face config.json (a path, a folder holding one, "
                         "or a repo id in the local Hugging Face cache) as YAML, to save under configs/models/ or "
-                        "pass to --model; unsupported fields or architectures are refused by name")
+                        "pass to --model (with --json: as JSON); unsupported fields or architectures are refused "
+                        "by name")
 
 
-def print_from_config(ref: str) -> int:
-    """The spec a config.json translates to, as loadable YAML (a header names its source)."""
+def print_from_config(ref: str, as_json: bool = False) -> int:
+    """The spec a config.json translates to, as loadable YAML (a header names its source) or JSON."""
     import yaml
 
     from rackplan.specs import resolve_path
@@ -35,6 +36,9 @@ def print_from_config(ref: str) -> int:
 
         raise SpecError("", "from", "a config.json, a folder holding one or a cached Hugging Face repo id", ref)
     spec = load_config_spec(path)
+    if as_json:
+        print(json.dumps(_compact(spec), indent=2))
+        return 0
     params = spec.param_counts()
     print(f"# {spec.name}: built by rackplan from {path} (rackplan/specs/hf_config.py states each default)\n"
           f"# parameters (analytic, MTP excluded): {sum(params.values()) / 1e9:,.2f}B total\n"
@@ -73,7 +77,7 @@ def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[st
 
 def run_models(args) -> int:
     if getattr(args, "from_config", None):
-        return print_from_config(args.from_config)
+        return print_from_config(args.from_config, args.json)
     rows = []
     for name in available("models"):
         m = load_model(name)

@@ -141,6 +141,13 @@ def test_models_from_prints_yaml_that_loads_back(repo, tmp_path, capsys):
     assert load_model(str(saved)) == load_config_spec(DATA / repo / "config.json")
 
 
+def test_models_from_json(capsys):
+    assert main(["models", "--from", str(V3_CONFIG), "--json"]) == 0
+    from rackplan.specs import ModelSpec, from_dict
+
+    assert from_dict(ModelSpec, json.loads(capsys.readouterr().out)) == load_config_spec(V3_CONFIG)
+
+
 # --- the quantisation block sets the dtypes ----------------------------------------------------------
 
 def test_fp8_block_checkpoint():
