@@ -57,7 +57,14 @@ def available(kind: str) -> list[str]:
 
 
 def resolve_path(kind: str, name_or_path: str | Path) -> Path:
-    """A path as given if it exists or looks like a file path, else configs/<kind>/<name>.yaml."""
+    """A path as given if it exists or looks like a file path, else configs/<kind>/<name>.yaml; a model
+    may also be a Hugging Face config.json, a folder holding one or a cached repo id (hf_config.py)."""
+    if kind == "models" and Path(name_or_path).suffix not in (".yaml", ".yml"):
+        from .hf_config import config_file
+
+        found = config_file(name_or_path)
+        if found is not None:
+            return found
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
@@ -72,14 +79,19 @@ def resolve_path(kind: str, name_or_path: str | Path) -> Path:
 def spec_ref(kind: str, name_or_path: str | Path) -> str:
     """How a written file (plan.yaml) names a spec it was made from: an embedded name as given, a
     file path made absolute, so the plan reads back from any folder (a path relative to the folder it
-    was planned in named no file anywhere else, its own folder included)."""
+    was planned in named no file anywhere else, its own folder included); a model folder or cached
+    repo id as the absolute path of the config.json it resolved to (the snapshot planned with)."""
     path = resolve_path(kind, name_or_path)
-    return str(path.resolve()) if path == Path(name_or_path) else str(name_or_path)
+    return str(path.resolve()) if path == Path(name_or_path) or path.suffix == ".json" else str(name_or_path)
 
 
 def load(kind: str, name_or_path: str | Path):
     """Load and validate one spec of `kind` by embedded name or file path."""
     path = resolve_path(kind, name_or_path)
+    if kind == "models" and path.suffix == ".json":
+        from .hf_config import load_config_spec
+
+        return load_config_spec(path)
     shipped = path.parent.parent == CONFIG_DIR and not os.environ.get("RACKPLAN_CONFIGS")  # the package's own
     spec = from_dict(KINDS[kind], read_yaml(path, shipped), str(path))
     if kind == "profiles":

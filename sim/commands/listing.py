@@ -18,6 +18,50 @@ def add_arguments(p) -> None:
                         "(source, host_cpu included) and the table's numbers unrounded")
 
 
+def add_models_arguments(p) -> None:
+    add_arguments(p)
+    p.add_argument("--from", dest="from_config", metavar="CONFIG",
+                   help="print the model spec built from a Hugging Face config.json (a path, a folder holding one, "
+                        "or a repo id in the local Hugging Face cache) as YAML, to save under configs/models/ or "
+                        "pass to --model (with --json: as JSON); unsupported fields or architectures are refused "
+                        "by name")
+
+
+def print_from_config(ref: str, as_json: bool = False) -> int:
+    """The spec a config.json translates to, as loadable YAML (a header names its source) or JSON."""
+    import yaml
+
+    from rackplan.specs import resolve_path
+    from rackplan.specs.hf_config import load_config_spec
+
+    path = resolve_path("models", ref)
+    if path.suffix != ".json":
+        from rackplan.specs import SpecError
+
+        raise SpecError("", "from", "a config.json, a folder holding one or a cached Hugging Face repo id", ref)
+    spec = load_config_spec(path)
+    if as_json:
+        print(json.dumps(_compact(spec), indent=2))
+        return 0
+    params = spec.param_counts()
+    print(f"# {spec.name}: built by rackplan from {path} (rackplan/specs/hf_config.py states each default)\n"
+          f"# parameters (analytic, MTP excluded): {sum(params.values()) / 1e9:,.2f}B total\n"
+          + yaml.safe_dump(_compact(spec), sort_keys=False, width=120), end="")
+    return 0
+
+
+def _compact(obj):
+    """to_dict without the fields left at their defaults (what a hand-written spec omits)."""
+    import dataclasses
+
+    if isinstance(obj, float) and obj.is_integer():
+        return int(obj)  # 1024 bytes, not 1024.0 (the float fields load ints back as floats)
+    if not dataclasses.is_dataclass(obj):
+        return [_compact(v) for v in obj] if isinstance(obj, (list, tuple)) else obj
+    return {f.name: _compact(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if f.init and (f.default is dataclasses.MISSING or getattr(obj, f.name) != f.default)}
+
+
 BANDWIDTH_NOTE = ("GB/s: gigabytes (bytes) per second per GPU, one direction; NICs are sold in gigabits (Gb/s): "
                   "an 800 Gb/s NIC is 100 GB/s here (whatif's hardware.nvlink_gbps / scaleout_gbps take GB/s too)")
 
@@ -41,6 +85,8 @@ def _print(args, title: str, columns: tuple[str, ...], rows: list[tuple[tuple[st
 
 
 def run_models(args) -> int:
+    if getattr(args, "from_config", None):
+        return print_from_config(args.from_config, args.json)
     rows = []
     for name in available("models"):
         m = load_model(name)
@@ -71,4 +117,4 @@ def run_hardware(args) -> int:
                   BANDWIDTH_NOTE)
 
 
-add_models_arguments = add_hardware_arguments = add_arguments
+add_hardware_arguments = add_arguments

@@ -64,7 +64,8 @@ def plan_name(out: str) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"],
-                   help="model name under configs/models or a YAML path (default: %(default)s, the seed scenario)")
+                   help="model name under configs/models, a YAML path, or a Hugging Face config.json (a path, "
+                        "a folder holding one, a repo id in the local cache) (default: %(default)s, the seed scenario)")
     p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s)")
     p.add_argument("--gpus", type=int_at_most(MAX_GPUS, "the planner's largest GPU budget"), default=SEED["gpus"],
                    help=f"GPU budget, at most {MAX_GPUS:,} (default: 72, one NVL72 rack)")
