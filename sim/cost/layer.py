@@ -257,8 +257,11 @@ class LayerPricer:
         return out
 
     def _attention(self, out: dict, g: Group, w) -> None:
+        one_kernel = self.cx.model.attention.kind in attn.ONE_KERNEL_DECODE
+        if one_kernel and w.dec_seqs > 0:
+            _add(out, "attn.core", *attn.decode_layers(g.attention, w.dec_seqs, w.dec_ctx, self.q))
         for comp, layers in g.attention:
-            if w.dec_seqs > 0:
+            if w.dec_seqs > 0 and not one_kernel:
                 _add(out, "attn.core", *comp.decode(w.dec_seqs, w.dec_ctx, self.q, layers))
             if g.prefill_tokens and w.chunks:
                 _add(out, "attn.core", *comp.prefill(w.chunks, layers))
