@@ -4,11 +4,14 @@ quant_widths), derived by hand.
 V4 decode: FlashMLA's sparse decode kernel attends the sliding window as extra tokens of the compressed
 cache's call (flash_mla_with_kvcache `extra_k_cache`), so V4-Flash's 43 layers run 43 attention kernels
 (21 swa + csa, 20 swa + hca, 2 swa alone), not 84 (one per KV component per layer).
+Quantisation: a measured GEMM curve times the whole linear, activation quantisation included, so the
+quantize op is not priced again for a GEMM priced by such a curve.
 """
 import pytest
 
 from rackplan.sim.cost import attention as attn
-from rackplan.specs import Curve, Profile, load_hardware, load_model, load_profile
+from rackplan.sim.cost.layer import quant_widths
+from rackplan.specs import Curve, Layout, Profile, load_hardware, load_model, load_profile, ops
 
 pytestmark = pytest.mark.unit
 
@@ -55,3 +58,27 @@ def test_fused_decode_is_cheaper_by_the_floors_it_saves():
     apart = sum(comp.decode(1.0, 4096.0, 1.0, layers)[0] for comp, layers in parts)
     floor_s = FLOOR_FLOPS / (GB300.flops_for("bf16") * EFF) + prof.op_fixed_s
     assert apart - fused == pytest.approx((84 - 43) * floor_s)
+
+
+V3 = load_model("deepseek-v3")
+
+
+def _v3_gemms():
+    lay = Layout(role="decode", dp=8, tp=1, ep=8)
+    return ops.layer_gemms(V3, lay, V3.num_dense_layers, V3.num_layers - V3.num_dense_layers)
+
+
+def test_quantize_priced_where_the_gemm_is_a_roofline():
+    # datasheet: every FP8 GEMM input is quantised by its own kernel (V3 attention: the hidden state once,
+    # q_b's and kv_b's latent inputs, o's input; the dense FFN (3 layers), the shared expert: input, SwiGLU output)
+    widths = quant_widths(_v3_gemms(), V3.hidden_size, load_profile("datasheet"))
+    assert [w for w, _ in widths] == [(7168, 1536, 512, 16384), (7168, 18432), (7168, 2048)]
+    assert quant_widths(_v3_gemms(), V3.hidden_size) == quant_widths(_v3_gemms(), V3.hidden_size,
+                                                                     load_profile("datasheet"))
+
+
+def test_quantize_not_priced_again_under_a_measured_gemm_curve():
+    prof = load_profile("h200-sxm-vllm")  # gemm.fp8_block (m >= 32) and gemm.fp8: whole-linear timings
+    assert quant_widths(_v3_gemms(), V3.hidden_size, prof) == ()
+    only_fp8 = Profile(name="fp4-only", curves={"gemm.fp4": prof.curves["gemm.fp8"]})  # FP8 GEMMs: roofline
+    assert quant_widths(_v3_gemms(), V3.hidden_size, only_fp8) == quant_widths(_v3_gemms(), V3.hidden_size)
