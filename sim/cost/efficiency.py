@@ -334,40 +334,6 @@ def _experts_gemm(gemm_of_m, tokens_per_expert, flops=0.0, load=0.0):
     return gemm_of_m(tokens_per_expert)
 
 
-# DeepGEMM's grouped GEMMs (m_grouped_fp8_gemm_nt_contiguous / _masked) group the M axis only: every expert is
-# one segment of the same SM90 kernel as fp8_gemm_nt, its rows padded to the kernel's block M (the contiguous
-# layout's alignment, get_mk_alignment_for_contiguous_layout(): 128 on SM90; deepseek-ai/DeepGEMM README,
-# "Grouped GEMMs (contiguous layout)"). DeepSeek-style engines run it for block-FP8 experts behind DeepEP on
-# Hopper (SGLang's DeepEP MoE; vLLM's DeepGemmExperts / BatchedDeepGemmExperts, "DeepGEMM enabled by default",
-# vLLM blog 2025-12-17 large-scale-serving), while the op tables' fp8_block MoE rows time FlashInfer's CUTLASS
-# and Triton kernels (experts.fp8_block, ~30% of peak at large loads against DeepGEMM's 60%+).
-GROUPED_RULE = "deepgemm_sm90"  # the tile rule of the dense curves that time DeepGEMM's SM90 kernel
-GROUPED_ALIGNMENT = 128  # rows: each expert's segment padded to this
-
-
-def runs_grouped_deepgemm(prof: Profile, dtype: str) -> bool:
-    """Whether `prof` holds DeepGEMM's SM90 dense kernel for `dtype` (gemm curves with its tile rule): the
-    kernel whose grouped form runs routed experts in `dtype` behind DeepEP (GROUPED_RULE)."""
-    c = prof.curves.get(f"gemm.{dtype}") if prof.curves else None
-    return c is not None and any(x.tile_rule == GROUPED_RULE for x in c)
-
-
-def grouped_experts_at(prof: Profile, dtype: str, n=0.0, k=0.0, sms: int = 0):
-    """Efficiency of routed experts run as DeepGEMM's grouped GEMM, as a function of (rows per expert, experts
-    with rows): gate/up [M, k] x [k, n] and down [M, n / 2] x [n / 2, k] (n = 2 x intermediate, k = hidden)
-    priced by the dense curves at M = the experts' rows padded to GROUPED_ALIGNMENT each, the padding's work
-    counted as lost (the useful FLOPs over the padded ones)."""
-    return partial(_grouped, gemm_at(prof, dtype, n, k, sms), gemm_at(prof, dtype, k, n / 2.0, sms))
-
-
-def _grouped(up, down, rows, distinct):
-    padded = distinct * math.ceil(rows / GROUPED_ALIGNMENT - 1e-9) * GROUPED_ALIGNMENT
-    if padded <= 0:
-        return up(GROUPED_ALIGNMENT)
-    # gate/up does two thirds of the FLOPs, down one third: the harmonic mean of their efficiencies
-    return rows * distinct / padded * 3.0 / (2.0 / up(padded) + 1.0 / down(padded))
-
-
 def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1.0, flops=0.0, heads=0.0):
     """Attention core (prefill: FlashAttention/FlashMLA-style; decode: paged/absorbed reads) of
     `batch` sequences at context `ctx` doing `flops` over `heads` query heads per sequence (0:

@@ -129,9 +129,6 @@ class StepModel:
         _, _, _, n, k = expert_work(m, 1.0, 1.0, lay.moe_tp)
         self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k, hw.num_sms),
                          f"moe.route.{dtype}")
-        # behind DeepEP on Hopper, block-FP8 experts run DeepGEMM's grouped GEMM (efficiency.GROUPED_RULE)
-        self._grouped = (efficiency.grouped_experts_at(prof, dtype, n, k, hw.num_sms)
-                         if lay.ep_size > 1 and efficiency.runs_grouped_deepgemm(prof, dtype) else None)
         self.local_experts = physical_experts_per_rank(m, lay)  # the experts kernel's local experts (tile_load)
 
     def variant(self, layout: Layout) -> "StepModel":
@@ -182,8 +179,7 @@ class StepModel:
         peak, experts_eff, route_class = self._experts
         tokens_in = self._tokens_in(t_max, busiest, kernel)  # token copies the rank's MoE layer takes in
         load = tile_load(tokens_in, m.moe.top_k, self.local_experts)  # what the kernel's tile choice reads
-        eff = experts_eff(rows, flops, load) if self._grouped is None else self._grouped(rows, distinct)
-        t_exp = price(flops, nbytes, peak, eff, hw, prof)
+        t_exp = price(flops, nbytes, peak, experts_eff(rows, flops, load), hw, prof)
         h = m.hidden_size
         r_bytes = route_bytes(tokens_in, m.hidden_size, m.dtypes.activation_bytes)
         t_route = self.layers.stream_seconds(route_class, r_bytes, t_max, h)
