@@ -4,12 +4,14 @@ A TP instance without expert parallelism shards every expert's intermediate widt
 (DeepSeek-V3/V3.2: 2,048 -> 512 per rank at TP4). The op database fits its experts curves on
 `moe_tp_size 1` rows only (calibration/opdb.md); this script checks the TP shapes it did not fit
 on. For each `moe_tp_size` row of the system's vLLM `moe_perf` table at the DeepSeek shape
-(hidden 7168, inter 2048, top-8 of 256, balanced routing, no EP) it prices the same layer as the
+(hidden 7168, inter 2048, top-8 of 256; or --model's, e.g. Qwen3-235B's hidden 4096, inter 1536, top-8 of
+128; balanced routing, no EP) it prices the same layer as the
 simulator does (sim/cost/step.py `StepModel._price_moe`: moe.experts + moe.route, one MoE layer,
 every token entering the rank) with the system's measured profile, and prints measured, priced and
 their ratio. Needs the `opdb` extra (aiconfigurator-core).
 
 Run:  python benchmarks/moe_tp_check.py [--system gb300] [--hardware gb300-nvl72] [--tokens 64 512 2048]
+      [--model qwen3-235b-a22b --dtype bfloat16 fp8]  (another model's MoE shape, where the table has it)
 """
 from __future__ import annotations
 
@@ -25,27 +27,34 @@ from rackplan.specs import SpecError, load_hardware, load_model, load_profile
 from rackplan.specs.layout import Layout
 
 # the op database's MoE dtype -> (expert weights, expert compute) of the model variant priced
-DTYPES = {"fp8_block": ("fp8_block", "fp8_block"), "nvfp4": ("nvfp4", "fp4")}
-SHAPE = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256, "moe_ep_size": 1}
+DTYPES = {"fp8_block": ("fp8_block", "fp8_block"), "nvfp4": ("nvfp4", "fp4"), "bfloat16": ("bf16", "bf16"),
+          "fp8": ("fp8", "fp8")}
 
 
-def table_rows(system: str, dtype: str) -> dict[tuple[int, int], float]:
-    """{(moe_tp_size, num_tokens): seconds} of the system's vLLM moe_perf rows at the DeepSeek shape."""
+def shape(model_name: str) -> dict[str, int]:
+    """The moe_perf columns that select a model's MoE layer shape (no EP)."""
+    m = load_model(model_name)
+    return {"hidden_size": m.hidden_size, "inter_size": m.moe.expert_intermediate, "topk": m.moe.top_k,
+            "num_experts": m.moe.num_experts, "moe_ep_size": 1}
+
+
+def table_rows(system: str, dtype: str, model_name: str = "deepseek-v3") -> dict[tuple[int, int], float]:
+    """{(moe_tp_size, num_tokens): seconds} of the system's vLLM moe_perf rows at the model's MoE shape."""
     c = read(locate(data_root(), system, "vllm")["moe_perf"])
     sel = (c["distribution"] == "balanced") & (c["moe_dtype"] == dtype)
-    for key, val in SHAPE.items():
+    for key, val in shape(model_name).items():
         sel &= c[key] == val
     if not sel.any():
-        raise SpecError("--dtype", "moe_dtype", f"a dtype with rows at the DeepSeek shape on {system}", dtype)
+        raise SpecError("--dtype", "moe_dtype", f"a dtype with rows at {model_name}'s MoE shape on {system}", dtype)
     sel &= c["kernel_source"] == most_rows(c["kernel_source"][sel])
     return {(int(t), int(n)): float(s) for t, n, s in zip(c["moe_tp_size"][sel], c["num_tokens"][sel],
                                                           c["seconds"][sel])}
 
 
-def priced(hw_name: str, dtype: str, moe_tp: int, tokens: int) -> float:
-    """Seconds of one DeepSeek-V3 MoE layer (experts + routing) on a TP`moe_tp` rank, as the simulator prices it."""
+def priced(hw_name: str, dtype: str, moe_tp: int, tokens: int, model_name: str = "deepseek-v3") -> float:
+    """Seconds of one MoE layer (experts + routing) on a TP`moe_tp` rank, as the simulator prices it."""
     hw = load_hardware(hw_name)
-    base = load_model("deepseek-v3")
+    base = load_model(model_name)
     weights, compute = DTYPES[dtype]
     model = dataclasses.replace(base, dtypes=dataclasses.replace(base.dtypes, expert_weights=weights,
                                                                  expert_compute=compute))
@@ -62,13 +71,14 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", nargs="+", default=["nvfp4", "fp8_block"], choices=sorted(DTYPES))
     p.add_argument("--tokens", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048, 8192])
     p.add_argument("--moe-tp", type=int, nargs="+", default=[1, 2, 4, 8], help="moe_tp_size rows to check")
+    p.add_argument("--model", default="deepseek-v3", help="model whose MoE shape is checked (e.g. qwen3-235b-a22b)")
     args = p.parse_args(argv)
     try:
-        tables = {dt: table_rows(args.system, dt) for dt in args.dtype}
+        tables = {dt: table_rows(args.system, dt, args.model) for dt in args.dtype}
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"one MoE layer (DeepSeek shape, balanced, no EP), {args.system} vLLM moe_perf vs "
+    print(f"one MoE layer ({args.model}'s shape, balanced, no EP), {args.system} vLLM moe_perf vs "
           f"{load_hardware(args.hardware).default_profile}: measured / priced ms (priced / measured)")
     for dt, rows in tables.items():
         tps = [t for t in sorted({t for t, _ in rows}) if t in args.moe_tp]
@@ -80,7 +90,7 @@ def main(argv=None) -> int:
                 if (t, n) not in rows:
                     cells.append(f"{'-':>24}")
                     continue
-                got, want = priced(args.hardware, dt, t, n), rows[(t, n)]
+                got, want = priced(args.hardware, dt, t, n, args.model), rows[(t, n)]
                 ratios[t].append(got / want)
                 cells.append(f"{want * 1e3:>10.3f} / {got * 1e3:.3f} ({got / want:.2f})")
             print(f"{'':>4}{n:>7} " + "".join(cells))

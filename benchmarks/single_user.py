@@ -9,6 +9,7 @@ HBM bandwidth of the instance (GPUs x datasheet TB/s) gives the least time per t
 communication, kernel tail or host time only adds to it.
 
 Run:  python benchmarks/single_user.py [--plan P] [--requests 16] [--profile datasheet --profile default]
+      [--model deepseek-v4-flash --no-speculation]  (the plan's layout with another model, without speculation)
 """
 from __future__ import annotations
 
@@ -44,8 +45,15 @@ def main(argv=None) -> int:
     p.add_argument("--plan", default="v41-flash-gb300-single-user")
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--profile", action="append", help="profile name, or 'default' (the hardware's)")
+    p.add_argument("--model", help="price the plan's layout with this model instead of the plan's")
+    p.add_argument("--no-speculation", action="store_true", help="the plan's layout without speculation")
     args = p.parse_args(argv)
     plan = load_plan(args.plan)
+    if args.no_speculation:
+        plan = dataclasses.replace(plan, aggregated=tuple(dataclasses.replace(a, speculation=None)
+                                                          for a in plan.aggregated))
+    if args.model:
+        plan = dataclasses.replace(plan, model=args.model)
     model, hw, wl = load_model(plan.model), load_hardware(plan.hardware), load_workload(plan.workload)
     lay = plan.aggregated[0]
     ctx = wl.isl.expected + wl.osl.expected / 2  # a decode step's mean context

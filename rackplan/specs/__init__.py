@@ -13,7 +13,17 @@ import yaml
 from .fields import SpecError, from_dict, to_dict
 from .hardware import HardwareSpec
 from .layout import SLO, EPLBConfig, Layout, Plan, Speculation
-from .model import DTYPE_BYTES, AttentionSpec, DraftSpec, Dtypes, KVComponent, ModelSpec, MoESpec
+from .model import (
+    DTYPE_BYTES,
+    AttentionSpec,
+    DraftSpec,
+    Dtypes,
+    KVComponent,
+    ModelSpec,
+    MoESpec,
+    split_checkpoint,
+    with_checkpoint,
+)
 from .profile import A2AParams, Curve, HostParams, Profile, check_hardware
 from .reading import read_yaml
 from .workload import Arrival, LengthDist, Workload
@@ -80,9 +90,14 @@ def spec_ref(kind: str, name_or_path: str | Path) -> str:
     """How a written file (plan.yaml) names a spec it was made from: an embedded name as given, a
     file path made absolute, so the plan reads back from any folder (a path relative to the folder it
     was planned in named no file anywhere else, its own folder included); a model folder or cached
-    repo id as the absolute path of the config.json it resolved to (the snapshot planned with)."""
+    repo id as the absolute path of the config.json it resolved to (the snapshot planned with); a
+    model's checkpoint format (`<model>:<format>`, model.CHECKPOINTS) kept."""
+    fmt = None
+    if kind == "models":
+        name_or_path, fmt = split_checkpoint(str(name_or_path))
     path = resolve_path(kind, name_or_path)
-    return str(path.resolve()) if path == Path(name_or_path) or path.suffix == ".json" else str(name_or_path)
+    ref = str(path.resolve()) if path == Path(name_or_path) or path.suffix == ".json" else str(name_or_path)
+    return ref if fmt is None else f"{ref}:{fmt}"
 
 
 def load(kind: str, name_or_path: str | Path):
@@ -121,7 +136,11 @@ def _check_a2a_coverage(prof: Profile, where: str) -> None:
 
 
 def load_model(name: str | Path) -> ModelSpec:
-    return load("models", name)
+    """A model by embedded name or file path, `<model>:<format>` for a published checkpoint format
+    (model.CHECKPOINTS: `deepseek-v3:nvfp4`, NVIDIA's NVFP4 checkpoint, attention and dense weights BF16)."""
+    base, fmt = split_checkpoint(str(name))
+    model = load("models", base)
+    return model if fmt is None else with_checkpoint(model, fmt)
 
 
 def load_hardware(name: str | Path) -> HardwareSpec:

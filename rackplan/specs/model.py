@@ -7,6 +7,7 @@ compressed-KV family (V4), cross-layer shared latents (V4.1) and plain GQA (Qwen
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -363,3 +364,32 @@ class ModelSpec:
             "router": h * moe.num_experts * self.num_moe_layers,
             "embed_head": 2 * h * self.vocab_size,
         }
+
+
+# Checkpoint formats a model is published in beside its maker's release, by the dtypes such a checkpoint keeps
+# (its model card), selected as `<model>:<format>` (load_model). NVIDIA's NVFP4 checkpoints (TensorRT Model
+# Optimizer; nvidia/DeepSeek-R1-FP4 card: "only the weights and activations of the linear operators within
+# transformer blocks in MoE are quantized") keep attention and dense weights (dense FFN, shared experts) in
+# BF16: routed experts NVFP4 with FP4 GEMMs (W4A4), the other GEMMs BF16. KV cache, dispatch and combine stay
+# the model's (serving flags, not the checkpoint).
+CHECKPOINTS: dict[str, dict[str, str]] = {
+    "nvfp4": {"attention_weights": "bf16", "dense_weights": "bf16", "expert_weights": "nvfp4", "compute": "bf16",
+              "expert_compute": "fp4"},
+}
+CHECKPOINT_SEP = ":"
+
+
+def split_checkpoint(name: str) -> tuple[str, str | None]:
+    """(model name, checkpoint format or None) of `<model>[:<format>]`; an unknown format is a SpecError."""
+    base, sep, fmt = str(name).rpartition(CHECKPOINT_SEP)
+    if not sep or "/" in fmt or "\\" in fmt:  # (a path with a colon, e.g. C:\..., names no format)
+        return str(name), None
+    check(fmt in CHECKPOINTS, "model", f"<model>{CHECKPOINT_SEP}<format> with a format of: "
+          + ", ".join(CHECKPOINTS), str(name))
+    return base, fmt
+
+
+def with_checkpoint(model: ModelSpec, fmt: str) -> ModelSpec:
+    """`model` as published in checkpoint format `fmt` (CHECKPOINTS): its dtypes replaced, named `<name>:<fmt>`."""
+    dtypes = dataclasses.replace(model.dtypes, **CHECKPOINTS[fmt])
+    return dataclasses.replace(model, name=f"{model.name}{CHECKPOINT_SEP}{fmt}", dtypes=dtypes)

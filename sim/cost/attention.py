@@ -114,17 +114,21 @@ class Component:
         """decode_component of this component."""
         if batch <= 0:
             return 0.0, 0.0, 0.0
-        comp = self.comp
         avg = ctx_sum / max(batch, 1.0)
-        att = attended(comp, avg)
+        flops, nbytes = self.decode_work(batch, avg, queries_per_seq)
+        sec = price(flops, nbytes, self.peak, self.decode_eff(batch, avg, flops, self.heads), self.hw, self.prof)
+        return sec * layers, flops * layers, nbytes * layers
+
+    def decode_work(self, batch: float, avg: float, queries_per_seq: float) -> tuple[float, float]:
+        """(FLOPs, bytes) of one layer's decode over this component: `batch` sequences at mean context `avg`."""
+        comp = self.comp
         flops = 2.0 * batch * queries_per_seq * self.heads * computed(comp, avg) * self.qkv
-        nbytes = batch * att * comp.entry_bytes / self.kv_split
+        nbytes = batch * attended(comp, avg) * comp.entry_bytes / self.kv_split
         if self.indexer:
             idx = indexed(comp, avg)
             flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
             nbytes = nbytes + batch * idx * comp.indexer_key_bytes
-        sec = price(flops, nbytes, self.peak, self.decode_eff(batch, avg, flops, self.heads), self.hw, self.prof)
-        return sec * layers, flops * layers, nbytes * layers
+        return flops, nbytes
 
     def prefill(self, chunks, layers: int) -> tuple[float, float, float]:
         """prefill_component of this component."""
@@ -150,6 +154,46 @@ class Component:
         eff = self.prefill_eff(seqs, longest, flops, self.prefill_heads)
         sec = price(flops, nbytes, self.peak, eff, self.hw, self.prof)
         return sec * layers, flops * layers, nbytes * layers
+
+
+# Kinds whose decode runs one attention kernel per layer over all the KV components the layer attends:
+# DeepSeek-V4 (csa) decodes with FlashMLA's sparse kernel, which takes the sliding window as extra tokens of
+# the same call as the compressed cache (deepseek-ai/FlashMLA flash_mla/flash_mla_interface.py,
+# flash_mla_with_kvcache: `extra_k_cache`, `extra_indices_in_kvcache`, "will attend to these extra tokens in
+# addition to those in k_cache"), so a step pays one kernel's fixed time per layer, not one per component.
+ONE_KERNEL_DECODE = ("csa",)
+
+
+def decode_layers(parts, batch: float, ctx_sum: float, queries_per_seq: float) -> tuple[float, float, float]:
+    """Seconds, flops, bytes of a decode step's attention core over `parts` ((Component, layers) of one layer
+    group) when each layer runs one kernel over every component it attends (ONE_KERNEL_DECODE).
+
+    The component attended on the most layers (V4's sliding window, on every layer) rides in the call of each
+    other component (layers each: V4-Flash's csa 21 and hca 20 layers, V4.1's shared latent 40); it runs alone
+    on the layers left (V4-Flash: 43 - 21 - 20 = 2). A fused call is priced as one kernel: its FLOPs and bytes
+    added, one efficiency (one fixed time) at their sum, the larger padded head count of the two."""
+    if batch <= 0 or not parts:
+        return 0.0, 0.0, 0.0
+    avg = ctx_sum / max(batch, 1.0)
+    base, base_layers = max(parts, key=lambda p: p[1])
+    b_fl, b_by = base.decode_work(batch, avg, queries_per_seq)
+    sec = fl = by = 0.0
+    alone = base_layers
+    for comp, layers in parts:
+        if comp is base:
+            continue
+        c_fl, c_by = comp.decode_work(batch, avg, queries_per_seq)
+        fused = min(layers, alone)  # layers where both run in one call (the rest: the component alone)
+        for n, f, b in ((fused, b_fl + c_fl, b_by + c_by), (layers - fused, c_fl, c_by)):
+            if n > 0:
+                heads = max(base.heads, comp.heads) if n == fused else comp.heads
+                sec += n * price(f, b, comp.peak, comp.decode_eff(batch, avg, f, heads), comp.hw, comp.prof)
+                fl, by = fl + n * f, by + n * b
+        alone -= fused
+    if alone > 0:
+        sec += alone * price(b_fl, b_by, base.peak, base.decode_eff(batch, avg, b_fl, base.heads), base.hw, base.prof)
+        fl, by = fl + alone * b_fl, by + alone * b_by
+    return sec, fl, by
 
 
 def phase_layers(model: ModelSpec, comp: KVComponent, phase: str) -> int:

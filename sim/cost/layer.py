@@ -87,10 +87,17 @@ class GemmOp:
         return sec * self.layers, fl * self.layers, by * self.layers
 
 
-def quant_widths(gemms: tuple[ops.ModelOp, ...], hidden: int) -> tuple[tuple[tuple[float, ...], int], ...]:
+def quant_widths(gemms: tuple[ops.ModelOp, ...], hidden: int, prof: Profile | None = None
+                 ) -> tuple[tuple[tuple[float, ...], int], ...]:
     """(columns of each activation one layer quantises for its FP8/FP4 GEMMs, layers) per op: the
     layer input once for every projection that reads the hidden state, each other projection's
-    input, and an FFN's input and down-projection input (vLLM quantises the SwiGLU output)."""
+    input, and an FFN's input and down-projection input (vLLM quantises the SwiGLU output).
+
+    A GEMM whose kernel has a measured curve in `prof` is left out: the op tables time the whole linear,
+    its activation quantisation included (aiconfigurator collector/vllm/collect_gemm.py times
+    RowParallelLinear.forward: static FP8 quantisation + cutlass_scaled_mm, scaled_fp4_quant + the FP4 GEMM;
+    SGLang's fp8_block row is per-token-group quantisation + DeepGEMM, calibration/opdb.md), so pricing the
+    quantisation again would count its kernels twice."""
     out = []
     for op in gemms:
         if op.name == "router":
@@ -98,6 +105,9 @@ def quant_widths(gemms: tuple[ops.ModelOp, ...], hidden: int) -> tuple[tuple[tup
         widths, seen_hidden = [], False
         for g in op.gemms:
             if g.compute_dtype not in QUANTIZED:
+                continue
+            if prof is not None and efficiency.gemm_curve_streams(
+                    prof, efficiency.kernel_dtype(g.weight_dtype, g.compute_dtype)):
                 continue
             if op.name in ("dense_ffn", "shared_expert"):
                 widths += [g.k, g.n / 3.0]  # input, and the intermediate (n = 3 x intermediate)
@@ -144,7 +154,7 @@ class LayerPricer:
         dtype = m.dtypes.attention_compute_dtype
         layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype),
                         max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
-        widths = quant_widths(listed, m.hidden_size) if m.dtypes.activations not in QUANTIZED else ()
+        widths = quant_widths(listed, m.hidden_size, cx.prof) if m.dtypes.activations not in QUANTIZED else ()
         return Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens, widths, first)
 
     def corrected(self, name: str, sec: float, phase: str, layers: int) -> float:
@@ -257,8 +267,11 @@ class LayerPricer:
         return out
 
     def _attention(self, out: dict, g: Group, w) -> None:
+        one_kernel = self.cx.model.attention.kind in attn.ONE_KERNEL_DECODE
+        if one_kernel and w.dec_seqs > 0:
+            _add(out, "attn.core", *attn.decode_layers(g.attention, w.dec_seqs, w.dec_ctx, self.q))
         for comp, layers in g.attention:
-            if w.dec_seqs > 0:
+            if w.dec_seqs > 0 and not one_kernel:
                 _add(out, "attn.core", *comp.decode(w.dec_seqs, w.dec_ctx, self.q, layers))
             if g.prefill_tokens and w.chunks:
                 _add(out, "attn.core", *comp.prefill(w.chunks, layers))

@@ -24,6 +24,18 @@ def test_moe_tp_check_prices_one_layer_in_seconds():
     assert floor <= got < 2 * floor
 
 
+def test_moe_tp_check_reads_another_models_shape():
+    import moe_tp_check
+
+    # Qwen3-235B-A22B BF16 experts at TP4, 512 tokens x top-8 of 128: 128 (1 - (1 - 8/128)^512) = 128.0 experts hit,
+    # 128 shards of 3 x 4096 x (1536 / 4) BF16 weights = 1,207,959,552 B, >= 151.0 us at 8 TB/s
+    assert moe_tp_check.shape("qwen3-235b-a22b") == {"hidden_size": 4096, "inter_size": 1536, "topk": 8,
+                                                      "num_experts": 128, "moe_ep_size": 1}
+    floor = 128 * 3 * 4096 * 384 * 2 / HBM_BW
+    got = moe_tp_check.priced("gb300-nvl72", "bfloat16", 4, 512, "qwen3-235b-a22b")
+    assert floor <= got < 2 * floor
+
+
 def _v32_tp4_fp8():
     import dsa_module_check
     from accuracy_cases import load_cases, resolve
