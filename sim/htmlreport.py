@@ -198,3 +198,30 @@ def whatif_page(plan, baseline, rows, steps) -> str:
                  ("Deltas (table)", table(["change", "TTFT p90", "TPOT p90", "tok/s/GPU", "tok/s/user"],
                                           [cells(r) for r in rows])),
                  ("Where the baseline's step time goes", step_svg(steps))])
+
+
+def sweep_page(rows: list[dict]) -> str:
+    """report.html of `rackplan sweep`: tokens/s/GPU against tokens/s/user, one point per cell that
+    measured both (hover: the cell's axes and where its figures come from), grouped as sweep.png groups
+    them, and the whole table."""
+    from .sweep import COLUMNS
+
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if isinstance(r.get("output_tps_per_gpu"), float) and isinstance(r.get("tps_per_user"), float):
+            groups.setdefault(r["plan"] or f"{r['model']} / {r['hardware']}", []).append(r)
+
+    def label(r: dict) -> str:
+        axes = ", ".join(f"{k} {r[k]}" for k in ("workload", "gpus", "rate", "change") if r.get(k) not in ("", None))
+        return (f"cell {r['cell']}: {r.get('summary') or r['plan']}\n{axes}\n{r['output_tps_per_gpu']:,.0f} output "
+                f"tokens/s/GPU\n{r['tps_per_user']:,.1f} tokens/s/user\n{r.get('source', '')}")
+
+    series = [Series(name, [(r["tps_per_user"], r["output_tps_per_gpu"], label(r)) for r in rs],
+                     PALETTE[i % len(PALETTE)]) for i, (name, rs) in enumerate(groups.items())]
+    sources = sorted({r["source"] for r in rows if r.get("source")})
+    chart = (svgplot.scatter("output tokens/s per GPU against tokens/s per user", "output tokens/s per user",
+                     "output tokens/s per GPU", series) if series else note("no cell measured both figures"))
+    return page(f"rackplan sweep: {len(rows)} cells",
+                [f"Each point is one cell; hover it for its axes. Figures from: {'; '.join(sources) or 'no results'}."],
+                [("Cells (hover a point for its cell)", chart),
+                 ("Every cell (sweep.csv)", table(list(COLUMNS), [[r.get(c, "") for c in COLUMNS] for r in rows]))])

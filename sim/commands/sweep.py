@@ -194,7 +194,9 @@ def run(args) -> int:
     with Outputs() as out:
         names = write_table(folder, rows, out)
         write_chart(out.file(folder / "sweep.png"), rows)
+        from ..htmlreport import sweep_page
+        out.file(folder / "report.html").write_text(sweep_page(rows))
     failed = sum(r["status"] != "ok" for r in rows)
     print(f"sweep: {len(rows)} cells ({kept} kept from an earlier run, {len(todo)} run, {failed} without a result) "
-          f"-> {', '.join(str(folder / n) for n in names + ['sweep.png'])}")
+          f"-> {', '.join(str(folder / n) for n in names + ['sweep.png', 'report.html'])}")
     return 0

@@ -51,6 +51,8 @@ def test_a_grid_gives_one_row_per_cell_in_grid_order_on_any_worker_count(tmp_pat
     for slow, fast in zip(one[1::2], one[0::2]):
         assert float(fast["tpot_p90_s"] or 0) <= float(slow["tpot_p90_s"] or 0) or not slow["tpot_p90_s"]
     assert (tmp_path / "one" / "sweep.png").stat().st_size > 0
+    html = (tmp_path / "one" / "report.html").read_text()  # one hover label per cell that measured both figures
+    assert html.count("<title>cell ") == sum(bool(r["tps_per_user"] and r["output_tps_per_gpu"]) for r in one) > 0
     if importlib.util.find_spec("pyarrow"):
         import pyarrow.parquet as pq
 
