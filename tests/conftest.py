@@ -15,3 +15,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["RACKPLAN_CACHE_DIR"] = tempfile.mkdtemp(prefix="rackplan-test-cache-")
 # ... removed when the session ends (a test run leaves nothing behind in the temp folder).
 atexit.register(shutil.rmtree, os.environ["RACKPLAN_CACHE_DIR"], ignore_errors=True)
+
+
+def main_in(folder, argv) -> int:
+    """`rackplan` with `folder` as the working directory (outputs named relative to it), then back."""
+    from rackplan.cli import main
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return main(list(argv))
+    finally:
+        os.chdir(cwd)

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import main_in
 
 from rackplan import outputs
-from rackplan.cli import main
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,12 +77,7 @@ def storage(request, mounted):
 
 
 def _in(folder: Path, argv: list[str], capsys) -> tuple[int, str]:
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        code = main(list(argv))
-    finally:
-        os.chdir(cwd)
+    code = main_in(folder, argv)
     return code, capsys.readouterr().err.strip()
 
 

@@ -4,13 +4,12 @@ Each case is (name, files to write, argv, what the one-line error must mention).
 into the test's folder, whose contents must be unchanged afterwards (no partial output).
 """
 import json
-import os
 from pathlib import Path
 
 import pytest
+from conftest import main_in
 
 from rackplan.calibration.synthetic import synth_records
-from rackplan.cli import main
 from rackplan.specs import load_plan, load_profile
 
 pytestmark = pytest.mark.unit
@@ -138,12 +137,7 @@ def _run(tmp_path, capsys, files, argv):
     for name, content in files.items():
         (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        code = main(list(argv))
-    finally:
-        os.chdir(cwd)
+    code = main_in(tmp_path, argv)
     after = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
     return code, capsys.readouterr().err.strip(), before, after
 
