@@ -174,3 +174,35 @@ def lines(eco: Economics | None, hw: HardwareSpec, simulated: bool = True) -> li
 
 __all__ = ["CostSpec", "Economics", "Prices", "SpecError", "busy_share", "figures", "gpu_power_w", "lines",
            "load_cost", "prices_for"]
+
+
+def of_metrics(hw: HardwareSpec, prices: Prices, metrics: dict) -> Economics | None:
+    """The figures of a simulated (or estimated) run from its metrics: whole-plan tokens/s per GPU x
+    GPUs; the busy share where the simulator measured it, else full load."""
+    gpus = int(metrics["num_gpus"])
+    return figures(hw, prices, gpus, float(metrics.get("gpu_busy_share", 1.0)),
+                   float(metrics["output_tps_per_gpu"]) * gpus, float(metrics.get("input_tps_per_gpu", 0.0)) * gpus)
+
+
+# -- command-line flags (simulate, plan, whatif) -------------------------------------------------
+def add_arguments(p) -> None:
+    """--price-per-gpu-hour, --kwh-price, --pue, --cost on an argparse parser."""
+    from rackplan.args import non_negative_float, positive_float
+
+    g = p.add_argument_group("cost and power (rackplan/economics.py)")
+    g.add_argument("--price-per-gpu-hour", type=positive_float, metavar="USD",
+                   help="price of one GPU-hour (default: the hardware YAML's dated list price)")
+    g.add_argument("--kwh-price", type=non_negative_float, metavar="USD",
+                   help="price of a kWh of facility energy, added to the GPU-hours (default 0: list prices "
+                   "include power)")
+    g.add_argument("--pue", type=positive_float, help=f"facility power / IT power (default {DEFAULT_PUE}, an estimate)")
+    g.add_argument("--cost", metavar="YAML", help="an owner's cost: capex_per_gpu, amortisation_years, "
+                   "opex_per_gpu_hour, kwh_price, pue (the flags above override it)")
+
+
+def prices_from_args(args, hw: HardwareSpec) -> Prices:
+    """The run's prices from its flags (SpecError for a bad --cost file or a --pue below 1)."""
+    if args.pue is not None and args.pue < 1.0:
+        raise SpecError("", "--pue", "a number >= 1", args.pue)
+    cost = load_cost(args.cost) if args.cost else None
+    return prices_for(hw, args.price_per_gpu_hour, args.kwh_price, args.pue, cost)

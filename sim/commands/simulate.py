@@ -18,6 +18,7 @@ import math
 import sys
 import time
 
+from rackplan import economics
 from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
@@ -41,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "%(default)s GiB, about 3.5 million requests)")
     p.add_argument("--timings", action="store_true", help="print the simulation's wall time (stderr)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    economics.add_arguments(p)
 
 
 LATENCY = ("ttft", "tpot", "itl", "e2e")
@@ -64,7 +66,7 @@ def _shown_metrics(result) -> dict:
     return {k: (None if hidden(k) else v) for k, v in result.metrics.items()}
 
 
-def report_json(plan, workload, profile, seed, result) -> str:
+def report_json(plan, workload, profile, seed, result, eco=None) -> str:
     """The machine-readable report (deterministic: sorted keys, no timings)."""
     w, st = result.window, result.stability
     return json.dumps(_clean({
@@ -76,6 +78,7 @@ def report_json(plan, workload, profile, seed, result) -> str:
                    "requests": w.requests},
         "metrics": _shown_metrics(result), "utilisation": result.utilisation, "steps": result.steps,
         "accuracy_band": headline_band(plan, profile.name, workload).to_dict(),
+        "economics": eco.to_dict() if eco is not None else None,
     }), sort_keys=True)
 
 
@@ -97,7 +100,7 @@ def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, float]]:
             ("prefix-cache hits (share of prompt tokens)", m["prefix_hit_rate"])]
 
 
-def print_table(plan, workload, profile, result, origin: str = "") -> None:
+def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tuple[str, ...] = ()) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -150,6 +153,8 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     for name, u in result.utilisation.items():
         util.add_row(name, f"{u:.1%}", str(result.steps[name]))
     con.print(util)
+    for line in eco_lines:
+        con.print(line, markup=False, highlight=False)
     con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
@@ -174,6 +179,7 @@ def run(args) -> int:
     profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
     origin = profile_origin(args.profile, plan.profile, plan.hardware)
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    prices = economics.prices_from_args(args, hw)
     if args.requests is not None:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
@@ -188,10 +194,11 @@ def run(args) -> int:
         result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
+    eco = economics.of_metrics(hw, prices, result.metrics)
     if args.json:
-        sys.stdout.write(report_json(plan, workload, profile, seed, result) + "\n")
+        sys.stdout.write(report_json(plan, workload, profile, seed, result, eco) + "\n")
     else:
-        print_table(plan, workload, profile, result, origin)
+        print_table(plan, workload, profile, result, origin, tuple(economics.lines(eco, hw)))
     if args.timings:
         print(f"timings: simulate {wall:.2f} s wall", file=sys.stderr)
     return 0
