@@ -97,6 +97,7 @@ class Economics:
     """Cost and power of one deployment at its operating point."""
 
     gpus: int
+    output_tps: float  # whole deployment, tokens/s
     busy_share: float  # GPU-weighted busy share of the instances (1.0 where not simulated)
     it_power_w: float  # the GPUs' systems, without facility overhead
     facility_power_w: float  # x PUE
@@ -130,9 +131,9 @@ def figures(hw: HardwareSpec, prices: Prices, gpus: int, busy_share: float, outp
     per_mw = output_tps / (fac_w / 1e6) if fac_w > 0 else math.inf
     j_tok = fac_w / output_tps if output_tps > 0 else math.inf
     if prices.per_gpu_hour is None:
-        return Economics(gpus, busy_share, it_w, fac_w, None, None, None, per_mw, j_tok, prices)
+        return Economics(gpus, output_tps, busy_share, it_w, fac_w, None, None, None, per_mw, j_tok, prices)
     usd_h = gpus * prices.per_gpu_hour + fac_w / 1e3 * prices.kwh
-    return Economics(gpus, busy_share, it_w, fac_w, usd_h, _per_million(usd_h, output_tps),
+    return Economics(gpus, output_tps, busy_share, it_w, fac_w, usd_h, _per_million(usd_h, output_tps),
                      _per_million(usd_h, input_tps), per_mw, j_tok, prices)
 
 
@@ -182,6 +183,43 @@ def of_metrics(hw: HardwareSpec, prices: Prices, metrics: dict) -> Economics | N
     gpus = int(metrics["num_gpus"])
     return figures(hw, prices, gpus, float(metrics.get("gpu_busy_share", 1.0)),
                    float(metrics["output_tps_per_gpu"]) * gpus, float(metrics.get("input_tps_per_gpu", 0.0)) * gpus)
+
+
+def of_verified(hw: HardwareSpec, prices: Prices, v, isl_mean: float) -> Economics | None:
+    """The figures of a planner front point (sim/search/front.Verified): the simulator's where it ran,
+    else the analytic estimate at full load (input tokens/s: its rate x the mean prompt length)."""
+    if v.check is not None and "output_tps_per_gpu" in v.check.metrics:
+        return of_metrics(hw, prices, v.check.metrics)
+    c = v.cand
+    return figures(hw, prices, c.gpus, 1.0, c.tps_gpu * c.gpus, c.rate_rps * isl_mean)
+
+
+@dataclass(frozen=True)
+class OnBudget:
+    """A deployment's copies filling a GPU budget (a rack, a cluster): what an operator pays for and powers.
+    GPUs left over draw idle power and are paid for all the same (a rented rack is rented whole)."""
+
+    copies: int
+    output_tps: float
+    facility_power_w: float
+    usd_per_hour: float | None
+    usd_per_m_output: float | None
+    output_tps_per_mw: float
+
+
+def on_budget(hw: HardwareSpec, eco: Economics, budget: int) -> OnBudget:
+    """`budget // eco.gpus` copies of the deployment and the idle rest: tokens/s, facility power, $/h,
+    $/M output tokens, output tokens/s per MW (the cost and power objectives rank by these)."""
+    copies = max(1, budget // eco.gpus)
+    idle = max(0, budget - copies * eco.gpus)
+    tps = copies * eco.output_tps
+    fac_w = (copies * eco.it_power_w + idle * hw.power_idle_w) * eco.prices.pue
+    per_mw = tps / (fac_w / 1e6) if fac_w > 0 else math.inf
+    if eco.prices.per_gpu_hour is None:
+        return OnBudget(copies, tps, fac_w, None, None, per_mw)
+    billed = max(budget, copies * eco.gpus)
+    usd_h = billed * eco.prices.per_gpu_hour + fac_w / 1e3 * eco.prices.kwh
+    return OnBudget(copies, tps, fac_w, usd_h, _per_million(usd_h, tps), per_mw)
 
 
 # -- command-line flags (simulate, plan, whatif) -------------------------------------------------

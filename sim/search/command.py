@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from rackplan import economics
 from rackplan.accuracy_band import headline_band
 from rackplan.args import (
     check_writable,
@@ -36,7 +37,7 @@ from rackplan.specs import (
     spec_ref,
 )
 
-from . import planner
+from . import economy, planner
 from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "pareto.png", "pareto.csv", "launch")  # what --report writes
@@ -53,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="TPOT p90 SLO, e.g. 50ms (default: 50ms)")
     p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
-                        "latency: max tokens/s/user at --rate")
+                        "latency: max tokens/s/user at --rate; cost: lowest $/M output tokens on the GPU budget; "
+                        "power: most output tokens/s per MW on it (sim/search/economy.py)")
     p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
                    help="target request rate for min-gpus / latency (default: the workload's rate)")
     p.add_argument("--profile", default=None,
@@ -78,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    economics.add_arguments(p)
 
 
 def build_request(args) -> planner.Request:
@@ -102,7 +105,8 @@ def build_request(args) -> planner.Request:
         # pinned: plan.yaml names the profile it was verified under
         profile_ref=spec_ref("profiles", args.profile or hw.default_profile),
         objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
-        sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate)
+        sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate,
+        prices=economics.prices_from_args(args, hw))
 
 
 class _Bar:
@@ -150,7 +154,8 @@ def run(args) -> int:
             from .report import write_all
 
             write_all(res, out.folder(args.report, replace=args.force))
-        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n# accuracy: {band.line()}\n")
+        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n# accuracy: {band.line()}\n"
+                  + "".join(f"# {line}\n" for line in economy.lines(res)))
     if args.timings:
         print("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()), file=sys.stderr)
     w = res.winner
@@ -161,7 +166,8 @@ def run(args) -> int:
                "estimate": {"request_rate": w.cand.rate_rps, "output_tps_per_gpu": w.cand.tps_gpu,
                             "tps_per_user": w.cand.tps_user},
                "predicted": res.plan.predicted, "profile": req.profile.name,
-               "profile_source": req.profile.describe(), "accuracy_band": band.to_dict()}
+               "profile_source": req.profile.describe(), "accuracy_band": band.to_dict(),
+               "economics": economy.to_dict(res)}
         if args.timings:
             doc["timings"] = res.timings
         print(json.dumps(doc, indent=2))
@@ -179,6 +185,7 @@ def run(args) -> int:
     print(f"accuracy: {w.tps_gpu:,.0f} output tok/s/GPU, {band.line()} (benchmarks/accuracy.py)")
     if fill := cluster_fill(res):
         print(fill)
+    print("\n".join(economy.lines(res) + economy.why(res)).rstrip())
     if args.report:
         print(f"report: {Path(args.report) / 'report.md'}")
     return 0

@@ -1,0 +1,83 @@
+"""`rackplan plan --objective cost|power`: the same verified front, ranked by $/M output tokens or
+tokens/s per MW on the GPU budget, chooses another deployment than the throughput objective, and
+the report says why; every figure checked by hand from the simulator's own numbers."""
+import csv
+import dataclasses
+
+import pytest
+
+from rackplan.cli import main
+from rackplan.economics import Prices
+from rackplan.sim.search import economy, planner
+from rackplan.sim.search.report import markdown
+from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload
+
+pytestmark = pytest.mark.integration
+
+# tiny-moe on the CPU machine's hardware, priced: round figures, so the checks below are done by hand
+IDLE_W, LOADED_W, PRICE = 10.0, 100.0, 1.0
+
+
+@pytest.fixture(scope="module")
+def priced_hw():
+    return dataclasses.replace(load_hardware("cpu-local"), power_idle_w=IDLE_W, power_loaded_w=LOADED_W,
+                               price_per_gpu_hour=PRICE, price_source="test", power_source="test")
+
+
+@pytest.fixture(scope="module")
+def result(priced_hw):
+    # 5 GPUs: the throughput winner (most tokens/s per GPU it uses) leaves GPUs of the budget idle
+    req = planner.Request(load_model("tiny-moe"), priced_hw, load_profile("cpu-local"), load_workload("tiny-chat"),
+                          5, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat",
+                          prices=Prices(PRICE, 0.0, 1.25, "test"))
+    return planner.plan(req)
+
+
+def _by_hand(v, budget: int) -> tuple[float, float]:
+    """($/M output tokens, output tok/s per MW) of the copies of `v` on the budget, from its simulated figures."""
+    m, gpus = v.check.metrics, v.cand.gpus
+    copies = budget // gpus
+    tps = copies * m["output_tps_per_gpu"] * gpus
+    watts = 1.25 * (copies * gpus * (IDLE_W + (LOADED_W - IDLE_W) * m["gpu_busy_share"])
+                    + (budget - copies * gpus) * IDLE_W)
+    return budget * PRICE / (tps * 3600 / 1e6), tps / (watts / 1e6)
+
+
+def test_cost_and_power_choose_another_plan_than_throughput(result):
+    req, tp = result.request, result.winner
+    cost = planner.choose(dataclasses.replace(req, objective="cost"), result.verified)
+    power = planner.choose(dataclasses.replace(req, objective="power"), result.verified)
+    ok = [v for v in result.verified if v.passed]
+    assert cost.cand.summary != tp.cand.summary and power.cand.summary != tp.cand.summary
+    assert tp.tps_gpu > cost.tps_gpu  # throughput wins per GPU used; cost wins on the budget it pays for
+    assert tp.cand.gpus < req.num_gpus  # ... because the throughput winner leaves GPUs idle
+    assert min(_by_hand(v, 5)[0] for v in ok) == pytest.approx(_by_hand(cost, 5)[0])
+    assert max(_by_hand(v, 5)[1] for v in ok) == pytest.approx(_by_hand(power, 5)[1])
+    b = economy.budget_of(req, cost)
+    assert (b.usd_per_m_output, b.output_tps_per_mw) == pytest.approx(_by_hand(cost, 5))
+    assert _by_hand(cost, 5)[0] < _by_hand(tp, 5)[0]
+
+
+def test_the_report_says_why(result):
+    req = dataclasses.replace(result.request, objective="cost")
+    res = dataclasses.replace(result, request=req, winner=planner.choose(req, result.verified))
+    text = markdown(res)
+    assert "## Cost and power" in text and "per M output tokens" in text
+    assert "Objective cost" in text and "The throughput objective would choose" in text
+    assert result.winner.cand.summary in text
+
+
+def test_plan_cli_writes_the_figures(tmp_path, capsys, priced_hw):
+    hw = tmp_path / "priced.yaml"
+    hw.write_text(open("configs/hardware/cpu-local.yaml").read().replace("name: cpu-local", "name: priced") +
+                  f"power_idle_w: {IDLE_W}\npower_loaded_w: {LOADED_W}\npower_source: test\n")
+    args = ["plan", "--model", "tiny-moe", "--hardware", str(hw), "--gpus", "5", "--workload", "tiny-chat",
+            "--workers", "1", "--quiet", "--ttft-p90", "1s", "--tpot-p90", "200ms", "--profile", "cpu-local",
+            "--profile-any-hardware", "--no-simulate", "--out", str(tmp_path / "p.yaml")]
+    assert main(args + ["--objective", "cost"]) == 2  # no price: refused with one line
+    assert "price_per_gpu_hour" in capsys.readouterr().err
+    assert main(args + ["--objective", "cost", "--price-per-gpu-hour", "2", "--report", str(tmp_path / "r")]) == 0
+    header = (tmp_path / "p.yaml").read_text()
+    assert "# cost: $" in header and "$2/GPU-h" in header and "# power:" in header
+    rows = list(csv.DictReader(open(tmp_path / "r" / "pareto.csv")))
+    assert all(float(r["usd_per_m_output"]) > 0 and float(r["output_tps_per_mw"]) > 0 for r in rows)
