@@ -107,3 +107,23 @@ def to_dict(res) -> dict | None:
     if b.usd_per_m_output is not None:
         out["usd_per_m_output_tokens_budget"] = b.usd_per_m_output
     return out
+
+
+def add_to_rows(args, base, rows) -> list[str]:
+    """whatif: each simulated row's cost and power figures into its metrics (whatif.csv, --json), and
+    the lines the table is followed by (the sources once, from the baseline)."""
+    from .whatif import changed_specs
+
+    out, first = ["cost and power per row ($/M output tokens, output tok/s per MW, J per output token):"], None
+    for r in rows:
+        if "error" in r.metrics or "num_gpus" not in r.metrics:
+            continue
+        hw = changed_specs(base, r.combo).hw
+        eco = ec.of_metrics(hw, ec.prices_from_args(args, hw), r.metrics)
+        if eco is None:
+            continue
+        first = first or (eco, hw)
+        r.metrics.update(eco.to_dict())
+        cost = f"${eco.usd_per_m_output:,.3f}" if eco.usd_per_m_output is not None else "-"
+        out.append(f"  {r.label:48s} {cost:>10s} {eco.output_tps_per_mw:>12,.0f} {eco.joules_per_output_token:8.3f}")
+    return out + ec.lines(*first) if first else []

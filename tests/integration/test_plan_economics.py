@@ -81,3 +81,20 @@ def test_plan_cli_writes_the_figures(tmp_path, capsys, priced_hw):
     assert "# cost: $" in header and "$2/GPU-h" in header and "# power:" in header
     rows = list(csv.DictReader(open(tmp_path / "r" / "pareto.csv")))
     assert all(float(r["usd_per_m_output"]) > 0 and float(r["output_tps_per_mw"]) > 0 for r in rows)
+
+
+def test_whatif_rows_carry_cost_and_power(capsys):
+    """Each whatif row's $/M output tokens from its own simulated figures: 72 GPUs x $2/h over its tokens."""
+    import json
+
+    assert main(["whatif", "--set", "hardware.hbm_bw=9e12", "--num-requests", "300", "--workers", "1", "--json",
+                 "--price-per-gpu-hour", "2", "--pue", "1.5"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    hw = load_hardware("gb300-nvl72")
+    for r in rows:
+        m = r["metrics"]
+        tps = m["output_tps_per_gpu"] * 72
+        assert m["usd_per_m_output_tokens"] == pytest.approx(72 * 2.0 / (tps * 3600 / 1e6))
+        watts = 1.5 * 72 * (hw.power_idle_w + (hw.power_loaded_w - hw.power_idle_w) * m["gpu_busy_share"])
+        assert m["output_tps_per_mw"] == pytest.approx(tps / (watts / 1e6))
+    assert "usd_per_m_output_tokens" in rows[1]["deltas"]
