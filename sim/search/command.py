@@ -45,7 +45,8 @@ SEED = {"model": "deepseek-v4.1-flash", "hardware": "gb300-nvl72", "gpus": 72, "
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"],
                    help="model name under configs/models or a YAML path (default: %(default)s, the seed scenario)")
-    p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s)")
+    p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s); "
+                   "several, comma-separated: plan each and compare them (sim/search/compare.py)")
     p.add_argument("--gpus", type=positive_int, default=SEED["gpus"], help="GPU budget (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")
     p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T",
@@ -139,6 +140,8 @@ class _Bar:
 
 def run(args) -> int:
     check_writable("--out", args.out)
+    if "," in args.hardware:
+        return _compare(args)
     if args.report and Path(args.report).resolve() == Path(args.out).resolve():
         raise SpecError("", "--report", "a folder other than the --out file", args.report)
     if args.report:
@@ -189,3 +192,26 @@ def run(args) -> int:
     if args.report:
         print(f"report: {Path(args.report) / 'report.md'}")
     return 0
+
+
+def _compare(args) -> int:
+    """--hardware A,B,C: one plan per hardware and one comparison table (sim/search/compare.py)."""
+    from . import compare
+
+    if args.report:
+        prepare_folder(args.report, "--report", args.force, owned=("compare.md", "compare.json"))
+    arrival = load_workload(args.workload).arrival
+    target = args.rate or (arrival.rate if arrival.kind == "poisson" else None)
+    with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
+        rows = compare.plan_each(args, build_request, bar.stage)
+    compare.write(rows, target, args.report)
+    for r in rows if args.timings else ():
+        if r.res is not None:
+            print(f"timings {r.hardware}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.res.timings.items()),
+                  file=sys.stderr)
+    if args.json:
+        print(json.dumps([r.figures(target) for r in rows], indent=2))
+    else:
+        print(compare.table(rows, target))
+        print("\n".join(compare.notes(rows, target)))
+    return 0 if any(r.res is not None for r in rows) else planner.NoFeasiblePlan.exit_code

@@ -98,3 +98,30 @@ def test_whatif_rows_carry_cost_and_power(capsys):
         watts = 1.5 * 72 * (hw.power_idle_w + (hw.power_loaded_w - hw.power_idle_w) * m["gpu_busy_share"])
         assert m["output_tps_per_mw"] == pytest.approx(tps / (watts / 1e6))
     assert "usd_per_m_output_tokens" in rows[1]["deltas"]
+
+
+def test_plan_compares_hardware_side_by_side(tmp_path, capsys):
+    """--hardware A,B: one plan each, one table; B costs 3x A per GPU-hour, so 3x per M tokens (same plan)."""
+    import json
+
+    base = open("configs/hardware/cpu-local.yaml").read()
+    for name, price in (("cheap", 1.0), ("dear", 3.0)):
+        (tmp_path / f"{name}.yaml").write_text(base.replace("name: cpu-local", f"name: {name}") +
+                                              f"power_idle_w: {IDLE_W}\npower_loaded_w: {LOADED_W}\n"
+                                              f"price_per_gpu_hour: {price}\n")
+    hw = f"{tmp_path / 'cheap.yaml'},{tmp_path / 'dear.yaml'}"
+    args = ["plan", "--model", "tiny-moe", "--hardware", hw, "--gpus", "4", "--workload", "tiny-chat", "--workers",
+            "1", "--quiet", "--ttft-p90", "1s", "--tpot-p90", "200ms", "--profile", "cpu-local",
+            "--profile-any-hardware", "--no-simulate", "--rate", "1000", "--out", str(tmp_path / "p.yaml")]
+    assert main(args + ["--json", "--report", str(tmp_path / "r")]) == 0
+    cheap, dear = json.loads(capsys.readouterr().out)
+    assert (cheap["hardware"], dear["hardware"]) == ("cheap", "dear") and cheap["summary"] == dear["summary"]
+    assert dear["usd_per_m_output_tokens"] == pytest.approx(3 * cheap["usd_per_m_output_tokens"])
+    tps = cheap["output_tps_per_gpu"] * cheap["gpus"]  # estimate at full load: $/M = GPUs x $1 / tokens per hour
+    assert cheap["usd_per_m_output_tokens"] == pytest.approx(cheap["gpus"] * 1.0 / (tps * 3600 / 1e6))
+    copies = -(-1000 // cheap["request_rate"])  # ceil(1000 req/s / the plan's req/s)
+    assert cheap["gpus_for_target"] == copies * cheap["gpus"]
+    assert (tmp_path / "p-cheap.yaml").exists() and (tmp_path / "p-dear.yaml").exists()
+    md = (tmp_path / "r" / "compare.md").read_text()
+    assert "| cheap |" in md and "| dear |" in md and "GPUs for rate" in md
+    assert main(args[:4] + ["a,,b"] + args[5:]) == 2  # an empty name: one line, exit 2
