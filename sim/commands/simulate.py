@@ -18,7 +18,7 @@ import math
 import sys
 import time
 
-from rackplan import economics
+from rackplan import availability, economics
 from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.specs import load_hardware, load_model, load_plan, load_workload, profile_origin, resolve_profile
@@ -198,7 +198,8 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(report_json(plan, workload, profile, seed, result, eco) + "\n")
     else:
-        print_table(plan, workload, profile, result, origin, tuple(economics.lines(eco, hw)))
+        print_table(plan, workload, profile, result, origin,
+                    tuple(economics.lines(eco, hw) + availability.lines(plan, hw)))
     if args.timings:
         print(f"timings: simulate {wall:.2f} s wall", file=sys.stderr)
     return 0

@@ -9,6 +9,7 @@ and bound on tokens/s/GPU (sim/search/front.py) leaves some points unsimulated, 
 """
 from __future__ import annotations
 
+from rackplan import availability
 from rackplan import economics as ec
 from rackplan.specs import SpecError
 
@@ -77,9 +78,11 @@ def _budget_text(b: ec.OnBudget, v) -> str:
 
 
 def lines(res) -> list[str]:
-    """Sourced lines on the chosen deployment (console, report.md, plan.yaml's header)."""
+    """Sourced lines on the chosen deployment (console, report.md, plan.yaml's header): cost, power and
+    availability."""
     w = res.winner
-    return ec.lines(of_point(res.request, w), res.request.hw, simulated=w.check is not None)
+    return (ec.lines(of_point(res.request, w), res.request.hw, simulated=w.check is not None)
+            + availability.lines(res.plan, res.request.hw))
 
 
 def csv_row(req, v) -> dict[str, str]:
@@ -106,6 +109,8 @@ def to_dict(res) -> dict | None:
     out = eco.to_dict() | {"copies_on_budget": float(b.copies), "output_tps_per_mw_budget": b.output_tps_per_mw}
     if b.usd_per_m_output is not None:
         out["usd_per_m_output_tokens_budget"] = b.usd_per_m_output
+    if res.request.hw.failures_per_gpu_year > 0:
+        out["expected_capacity"] = availability.expected_capacity(res.plan, res.request.hw)
     return out
 
 
