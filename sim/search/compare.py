@@ -118,9 +118,9 @@ def notes(rows: list[Row], target_rps: float | None) -> list[str]:
     """Where each figure comes from: the plans, their verification, the prices and power figures."""
     out = []
     if target_rps:
-        out.append(f"GPUs for rate: copies of each verified deployment to serve {target_rps:g} req/s (one deployment "
-                   "simulated; its copies an extrapolation); domains: NVLink domains of that many GPUs (NVL72 racks, "
-                   "HGX nodes).")
+        out.append(f"GPUs for rate: copies of each chosen deployment to serve {target_rps:g} req/s (the deployment's "
+                   "own figures times its copies: an extrapolation); domains: NVLink domains of that many GPUs "
+                   "(NVL72 racks, HGX nodes).")
     for r in rows:
         if r.res is None:
             continue
