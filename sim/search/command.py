@@ -199,7 +199,7 @@ def _compare(args) -> int:
     from . import compare
 
     if args.report:
-        prepare_folder(args.report, "--report", args.force, owned=("compare.md", "compare.json"))
+        prepare_folder(args.report, "--report", args.force, owned=("compare.md", "compare.json", "compare.png"))
     arrival = load_workload(args.workload).arrival
     target = args.rate or (arrival.rate if arrival.kind == "poisson" else None)
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:

@@ -132,7 +132,7 @@ def notes(rows: list[Row], target_rps: float | None) -> list[str]:
 
 
 def write(rows: list[Row], target_rps: float | None, folder: str | None) -> None:
-    """Each hardware's plan file, and with --report the comparison as compare.md and compare.json."""
+    """Each hardware's plan file, and with --report the comparison as compare.md, compare.json, compare.png."""
     for r in rows:
         if r.res is not None:
             band = headline_band(r.res.plan, r.res.request.profile.name, r.res.request.workload)
@@ -145,3 +145,27 @@ def write(rows: list[Row], target_rps: float | None, folder: str | None) -> None
         (d / "compare.md").write_text("# rackplan plan: hardware compared\n\n" + markdown(rows, target_rps) + "\n\n"
                                       + "\n".join(bullets) + "\n")
         (d / "compare.json").write_text(json.dumps([r.figures(target_rps) for r in rows], indent=2) + "\n")
+        _chart([r.figures(target_rps) for r in rows if r.res is not None], d / "compare.png")
+
+
+CHART = (("output_tps_per_gpu", "output tok/s per GPU"), ("usd_per_m_output_tokens", "$ per M output tokens"),
+         ("output_tps_per_mw", "output tok/s per MW"), ("gpus_for_target", "GPUs for the target rate"))
+
+
+def _chart(figs: list[dict], path: Path) -> None:
+    """One panel per figure, one bar per hardware (a figure a hardware lacks is left out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CHART), figsize=(3 * len(CHART), 3.2), dpi=110)
+    for ax, (key, title) in zip(axes, CHART):
+        have = [f for f in figs if f.get(key) is not None]
+        ax.bar([f["hardware"] for f in have], [f[key] for f in have], color="C0")
+        ax.set_title(title, fontsize=8)
+        ax.tick_params(labelsize=6)
+    fig.suptitle("rackplan plan: chosen plan per hardware (simulator-verified where marked in compare.md)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -124,4 +124,5 @@ def test_plan_compares_hardware_side_by_side(tmp_path, capsys):
     assert (tmp_path / "p-cheap.yaml").exists() and (tmp_path / "p-dear.yaml").exists()
     md = (tmp_path / "r" / "compare.md").read_text()
     assert "| cheap |" in md and "| dear |" in md and "GPUs for rate" in md
+    assert (tmp_path / "r" / "compare.png").stat().st_size > 0
     assert main(args[:4] + ["a,,b"] + args[5:]) == 2  # an empty name: one line, exit 2
