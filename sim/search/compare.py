@@ -119,7 +119,8 @@ def notes(rows: list[Row], target_rps: float | None) -> list[str]:
     out = []
     if target_rps:
         out.append(f"GPUs for rate: copies of each chosen deployment to serve {target_rps:g} req/s (the deployment's "
-                   "own figures times its copies: an extrapolation); domains: NVLink domains of that many GPUs "
+                   "own figures times its copies: an extrapolation; a whole copy even where the rate needs less of it, "
+                   "`--objective min-gpus --rate R` finds the fewest GPUs); domains: NVLink domains of that many GPUs "
                    "(NVL72 racks, HGX nodes).")
     for r in rows:
         if r.res is None:
