@@ -31,10 +31,15 @@ def run_case(name: str) -> None:
           f"{'tok/s/MW (budget)':>17s}")
     for obj in ("throughput", "cost", "power"):
         r = dataclasses.replace(req, objective=obj)
-        v = planner.choose(r, res.verified)
-        b = economy.budget_of(r, v)
-        print(f"{obj:11s} {v.cand.summary:60s} {v.cand.gpus:4d} {v.tps_gpu:9,.0f} ${b.usd_per_m_output:15,.3f} "
-              f"{b.output_tps_per_mw:17,.0f}")
+        _row(obj, r, planner.choose(r, res.verified))
+    for v in (v for v in res.verified if v.passed):  # every verified point, for the record
+        _row("(verified)", req, v)
+
+
+def _row(what: str, req, v) -> None:
+    b = economy.budget_of(req, v)
+    print(f"{what:11s} {v.cand.summary:60s} {v.cand.gpus:4d} {v.tps_gpu:9,.0f} ${b.usd_per_m_output:15,.3f} "
+          f"{b.output_tps_per_mw:17,.0f}")
 
 
 def main() -> None:
