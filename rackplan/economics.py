@@ -242,5 +242,10 @@ def prices_from_args(args, hw: HardwareSpec) -> Prices:
     """The run's prices from its flags (SpecError for a bad --cost file or a --pue below 1)."""
     if args.pue is not None and args.pue < 1.0:
         raise SpecError("", "--pue", "a number >= 1", args.pue)
+    given = [f for f, v in (("--price-per-gpu-hour", args.price_per_gpu_hour), ("--kwh-price", args.kwh_price),
+                            ("--pue", args.pue), ("--cost", args.cost)) if v is not None]
+    if given and hw.power_loaded_w <= 0:
+        raise SpecError(hw.name, given[0], "hardware with power figures (power_loaded_w; this one has none, so no "
+                        "cost or power is reported)")
     cost = load_cost(args.cost) if args.cost else None
     return prices_for(hw, args.price_per_gpu_hour, args.kwh_price, args.pue, cost)

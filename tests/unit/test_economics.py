@@ -102,3 +102,17 @@ def test_shipped_hardware_is_priced_and_sourced(name):
     h = load_hardware(name)
     assert 0 < h.power_idle_w < h.power_loaded_w and h.board_power_w <= h.power_loaded_w
     assert h.price_per_gpu_hour > 0 and h.price_source and h.power_source
+
+
+def test_flags_on_hardware_without_power_are_refused():
+    from argparse import Namespace
+
+    from rackplan.economics import prices_from_args
+
+    args = Namespace(price_per_gpu_hour=2.0, kwh_price=None, pue=None, cost=None)
+    with pytest.raises(SpecError, match="--price-per-gpu-hour"):
+        prices_from_args(args, load_hardware("cpu-local"))
+    assert prices_from_args(args, load_hardware("h200-sxm")).per_gpu_hour == 2.0
+    with pytest.raises(SpecError, match="--pue"):
+        prices_from_args(Namespace(price_per_gpu_hour=None, kwh_price=None, pue=0.9, cost=None),
+                         load_hardware("h200-sxm"))
