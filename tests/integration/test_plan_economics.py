@@ -10,7 +10,7 @@ from rackplan.cli import main
 from rackplan.economics import Prices
 from rackplan.sim.search import economy, planner
 from rackplan.sim.search.report import markdown
-from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload
+from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload, resolve_path
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ def test_the_report_says_why(result):
 
 def test_plan_cli_writes_the_figures(tmp_path, capsys, priced_hw):
     hw = tmp_path / "priced.yaml"
-    hw.write_text(open("configs/hardware/cpu-local.yaml").read().replace("name: cpu-local", "name: priced") +
+    hw.write_text(resolve_path("hardware", "cpu-local").read_text().replace("name: cpu-local", "name: priced") +
                   f"power_idle_w: {IDLE_W}\npower_loaded_w: {LOADED_W}\npower_source: test\n")
     args = ["plan", "--model", "tiny-moe", "--hardware", str(hw), "--gpus", "5", "--workload", "tiny-chat",
             "--workers", "1", "--quiet", "--ttft-p90", "1s", "--tpot-p90", "200ms", "--profile", "cpu-local",
@@ -104,7 +104,7 @@ def test_plan_compares_hardware_side_by_side(tmp_path, capsys):
     """--hardware A,B: one plan each, one table; B costs 3x A per GPU-hour, so 3x per M tokens (same plan)."""
     import json
 
-    base = open("configs/hardware/cpu-local.yaml").read()
+    base = resolve_path("hardware", "cpu-local").read_text()
     for name, price in (("cheap", 1.0), ("dear", 3.0)):
         (tmp_path / f"{name}.yaml").write_text(base.replace("name: cpu-local", f"name: {name}") +
                                               f"power_idle_w: {IDLE_W}\npower_loaded_w: {LOADED_W}\n"
