@@ -42,7 +42,7 @@ def _launch_files(res: Result) -> tuple[dict[str, str], str]:
 
 CSV_FIELDS = ("summary", "gpus", "status", "request_rate", "tps_gpu", "tps_user", "sim_ttft_p90_s", "sim_tpot_p90_s",
               "sim_requests", "est_request_rate", "est_tps_gpu", "est_tps_user", "gap", "est_ttft_p90_s", "est_tpot_s",
-              "est_capacity_rps", "batch_per_rank", "on_front", "winner") + economy.CSV_FIELDS
+              "est_capacity_rps", "batch_per_rank") + economy.CSV_FIELDS + ("on_front", "winner")
 
 
 def _status(v: Verified | None) -> str:
