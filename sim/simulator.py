@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from rackplan.economics import busy_share
 from rackplan.policy import EngineCore, Router, block_tokens, capacity_blocks
 from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
 from rackplan.specs.layout import Layout
@@ -468,6 +469,7 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
     res = dataclasses.replace(res, busy_over_time=(edges, run.pool_busy(edges)))
     res.metrics["window_steps"] = float(run.fewest_steps(win))
     res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
+    res.metrics["gpu_busy_share"] = busy_share(plan, res.utilisation)  # power at the operating point
     return res
 
 

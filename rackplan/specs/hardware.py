@@ -69,6 +69,22 @@ class HardwareSpec:
         if self.kind != "cpu":
             return 1.0
         return max(1.0, busy_ranks * self.threads_per_rank / self.rank_cores)
+    # power per GPU in watts (0: unknown; rackplan/economics.py prices energy and tokens per MW from it):
+    # the board's rated power, and the GPU's share of its whole system (CPUs, NICs, switches, fans or
+    # pumps) idle and at full load; `power_source` says where they come from, printed in reports
+    board_power_w: float = 0.0
+    power_idle_w: float = 0.0
+    power_loaded_w: float = 0.0
+    power_source: str = ""
+    # default price of one GPU-hour in USD (0: none; --price-per-gpu-hour or --cost give it), with the
+    # dated public list it comes from
+    price_per_gpu_hour: float = 0.0
+    price_source: str = ""
+    # failures that stop an instance, per GPU-year, and the hours an instance is down per failure (0: not
+    # known; rackplan/availability.py), with their source
+    failures_per_gpu_year: float = 0.0
+    repair_hours: float = 0.0
+    failure_source: str = ""
 
     @property
     def host_overlap(self) -> bool:
@@ -83,6 +99,11 @@ class HardwareSpec:
         positive(self.threads_per_rank, "threads_per_rank")
         non_negative(self.host_link_bw, "host_link_bw")
         non_negative(self.l2_bytes, "l2_bytes")
+        for name in ("board_power_w", "power_idle_w", "power_loaded_w", "price_per_gpu_hour",
+                     "failures_per_gpu_year", "repair_hours"):
+            non_negative(getattr(self, name), name)
+        check(self.power_idle_w <= self.power_loaded_w, "power_idle_w",
+              f"at most power_loaded_w ({self.power_loaded_w:g})", self.power_idle_w)
         positive(self.sparse_prefill_head_tile, "sparse_prefill_head_tile")
         check(len(self.peak_flops) > 0, "peak_flops", "at least one dtype")
         for k, v in self.peak_flops.items():

@@ -18,6 +18,7 @@ import math
 import sys
 import time
 
+from rackplan import availability, economics
 from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.interrupts import in_background
@@ -54,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--report", metavar="FILE", help="also write report.html here: utilisation over the run, TTFT / "
                    "TPOT distributions, a step by op (self-contained; open it in a browser)")
+    economics.add_arguments(p)
 
 
 LATENCY = ("ttft", "tpot", "itl", "e2e")
@@ -78,7 +80,7 @@ def _shown_metrics(result) -> dict:
     return {k: (None if hidden(k) or k in unknown else v) for k, v in result.metrics.items()}
 
 
-def report_json(plan, workload, profile, seed, result) -> str:
+def report_json(plan, workload, profile, seed, result, eco=None) -> str:
     """The machine-readable report (deterministic: sorted keys, no timings)."""
     w, st = result.window, result.stability
     return json.dumps(_clean({
@@ -91,6 +93,7 @@ def report_json(plan, workload, profile, seed, result) -> str:
         "metrics": _shown_metrics(result), "not_known": not_known(result.metrics),
         "utilisation": result.utilisation, "steps": result.steps,
         "accuracy_band": headline_band(plan, profile.name, workload).to_dict(),
+        "economics": eco.to_dict() if eco is not None else None,
     }), sort_keys=True)
 
 
@@ -114,7 +117,7 @@ def _throughput_rows(plan, m, stable: bool) -> list[tuple[str, str, float]]:
     return [(label, key, m[key]) for label, key in rows]
 
 
-def print_table(plan, workload, profile, result, origin: str = "") -> None:
+def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tuple[str, ...] = ()) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -171,6 +174,8 @@ def print_table(plan, workload, profile, result, origin: str = "") -> None:
     for name, u in result.utilisation.items():
         util.add_row(name, f"{u:.1%}", str(result.steps[name]))
     con.print(util)
+    for line in eco_lines:
+        con.print(line, markup=False, highlight=False)
     con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
@@ -259,6 +264,7 @@ def run(args) -> int:
     profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
     origin = profile_origin(args.profile, plan.profile, plan.hardware)
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    prices = economics.prices_from_args(args, hw)
     if args.requests is not None:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
@@ -275,13 +281,15 @@ def run(args) -> int:
         chosen = choice()
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
+    eco = economics.of_metrics(hw, prices, result.metrics)
     if args.report:  # before stdout, which may be a pipe closed early (`| head`)
         write_report(args.report, plan, model, hw, workload, profile, result)
     if args.json:
-        doc = json.loads(report_json(plan, workload, profile, seed, result))
+        doc = json.loads(report_json(plan, workload, profile, seed, result, eco))
         sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")
     else:
-        print_table(plan, workload, profile, result, origin)
+        print_table(plan, workload, profile, result, origin,
+                    tuple(economics.lines(eco, hw) + availability.lines(plan, hw)))
         if line := choice_line(plan, result, chosen):
             print(line)
     if args.timings:

@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from rackplan import economics
 from rackplan.accuracy_band import headline_band
 from rackplan.args import (
     check_writable,
@@ -37,7 +38,7 @@ from rackplan.specs import (
     spec_ref,
 )
 
-from . import planner
+from . import economy, planner
 from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
@@ -66,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=SEED["model"],
                    help="model name under configs/models, a YAML path, or a Hugging Face config.json (a path, "
                         "a folder holding one, a repo id in the local cache) (default: %(default)s, the seed scenario)")
-    p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s)")
+    p.add_argument("--hardware", default=SEED["hardware"], help="hardware name or YAML path (default: %(default)s); "
+                   "several, comma-separated: plan each and compare them (sim/search/compare.py)")
     p.add_argument("--gpus", type=int_at_most(MAX_GPUS, "the planner's largest GPU budget"), default=SEED["gpus"],
                    help=f"GPU budget, at most {MAX_GPUS:,} (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")
@@ -76,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="TPOT p90 SLO, e.g. 50ms (default: 50ms)")
     p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
-                        "latency: max tokens/s/user at --rate")
+                        "latency: max tokens/s/user at --rate; cost: lowest $/M output tokens on the GPU budget; "
+                        "power: most output tokens/s per MW on it (sim/search/economy.py)")
     p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
                    help="target request rate in req/s for min-gpus / latency (default: the workload's rate)")
     p.add_argument("--profile", default=None,
@@ -102,6 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=non_negative_int, default=None, help="simulator seed (default: the workload's)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    economics.add_arguments(p)
 
 
 def build_request(args) -> planner.Request:
@@ -129,7 +133,8 @@ def build_request(args) -> planner.Request:
         # pinned: plan.yaml names the profile it was verified under
         profile_ref=spec_ref("profiles", args.profile or hw.default_profile),
         objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
-        sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate)
+        sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate,
+        prices=economics.prices_from_args(args, hw))
 
 
 class _Bar:
@@ -162,6 +167,8 @@ class _Bar:
 
 def run(args) -> int:
     check_writable("--out", args.out)
+    if "," in args.hardware:
+        return _compare(args)
     if args.report and Path(args.report).resolve() == Path(args.out).resolve():
         raise SpecError("", "--report", "a folder other than the --out file", args.report)
     if args.report:
@@ -177,7 +184,8 @@ def run(args) -> int:
             from .report import write_all
 
             write_all(res, out.folder(args.report, replace=args.force))
-        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n# accuracy: {band.line()}\n")
+        dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n# accuracy: {band.line()}\n"
+                  + "".join(f"# {line}\n" for line in economy.lines(res)))
     if args.timings:
         print("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in res.timings.items()), file=sys.stderr)
     w = res.winner
@@ -188,7 +196,8 @@ def run(args) -> int:
                "estimate": {"request_rate": w.cand.rate_rps, "output_tps_per_gpu": w.cand.tps_gpu,
                             "tps_per_user": w.cand.tps_user},
                "predicted": res.plan.predicted, "profile": req.profile.name,
-               "profile_source": req.profile.describe(), "accuracy_band": band.to_dict()}
+               "profile_source": req.profile.describe(), "accuracy_band": band.to_dict(),
+               "economics": economy.to_dict(res)}
         if args.timings:
             doc["timings"] = res.timings
         print(json.dumps(doc, indent=2))
@@ -212,6 +221,30 @@ def run(args) -> int:
     print(f"accuracy: {w.tps_gpu:,.0f} output tok/s/GPU, {band.line()} (benchmarks/accuracy.py)")
     if fill := cluster_fill(res):
         print(fill)
+    print("\n".join(economy.lines(res) + economy.why(res)).rstrip())
     if args.report:
         print(f"report: {Path(args.report) / 'report.md'} (and report.html: open it in a browser)")
     return 0
+
+
+def _compare(args) -> int:
+    """--hardware A,B,C: one plan per hardware and one comparison table (sim/search/compare.py)."""
+    from . import compare
+
+    if args.report:
+        prepare_folder(args.report, "--report", args.force, owned=("compare.md", "compare.json", "compare.png"))
+    arrival = load_workload(args.workload).arrival
+    target = args.rate or (arrival.rate if arrival.kind == "poisson" else None)
+    with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
+        rows = compare.plan_each(args, build_request, bar.stage)
+    compare.write(rows, target, args.report)
+    for r in rows if args.timings else ():
+        if r.res is not None:
+            print(f"timings {r.hardware}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.res.timings.items()),
+                  file=sys.stderr)
+    if args.json:
+        print(json.dumps([r.figures(target) for r in rows], indent=2))
+    else:
+        print(compare.table(rows, target))
+        print("\n".join(compare.notes(rows, target)))
+    return 0 if any(r.res is not None for r in rows) else planner.NoFeasiblePlan.exit_code

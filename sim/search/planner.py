@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Literal
 from rackplan.interrupts import process_map
 from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
 
-from . import combine, front
+from . import combine, economy, front
 from . import space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
@@ -28,8 +28,9 @@ from .front import Verified
 from .pareto import Decimated, StreamingFront, thin
 from .verify import check_at
 
-Objective = Literal["throughput", "min-gpus", "latency"]
-OBJECTIVES = ("throughput", "min-gpus", "latency")
+Objective = Literal["throughput", "min-gpus", "latency", "cost", "power"]
+OBJECTIVES = ("throughput", "min-gpus", "latency", "cost", "power")
+AT_CAPACITY = ("throughput", "cost", "power")  # objectives that plan at the highest rate holding the SLOs
 FRONT_THIN = 0.03  # front points within 3% of a neighbour on both axes are not simulated separately
 SAMPLE = 2000  # estimated deployments kept for the report besides the front (a deterministic sample)
 
@@ -63,6 +64,7 @@ class Request:
     simulate: bool = True
     max_checks: int = 48  # cap on simulated front points (spread evenly over the front)
     progress: Callable | None = None  # progress(stage, total) -> advance() callable, or None
+    prices: object = None  # rackplan.economics.Prices (None: the hardware's list price; sim/search/economy.py)
 
 
 @dataclass
@@ -147,7 +149,7 @@ def _tasks(req: Request) -> list[tuple[str, Layout]]:
 
 def target_rate(req: Request) -> float | None:
     """The fixed load of min-gpus / latency objectives (None: throughput plans at capacity)."""
-    if req.objective == "throughput":
+    if req.objective in AT_CAPACITY:
         return None
     if req.target_rps is not None:
         return req.target_rps
@@ -260,6 +262,8 @@ def choose(req: Request, verified: list[Verified]) -> Verified:
         return min(ok, key=lambda v: (v.cand.gpus, -v.tps_user, v.cand.summary))
     if req.objective == "latency":
         return max(ok, key=lambda v: (round(v.tps_user, 6), round(v.tps_gpu, 6), v.cand.summary))
+    if req.objective in ("cost", "power"):
+        return max(ok, key=lambda v: economy.rank_key(req, v))
     return max(ok, key=lambda v: (round(v.tps_gpu, 6), round(v.tps_user, 6), -v.cand.gpus, v.cand.summary))
 
 
@@ -326,6 +330,7 @@ def plan(req: Request, name: str = "plan") -> Result:
               f"{req.hw.threads_per_rank} threads per rank): budget {req.num_gpus} -> {req.hw.rank_capacity}",
               file=sys.stderr)
         req = replace(req, num_gpus=req.hw.rank_capacity)
+    economy.check_objective(req)
     sp.check_budget(req.model, req.hw, req.num_gpus, not req.space.aggregated)
     priced = price_all(req)
     t1 = time.perf_counter()

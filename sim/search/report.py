@@ -9,9 +9,10 @@ from rackplan.accuracy_band import headline_band
 from rackplan.specs import SpecError
 
 from ..cost.step import StepCost
+from . import economy
 from .estimate import Pricer, price_prefill, traffic_of
 from .front import Verified
-from .planner import Result, target_rate
+from .planner import AT_CAPACITY, Result, target_rate
 
 
 def write_all(res: Result, folder: str | Path) -> list[Path]:
@@ -44,7 +45,7 @@ def _launch_files(res: Result) -> tuple[dict[str, str], str]:
 
 CSV_FIELDS = ("summary", "gpus", "status", "request_rate", "tps_gpu", "tps_user", "sim_ttft_p90_s", "sim_tpot_p90_s",
               "sim_requests", "est_request_rate", "est_tps_gpu", "est_tps_user", "gap", "est_ttft_p90_s", "est_tpot_s",
-              "est_capacity_rps", "batch_per_rank", "on_front", "winner")
+              "est_capacity_rps", "batch_per_rank") + economy.CSV_FIELDS + ("on_front", "winner")
 
 
 def _status(v: Verified | None) -> str:
@@ -58,7 +59,8 @@ def _status(v: Verified | None) -> str:
 def write_csv(res: Result, path: Path) -> None:
     """The front and a deterministic sample of the other deployments (planner.SAMPLE). request_rate,
     tps_gpu and tps_user are the simulator's steady-state figures where verified (blank elsewhere);
-    est_* are the analytic estimate, gap the verified tokens/s/GPU against it."""
+    est_* are the analytic estimate, gap the verified tokens/s/GPU against it; the cost and power
+    columns (sim/search/economy.py) are the simulator's figures where verified, else the estimate's at full load."""
     checks = {id(v.cand): v for v in res.verified}
     front = {id(c) for c in res.front}
     with open(path, "w", newline="") as fh:
@@ -80,6 +82,7 @@ def write_csv(res: Result, path: Path) -> None:
                 "est_tpot_s": f"{c.tpot_s:.4g}", "est_capacity_rps": f"{c.capacity_rps:.4g}",
                 "batch_per_rank": f"{c.batch_per_rank:.3g}", "on_front": int(id(c) in front),
                 "winner": int(c is res.winner.cand),
+                **economy.csv_row(res.request, v if ok else Verified(c, None)),
             })
 
 
@@ -218,7 +221,7 @@ def cluster_fill(res: Result) -> str:
     w, n = res.winner, res.request.num_gpus
     unit = w.cand.gpus
     copies = n // unit
-    if res.request.objective != "throughput" or copies < 1 or copies * unit == n:
+    if res.request.objective not in AT_CAPACITY or copies < 1 or copies * unit == n:
         return ""
     what = "verified" if w.check is not None and w.passed else "estimated"
     tps = copies * w.tps_gpu * unit  # output tokens/s of the copies together
@@ -280,7 +283,8 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     fill = cluster_fill(res)
     band = headline_band(res.plan, r.profile.name, r.workload).line()
     lines += _chosen(res) + [f"Accuracy of the headline: {band} (`python benchmarks/accuracy.py`).", ""]
-    lines += ([fill, ""] if fill else []) + _probes(res) + _why(res) + _front_section(res)
+    lines += ["## Cost and power", ""] + [f"- {x}" for x in economy.lines(res)] + [""]
+    lines += ([fill, ""] if fill else []) + _probes(res) + _why(res) + economy.why(res) + _front_section(res)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op; analytic estimate, the cost model)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)

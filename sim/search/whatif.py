@@ -46,7 +46,8 @@ POOLS = ("prefill", "decode", "aggregated")  # --set <pool>.<Layout field>: ever
 HOST_SCALES = {"scheduler_scale": "host.schedule", "prepare_scale": "host.prepare", "launch_scale": "host.launch",
                "dp_sync_scale": "host.dp_sync", "sample_scale": "host.sample", "output_scale": "host.output",
                "api_server_scale": "host.api_server"}
-METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate", "served_rps")
+METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate", "served_rps",
+           "usd_per_m_output_tokens", "output_tps_per_mw", "joules_per_output_token")  # the last three: economics
 LATENCY = ("ttft_p90_s", "tpot_p90_s", "tps_per_user")  # not compared where a pool saturates
 
 

@@ -20,6 +20,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from rackplan import economics
 from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int, refuse_unused
 from rackplan.interrupts import process_map
@@ -27,7 +28,7 @@ from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
 from ..simulator import PRECISION
-from . import planner, whatif
+from . import economy, planner, whatif
 from .verify import at_rate, run_simulation
 
 # The most combinations one study runs: each is a simulation (or with --replan a whole plan) of seconds
@@ -69,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(deltas with error bars; open it in a browser) here")
     p.add_argument("--force", action="store_true", help="replace an --out folder that holds an earlier study")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    economics.add_arguments(p)
 
 
 def check_bounds(args, plan, sets) -> None:
@@ -156,7 +158,7 @@ def table(baseline: whatif.Row, rows: list[whatif.Row]) -> str:
             continue
         m, d = r.metrics, whatif.deltas(r.metrics, baseline.metrics)
         ds = " ".join(delta_text(k, v, whatif.delta_errors(r.metrics, baseline.metrics).get(k))
-                      for k, v in d.items() if k not in ("request_rate", "served_rps"))
+                      for k, v in d.items() if k in whatif.METRICS[:4])
         plan_txt = f"  [{r.plan.summary}]" if r.plan is not None else ""
         nan = float("nan")
         if whatif.stable(m):
@@ -284,6 +286,7 @@ def run(args) -> int:
     sets = [whatif.parse_set(s) for s in args.set]
     check_bounds(args, plan, sets)
     base = baseline_specs(args, plan)
+    economics.prices_from_args(args, base.hw)  # a bad --cost or --pue fails before anything runs
     if args.num_requests:
         from ..simulator import check_request_budget
         check_request_budget(args.num_requests, flag="--num-requests")
@@ -295,6 +298,7 @@ def run(args) -> int:
                             "them)")
     baseline, rows = study(plan, base, sets, args.replan, args.num_requests, args.seed, max(1, args.workers),
                            args.decode_batch)
+    eco_lines = economy.add_to_rows(args, base, [baseline] + rows)
     if args.out:
         with Outputs() as out:
             write_outputs(out.folder(args.out, replace=args.force), baseline, rows, plan, base)
@@ -307,6 +311,7 @@ def run(args) -> int:
                           for r in [baseline] + rows], indent=2))
     else:
         print(table(baseline, rows))
+        print("\n".join(eco_lines))
         tps = baseline.metrics.get("output_tps_per_gpu")
         print(f"accuracy: baseline {tps:,.0f} output tok/s/GPU, " if tps else "accuracy: ",
               f"{headline_band(plan, base.profile.name, base.workload).line()} (benchmarks/accuracy.py)", sep="")

@@ -54,3 +54,30 @@ def test_models_and_hardware_lists(capsys):
     assert main(["hardware", "--json"]) == 0
     gb300 = {h["name"]: h for h in json.loads(capsys.readouterr().out)}["gb300-nvl72"]
     assert gb300["domain_size"] == 72 and gb300["peak_flops"]["fp8"] > 0
+
+
+def test_cost_and_power_follow_the_simulated_busy_share(capsys):
+    """$/M tokens, tok/s/MW and J/token from the run's own figures (rackplan/economics.py), by hand."""
+    from rackplan.specs import load_hardware, load_plan
+
+    args = ["simulate", "--requests", "400", "--seed", "7", "--json", "--price-per-gpu-hour", "3",
+            "--kwh-price", "0.1", "--pue", "1.1"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    eco, m, util = d["economics"], d["metrics"], d["utilisation"]
+    plan, hw = load_plan("v41-flash-gb300-nvl72"), load_hardware("gb300-nvl72")
+    gpus = {"prefill": plan.prefill[0].gpus, "decode": plan.decode[0].gpus}
+    busy = sum(u * gpus[name.split("[")[0]] for name, u in util.items()) / 72
+    assert eco["busy_share"] == pytest.approx(busy) and 0 < busy <= 1
+    it_kw = 72 * (hw.power_idle_w + (hw.power_loaded_w - hw.power_idle_w) * busy) / 1e3
+    assert eco["it_power_kw"] == pytest.approx(it_kw)
+    assert eco["facility_power_kw"] == pytest.approx(1.1 * it_kw)
+    usd_h = 72 * 3 + 1.1 * it_kw * 0.1
+    assert eco["usd_per_hour"] == pytest.approx(usd_h)
+    out_tps = m["output_tps_per_gpu"] * 72
+    assert eco["usd_per_m_output_tokens"] == pytest.approx(usd_h / (out_tps * 3600 / 1e6))
+    assert eco["output_tps_per_mw"] == pytest.approx(out_tps / (1.1 * it_kw / 1e3))
+    assert eco["joules_per_output_token"] == pytest.approx(1.1 * it_kw * 1e3 / out_tps)
+    assert main(["simulate", "--requests", "400", "--seed", "7"]) == 0  # the table names the sources
+    out = capsys.readouterr().out
+    assert "per M output tokens" in out and "Spheron" in out and "ISCA 2007" in out

@@ -1,0 +1,128 @@
+"""`rackplan plan --objective cost|power`: the same verified front, ranked by $/M output tokens or
+tokens/s per MW on the GPU budget, chooses another deployment than the throughput objective, and
+the report says why; every figure checked by hand from the simulator's own numbers."""
+import csv
+import dataclasses
+
+import pytest
+
+from rackplan.cli import main
+from rackplan.economics import Prices
+from rackplan.sim.search import economy, planner
+from rackplan.sim.search.report import markdown
+from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload, resolve_path
+
+pytestmark = pytest.mark.integration
+
+# tiny-moe on the CPU machine's hardware, priced: round figures, so the checks below are done by hand
+IDLE_W, LOADED_W, PRICE = 10.0, 100.0, 1.0
+
+
+@pytest.fixture(scope="module")
+def priced_hw():
+    return dataclasses.replace(load_hardware("cpu-local"), power_idle_w=IDLE_W, power_loaded_w=LOADED_W,
+                               price_per_gpu_hour=PRICE, price_source="test", power_source="test")
+
+
+@pytest.fixture(scope="module")
+def result(priced_hw):
+    # 5 GPUs: the throughput winner (most tokens/s per GPU it uses) leaves GPUs of the budget idle
+    req = planner.Request(load_model("tiny-moe"), priced_hw, load_profile("cpu-local"), load_workload("tiny-chat"),
+                          5, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat",
+                          prices=Prices(PRICE, 0.0, 1.25, "test"))
+    return planner.plan(req)
+
+
+def _by_hand(v, budget: int) -> tuple[float, float]:
+    """($/M output tokens, output tok/s per MW) of the copies of `v` on the budget, from its simulated figures."""
+    m, gpus = v.check.metrics, v.cand.gpus
+    copies = budget // gpus
+    tps = copies * m["output_tps_per_gpu"] * gpus
+    watts = 1.25 * (copies * gpus * (IDLE_W + (LOADED_W - IDLE_W) * m["gpu_busy_share"])
+                    + (budget - copies * gpus) * IDLE_W)
+    return budget * PRICE / (tps * 3600 / 1e6), tps / (watts / 1e6)
+
+
+def test_cost_and_power_choose_another_plan_than_throughput(result):
+    req, tp = result.request, result.winner
+    cost = planner.choose(dataclasses.replace(req, objective="cost"), result.verified)
+    power = planner.choose(dataclasses.replace(req, objective="power"), result.verified)
+    ok = [v for v in result.verified if v.passed]
+    assert cost.cand.summary != tp.cand.summary and power.cand.summary != tp.cand.summary
+    assert tp.tps_gpu > cost.tps_gpu  # throughput wins per GPU used; cost wins on the budget it pays for
+    assert tp.cand.gpus < req.num_gpus  # ... because the throughput winner leaves GPUs idle
+    assert min(_by_hand(v, 5)[0] for v in ok) == pytest.approx(_by_hand(cost, 5)[0])
+    assert max(_by_hand(v, 5)[1] for v in ok) == pytest.approx(_by_hand(power, 5)[1])
+    b = economy.budget_of(req, cost)
+    assert (b.usd_per_m_output, b.output_tps_per_mw) == pytest.approx(_by_hand(cost, 5))
+    assert _by_hand(cost, 5)[0] < _by_hand(tp, 5)[0]
+
+
+def test_the_report_says_why(result):
+    req = dataclasses.replace(result.request, objective="cost")
+    res = dataclasses.replace(result, request=req, winner=planner.choose(req, result.verified))
+    text = markdown(res)
+    assert "## Cost and power" in text and "per M output tokens" in text
+    assert "Objective cost" in text and "The throughput objective would choose" in text
+    assert result.winner.cand.summary in text
+
+
+def test_plan_cli_writes_the_figures(tmp_path, capsys, priced_hw):
+    hw = tmp_path / "priced.yaml"
+    hw.write_text(resolve_path("hardware", "cpu-local").read_text().replace("name: cpu-local", "name: priced") +
+                  f"power_idle_w: {IDLE_W}\npower_loaded_w: {LOADED_W}\npower_source: test\n")
+    args = ["plan", "--model", "tiny-moe", "--hardware", str(hw), "--gpus", "5", "--workload", "tiny-chat",
+            "--workers", "1", "--quiet", "--ttft-p90", "1s", "--tpot-p90", "200ms", "--profile", "cpu-local",
+            "--profile-any-hardware", "--no-simulate", "--out", str(tmp_path / "p.yaml")]
+    assert main(args + ["--objective", "cost"]) == 2  # no price: refused with one line
+    assert "price_per_gpu_hour" in capsys.readouterr().err
+    assert main(args + ["--objective", "cost", "--price-per-gpu-hour", "2", "--report", str(tmp_path / "r")]) == 0
+    header = (tmp_path / "p.yaml").read_text()
+    assert "# cost: $" in header and "$2/GPU-h" in header and "# power:" in header
+    rows = list(csv.DictReader(open(tmp_path / "r" / "pareto.csv")))
+    assert all(float(r["usd_per_m_output"]) > 0 and float(r["output_tps_per_mw"]) > 0 for r in rows)
+
+
+def test_whatif_rows_carry_cost_and_power(capsys):
+    """Each whatif row's $/M output tokens from its own simulated figures: 72 GPUs x $2/h over its tokens."""
+    import json
+
+    assert main(["whatif", "--set", "hardware.hbm_bw=9e12", "--num-requests", "300", "--workers", "1", "--json",
+                 "--price-per-gpu-hour", "2", "--pue", "1.5"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    hw = load_hardware("gb300-nvl72")
+    for r in rows:
+        m = r["metrics"]
+        tps = m["output_tps_per_gpu"] * 72
+        assert m["usd_per_m_output_tokens"] == pytest.approx(72 * 2.0 / (tps * 3600 / 1e6))
+        watts = 1.5 * 72 * (hw.power_idle_w + (hw.power_loaded_w - hw.power_idle_w) * m["gpu_busy_share"])
+        assert m["output_tps_per_mw"] == pytest.approx(tps / (watts / 1e6))
+    assert "usd_per_m_output_tokens" in rows[1]["deltas"]
+
+
+def test_plan_compares_hardware_side_by_side(tmp_path, capsys):
+    """--hardware A,B: one plan each, one table; B costs 3x A per GPU-hour, so 3x per M tokens (same plan)."""
+    import json
+
+    base = resolve_path("hardware", "cpu-local").read_text()
+    for name, price in (("cheap", 1.0), ("dear", 3.0)):
+        (tmp_path / f"{name}.yaml").write_text(base.replace("name: cpu-local", f"name: {name}") +
+                                              f"power_idle_w: {IDLE_W}\npower_loaded_w: {LOADED_W}\n"
+                                              f"price_per_gpu_hour: {price}\n")
+    hw = f"{tmp_path / 'cheap.yaml'},{tmp_path / 'dear.yaml'}"
+    args = ["plan", "--model", "tiny-moe", "--hardware", hw, "--gpus", "4", "--workload", "tiny-chat", "--workers",
+            "1", "--quiet", "--ttft-p90", "1s", "--tpot-p90", "200ms", "--profile", "cpu-local",
+            "--profile-any-hardware", "--no-simulate", "--rate", "1000", "--out", str(tmp_path / "p.yaml")]
+    assert main(args + ["--json", "--report", str(tmp_path / "r")]) == 0
+    cheap, dear = json.loads(capsys.readouterr().out)
+    assert (cheap["hardware"], dear["hardware"]) == ("cheap", "dear") and cheap["summary"] == dear["summary"]
+    assert dear["usd_per_m_output_tokens"] == pytest.approx(3 * cheap["usd_per_m_output_tokens"])
+    tps = cheap["output_tps_per_gpu"] * cheap["gpus"]  # estimate at full load: $/M = GPUs x $1 / tokens per hour
+    assert cheap["usd_per_m_output_tokens"] == pytest.approx(cheap["gpus"] * 1.0 / (tps * 3600 / 1e6))
+    copies = -(-1000 // cheap["request_rate"])  # ceil(1000 req/s / the plan's req/s)
+    assert cheap["gpus_for_target"] == copies * cheap["gpus"]
+    assert (tmp_path / "p-cheap.yaml").exists() and (tmp_path / "p-dear.yaml").exists()
+    md = (tmp_path / "r" / "compare.md").read_text()
+    assert "| cheap |" in md and "| dear |" in md and "GPUs for rate" in md
+    assert (tmp_path / "r" / "compare.png").stat().st_size > 0
+    assert main(args[:4] + ["a,,b"] + args[5:]) == 2  # an empty name: one line, exit 2
