@@ -113,7 +113,7 @@ def run(args) -> int:
 def load_plan_checked(args):
     """The plan, with every argument and the whole plan checked before any rank starts
     (check_plan), then this machine: a CUDA device for --device cuda, host memory for CPU ranks."""
-    plan = check_plan(args)
+    plan = check_plan(args, fields=False)  # the fields last: a full-size plan on CPU first hears of --model
     from rackplan.specs import SpecError, load_model
 
     from .topology import benchmark_instances, skipped
@@ -127,13 +127,15 @@ def load_plan_checked(args):
         run = [i for i in benchmark_instances(plan) if not skipped(i, args.skip_prefill, args.skip_decode)]
         world = args.ranks or default_world(plan, "cpu", False)
         check_host_memory(runs, run, world, args.max_dense_layers, args.max_moe_layers)
+    check_fields(plan, args)
     return plan
 
 
-def check_plan(args):
+def check_plan(args, fields: bool = True):
     """The plan, with every argument and the whole plan checked, whatever machine runs it: the
     simulator's plan checks (HBM fit, experts over EP ranks), TP widths of the model that runs,
-    --ranks against the plan's instances, the output folder."""
+    --ranks against the plan's instances, the output folder; with `fields`, the plan fields the executor
+    would not run (check_fields)."""
     from rackplan.outputs import prepare_folder
     from rackplan.sim.simulator import validate_plan
     from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload
@@ -168,12 +170,19 @@ def check_plan(args):
     if args.expert_counts:
         from rackplan.sim.routing import read_expert_trace
         read_expert_trace(args.expert_counts)  # a missing or corrupt trace fails here, not in every rank
+    if fields:
+        check_fields(plan, args)
+    return plan
+
+
+def check_fields(plan, args) -> None:
+    """Plan fields the executor would not run on this device and mode, and serving replicas that do
+    not fit: refused naming the field (executor/fields.py, docs/plan_fields.md)."""
     from .fields import check_plan_fields, check_replicas
-    check_plan_fields(plan, args.device, bool(args.workload), str(args.plan))  # what it would not run
+    check_plan_fields(plan, args.device, bool(args.workload), str(args.plan))
     if args.workload:  # every serving replica runs on its own ranks, or the run is refused
         from .topology import max_ranks
         check_replicas(plan, str(args.plan), max_ranks(args.device))
-    return plan
 
 
 def _check_mode_flags(plan, args) -> None:
