@@ -42,8 +42,20 @@ def table(head: list[str], rows: list[list]) -> str:
 
 
 # -- charts ----------------------------------------------------------------------------------------------
-def _point(summary: str, gpus: int, tps_gpu: float, tps_user: float, what: str) -> str:
-    return f"{summary}\n{gpus} GPUs\n{tps_gpu:,.0f} output tokens/s/GPU\n{tps_user:,.1f} tokens/s/user\n{what}"
+def _point(summary: str, gpus: int, tps_gpu: float, tps_user: float, what: str, cost: str = "") -> str:
+    return (f"{summary}\n{gpus} GPUs\n{tps_gpu:,.0f} output tokens/s/GPU\n{tps_user:,.1f} tokens/s/user\n"
+            f"{cost}{what}")
+
+
+def _cost(res, v) -> str:
+    """A verified point's $/M output tokens and tok/s per MW (sim/search/economy.py) as a hover line."""
+    from .search import economy
+
+    eco = economy.of_point(res.request, v)
+    if eco is None:
+        return ""
+    usd = f"${eco.usd_per_m_output:,.3f}/M output tokens, " if eco.usd_per_m_output is not None else ""
+    return f"{usd}{eco.output_tps_per_mw:,.0f} output tok/s per MW\n"
 
 
 def pareto_svg(res) -> str:
@@ -59,13 +71,14 @@ def pareto_svg(res) -> str:
         Series("Pareto front (estimate)", [(c.tps_user, c.tps_gpu, _point(c.summary, c.gpus, c.tps_gpu, c.tps_user,
                "analytic estimate, on the front")) for c in front], PALETTE[0], "ring", 4, line=True),
         Series("simulator: verified", [(v.tps_user, v.tps_gpu, _point(v.cand.summary, v.cand.gpus, v.tps_gpu,
-               v.tps_user, f"verified in the simulator at {v.rate_rps:.4g} req/s")) for v in ok], PALETTE[2], size=5),
+               v.tps_user, f"verified in the simulator at {v.rate_rps:.4g} req/s", _cost(res, v))) for v in ok],
+               PALETTE[2], size=5),
         Series("estimate the simulator refutes", [(v.cand.tps_user, v.cand.tps_gpu, _point(
                v.cand.summary, v.cand.gpus, v.cand.tps_gpu, v.cand.tps_user, f"estimate; simulator: {v.verdict()}"))
                for v in bad], PALETTE[3], "x", 4),
         Series("chosen" + (" (verified)" if w.check is not None else " (estimate only)"),
                [(w.tps_user, w.tps_gpu, _point(w.cand.summary, w.cand.gpus, w.tps_gpu, w.tps_user, "chosen, " + (
-                   "verified" if w.check is not None else "estimate only")))], "gold", "star", 11),
+                   "verified" if w.check is not None else "estimate only"), _cost(res, w)))], "gold", "star", 11),
     ]
     tpot = res.request.slo.tpot_p90_s
     return svgplot.scatter("Deployments: output tokens/s per GPU against tokens/s per user", "output tokens/s per "
@@ -142,6 +155,7 @@ def whatif_svg(baseline, rows) -> str:
 def plan_page(res) -> str:
     """report.html of `rackplan plan --report`."""
     from .commands.explain import explain
+    from .search import economy
     from .search.estimate import traffic_of
 
     r, w = res.request, res.winner
@@ -156,8 +170,7 @@ def plan_page(res) -> str:
     return page(f"rackplan plan: {r.model.name} on {r.num_gpus} x {r.hw.name}",
                 [f"Workload {r.workload.name}; SLOs TTFT p90 <= {r.slo.ttft_p90_s:g} s, TPOT p90 <= "
                  f"{r.slo.tpot_p90_s * 1e3:g} ms; objective {r.objective}; profile {r.profile.name}: "
-                 f"{r.profile.describe()}. Cost per million tokens: not priced (the hardware specs carry no prices)."]
-                + chosen,
+                 f"{r.profile.describe()}."] + chosen + economy.lines(res),
                 [("Pareto front (hover a point for its deployment)", pareto_svg(res)),
                  ("Front points: simulator against the estimate", table(
                      ["deployment", "GPUs", "tok/s/GPU (sim)", "tok/s/user (sim)", "est tok/s/GPU", "est tok/s/user",

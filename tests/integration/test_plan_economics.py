@@ -81,6 +81,8 @@ def test_plan_cli_writes_the_figures(tmp_path, capsys, priced_hw):
     assert "# cost: $" in header and "$2/GPU-h" in header and "# power:" in header
     rows = list(csv.DictReader(open(tmp_path / "r" / "pareto.csv")))
     assert all(float(r["usd_per_m_output"]) > 0 and float(r["output_tps_per_mw"]) > 0 for r in rows)
+    html = (tmp_path / "r" / "report.html").read_text()  # the cost line, not "not priced"
+    assert "not priced" not in html and "$2/GPU-h" in html
 
 
 def test_whatif_rows_carry_cost_and_power(capsys):
