@@ -79,18 +79,25 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
     decode (aggregated) rank's KV blocks could never finish: refuse it before simulating
     (SpecError naming the workload's lengths)."""
     caps = validate_plan(plan, model, hw)
-    pools = [k for k in caps if not k.startswith("prefill")]
-    if not pools or not len(reqs):
+    if not len(reqs):
         return
     block = block_tokens(model.attention.kind)
-    lays = {f"{pool}[{i}]": lay for pool in ("decode", "aggregated") for i, lay in enumerate(getattr(plan, pool))}
-    room = max(capacity_blocks(caps[k], block) * block - (1 + _drafts(lays[k])) for k in pools)
-    need = reqs.isl + reqs.osl
-    worst = int(np.argmax(need))
-    if need[worst] > room:
-        raise SpecError(workload.name, "isl + osl", f"at most {int(room)} tokens, the largest KV capacity of a "
-                        f"decode rank in {block}-token blocks ({', '.join(pools)})",
-                        f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}")
+    lays = {f"{pool}[{i}]": lay for pool in ("prefill", "decode", "aggregated")
+            for i, lay in enumerate(getattr(plan, pool))}
+    # a prefill rank holds the prompt's KV blocks while it runs (rackplan/policy/engine.py), a decode or
+    # aggregated rank the prompt's and the output's
+    for pools, need, field, what in (([k for k in caps if not k.startswith("prefill")], reqs.isl + reqs.osl,
+                                      "isl + osl", "decode"),
+                                     ([k for k in caps if k.startswith("prefill")], reqs.isl, "isl", "prefill")):
+        if not pools:
+            continue
+        room = max(capacity_blocks(caps[k], block) * block - (1 + _drafts(lays[k])) for k in pools)
+        worst = int(np.argmax(need))
+        if need[worst] > room:
+            raise SpecError(workload.name, field, f"at most {int(room)} tokens, the largest KV capacity of a "
+                            f"{what} rank in {block}-token blocks ({', '.join(pools)})",
+                            f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}" if field != "isl"
+                            else int(reqs.isl[worst]))
 
 
 def _drafts(lay: Layout) -> int:

@@ -61,7 +61,9 @@ def plan_each(args, build_request, progress=None) -> list[Row]:
     from argparse import Namespace
 
     names = hardware_list(args.hardware)
-    reqs = [build_request(Namespace(**{**vars(args), "hardware": n})) for n in names]  # bad input before work
+    # --rate is the comparison's target; the throughput objective's plans take none (bad input before work)
+    rate = None if args.objective == "throughput" else args.rate
+    reqs = [build_request(Namespace(**{**vars(args), "hardware": n, "rate": rate})) for n in names]
     rows = []
     stem = Path(args.out)
     for name, req in zip(names, reqs):
