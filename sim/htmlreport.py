@@ -218,11 +218,9 @@ def sweep_page(rows: list[dict]) -> str:
     measured both (hover: the cell's axes and where its figures come from), grouped as sweep.png groups
     them, and the whole table."""
     from .sweep import COLUMNS
+    from .sweep import groups as by_group
 
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        if isinstance(r.get("output_tps_per_gpu"), float) and isinstance(r.get("tps_per_user"), float):
-            groups.setdefault(r["plan"] or f"{r['model']} / {r['hardware']}", []).append(r)
+    groups = by_group(rows)
 
     def label(r: dict) -> str:
         axes = ", ".join(f"{k} {r[k]}" for k in ("workload", "gpus", "rate", "change") if r.get(k) not in ("", None))

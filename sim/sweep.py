@@ -227,3 +227,13 @@ def _plan(grid: Grid, cell: Cell, specs) -> dict:
     source = "simulator, verified plan" if w.check is not None else "analytic estimate"
     return out | {"status": "ok", "source": source, "summary": res.plan.summary, "gpus_used": w.cand.gpus}
 
+
+
+def groups(rows: list[dict]) -> dict[str, list[dict]]:
+    """The rows that measured both tokens/s/GPU and tokens/s/user, by model / hardware (plan cells) or
+    plan (simulate cells): the series of sweep.png and report.html."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        if isinstance(r.get("output_tps_per_gpu"), float) and isinstance(r.get("tps_per_user"), float):
+            out.setdefault(r["plan"] or f"{r['model']} / {r['hardware']}", []).append(r)
+    return out

@@ -145,10 +145,7 @@ def write_chart(path: Path, rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        if isinstance(r.get("output_tps_per_gpu"), float) and isinstance(r.get("tps_per_user"), float):
-            groups.setdefault(r["plan"] or f"{r['model']} / {r['hardware']}", []).append(r)
+    groups = sweep.groups(rows)
     for name, rs in groups.items():
         ax.scatter([r["tps_per_user"] for r in rs], [r["output_tps_per_gpu"] for r in rs], s=14, label=name)
     ax.set_xlabel("output tokens/s per user")
