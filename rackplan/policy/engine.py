@@ -367,10 +367,14 @@ class EngineCore:
         k, tps = self.step, self.tps
         for rid, n in emitted.items():
             s = self.seqs.get(rid)
-            if s is None or n == tps or s.end == k + 1:
+            if s is None or n == tps:
                 continue
-            ctx = s.ctx0 + (k - s.step0) * tps + n
             left = s.left0 - (k - s.step0) * tps - n
+            if s.end == k + 1 and left <= 1e-9:
+                continue  # it emitted its last token this step, as scheduled
+            # (a sequence scheduled to end now that emitted fewer than it had left goes on: ending it
+            # on the expected rate lost its last tokens)
+            ctx = s.ctx0 + (k - s.step0) * tps + n
             self._ctx[s.rank] += n - tps
             self._ending[s.end].remove(rid)
             s.ctx0, s.left0, s.step0 = ctx, left, k + 1

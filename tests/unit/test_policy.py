@@ -120,3 +120,19 @@ def test_aggregated_first_token_at_the_last_chunk_then_decode_on_the_same_rank()
     b, d = _step(core)
     assert d.finished == [0] and not core.busy
     assert math.isclose(core.ctx[0], 0.0)
+
+
+def test_drawn_acceptance_short_of_the_expected_rate_keeps_the_sequence_decoding():
+    """Speculation at 2.2 expected tokens per step: a sequence with 2 tokens left is scheduled to end
+    this step (ceil(2 / 2.2) = 1). When the drawn acceptance emits only 1 it must decode one more step
+    (ending it on the expected rate lost its last token: the executor's output came out one short)."""
+    core = _core("decode", ranks=1, isl=[4], osl=[2], q=3, tps=2.2)
+    core.add(0)
+    _, d = _step(core, {0: 1})  # 2 left before this step, 1 emitted
+    assert d.finished == [] and core.context(0) == (5.0, 1.0)
+    _, d = _step(core, {0: 1})
+    assert d.finished == [0]
+    core2 = _core("decode", ranks=1, isl=[4], osl=[2], q=3, tps=2.2)
+    core2.add(0)
+    _, d = _step(core2, {0: 2})  # all drafts kept: done in one step
+    assert d.finished == [0]
