@@ -470,7 +470,6 @@ class Engine:
         store = dist.PrefixStore("rackplan-serve", dist.distributed_c10d._get_default_store())
         self.control = Control(store, reqs.arrival_s, concurrency, me.cfg.paced)
         self.records: list[dict] = []
-        self.kv_records: list[dict] = []
         self.expert_trace: list[dict] = []
         self.info: dict[int, dict] = {}
         self.timelines: dict[int, Timeline] = {}

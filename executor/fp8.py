@@ -47,9 +47,6 @@ class FP8Weight:
         y = torch._scaled_mm(xq, self.q, scale_a=sx, scale_b=self.scale, out_dtype=self.dtype)
         return y.reshape(*lead, self.shape[1])
 
-    def dequantise(self) -> torch.Tensor:
-        return (self.q.float() * self.scale).to(self.dtype)
-
 
 class FP8Stack:
     """Routed experts' weights [S, K, N] as one FP8Weight per slot."""

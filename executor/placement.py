@@ -65,12 +65,6 @@ def physical_weights(logical: torch.Tensor, phy2log: torch.Tensor) -> torch.Tens
     return logical.index_select(0, phy2log)
 
 
-def local_slots(phy2log: torch.Tensor, rank: int, ep: int) -> torch.Tensor:
-    """Global slot ids held by EP rank `rank`: [P // ep]."""
-    per_rank = phy2log.numel() // ep
-    return torch.arange(rank * per_rank, (rank + 1) * per_rank, device=phy2log.device)
-
-
 def slot_to_rank(slot_ids: torch.Tensor, num_slots: int, ep: int) -> torch.Tensor:
     """EP rank that holds each slot id (same shape)."""
     return torch.div(slot_ids, num_slots // ep, rounding_mode="floor")

@@ -194,10 +194,3 @@ def decode_layers(parts, batch: float, ctx_sum: float, queries_per_seq: float) -
         sec += alone * price(b_fl, b_by, base.peak, base.decode_eff(batch, avg, b_fl, base.heads), base.hw, base.prof)
         fl, by = fl + alone * b_fl, by + alone * b_by
     return sec, fl, by
-
-
-def phase_layers(model: ModelSpec, comp: KVComponent, phase: str) -> int:
-    """Layers attending over `comp` in `phase` (V4.1 prefill runs only its encoder half)."""
-    if phase == "prefill" and model.prefill_layers is not None:
-        return max(1, round(comp.layers * model.prefill_layers / model.num_layers))
-    return comp.layers

@@ -4,6 +4,8 @@ import pytest
 from rackplan.sim.search.front import Verified
 from rackplan.sim.search.verify import Check, Probe
 
+pytestmark = pytest.mark.unit
+
 
 def probe(rate: float, misses: dict | None = None) -> Probe:
     return Probe(rate, {"prefill_capacity_rps": 0.0}, True, (), misses or {}, 1000)
