@@ -46,7 +46,7 @@ def _type_name(tp: Any) -> str:
     if origin is dict:
         return "a mapping"
     if dataclasses.is_dataclass(tp):
-        return f"a mapping ({tp.__name__})"
+        return f"a mapping ({typing.cast(type, tp).__name__})"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
@@ -80,7 +80,7 @@ def _convert(tp: Any, value: Any, where: str, field: str) -> Any:
         _, val_tp = typing.get_args(tp)
         return {str(k): _convert(val_tp, v, where, f"{field}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, where, prefix=field + ".")
+        return from_dict(typing.cast(type, tp), value, where, prefix=field + ".")
     if tp is bool:
         if not isinstance(value, bool):
             raise SpecError(where, field, "true or false", value)

@@ -24,10 +24,10 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, cast
 
 from .fields import MAX_INT, SpecError
-from .model import AttentionSpec, DraftSpec, Dtypes, KVComponent, ModelSpec, MoESpec
+from .model import AttentionSpec, DraftSpec, Dtype, Dtypes, KVComponent, ModelSpec, MoESpec
 
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -216,9 +216,9 @@ def _deepseek(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: str)
     return _with_mtp(cfg, spec)
 
 
-def _deepseek_moe(cfg: _Config, scoring: str) -> MoESpec:
+def _deepseek_moe(cfg: _Config, scoring: Literal["softmax", "sigmoid", "sqrtsoftplus"]) -> MoESpec:
     """The DeepSeek MoE block's keys (routed + shared experts, group-limited top-k, scaling)."""
-    scoring = cfg.get("scoring_func", scoring)
+    scoring = cfg.get("scoring_func", scoring)  # (Any: checked below)
     if scoring not in ("softmax", "sigmoid", "sqrtsoftplus"):
         raise cfg.fail("scoring_func", "softmax, sigmoid or sqrtsoftplus")
     return MoESpec(num_experts=cfg.int("n_routed_experts"), top_k=cfg.int("num_experts_per_tok"),
@@ -342,7 +342,7 @@ _MODULES = {
     "experts": ("model.layers.5.mlp.experts.0.gate_proj", "model.layers.5.mlp.experts"),
     "dense": ("model.layers.0.mlp.gate_proj", "model.layers.5.mlp.shared_experts.gate_proj"),
 }
-_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", None: "bf16"}
+_TORCH_DTYPES: dict[Optional[str], Dtype] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", None: "bf16"}
 
 
 def _excluded(patterns: list, cls: str) -> bool:
@@ -359,7 +359,8 @@ def _dtypes(cfg: _Config, family: str, quant: Optional[dict]) -> Dtypes:
         raise cfg.fail("torch_dtype", "bfloat16, float16 or float32")
     q = cfg.get("quantization_config") or (quant or {}).get("quantization")
     fmt, kv8, keep = _quant_format(cfg, q)
-    weights = {cls: (base if fmt is None or _excluded(keep, cls) else fmt) for cls in _MODULES}
+    # (fmt: one of _quant_format's dtype names)
+    weights = {cls: cast(Dtype, base if fmt is None or _excluded(keep, cls) else fmt) for cls in _MODULES}
     if family in ("qwen3_moe", "gpt_oss"):
         weights["dense"] = weights["attention"]  # no dense FFN nor shared expert: unused, kept alike
     if family == "deepseek_v4" and cfg.get("expert_dtype") is not None:
@@ -374,7 +375,8 @@ def _dtypes(cfg: _Config, family: str, quant: Optional[dict]) -> Dtypes:
                   dense_weights=weights["dense"], activations=base,
                   kv_cache="bf16" if family == "deepseek_v4" else ("fp8" if eight else base),
                   dispatch="fp8" if eight else base, combine="bf16" if base == "bf16" else base,
-                  compute={"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}.get(weights["attention"], base),
+                  compute=cast(Dtype, {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}.get(weights["attention"],
+                                                                                            base)),
                   expert_compute="fp4" if four and eight else None)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, Optional, cast
 
 from .fields import check, non_negative, positive
 
@@ -119,27 +119,31 @@ class AttentionSpec:
     def projections(self, hidden: int) -> tuple[tuple[str, int, int], ...]:
         """Weight GEMMs of one attention layer as (name, in_features, out_features)."""
         h = self.num_heads
-        if self.kind == "mla":
-            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-            q = ((("q_a", hidden, self.q_lora_rank), ("q_b", self.q_lora_rank, h * qk))
-                 if self.q_lora_rank else (("q", hidden, h * qk),))
+        if self.kind == "mla":  # (its dims are set for kind mla: __post_init__)
+            nope, rope, v, kv = cast("tuple[int, int, int, int]", (self.qk_nope_head_dim, self.qk_rope_head_dim,
+                                                                  self.v_head_dim, self.kv_lora_rank))
+            qk = nope + rope
+            q: tuple[tuple[str, int, int], ...] = (
+                (("q_a", hidden, self.q_lora_rank), ("q_b", self.q_lora_rank, h * qk)) if self.q_lora_rank
+                else (("q", hidden, h * qk),))
             return q + (
-                ("kv_a", hidden, self.kv_lora_rank + self.qk_rope_head_dim),
-                ("kv_b", self.kv_lora_rank, h * (self.qk_nope_head_dim + self.v_head_dim)),
-                ("o", h * self.v_head_dim, hidden),
+                ("kv_a", hidden, kv + rope),
+                ("kv_b", kv, h * (nope + v)),
+                ("o", h * v, hidden),
             ) + self._indexer_projections(hidden)
         if self.kind == "gqa":
             d = self.head_dim
             return (("q", hidden, h * d), ("kv", hidden, 2 * self.num_kv_heads * d), ("o", h * d, hidden))
         # csa (DeepSeek-V4 family): low-rank q, one shared KV head, grouped low-rank output.
         d = self.head_dim
+        q_lora, o_lora, groups = cast("tuple[int, int, int]", (self.q_lora_rank, self.o_lora_rank, self.o_groups))
         return (
-            ("q_a", hidden, self.q_lora_rank),
-            ("q_b", self.q_lora_rank, h * d),
+            ("q_a", hidden, q_lora),
+            ("q_b", q_lora, h * d),
             ("kv", hidden, d),
             # grouped: each of o_groups maps its h*d/g slice to o_lora -> h*d x o_lora params in all
-            ("o_a", h * d, self.o_lora_rank),
-            ("o_b", self.o_groups * self.o_lora_rank, hidden),
+            ("o_a", h * d, o_lora),
+            ("o_b", groups * o_lora, hidden),
         )
 
     def _indexer_projections(self, hidden: int) -> tuple[tuple[str, int, int], ...]:
@@ -149,8 +153,8 @@ class AttentionSpec:
         idx = next((c for c in self.kv if c.has_indexer), None)
         if idx is None or self.q_lora_rank is None:
             return ()
-        return (("idx_q", self.q_lora_rank, idx.indexer_heads * idx.indexer_dim),
-                ("idx_k", hidden, idx.indexer_dim), ("idx_w", hidden, idx.indexer_heads))
+        heads, dim = cast("tuple[int, int]", (idx.indexer_heads, idx.indexer_dim))  # (all set: has_indexer)
+        return (("idx_q", self.q_lora_rank, heads * dim), ("idx_k", hidden, dim), ("idx_w", hidden, heads))
 
     def projection_params(self, hidden: int) -> int:
         return sum(fan_in * fan_out for _, fan_in, fan_out in self.projections(hidden))
@@ -161,7 +165,7 @@ class AttentionSpec:
         (ReplicatedLinear), output projections are row-parallel (split in_features), GQA's KV heads
         are split while tp <= num_kv_heads and replicated beyond, everything else is column-parallel
         (split out_features)."""
-        out = []
+        out: list[tuple[str, float, float]] = []
         for name, fan_in, fan_out in self.projections(hidden):
             if tp == 1 or name in ("q_a", "kv_a") or name.startswith("idx_") or (self.kind == "csa" and name == "kv"):
                 out.append((name, fan_in, fan_out))
@@ -372,7 +376,7 @@ class ModelSpec:
 # transformer blocks in MoE are quantized") keep attention and dense weights (dense FFN, shared experts) in
 # BF16: routed experts NVFP4 with FP4 GEMMs (W4A4), the other GEMMs BF16. KV cache, dispatch and combine stay
 # the model's (serving flags, not the checkpoint).
-CHECKPOINTS: dict[str, dict[str, str]] = {
+CHECKPOINTS: dict[str, dict[str, Dtype]] = {
     "nvfp4": {"attention_weights": "bf16", "dense_weights": "bf16", "expert_weights": "nvfp4", "compute": "bf16",
               "expert_compute": "fp4"},
 }

@@ -68,7 +68,7 @@ if yaml.__with_libyaml__:
     class _ShippedLoader(_UniqueKeys, yaml.CSafeLoader):
         """libyaml's SafeLoader with _Loader's float rule and duplicate-key check."""
 else:
-    _ShippedLoader = _Loader
+    _ShippedLoader = _Loader  # type: ignore[misc, assignment]  # (the same loader where libyaml is absent)
 
 FLOAT_RE = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, Optional, cast
 
 from .fields import check, non_negative, positive
 
@@ -53,11 +53,11 @@ class LengthDist:
     def expected(self) -> float:
         """Mean length in tokens (before clipping)."""
         if self.kind == "fixed":
-            return float(self.value)
+            return float(cast(int, self.value))  # (set for its kind: __post_init__)
         if self.kind == "uniform":
-            return (self.low + self.high) / 2
+            return (cast(int, self.low) + cast(int, self.high)) / 2
         if self.kind == "lognormal":
-            return float(self.mean)
+            return float(cast(float, self.mean))
         raise ValueError("trace lengths have no closed-form mean; read the trace")
 
 
