@@ -158,6 +158,12 @@ class Loop:
         return box[0]
 
     def run(self) -> None:
+        """The instance's loop on this rank until the leader says stop: get the step (the leader plans
+        it with the serving policy and broadcasts it to the instance's ranks; host.schedule and
+        host.dp_sync timed), run it on this rank (`step`), book its tokens on the leader (host.output;
+        under async scheduling first, with the next step planned on a worker thread meanwhile), then
+        the executor's own bookkeeping (`after`: timelines, router load, KV sends) and this step's
+        host-part records."""
         self.me.fault("step")  # test hook: at the loop's start (an instance the router skips still fails)
         while True:
             t_loop, self.gc_start = time.perf_counter(), GC.collections

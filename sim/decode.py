@@ -35,6 +35,11 @@ class DecodeInstance(Instance):
         self.notify()
 
     def run(self):
+        """The instance's main loop (a SimPy process), one event a step: sleep while nothing runs or
+        waits; take the shared GPUs' turn (colocated); `core.schedule()` admits requests whose KV has
+        arrived when a seat and their blocks are free and forms the step; wait its price (decode only:
+        `pricer.decode`; with preempted sequences' recompute chunks: `pricer.step`); then log the step
+        (ITL, first tokens of the newly admitted: TTFT) and hand finished requests to `on_done`."""
         core, log = self.core, self.log
         while True:
             if not core.busy:

@@ -43,6 +43,11 @@ class PrefillInstance(Instance):
         self.notify()
 
     def run(self):
+        """The instance's main loop (a SimPy process), one event a step: sleep while no prompt waits;
+        take the shared GPUs' turn (colocated); `core.schedule()` forms each DP rank's chunks up to its
+        token budget; the decode side binds prompts whose last chunk is scheduled (`on_completing`);
+        wait the step's price (+ the KV hand-off inside the turn, colocated); then `core.finish` frees
+        the finished prompts' blocks and `on_prefilled` sends each to KV transfer."""
         core = self.core
         while True:
             if not core.busy:
