@@ -7,7 +7,7 @@ stays for what explain does not do: profiles, accuracy cases and NVLink bandwidt
 Prices `decode_step` (sim/cost/step.py, the planner's and the simulator's pricing) at several
 sequences per DP rank, every rank alike, at the workload's mean decode context, and prints each
 op's milliseconds per profile, the step, and the TPOT it implies (step / acceptance length under
-speculation). Default: the README's H200 case (DeepSeek-V3, decode DEP16 with MTP 1 on h200-sxm).
+speculation). Default: the H200 case of docs/plan.md (DeepSeek-V3, decode DEP16 with MTP 1 on h200-sxm).
 
 With --case (repeatable) it prices accuracy cases instead (benchmarks/cases/*.yaml: the case's
 model with its `model_overrides`, its first decode or aggregated layout, its workload's mean

@@ -5,7 +5,7 @@ then `rackplan simulate --plan plan.yaml` (the planner's own run, which must rep
 headline exactly) and `rackplan simulate --plan plan.yaml --requests 4N` (N the requests the
 planner's verification used): its output tokens/s/GPU within 5% of the headline, stable, and
 TTFT/TPOT p90 within the SLOs (issue 12). Cases: the seed scenario (`rackplan plan`, no
-arguments) and the H200 32-GPU case of the README; --big adds GB300 NVL72 at 144 and 576 GPUs
+arguments) and the H200 32-GPU case of docs/plan.md; --big adds GB300 NVL72 at 144 and 576 GPUs
 (does it finish with a plan; CPU and RSS against issue 11's 60 CPU-s / 300 MB at 576).
 
     python benchmarks/plan_check.py [--big] [--case seed|h200|gb300-144|gb300-576 ...]

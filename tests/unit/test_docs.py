@@ -1,0 +1,84 @@
+"""The README a newcomer reads in ten minutes, and the docs it points to: at most 150 lines, its two
+set-up-and-go commands the ones CI runs (.ci/run runs the README's test command in a fresh clone), and
+every relative link of README.md and docs/*.md naming a file and heading that exist."""
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _setup_commands() -> list[str]:
+    """The command lines of the README's '## Set up and go' code block."""
+    block = README.split("## Set up and go", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but '-' and '_' dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def test_the_readme_fits_on_a_newcomers_screen():
+    assert len(README.splitlines()) <= 150
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    install, test = _setup_commands()[0].rsplit(" && ", 1), _setup_commands()[1].rsplit(" && ", 1)
+    assert install[1] == ".venv/bin/rackplan"  # the main job on the embedded defaults
+    assert install[0] == test[0]  # the same install
+    assert test[1] == ".venv/bin/python -m pytest tests"
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python3 -m venv")]
+    assert ci == [_setup_commands()[1]]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_names_a_file_and_heading_that_exist(page):
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):  # http(s), mailto: not checked here (no network)
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        assert dest.exists(), f"{page.name}: {target}"
+        if anchor:
+            assert anchor in _anchors(dest), f"{page.name}: {target}"
+
+
+def _current():
+    """benchmarks/current.py as a module (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location("current", ROOT / "benchmarks" / "current.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_current_md_is_what_headline_yaml_renders_and_each_figure_is_in_its_results_section():
+    cur = _current()
+    entries = cur.load(cur.HEADLINE.read_text(), cur.RESULTS.read_text())
+    assert cur.CURRENT.read_text() == cur.render(entries), "run python benchmarks/current.py"
+    assert len(entries) == cur.CURRENT.read_text().count("\n| ") - 1  # one row each, below the header row
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda e: e.update(evidence=["a figure nobody logged"]), "evidence not in its section"),
+    (lambda e: e.update(section="2099-01-01 no such section"), "section"),
+    (lambda e: e.pop("command"), "field command missing"),
+])
+def test_a_headline_entry_that_does_not_hold_is_one_line_naming_it(edit, field):
+    cur = _current()
+    entries = yaml.safe_load(cur.HEADLINE.read_text())
+    edit(entries[0])
+    with pytest.raises(cur.HeadlineError, match=f"entry {entries[0]['id']}: {field}"):
+        cur.load(yaml.safe_dump(entries), cur.RESULTS.read_text())
