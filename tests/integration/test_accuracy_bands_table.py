@@ -14,7 +14,7 @@ import accuracy  # noqa: E402
 
 from rackplan.accuracy_band import BANDS_PATH  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.profile_data]
 
 
 def test_shipped_bands_match_the_benchmark(tmp_path, capsys):

@@ -34,6 +34,7 @@ def test_hand_checked_gemm_rows_read_as_seconds(tables):
     assert 2 * 16384 * 7168 * 2048 / (226.78e-6) == pytest.approx(2.12e15, rel=0.01)
 
 
+@pytest.mark.profile_data
 def test_shipped_profile_matches_the_package_tables(tables):
     """The shipped gb300 profile's held-out error per GEMM class is what its rows give today, each class read
     from the framework's table its provenance names (gemm.fp8_block: SGLang's graph-timed DeepGEMM table,
@@ -53,6 +54,7 @@ def test_shipped_profile_matches_the_package_tables(tables):
     assert checked == {k for k in prof.fit_error if k.startswith("gemm.")}
 
 
+@pytest.mark.profile_data
 def test_refit_of_a_real_class_is_deterministic(tables):
     """allreduce.tp8 refitted from the real table gives the shipped profile's held-out error."""
     prof = load_profile("gb300-nvl72-vllm")

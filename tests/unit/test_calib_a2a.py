@@ -46,6 +46,7 @@ def test_gb200_floor_fit_within_10pct_except_ep64_dispatch_noise(gb200_fit):
     assert max(abs(r["err_linear"]) for r in rest) <= 0.13  # a straight line misses the flat floor
 
 
+@pytest.mark.profile_data
 def test_written_profiles_price_the_tables():
     for table, hw, prof in (("deepep_h800_a2a.csv", "h800", "h800-deepep"),
                             ("trtllm_gb200_nvl72_a2a.csv", "gb200-nvl72", "gb200-nvl72-trtllm")):

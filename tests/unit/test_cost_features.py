@@ -36,6 +36,7 @@ def test_speculation_costs_more_per_step_but_not_per_token():
     assert mtp.seconds / 1.85 < plain  # fewer seconds per emitted token at small batch
 
 
+@pytest.mark.profile_data
 def test_kv_transfer():
     # DeepSeek-V3, 4,000-token context: 4000 x 35,136 B = 140.5 MB; over 50 GB/s x 0.7 + 1 ms
     assert kv_transfer_bytes(V3, 4000) == 4000 * 35_136

@@ -89,6 +89,7 @@ def _mx_model():
     (Layout(role="decode", dp=1, tp=4, expert_parallel=False), 900.0, 900.0, "low_latency", 900.0),  # MoE TP
     (Layout(role="decode", dp=1, tp=4), 40.0, 40.0, "low_latency", 40.0),  # TP attention, EP 4: 64 experts
 ])
+@pytest.mark.profile_data
 def test_step_prices_experts_at_the_load_the_kernel_sees(lay, t_global, t_max, kernel, tokens_in):
     """StepModel's routed experts take the load tokens entering the rank x top-k / the rank's expert slots
     (moe.tile_load): the experts' seconds are the price under the curve of that load's range alone."""
@@ -116,6 +117,7 @@ def test_step_prices_experts_at_the_load_the_kernel_sees(lay, t_global, t_max, k
     assert t_exp != pytest.approx(under(RANGED[(j + 1) % len(RANGED)]), rel=1e-3)  # the range matters here
 
 
+@pytest.mark.profile_data
 @pytest.mark.parametrize("t_rank", [5.0, 6.0])  # DEP8, 32 experts a rank: t x 16 = 80, 96 straddle the 16 edge
 def test_gb200_profile_prices_experts_at_the_range_of_their_load(t_rank):
     """Under the shipped gb200 profile a DEP8 decode step of V4-Flash run by the MXFP4 kernel prices its

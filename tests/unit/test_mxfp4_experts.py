@@ -44,6 +44,7 @@ def _in_load(c: Curve, load: float) -> bool:
     (64.0, 8.0, 0.975),    # DEP8 (48 experts a rank): 64 x 6 / 48 = 8, FlashInfer's tile 8
     (384.0, 48.0, 1.557),  # 384 x 6 / 48 = 48, tile 32: the measured MXFP4 x MXFP8 kernel is slower there
 ])
+@pytest.mark.profile_data
 def test_v41_step_reads_its_experts_from_the_mxfp4_curve(t_rank, load, ratio):
     """A V4.1-Flash DEP8 low-latency decode step on gb300 (shipped gb300-nvl72-vllm profile): the experts'
     seconds are the roofline of expert_work under the experts.mxfp4 pair of its load's range, evaluated here

@@ -86,6 +86,7 @@ def test_dbo_at_32_and_256_tokens_per_device_h100_ep72():
 
 
 # -- tensor parallelism -----------------------------------------------------------------------------
+@pytest.mark.profile_data
 def test_tp4_allreduce_bytes_and_seconds_per_layer():
     # V4.1 TP4 (dp 1), one sequence with 5 draft tokens: 6 tokens x 5120 x BF16 = 61,440 B per
     # all-reduce; a ring moves 2 x 3/4 of it = 92,160 B per GPU; datasheet all-reduce efficiency
@@ -129,6 +130,7 @@ def test_ep_below_the_stage_shards_experts_the_rest_of_the_way():
 
 
 # -- dtypes -------------------------------------------------------------------------------------------
+@pytest.mark.profile_data
 def test_fp8_attention_runs_at_the_fp8_peak():
     # V3 prefill of one 4,096-token prompt on H200 is compute bound: FP8 attention math (FlashInfer /
     # TRT-LLM FP8 MLA, FP8 KV cache) halves attn.core against the BF16 peak (1,979 vs 989 TFLOP/s).
@@ -172,6 +174,7 @@ def test_norm_rope_quantize_bytes_v3_decode():
     assert cost["quantize"].bytes == pytest.approx(want)
 
 
+@pytest.mark.profile_data
 def test_sampler_reads_fp32_logits_of_every_sampled_row_v3_decode():
     # top-k / top-p sampling over V3's 129,280-token vocabulary in FP32: softmax read + write and the
     # top-k / top-p reads, 4 passes (FlashInfer sampling) = 4 x 129,280 x 4 B per row; 64 sequences per
@@ -203,6 +206,7 @@ def test_eager_steps_pay_a_device_gap_per_kernel():
 
 
 # -- V4.1: Engram and the DSpark drafter ------------------------------------------------------------------
+@pytest.mark.profile_data
 def test_engram_rows_on_its_two_layers():
     # V4.1 DEP64 decode, 128 tokens per rank: one 256-B row per token at each of the 2 Engram layers
     # (not the 40 MoE layers); the tables are split over 64 ranks, so 63/64 of the rows come over
@@ -250,6 +254,7 @@ def test_dspark_drafter_at_one_sequence_reads_only_the_experts_its_rows_pick():
 
 
 # -- memory: offload, memory fraction, pipeline stages ---------------------------------------------------
+@pytest.mark.profile_data
 def test_offloaded_weights_leave_hbm_and_stream_back():
     # V4.1 DEP2 prefill on GB300 offloading 60 GB per GPU: 60 GB less in HBM; every forward streams
     # it from host memory at 256 GB/s per GPU (Grace LPDDR5X shared by 2 GPUs), prefetched behind the
@@ -278,6 +283,7 @@ def test_gpu_memory_utilization_sets_the_kv_budget():
     assert kv_capacity_tokens(V3, H200, lay) == pytest.approx(want)
 
 
+@pytest.mark.profile_data
 def test_pipeline_stages_hold_half_the_layers_and_pass_activations():
     # TP8 x PP2 on 16 H200: a GPU holds 61/2 layers' weights and KV, and one of embedding / head; a
     # step runs each stage's micro-batch of half the sequences and hands activations on once

@@ -115,6 +115,7 @@ def test_attention_cost_per_sequence_and_head_by_hand():
     assert efficiency.attention(prof, "prefill", "gqa", "bf16", 2.0, 100.0, 8e6) == pytest.approx(0.5 / 2.0)
 
 
+@pytest.mark.profile_data
 def test_datasheet_profile_prices_as_before():
     """No curves: the saturating datasheet form, exactly as before curves existed."""
     ds = load_profile("datasheet")
@@ -225,6 +226,7 @@ def gemm_seconds(prof: Profile, dtype: str, rows) -> np.ndarray:
     return _gemm_predict(dtype, m, n, k, load_hardware("gb300-nvl72"))(prof, np.arange(len(rows)))
 
 
+@pytest.mark.profile_data
 def test_measured_profile_prices_fp8_gemms_near_their_table_rows():
     """The first row is the issue's example: 2 x 16384 x 7168 x 2048 FLOPs in 226.8 us is 2.12 PFLOP/s,
     42% of the 5 PF fp8 peak; the datasheet's 70% of peak prices it at 140 us. The measured profile is
