@@ -29,7 +29,8 @@ def _clocks(rank, world):
 
 def test_ranks_read_one_clock_after_a_late_start(tmp_path):
     """Rank 1 starts 0.5 s late: its own perf_counter origin would read 0.5 s less than rank 0's at the
-    same instant; the shared epoch reads the same (within the barrier's skew: a few ms idle, allowed 0.15 s on a loaded machine)."""
+    same instant; the shared epoch reads the same (within the barrier's skew: a few ms idle, allowed
+    0.15 s on a loaded machine)."""
     (shared0, own0), (shared1, own1) = run_ranks(_clocks, 2, tmp_path)
     assert own0 - own1 > LATE_S * 0.8  # what per-rank origins would record
     assert abs(shared0 - shared1) < 0.15, (shared0, shared1)
