@@ -196,8 +196,9 @@ def of_verified(hw: HardwareSpec, prices: Prices, v, isl_mean: float) -> Economi
 
 @dataclass(frozen=True)
 class OnBudget:
-    """A deployment's copies filling a GPU budget (a rack, a cluster): what an operator pays for and powers.
-    GPUs left over draw idle power and are paid for all the same (a rented rack is rented whole)."""
+    """A deployment's copies filling a GPU budget (a rack, a cluster), and where one is given a facility
+    power budget (a site's megawatts): what an operator pays for and powers. GPUs left over draw idle
+    power and are paid for all the same (a rented rack is rented whole, its GPUs stay powered)."""
 
     copies: int
     output_tps: float
@@ -205,21 +206,31 @@ class OnBudget:
     usd_per_hour: float | None
     usd_per_m_output: float | None
     output_tps_per_mw: float
+    power_budget_w: float | None = None  # facility W the copies and the idle rest must stay within
 
 
-def on_budget(hw: HardwareSpec, eco: Economics, budget: int) -> OnBudget:
+def on_budget(hw: HardwareSpec, eco: Economics, budget: int, power_budget_w: float | None = None) -> OnBudget:
     """`budget // eco.gpus` copies of the deployment and the idle rest: tokens/s, facility power, $/h,
-    $/M output tokens, output tokens/s per MW (the cost and power objectives rank by these)."""
+    $/M output tokens, output tokens/s per MW (the cost and power objectives rank by these). With a
+    facility power budget, as many copies as keep copies x the deployment's facility draw + the idle
+    rest x idle draw x PUE within it (0 copies: the deployment does not fit the power at all)."""
     copies = max(1, budget // eco.gpus)
-    idle = max(0, budget - copies * eco.gpus)
+    pue = eco.prices.pue
+
+    def facility_w(k: int) -> float:
+        return (k * eco.it_power_w + max(0, budget - k * eco.gpus) * hw.power_idle_w) * pue
+
+    if power_budget_w is not None:
+        while copies > 0 and facility_w(copies) > power_budget_w:
+            copies -= 1
     tps = copies * eco.output_tps
-    fac_w = (copies * eco.it_power_w + idle * hw.power_idle_w) * eco.prices.pue
+    fac_w = facility_w(copies)
     per_mw = tps / (fac_w / 1e6) if fac_w > 0 else math.inf
     if eco.prices.per_gpu_hour is None:
-        return OnBudget(copies, tps, fac_w, None, None, per_mw)
+        return OnBudget(copies, tps, fac_w, None, None, per_mw, power_budget_w)
     billed = max(budget, copies * eco.gpus)
     usd_h = billed * eco.prices.per_gpu_hour + fac_w / 1e3 * eco.prices.kwh
-    return OnBudget(copies, tps, fac_w, usd_h, _per_million(usd_h, tps), per_mw)
+    return OnBudget(copies, tps, fac_w, usd_h, _per_million(usd_h, tps), per_mw, power_budget_w)
 
 
 # -- command-line flags (simulate, plan, whatif) -------------------------------------------------

@@ -17,7 +17,8 @@ import numpy as np
 import simpy
 
 from rackplan.economics import busy_share
-from rackplan.policy import EngineCore, Router, block_tokens, capacity_blocks
+from rackplan.policy import EngineCore, Router, block_tokens
+from rackplan.policy.kv import longest_admitted
 from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
 from rackplan.specs.layout import Layout
 
@@ -91,7 +92,7 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
                                      ([k for k in caps if k.startswith("prefill")], reqs.isl, "isl", "prefill")):
         if not pools:
             continue
-        room = max(capacity_blocks(caps[k], block) * block - (1 + _drafts(lays[k])) for k in pools)
+        room = max(longest_admitted(caps[k], block, _drafts(lays[k])) for k in pools)
         worst = int(np.argmax(need))
         if need[worst] > room:
             raise SpecError(workload.name, field, f"at most {int(room)} tokens, the largest KV capacity of a "

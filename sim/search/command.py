@@ -106,6 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     economics.add_arguments(p)
+    economy.add_arguments(p)
 
 
 def build_request(args) -> planner.Request:
@@ -134,7 +135,7 @@ def build_request(args) -> planner.Request:
         profile_ref=spec_ref("profiles", args.profile or hw.default_profile),
         objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
         sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate,
-        prices=economics.prices_from_args(args, hw))
+        prices=economics.prices_from_args(args, hw), power_mw=economy.check_power_budget(args))
 
 
 class _Bar:

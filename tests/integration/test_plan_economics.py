@@ -131,3 +131,59 @@ def test_plan_compares_hardware_side_by_side(tmp_path, capsys):
     assert "| cheap |" in md and "| dear |" in md and "GPUs for rate" in md
     assert (tmp_path / "r" / "compare.png").stat().st_size > 0
     assert main(args[:4] + ["a,,b"] + args[5:]) == 2  # an empty name: one line, exit 2
+
+
+@pytest.fixture(scope="module")
+def seed_in_power():
+    """The seed scenario (DeepSeek-V4.1-Flash, GB300 NVL72, agentic-chat, 72 GPUs), as `rackplan plan`
+    builds it, with a facility power budget below the rack's full draw (72 x 1,875 W x PUE 1.2 = 162 kW):
+    0.12 MW."""
+    from rackplan.cli import build_parser
+    from rackplan.sim.search.command import build_request
+
+    args = build_parser("plan").parse_args(["plan", "--objective", "power", "--power-mw", "0.12", "--workers", "1"])
+    req = build_request(args)
+    return req, planner.plan(req)
+
+
+@pytest.mark.slow
+def test_power_and_cost_choose_another_seed_plan_within_a_power_budget(seed_in_power):
+    """Whole copies within 0.12 MW: each passing point's copies by hand (its simulated busy share x the
+    GB300 draw, the 72-GPU rack's idle rest at 560 W, PUE 1.2); power serves the most tokens within the
+    budget, cost the cheapest ($5.45 x 72 GPU-h over them), both a deployment the throughput objective
+    (most tokens/s/GPU) does not choose, and the report says why."""
+    req, res = seed_in_power
+    hw = req.hw
+    tp = planner.choose(dataclasses.replace(req, objective="throughput"), res.verified)
+    cost = planner.choose(dataclasses.replace(req, objective="cost"), res.verified)
+    power = res.winner
+
+    def by_hand(v) -> tuple[int, float, float]:
+        m, g = v.check.metrics, v.cand.gpus
+        it_w = g * (hw.power_idle_w + (hw.power_loaded_w - hw.power_idle_w) * m["gpu_busy_share"])
+        k = 72 // g
+        while k and (k * it_w + (72 - k * g) * hw.power_idle_w) * 1.2 > 0.12e6:
+            k -= 1
+        tps = k * m["output_tps_per_gpu"] * g
+        return k, tps, (72 * 5.45 / (tps * 3600 / 1e6) if tps else float("inf"))
+
+    ok = [v for v in res.verified if v.passed]
+    assert len(ok) >= 2
+    assert by_hand(power)[1] == pytest.approx(max(by_hand(v)[1] for v in ok))
+    assert by_hand(cost)[2] == pytest.approx(min(by_hand(v)[2] for v in ok))
+    assert power.cand.summary != tp.cand.summary and cost.cand.summary != tp.cand.summary
+    assert tp.tps_gpu > power.tps_gpu  # throughput wins per GPU; its copies fill the megawatts less
+    assert by_hand(power)[1] > by_hand(tp)[1] and by_hand(cost)[2] < by_hand(tp)[2]
+    b = economy.budget_of(req, power)
+    assert (b.copies, b.output_tps) == (by_hand(power)[0], pytest.approx(by_hand(power)[1]))
+    assert b.facility_power_w <= 0.12e6
+    text = markdown(res)
+    assert "Objective power (best output tok/s within 0.12 MW of facility power and 72 GPUs" in text
+    assert f"The throughput objective would choose {tp.cand.summary}" in text
+
+
+def test_power_budget_refused_where_it_cannot_act(capsys):
+    base = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--workload", "tiny-chat", "--gpus", "2",
+            "--no-simulate", "--quiet", "--power-mw", "1"]
+    assert main(base) == 2  # the throughput objective: the power budget would do nothing
+    assert "--power-mw" in capsys.readouterr().err
