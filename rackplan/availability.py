@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rackplan.specs import HardwareSpec, Plan
+from rackplan.specs import HardwareSpec, Plan, pool_hardware
 
 HOURS_PER_YEAR = 8760.0
 
@@ -40,10 +40,12 @@ def pools(plan: Plan, hw: HardwareSpec) -> list[PoolDowntime]:
     """Each pool of the plan, its instances' down share and what one of them down costs the plan."""
     out = []
     for pool in ("prefill", "decode", "aggregated"):
+        kind = pool_hardware(plan, hw, pool)  # a mixed plan's prefill pool: its own hardware's failure rate
         for lay in getattr(plan, pool):
             n = sum(x.replicas for x in getattr(plan, pool))
             out.append(PoolDowntime(pool, lay.replicas, lay.gpus,
-                                    instance_down_share(lay.gpus, hw.failures_per_gpu_year, hw.repair_hours), 1.0 / n))
+                                    instance_down_share(lay.gpus, kind.failures_per_gpu_year, kind.repair_hours),
+                                    1.0 / n))
     return out
 
 
