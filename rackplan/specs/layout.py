@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from .fields import check, non_negative, positive
+from .fields import OMIT_IF_NONE, check, non_negative, positive
 
 
 @dataclass(frozen=True)
@@ -184,9 +184,9 @@ class Plan:
     # the decode pool runs on), priced with `prefill_profile` (default: that hardware's default
     # profile); `kv_link_bw` (B/s per GPU) declares the link the KV cache crosses between them
     # (default: the slower scale-out NIC of the two)
-    prefill_hardware: Optional[str] = None
-    prefill_profile: Optional[str] = None
-    kv_link_bw: Optional[float] = None
+    prefill_hardware: Optional[str] = field(default=None, metadata=OMIT_IF_NONE)
+    prefill_profile: Optional[str] = field(default=None, metadata=OMIT_IF_NONE)
+    kv_link_bw: Optional[float] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         positive(self.num_gpus, "num_gpus")
