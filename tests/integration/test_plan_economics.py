@@ -3,6 +3,7 @@ tokens/s per MW on the GPU budget, chooses another deployment than the throughpu
 the report says why; every figure checked by hand from the simulator's own numbers."""
 import csv
 import dataclasses
+import math
 
 import pytest
 
@@ -10,7 +11,7 @@ from rackplan.cli import main
 from rackplan.economics import Prices
 from rackplan.sim.search import economy, planner
 from rackplan.sim.search.report import markdown
-from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload, resolve_path
+from rackplan.specs import SLO, SpecError, load_hardware, load_model, load_profile, load_workload, resolve_path
 
 pytestmark = pytest.mark.integration
 
@@ -187,3 +188,70 @@ def test_power_budget_refused_where_it_cannot_act(capsys):
             "--no-simulate", "--quiet", "--power-mw", "1"]
     assert main(base) == 2  # the throughput objective: the power budget would do nothing
     assert "--power-mw" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def seed_on_36():
+    """The seed scenario on 36 GB300 GPUs with --availability 0.999."""
+    from rackplan.cli import build_parser
+    from rackplan.sim.search import spares
+    from rackplan.sim.search.command import build_request
+
+    args = build_parser("plan").parse_args(["plan", "--gpus", "36", "--availability", "0.999", "--workers", "1"])
+    req = build_request(args)
+    n, target = spares.check(args, req)
+    return req, spares.plan(req, "p", n, target)
+
+
+@pytest.mark.slow
+def test_availability_chooses_a_plan_with_a_spare_node(seed_on_36):
+    """Throughput's choice uses all 36 GPUs: no spare, a failure keeps its instance down 24 h, expected
+    capacity 1 - (GPUs of one prefill + one decode instance) x 0.173 x 24 / 8760 below 99.9%; the
+    availability floor chooses a deployment leaving a spare tray (1 h down per failure while one is free)."""
+    from rackplan import availability
+    from rackplan.sim.search import spares
+
+    req, res = seed_on_36
+    hw = req.hw
+    tp = planner.choose(req, res.verified)
+    tp_plan = spares.to_plan(req, tp, "tp")
+    assert tp_plan.gpus_used == 36 and availability.spare_nodes(tp_plan, hw) == 0
+    g = tp_plan.prefill[0].gpus + tp_plan.decode[0].gpus  # one instance of each pool (identical instances)
+    assert len(tp_plan.prefill) == len(tp_plan.decode) == 1
+    assert availability.expected_capacity(tp_plan, hw) == pytest.approx(1 - g * 0.173 * 24 / 8760)
+    assert 1 - g * 0.173 * 24 / 8760 < 0.999
+    chosen = res.plan
+    k = (36 - chosen.gpus_used) // 4
+    assert k >= 1 and chosen.num_gpus == 36 and chosen.summary != tp_plan.summary
+    m = chosen.gpus_used * 0.173 / 8760 * 24
+    p_free = sum(math.exp(-m) * m ** i / math.factorial(i) for i in range(k))
+    d = p_free * 1.0 + (1 - p_free) * 24.0
+    # each pool of identical instances loses (GPUs of one instance) x 0.173 x d / 8760 of the plan
+    want = 1 - sum(pool[0].gpus * 0.173 * d / 8760 for pool in (chosen.prefill, chosen.decode))
+    assert len(chosen.prefill) == len(chosen.decode) == 1
+    assert availability.expected_capacity(chosen, hw) == pytest.approx(want)
+    assert availability.expected_capacity(chosen, hw) >= 0.999
+    assert "availability target 99.9000%: met" in spares.line(res, 0.999)[0]
+
+
+def test_spares_are_held_back_and_refused_where_they_cannot_act(capsys, priced_hw):
+    """--spares N: the search plans on the budget less N, the plan keeps the whole budget (its idle
+    nodes are the spares); a count that is not whole nodes, or hardware without a failure rate, refused."""
+    from argparse import Namespace
+
+    from rackplan.sim.search import spares
+
+    hw = dataclasses.replace(priced_hw, failures_per_gpu_year=0.173, repair_hours=1.0, replace_hours=24.0)
+    req = planner.Request(load_model("tiny-moe"), hw, load_profile("cpu-local"), load_workload("tiny-chat"),
+                          5, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat", simulate=False)
+    res = spares.plan(req, "p", 2, None)
+    assert res.plan.num_gpus == 5 and res.plan.gpus_used <= 3 and res.request.num_gpus == 5
+    with pytest.raises(SpecError, match="--spares"):
+        spares.check(Namespace(spares=5, availability=None), req)  # not fewer than the budget
+    with pytest.raises(SpecError, match="--availability"):
+        spares.check(Namespace(spares=0, availability=1.5), req)
+    with pytest.raises(SpecError, match="failures_per_gpu_year"):
+        spares.check(Namespace(spares=1, availability=None), dataclasses.replace(req, hw=priced_hw))
+    base = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--workload", "tiny-chat", "--gpus", "2",
+            "--no-simulate", "--quiet", "--spares", "1"]
+    assert main(base) == 2 and "failures_per_gpu_year" in capsys.readouterr().err
