@@ -255,3 +255,14 @@ def test_spares_are_held_back_and_refused_where_they_cannot_act(capsys, priced_h
     base = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--workload", "tiny-chat", "--gpus", "2",
             "--no-simulate", "--quiet", "--spares", "1"]
     assert main(base) == 2 and "failures_per_gpu_year" in capsys.readouterr().err
+
+
+def test_a_power_budget_no_copy_fits_is_refused(result):
+    """5 tiny GPUs idle at 10 W draw 62.5 W facility with PUE 1.25: a 1e-5 MW (10 W) budget holds no copy."""
+    req = dataclasses.replace(result.request, objective="power", power_mw=1e-5)
+    with pytest.raises(SpecError, match="--power-mw"):
+        planner.choose(req, result.verified)
+    roomy = dataclasses.replace(req, power_mw=1.0)  # everything fits: the most output tokens/s on the budget
+    best = planner.choose(roomy, result.verified)
+    assert economy.budget_of(roomy, best).output_tps == max(economy.budget_of(roomy, v).output_tps
+                                                           for v in result.verified if v.passed)
