@@ -17,9 +17,10 @@ NEW = ["kimi-k2", "qwen3-30b-a3b", "qwen3-coder-480b-a35b", "glm-4.5", "gpt-oss-
 GPUS = {"h200-sxm": "16", "gb300-nvl72": "72"}
 
 
-# Kimi K2 (1.03T parameters, FP8) on 16 H200: only TP8 prefill shapes hold the weights, and their KV
-# cannot take agentic-chat's longest prompt (the planner refuses them: test below); 32 H200 can
-MORE_GPUS = {("kimi-k2", "h200-sxm"): "32"}
+# Kimi K2 (1.03T parameters, FP8) and Qwen3-Coder-480B (BF16, 960 GB) on 16 H200: only TP8 prefill shapes
+# hold the weights, and their KV cannot take agentic-chat's longest prompt (the planner refuses them: test
+# below; for GQA the memory model counts a TP rank's KV unsharded, sim/cost/memory.py: conservative); 32 can
+MORE_GPUS = {("kimi-k2", "h200-sxm"): "32", ("qwen3-coder-480b-a35b", "h200-sxm"): "32"}
 
 
 def plan_then_simulate(tmp_path, capsys, model: str, hardware: str, requests: int = 40) -> dict:
