@@ -18,7 +18,14 @@ def check_plan_fields(plan: Plan, device: str, serving: bool, where: str) -> Non
     """Refuse (SpecError naming the field) what the executor would not run as planned: pipeline
     stages, weight offload, a fixed MoE imbalance (the simulator's knob: the executor's router makes
     its own), DBO on CPU ranks; in serving mode an API-server count or a stream interval (the
-    executor has no API server: its tokens are not streamed)."""
+    executor has no API server: its tokens are not streamed); a prefill pool on other hardware (one
+    device kind runs every rank)."""
+    if plan.prefill_hardware:
+        raise SpecError(where, "prefill_hardware", "unset (the executor runs every rank on one device kind; a "
+                        "mixed-hardware plan is simulated: sim/mixed.py)", plan.prefill_hardware)
+    if plan.kv_link_bw is not None:
+        raise SpecError(where, "kv_link_bw", "unset (the executor's KV cache crosses the machine's own link; the "
+                        "declared link prices it in the simulator)", plan.kv_link_bw)
     for name, lay in layouts(plan):
         if lay.pp != 1:
             raise SpecError(where, f"{name}.pp", "1 (the executor runs one pipeline stage)", lay.pp)

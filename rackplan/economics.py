@@ -152,8 +152,48 @@ def busy_share(plan, utilisation: dict[str, float]) -> float:
     return busy / plan.gpus_used
 
 
-def lines(eco: Economics | None, hw: HardwareSpec, simulated: bool = True) -> list[str]:
-    """Sourced report lines for the figures (plain text: the table commands and report.md)."""
+def pool_busy_shares(plan, utilisation: dict[str, float]) -> dict[str, tuple[int, float]]:
+    """Per pool ("prefill", "decode", "aggregated"): its GPUs and their GPU-weighted busy share, from
+    the simulator's busy share per instance (`pool[i].j`, as `busy_share`)."""
+    gpus: dict[str, int] = {}
+    busy: dict[str, float] = {}
+    for name, u in utilisation.items():
+        pool, rest = name.split("[", 1)
+        g = getattr(plan, pool)[int(rest.split("]", 1)[0])].gpus
+        gpus[pool] = gpus.get(pool, 0) + g
+        busy[pool] = busy.get(pool, 0.0) + u * g
+    return {p: (gpus[p], busy[p] / gpus[p]) for p in gpus}
+
+
+def mixed_figures(parts: list[tuple[HardwareSpec, int, float, Prices]], output_tps: float,
+                  input_tps: float) -> Economics | None:
+    """Cost and power of a plan whose pools run on different hardware (sim/mixed.py): `parts` is
+    (hardware, GPUs, busy share, that hardware's prices) per pool; each pool draws its own hardware's
+    power at its own busy share and is paid at its own price; PUE and the kWh price are the run's
+    (the first part's). The figures' `prices.per_gpu_hour` is the GPU-weighted mean."""
+    if any(hw.power_loaded_w <= 0 for hw, *_ in parts):
+        return None
+    pue, kwh = parts[0][3].pue, parts[0][3].kwh
+    gpus = sum(g for _, g, _, _ in parts)
+    it_w = sum(g * gpu_power_w(hw, u) for hw, g, u, _ in parts)
+    busy = sum(g * u for _, g, u, _ in parts) / gpus
+    fac_w = it_w * pue
+    per_mw = output_tps / (fac_w / 1e6) if fac_w > 0 else math.inf
+    j_tok = fac_w / output_tps if output_tps > 0 else math.inf
+    if any(p.per_gpu_hour is None for *_, p in parts):
+        return Economics(gpus, output_tps, busy, it_w, fac_w, None, None, None, per_mw, j_tok, Prices(None, kwh, pue))
+    gpu_usd_h = sum(g * p.per_gpu_hour for _, g, _, p in parts)
+    source = " + ".join(f"{g} x {hw.name} at ${p.per_gpu_hour:g}/GPU-h ({p.source})" for hw, g, _, p in parts)
+    usd_h = gpu_usd_h + fac_w / 1e3 * kwh
+    return Economics(gpus, output_tps, busy, it_w, fac_w, usd_h, _per_million(usd_h, output_tps),
+                     _per_million(usd_h, input_tps), per_mw, j_tok, Prices(gpu_usd_h / gpus, kwh, pue, source))
+
+
+def lines(eco: Economics | None, hw: HardwareSpec | tuple[HardwareSpec, ...], simulated: bool = True) -> list[str]:
+    """Sourced report lines for the figures (plain text: the table commands and report.md); `hw` a
+    tuple: the hardware kinds of a mixed plan (each one's power source)."""
+    kinds = hw if isinstance(hw, tuple) else (hw,)
+    hw = kinds[0]
     if eco is None:
         return [f"cost and power: not known for {hw.name} (its hardware YAML has no power figures)"]
     load = (f"busy share {eco.busy_share:.1%} (simulated)" if simulated
@@ -161,14 +201,16 @@ def lines(eco: Economics | None, hw: HardwareSpec, simulated: bool = True) -> li
     out = [f"power: {eco.it_power_w / 1e3:,.1f} kW IT, {eco.facility_power_w / 1e3:,.1f} kW facility "
            f"(PUE {eco.prices.pue:g}), {load}; "
            f"{eco.output_tps_per_mw:,.0f} output tok/s per MW, {eco.joules_per_output_token:,.2f} J per output "
-           f"token; {POWER_MODEL}; {hw.power_source}"]
+           f"token; {POWER_MODEL}; " + "; ".join(f"{h.name}: {h.power_source}" if len(kinds) > 1 else h.power_source
+                                                 for h in kinds)]
     if eco.usd_per_hour is None:
         out.append("cost: no price for this hardware; pass --price-per-gpu-hour or --cost")
     else:
         p = eco.prices
         energy = f" + ${p.kwh:g}/kWh facility energy" if p.kwh else " (energy included)"
         out.append(f"cost: ${eco.usd_per_m_output:,.3f} per M output tokens, ${eco.usd_per_m_input:,.3f} per M "
-                   f"input tokens (each charged the whole ${eco.usd_per_hour:,.2f}/h); ${p.per_gpu_hour:g}/GPU-h"
+                   f"input tokens (each charged the whole ${eco.usd_per_hour:,.2f}/h); "
+                   f"${p.per_gpu_hour:.4g}/GPU-h{' (mean)' if len(kinds) > 1 else ''}"
                    f"{energy}; {p.source}")
     return out
 
@@ -185,6 +227,26 @@ def of_metrics(hw: HardwareSpec, prices: Prices, metrics: dict) -> Economics | N
                    float(metrics["output_tps_per_gpu"]) * gpus, float(metrics.get("input_tps_per_gpu", 0.0)) * gpus)
 
 
+def of_plan_metrics(plan, hw: HardwareSpec, args, metrics: dict, utilisation: dict[str, float]) -> Economics | None:
+    """A simulated run's figures from the run's flags (`prices_from_args`): `of_metrics`, or for a plan
+    whose prefill pool runs on other hardware (Plan.prefill_hardware) `mixed_figures` per pool (each
+    hardware's list price: --price-per-gpu-hour and --cost, one price, are refused there)."""
+    if not plan.prefill_hardware:
+        return of_metrics(hw, prices_from_args(args, hw), metrics)
+    from rackplan.args import refuse_unused
+    from rackplan.specs import pool_hardware
+
+    refuse_unused("a mixed-hardware plan", {"--price-per-gpu-hour": args.price_per_gpu_hour, "--cost": args.cost},
+                  "one price per hardware kind: the hardware YAMLs' list prices (edit a YAML to change one)")
+    parts = []
+    for pool, (g, u) in pool_busy_shares(plan, utilisation).items():
+        pool_hw = pool_hardware(plan, hw, pool)
+        parts.append((pool_hw, g, u, prices_from_args(args, pool_hw)))
+    gpus = int(metrics["num_gpus"])
+    return mixed_figures(parts, float(metrics["output_tps_per_gpu"]) * gpus,
+                         float(metrics.get("input_tps_per_gpu", 0.0)) * gpus)
+
+
 def of_verified(hw: HardwareSpec, prices: Prices, v, isl_mean: float) -> Economics | None:
     """The figures of a planner front point (sim/search/front.Verified): the simulator's where it ran,
     else the analytic estimate at full load (input tokens/s: its rate x the mean prompt length)."""
@@ -196,8 +258,9 @@ def of_verified(hw: HardwareSpec, prices: Prices, v, isl_mean: float) -> Economi
 
 @dataclass(frozen=True)
 class OnBudget:
-    """A deployment's copies filling a GPU budget (a rack, a cluster): what an operator pays for and powers.
-    GPUs left over draw idle power and are paid for all the same (a rented rack is rented whole)."""
+    """A deployment's copies filling a GPU budget (a rack, a cluster), and where one is given a facility
+    power budget (a site's megawatts): what an operator pays for and powers. GPUs left over draw idle
+    power and are paid for all the same (a rented rack is rented whole, its GPUs stay powered)."""
 
     copies: int
     output_tps: float
@@ -205,21 +268,31 @@ class OnBudget:
     usd_per_hour: float | None
     usd_per_m_output: float | None
     output_tps_per_mw: float
+    power_budget_w: float | None = None  # facility W the copies and the idle rest must stay within
 
 
-def on_budget(hw: HardwareSpec, eco: Economics, budget: int) -> OnBudget:
+def on_budget(hw: HardwareSpec, eco: Economics, budget: int, power_budget_w: float | None = None) -> OnBudget:
     """`budget // eco.gpus` copies of the deployment and the idle rest: tokens/s, facility power, $/h,
-    $/M output tokens, output tokens/s per MW (the cost and power objectives rank by these)."""
+    $/M output tokens, output tokens/s per MW (the cost and power objectives rank by these). With a
+    facility power budget, as many copies as keep copies x the deployment's facility draw + the idle
+    rest x idle draw x PUE within it (0 copies: the deployment does not fit the power at all)."""
     copies = max(1, budget // eco.gpus)
-    idle = max(0, budget - copies * eco.gpus)
+    pue = eco.prices.pue
+
+    def facility_w(k: int) -> float:
+        return (k * eco.it_power_w + max(0, budget - k * eco.gpus) * hw.power_idle_w) * pue
+
+    if power_budget_w is not None:
+        while copies > 0 and facility_w(copies) > power_budget_w:
+            copies -= 1
     tps = copies * eco.output_tps
-    fac_w = (copies * eco.it_power_w + idle * hw.power_idle_w) * eco.prices.pue
+    fac_w = facility_w(copies)
     per_mw = tps / (fac_w / 1e6) if fac_w > 0 else math.inf
     if eco.prices.per_gpu_hour is None:
-        return OnBudget(copies, tps, fac_w, None, None, per_mw)
+        return OnBudget(copies, tps, fac_w, None, None, per_mw, power_budget_w)
     billed = max(budget, copies * eco.gpus)
     usd_h = billed * eco.prices.per_gpu_hour + fac_w / 1e3 * eco.prices.kwh
-    return OnBudget(copies, tps, fac_w, usd_h, _per_million(usd_h, tps), per_mw)
+    return OnBudget(copies, tps, fac_w, usd_h, _per_million(usd_h, tps), per_mw, power_budget_w)
 
 
 # -- command-line flags (simulate, plan, whatif) -------------------------------------------------

@@ -17,8 +17,19 @@ import numpy as np
 import simpy
 
 from rackplan.economics import busy_share
-from rackplan.policy import EngineCore, Router, block_tokens, capacity_blocks
-from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
+from rackplan.policy import EngineCore, Router, block_tokens
+from rackplan.policy.kv import longest_admitted
+from rackplan.specs import (
+    HardwareSpec,
+    ModelSpec,
+    Plan,
+    Profile,
+    SpecError,
+    Workload,
+    load_hardware,
+    load_model,
+    pool_hardware,
+)
 from rackplan.specs.layout import Layout
 
 from .aggregated import AggregatedInstance
@@ -28,6 +39,7 @@ from .cost.step import CostContext
 from .cost.transfer import kv_link
 from .decode import DecodeInstance
 from .metrics import Pools, RequestLog, SimResult, summarise
+from .mixed import plan_kv_link, prefill_side
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
@@ -60,7 +72,7 @@ ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the
 
 def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
     """Check every layout fits in HBM; returns KV capacity (tokens per rank) per pool entry."""
-    return {f"{pool}[{i}]": validate_layout(lay, model, hw, f"{pool}[{i}]")
+    return {f"{pool}[{i}]": validate_layout(lay, model, pool_hardware(plan, hw, pool), f"{pool}[{i}]")
             for pool in ("prefill", "decode", "aggregated") for i, lay in enumerate(getattr(plan, pool))}
 
 
@@ -91,7 +103,7 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
                                      ([k for k in caps if k.startswith("prefill")], reqs.isl, "isl", "prefill")):
         if not pools:
             continue
-        room = max(capacity_blocks(caps[k], block) * block - (1 + _drafts(lays[k])) for k in pools)
+        room = max(longest_admitted(caps[k], block, _drafts(lays[k])) for k in pools)
         worst = int(np.argmax(need))
         if need[worst] > room:
             raise SpecError(workload.name, field, f"at most {int(room)} tokens, the largest KV capacity of a "
@@ -110,7 +122,7 @@ class _Deployment:
     def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog, seed: int = 0):
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
-        self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
+        self.kv_link = plan_kv_link(plan, model, hw, prof)  # (mixed hardware: sim/mixed.py)
         self.kv_local = kv_link(model, hw, prof, True)  # colocated hand-off between ranks of one domain
         self.caps = validate_plan(plan, model, hw)
         self.router = Router(plan.router)
@@ -126,14 +138,15 @@ class _Deployment:
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
         pools = iter(range(1 << 20))
         share = core_share(hw, plan)  # CPU rigs: more busy ranks than cores run each slower (sim/cost/cores.py)
-        mk = lambda lay: StepPricer.shared(CostContext(model, hw, lay, prof, wl.routing_skew, share),
-                                           np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
+        pre_hw, pre_prof = prefill_side(plan, hw, prof)  # the prefill pool's own (mixed hardware), else hw, prof
+        mk = lambda lay, hw=hw, prof=prof: StepPricer.shared(CostContext(model, hw, lay, prof, wl.routing_skew, share),
+                                                             np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
             n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
             shared = [simpy.Resource(env, capacity=1) for _ in range(n_shared)] if plan.colocated else None
             for i, lay in enumerate(plan.prefill):
-                pr = mk(lay)
+                pr = mk(lay, pre_hw, pre_prof)
                 for j in range(lay.replicas):
                     k = len(self.front)
                     turn = shared[k] if shared else None

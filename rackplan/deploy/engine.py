@@ -56,6 +56,19 @@ FAMILIES = {
                                   "vLLM recipes DeepSeek-V4.1-Flash.yaml (base_args, spec_decoding, text_only)",
                                   (("VLLM_ENGINE_READY_TIMEOUT_S", "3600"),)),  # recipe base_env: long first load
     "qwen3-235b-a22b": Family("Qwen/Qwen3-235B-A22B", None, (), "Qwen/Qwen3-235B-A22B model card"),
+    # the models shipped from their config.json (issue 43): each the repository its spec was built from
+    # (tests/data/hf_configs/README.md) and the flags its architecture needs (ARCH_EXTRA, below)
+    "deepseek-v4-pro": Family("deepseek-ai/DeepSeek-V4-Pro", "mtp",
+                              ("--trust-remote-code", "--tokenizer-mode", "deepseek_v4"),
+                              "vLLM recipes DeepSeek-V4-Flash.yaml base_args (the V4 family's; same architecture)"),
+    "kimi-k2": Family("moonshotai/Kimi-K2-Instruct", None, ("--trust-remote-code",),
+                      "moonshotai/Kimi-K2-Instruct model card, vLLM deployment (V3 architecture, remote code)"),
+    "qwen3-30b-a3b": Family("Qwen/Qwen3-30B-A3B", None, (), "Qwen/Qwen3-30B-A3B model card"),
+    "qwen3-coder-480b-a35b": Family("Qwen/Qwen3-Coder-480B-A35B-Instruct", None, (),
+                                    "Qwen/Qwen3-Coder-480B-A35B-Instruct model card"),
+    # GLM-4.x's MTP layer: vLLM's "mtp" method (zai-org GLM-4.7 model card: --speculative-config.method mtp)
+    "glm-4.5": Family("zai-org/GLM-4.5", "mtp", (), "zai-org/GLM-4.5 model card; GLM-4.7 model card for MTP"),
+    "gpt-oss-120b": Family("openai/gpt-oss-120b", None, (), "openai/gpt-oss-120b model card (vllm serve)"),
 }
 
 

@@ -99,6 +99,9 @@ def place(plan: Plan, hw: HardwareSpec) -> Placement:
     if plan.colocated:
         raise SpecError("", "colocated", "false for a vLLM deployment (time-shared prefill/decode GPUs are "
                         "the CPU executor's mode; vLLM runs each instance on its own GPUs)")
+    if plan.prefill_hardware:
+        raise SpecError("", "prefill_hardware", "unset for `deploy` (its launch files place every instance on one "
+                        "hardware kind's nodes; a mixed plan is simulated, not yet deployed)", plan.prefill_hardware)
     g, used, out, nixl = hw.gpus_per_node, [], [], NIXL_PORT
     for pool in ("prefill", "decode", "aggregated"):
         for j, lay in enumerate(getattr(plan, pool)):

@@ -27,3 +27,9 @@ def blocks(tokens: float, block: int) -> int:
 def capacity_blocks(kv_tokens: float, block: int) -> int:
     """Whole blocks in a rank's KV capacity of `kv_tokens` tokens."""
     return int(kv_tokens // block)
+
+
+def longest_admitted(kv_tokens: float, block: int, drafts: int = 0) -> int:
+    """Tokens of the longest sequence one rank admits: its whole blocks, less the step's query token
+    and its draft tokens (what a request's prompt, or prompt + output, must fit in)."""
+    return capacity_blocks(kv_tokens, block) * block - (1 + drafts)

@@ -56,7 +56,7 @@ __all__ = [
     "AttentionSpec", "CONFIG_DIR", "DTYPE_BYTES", "DraftSpec", "Dtypes",
     "EPLBConfig", "HardwareSpec", "HostParams", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
     "Plan", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
-    "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml",
+    "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml", "pool_hardware",
     "plan_hash", "from_dict", "to_dict", "resolve_path", "spec_ref",
 ]
 
@@ -149,6 +149,12 @@ def load_hardware(name: str | Path) -> HardwareSpec:
 
 def load_plan(name: str | Path) -> Plan:
     return load("plans", name)
+
+
+def pool_hardware(plan: Plan, hw: HardwareSpec, pool: str) -> HardwareSpec:
+    """The hardware one pool ("prefill", "decode", "aggregated") of `plan` runs on: `hw` (the plan's
+    `hardware`), or for the prefill pool of a mixed plan its `prefill_hardware` (sim/mixed.py)."""
+    return load_hardware(plan.prefill_hardware) if pool == "prefill" and plan.prefill_hardware else hw
 
 
 def load_workload(name: str | Path) -> Workload:

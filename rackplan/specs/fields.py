@@ -141,14 +141,19 @@ def _fields_of(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]
 
 
 def to_dict(obj: Any) -> Any:
-    """Inverse of from_dict: a plain YAML-ready structure (tuples become lists)."""
+    """Inverse of from_dict: a plain YAML-ready structure (tuples become lists); a field marked
+    OMIT_IF_NONE is left out while None (a later optional field: earlier files and hashes unchanged)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init
+                and not (f.metadata.get("omit_if_none") and getattr(obj, f.name) is None)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
     return obj
+
+
+OMIT_IF_NONE = {"omit_if_none": True}  # dataclasses.field metadata: to_dict leaves the field out while None
 
 
 def check(cond: bool, field: str, expected: str, got: Any = dataclasses.MISSING) -> None:

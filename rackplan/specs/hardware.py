@@ -80,11 +80,14 @@ class HardwareSpec:
     # dated public list it comes from
     price_per_gpu_hour: float = 0.0
     price_source: str = ""
-    # failures that stop an instance, per GPU-year, and the hours an instance is down per failure (0: not
-    # known; rackplan/availability.py), with their source
+    # failures that stop an instance, per GPU-year, the hours an instance is down per failure when a spare
+    # node takes the failed one's place (0: not known; rackplan/availability.py), the hours a failed node
+    # is out of service until it is replaced (an instance without a spare waits that long; 0: repair_hours),
+    # with their source
     failures_per_gpu_year: float = 0.0
     repair_hours: float = 0.0
     failure_source: str = ""
+    replace_hours: float = 0.0
 
     @property
     def host_overlap(self) -> bool:
@@ -100,7 +103,7 @@ class HardwareSpec:
         non_negative(self.host_link_bw, "host_link_bw")
         non_negative(self.l2_bytes, "l2_bytes")
         for name in ("board_power_w", "power_idle_w", "power_loaded_w", "price_per_gpu_hour",
-                     "failures_per_gpu_year", "repair_hours"):
+                     "failures_per_gpu_year", "repair_hours", "replace_hours"):
             non_negative(getattr(self, name), name)
         check(self.power_idle_w <= self.power_loaded_w, "power_idle_w",
               f"at most power_loaded_w ({self.power_loaded_w:g})", self.power_idle_w)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from .fields import check, non_negative, positive
+from .fields import OMIT_IF_NONE, check, non_negative, positive
 
 
 @dataclass(frozen=True)
@@ -180,9 +180,25 @@ class Plan:
     # prefill and decode instances time-share the same GPUs (instance i of each pool on the same
     # ranks, one step at a time), as the CPU executor's serving mode runs them
     colocated: bool = False
+    # mixed hardware (sim/mixed.py): the prefill pool on another hardware kind than `hardware` (which
+    # the decode pool runs on), priced with `prefill_profile` (default: that hardware's default
+    # profile); `kv_link_bw` (B/s per GPU) declares the link the KV cache crosses between them
+    # (default: the slower scale-out NIC of the two)
+    prefill_hardware: Optional[str] = field(default=None, metadata=OMIT_IF_NONE)
+    prefill_profile: Optional[str] = field(default=None, metadata=OMIT_IF_NONE)
+    kv_link_bw: Optional[float] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         positive(self.num_gpus, "num_gpus")
+        if self.prefill_hardware is not None or self.prefill_profile is not None:
+            check(bool(self.decode) and not self.colocated, "prefill_hardware", "a disaggregated, not colocated "
+                  "plan (only a separate prefill pool can run on other hardware)", self.prefill_hardware)
+            check(self.prefill_hardware is not None, "prefill_hardware", "the prefill pool's hardware name or "
+                  "YAML path (with prefill_profile)", self.prefill_hardware)
+        if self.kv_link_bw is not None:
+            positive(self.kv_link_bw, "kv_link_bw")
+            check(bool(self.decode) and not self.colocated, "kv_link_bw", "a disaggregated, not colocated plan "
+                  "(the link between its prefill and decode pools)", self.kv_link_bw)
         disagg = bool(self.prefill) or bool(self.decode)
         check(disagg != bool(self.aggregated), "aggregated",
               "either prefill+decode instances or aggregated instances, not both or neither")

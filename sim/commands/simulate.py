@@ -179,6 +179,11 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
     con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
+def kinds(plan, hw) -> tuple:
+    """The plan's hardware kinds: the prefill pool's first where it has its own (sim/mixed.py)."""
+    return (load_hardware(plan.prefill_hardware), hw) if plan.prefill_hardware else (hw,)
+
+
 def planner_choice(plan, model, hw, workload, profile) -> dict:
     """What the planner's analytic estimate (no simulation: `rackplan plan --no-simulate`) chooses for the
     plan's model, hardware, GPU budget, workload, SLOs and profile, among deployments of the plan's kind
@@ -190,6 +195,9 @@ def planner_choice(plan, model, hw, workload, profile) -> dict:
     from ..search import planner
     from ..search.space import SearchSpace
 
+    if plan.prefill_hardware:
+        return {"error": "not compared with the planner's choice: the planner searches one hardware kind per plan "
+                "(this plan's prefill pool runs on other hardware)"}
     objective = "latency" if workload.arrival.kind == "concurrency" else "throughput"
     kind = "disaggregated" if plan.disaggregated else "aggregated"
     space = replace(SearchSpace(), disaggregated=plan.disaggregated, aggregated=not plan.disaggregated)
@@ -264,7 +272,7 @@ def run(args) -> int:
     profile = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
     origin = profile_origin(args.profile, plan.profile, plan.hardware)
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
-    prices = economics.prices_from_args(args, hw)
+    economics.prices_from_args(args, hw)  # bad flags before the run
     if args.requests is not None:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
@@ -281,7 +289,7 @@ def run(args) -> int:
         chosen = choice()
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
-    eco = economics.of_metrics(hw, prices, result.metrics)
+    eco = economics.of_plan_metrics(plan, hw, args, result.metrics, result.utilisation)
     if args.report:  # before stdout, which may be a pipe closed early (`| head`)
         write_report(args.report, plan, model, hw, workload, profile, result)
     if args.json:
@@ -289,7 +297,7 @@ def run(args) -> int:
         sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")
     else:
         print_table(plan, workload, profile, result, origin,
-                    tuple(economics.lines(eco, hw) + availability.lines(plan, hw)))
+                    tuple(economics.lines(eco, kinds(plan, hw)) + availability.lines(plan, hw)))
         if line := choice_line(plan, result, chosen):
             print(line)
     if args.timings:

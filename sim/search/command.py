@@ -38,7 +38,7 @@ from rackplan.specs import (
     spec_ref,
 )
 
-from . import economy, planner
+from . import economy, planner, spares
 from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
@@ -106,6 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     economics.add_arguments(p)
+    economy.add_arguments(p)
+    spares.add_arguments(p)
 
 
 def build_request(args) -> planner.Request:
@@ -134,7 +136,7 @@ def build_request(args) -> planner.Request:
         profile_ref=spec_ref("profiles", args.profile or hw.default_profile),
         objective=args.objective, target_rps=args.rate, space=space, workers=max(1, args.workers),
         sim_requests=args.sim_requests, seed=args.seed, simulate=not args.no_simulate,
-        prices=economics.prices_from_args(args, hw))
+        prices=economics.prices_from_args(args, hw), power_mw=economy.check_power_budget(args))
 
 
 class _Bar:
@@ -174,10 +176,11 @@ def run(args) -> int:
     if args.report:
         prepare_folder(args.report, "--report", args.force, owned=REPORT_FILES)
     req = build_request(args)
+    n_spare, target = spares.check(args, req)
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
         req.progress = bar.stage
-        res = planner.plan(req, name=plan_name(args.out))
-    req.progress = None
+        res = spares.plan(req, plan_name(args.out), n_spare, target)
+    req.progress = res.request.progress = None
     band = headline_band(res.plan, req.profile.name, req.workload)
     with Outputs() as out:  # plan.yaml and the report folder appear together, whole, or not at all
         if args.report:
@@ -221,7 +224,7 @@ def run(args) -> int:
     print(f"accuracy: {w.tps_gpu:,.0f} output tok/s/GPU, {band.line()} (benchmarks/accuracy.py)")
     if fill := cluster_fill(res):
         print(fill)
-    print("\n".join(economy.lines(res) + economy.why(res)).rstrip())
+    print("\n".join(economy.lines(res) + spares.line(res, target) + economy.why(res)).rstrip())
     if args.report:
         print(f"report: {Path(args.report) / 'report.md'} (and report.html: open it in a browser)")
     return 0
@@ -231,6 +234,8 @@ def _compare(args) -> int:
     """--hardware A,B,C: one plan per hardware and one comparison table (sim/search/compare.py)."""
     from . import compare
 
+    refuse_unused("plan --hardware A,B", {"--spares": args.spares or None, "--availability": args.availability},
+                  "one hardware (spare nodes are whole nodes of one kind)")
     if args.report:
         prepare_folder(args.report, "--report", args.force, owned=("compare.md", "compare.json", "compare.png"))
     arrival = load_workload(args.workload).arrival

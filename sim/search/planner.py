@@ -65,6 +65,7 @@ class Request:
     max_checks: int = 48  # cap on simulated front points (spread evenly over the front)
     progress: Callable | None = None  # progress(stage, total) -> advance() callable, or None
     prices: object = None  # rackplan.economics.Prices (None: the hardware's list price; sim/search/economy.py)
+    power_mw: float | None = None  # cost / power objectives: facility power budget (sim/search/economy.py)
 
 
 @dataclass
@@ -138,12 +139,13 @@ def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str, advance=N
 # -- pipeline ------------------------------------------------------------------------------------
 def _tasks(req: Request) -> list[tuple[str, Layout]]:
     m, hw, n, s = req.model, req.hw, req.num_gpus, req.space
+    need = sp.longest(req.workload)
     tasks = []
     if s.disaggregated and n >= 2:
-        tasks += [("prefill", lay) for lay in sp.prefill_layouts(m, hw, n, s)]
-        tasks += [("decode", lay) for lay in sp.decode_layouts(m, hw, n, s)]
+        tasks += [("prefill", lay) for lay in sp.prefill_layouts(m, hw, n, s, need)]
+        tasks += [("decode", lay) for lay in sp.decode_layouts(m, hw, n, s, need)]
     if s.aggregated:
-        tasks += [("agg", lay) for lay in sp.aggregated_layouts(m, hw, n, s)]
+        tasks += [("agg", lay) for lay in sp.aggregated_layouts(m, hw, n, s, need)]
     return tasks
 
 
@@ -263,7 +265,7 @@ def choose(req: Request, verified: list[Verified]) -> Verified:
     if req.objective == "latency":
         return max(ok, key=lambda v: (round(v.tps_user, 6), round(v.tps_gpu, 6), v.cand.summary))
     if req.objective in ("cost", "power"):
-        return max(ok, key=lambda v: economy.rank_key(req, v))
+        return economy.choose(req, ok)
     return max(ok, key=lambda v: (round(v.tps_gpu, 6), round(v.tps_user, 6), -v.cand.gpus, v.cand.summary))
 
 
@@ -338,7 +340,9 @@ def plan(req: Request, name: str = "plan") -> Result:
     points = front.spread(pareto(req, search), req.max_checks)
     t2 = time.perf_counter()
     if not points:
-        raise NoFeasiblePlan(_closest_message(req, []))
+        short = [x for x in sp.left_out(req.model, req.hw, req.num_gpus, req.space, sp.longest(req.workload))
+                 if x.startswith("KV per rank")]
+        raise NoFeasiblePlan(_closest_message(req, []) + "".join(f"; skipped: {x}" for x in short))
     verified = verify(req, points)
     t3 = time.perf_counter()
     win = choose(req, verified)
@@ -346,7 +350,8 @@ def plan(req: Request, name: str = "plan") -> Result:
     result_plan = to_plan(req, win.cand, name, predicted)
     timings = {"price_s": t1 - t0, "estimate_s": t2 - t1, "simulate_s": t3 - t2, "total_s": t3 - t0}
     return Result(req, len(priced), search.sample, search.count, points, verified, win, result_plan, timings,
-                  any(v.check is not None for v in verified), sp.left_out(req.model, req.hw, req.num_gpus, req.space))
+                  any(v.check is not None for v in verified), sp.left_out(req.model, req.hw, req.num_gpus, req.space,
+                                                                      sp.longest(req.workload)))
 
 
 def predicted_metrics(v: Verified) -> dict[str, float]:

@@ -14,14 +14,18 @@ here, because one step-cost table serves every batch of a shape.
 Every proposed layout is one the plan's validation accepts at any GPU count: an EP size that does
 not split the routed experts evenly gets the fewest redundant EPLB slots that do (vLLM's EPLB
 requires experts + redundant to divide over the EP ranks; V4.1-Flash on DEP72: 384 + 48 = 432), or
-is skipped when those slots would outnumber the experts or not fit in memory. `left_out` says
-which shapes were skipped and why, for the report.
+is skipped when those slots would outnumber the experts or not fit in memory. A shape whose rank
+cannot hold the workload's longest request in whole KV blocks is skipped too (`longest`: the
+serving policy would never admit that prompt on a prefill rank, or that prompt and its output on a
+decode or aggregated rank; the simulator refuses such a plan). `left_out` says which shapes were
+skipped and why, for the report.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rackplan.specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation
+from rackplan.policy.kv import block_tokens, longest_admitted
+from rackplan.specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation, Workload
 
 from ..cost.host import endpoint_ranks
 from ..cost.memory import kv_capacity_tokens
@@ -129,9 +133,36 @@ def host_features(hw: HardwareSpec) -> dict[str, bool]:
     return {"cuda_graphs": hw.host_overlap, "async_scheduling": hw.host_overlap}
 
 
-def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> bool:
-    """The memory filter: weights + reserve leave room for at least one KV block per rank."""
-    return kv_capacity_tokens(model, hw, layout) >= 1.0
+def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout, tokens: int = 0) -> bool:
+    """The memory filter: weights + reserve leave room for KV cache on each rank, and (tokens > 0) the
+    rank admits a sequence of `tokens` tokens in whole KV blocks (rackplan/policy/kv.py)."""
+    kv = kv_capacity_tokens(model, hw, layout)
+    if kv < 1.0:
+        return False
+    drafts = layout.speculation.num_tokens if layout.speculation else 0
+    return tokens <= 0 or longest_admitted(kv, block_tokens(model.attention.kind), drafts) >= tokens
+
+
+def longest(wl: Workload) -> tuple[int, int]:
+    """(longest prompt, longest prompt + output) in tokens a layout must admit: each length's declared
+    bound (fixed value, uniform high, the clip `max`), else the longest of the workload's own seeded
+    requests (what `rackplan simulate` draws)."""
+    bounds = [_bound(d) for d in (wl.isl, wl.osl)]
+    if None in bounds:
+        from ..workload import make_requests
+
+        reqs = make_requests(wl)
+        drawn = (int(max(reqs.isl)), int(max(reqs.osl)))
+        bounds = [b if b is not None else d for b, d in zip(bounds, drawn)]
+    return bounds[0], bounds[0] + bounds[1]
+
+
+def _bound(dist) -> int | None:
+    if dist.kind == "fixed":
+        return int(dist.value)
+    if dist.kind == "uniform":
+        return int(dist.high if dist.max is None else min(dist.high, dist.max))
+    return None if dist.max is None else int(dist.max)
 
 
 def frontend_options(base: Layout, hw: HardwareSpec, space: SearchSpace) -> list[Layout]:
@@ -171,35 +202,41 @@ def _aggregated_bases(hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> li
             for budget in space.agg_budgets]
 
 
-def prefill_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
-    """Prefill instance shapes that fit in memory (EPLB only where the EP size needs it to split the
-    experts evenly: prefill batches are large and even)."""
+def prefill_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace,
+                    need: tuple[int, int] = (0, 0)) -> list[Layout]:
+    """Prefill instance shapes that fit in memory and admit the longest prompt, need[0] (EPLB only
+    where the EP size needs it to split the experts evenly: prefill batches are large and even)."""
     out = []
     for base in _prefill_bases(hw, num_gpus, space):
         for eplb in _eplb_options(model, base.ep_size, space)[:1]:
             lay = replace(base, eplb=eplb)
-            if fits(model, hw, lay):
+            if fits(model, hw, lay, need[0]):
                 out += [replace(lay, dbo=d) for d in (space.dbo if base.ep_size > 1 else (False,))]
     return out
 
 
-def decode_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
-    """Decode instance shapes (batch left at the largest; the estimator sweeps it)."""
+def decode_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace,
+                   need: tuple[int, int] = (0, 0)) -> list[Layout]:
+    """Decode instance shapes that admit the longest prompt + output, need[1] (batch left at the
+    largest; the estimator sweeps it)."""
     out = []
     for base in _decode_bases(hw, num_gpus, space):
-        out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v)]
+        out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v, need[1])]
     return out
 
 
-def aggregated_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[Layout]:
-    """Aggregated (prefill + decode on the same instance) shapes with a chunked-prefill budget."""
+def aggregated_layouts(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace,
+                       need: tuple[int, int] = (0, 0)) -> list[Layout]:
+    """Aggregated (prefill + decode on the same instance) shapes with a chunked-prefill budget that
+    admit the longest prompt + output, need[1]."""
     out = []
     for base in _aggregated_bases(hw, num_gpus, space):
-        out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v)]
+        out += [v for v in _variants(model, base, space, True, hw) if fits(model, hw, v, need[1])]
     return out
 
 
-def left_out(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace) -> list[str]:
+def left_out(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpace,
+             need: tuple[int, int] = (0, 0)) -> list[str]:
     """For the report: the shapes considered and skipped, with the reason, and the EP sizes that
     only run with redundant EPLB slots."""
     bases = []
@@ -212,12 +249,24 @@ def left_out(model: ModelSpec, hw: HardwareSpec, num_gpus: int, space: SearchSpa
     out = list(dict.fromkeys(t for k, t in reasons if k == "balance"))
     if small:
         out.append(f"too small for the weights with room for KV cache on {hw.name}: {', '.join(small)}")
+    short = list(dict.fromkeys(f"{b.role} {b.tag}" for b, (k, _) in zip(bases, reasons)
+                               if not k and not _admits_longest(model, hw, b, space, need)))
+    if short:
+        out.append(f"KV per rank too small for the workload's longest request (prompt {need[0]:,} tokens; "
+                   f"prompt + output {need[1]:,} on decode and aggregated ranks) on {hw.name}, whole KV blocks: "
+                   f"{', '.join(short)}")
     need = sorted({b.ep_size for b in bases if required_redundant(model, b.ep_size) and _eplb_options(
         model, b.ep_size, space)})
     out += [f"EP{ep} splits {model.moe.num_experts} experts unevenly: only with "
             f"{required_redundant(model, ep)} redundant EPLB slots ({model.moe.num_experts} + "
             f"{required_redundant(model, ep)} over {ep} ranks)" for ep in need]
     return out
+
+
+def _admits_longest(model: ModelSpec, hw: HardwareSpec, base: Layout, space: SearchSpace,
+                    need: tuple[int, int]) -> bool:
+    tokens = need[0] if base.role == "prefill" else need[1]
+    return any(fits(model, hw, replace(base, eplb=e), tokens) for e in _eplb_options(model, base.ep_size, space))
 
 
 def min_gpus_for_weights(model: ModelSpec, hw: HardwareSpec, limit: int = 1024) -> tuple[int, str]:

@@ -65,3 +65,33 @@ def test_a_served_model_that_is_not_a_repository_id_is_refused(tmp_path, capsys,
     assert main(["deploy", "--plan", str(DATA / "h200-dsv3-32gpu.yaml"), "--out", str(out),
                  "--served-model", repo]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1 and not out.exists()
+
+
+# the models shipped from their config.json (issue 43): repository, and a flag their family needs (or None)
+SHIPPED = {"deepseek-v4-pro": ("deepseek-ai/DeepSeek-V4-Pro", "--tokenizer-mode deepseek_v4"),
+           "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "--trust-remote-code"),
+           "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B", None),
+           "qwen3-coder-480b-a35b": ("Qwen/Qwen3-Coder-480B-A35B-Instruct", None),
+           "glm-4.5": ("zai-org/GLM-4.5", None),
+           "gpt-oss-120b": ("openai/gpt-oss-120b", None)}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_each_shipped_new_model_deploys_with_its_repository(name, tmp_path):
+    """A plan of each new model (the H200 DEP8 prefill + DEP16 decode with MTP-1 test plan, its model
+    replaced) deploys without --served-model: its repository, its family's flags, and an MTP drafter
+    where the model has one (GLM-4.5, V4-Pro; the others' decode speculation is dropped by the spec)."""
+    p = yaml.safe_load((DATA / "h200-dsv3-32gpu.yaml").read_text())
+    p["model"] = name
+    from rackplan.specs import load_model
+
+    if load_model(name).draft is None:
+        p["decode"][0]["speculation"] = None
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(p))
+    out = tmp_path / "launch"
+    assert main(["deploy", "--plan", str(tmp_path / "plan.yaml"), "--out", str(out)]) == 0
+    repo, flag = SHIPPED[name]
+    assert f"MODEL={repo}" in (out / "env.sh").read_text()
+    hosts = "".join(f.read_text() for f in sorted(out.glob("host-*.sh")))
+    assert flag is None or flag in hosts
+    assert ('"method":"mtp"' in hosts) == (load_model(name).draft is not None)

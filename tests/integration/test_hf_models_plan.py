@@ -17,9 +17,16 @@ NEW = ["kimi-k2", "qwen3-30b-a3b", "qwen3-coder-480b-a35b", "glm-4.5", "gpt-oss-
 GPUS = {"h200-sxm": "16", "gb300-nvl72": "72"}
 
 
+# Kimi K2 (1.03T parameters, FP8) and Qwen3-Coder-480B (BF16, 960 GB) on 16 H200: only TP8 prefill shapes
+# hold the weights, and their KV cannot take agentic-chat's longest prompt (the planner refuses them: test
+# below; for GQA the memory model counts a TP rank's KV unsharded, sim/cost/memory.py: conservative); 32 can
+MORE_GPUS = {("kimi-k2", "h200-sxm"): "32", ("qwen3-coder-480b-a35b", "h200-sxm"): "32"}
+
+
 def plan_then_simulate(tmp_path, capsys, model: str, hardware: str, requests: int = 40) -> dict:
     out = tmp_path / f"{hardware}.yaml"
-    assert main(["plan", "--model", model, "--hardware", hardware, "--gpus", GPUS[hardware], "--workers", "1",
+    gpus = MORE_GPUS.get((model, hardware), GPUS[hardware])
+    assert main(["plan", "--model", model, "--hardware", hardware, "--gpus", gpus, "--workers", "1",
                  "--no-simulate", "--quiet", "--out", str(out)]) == 0
     capsys.readouterr()
     assert main(["simulate", "--plan", str(out), "--requests", str(requests), "--json"]) == 0
@@ -33,13 +40,32 @@ def plan_then_simulate(tmp_path, capsys, model: str, hardware: str, requests: in
 @pytest.mark.parametrize("hardware", sorted(GPUS))
 @pytest.mark.parametrize("model", NEW)
 def test_new_model_plans_and_simulates(model, hardware, tmp_path, capsys):
-    if (model, hardware) == ("kimi-k2", "h200-sxm"):
-        # the planner's analytic search does not check the workload's longest prompt against a layout's KV
-        # room: it picks TP8 prefill ranks whose KV cannot hold agentic-chat's long prompts, which the serving
-        # policy's paged KV then never admits (simulate refuses it: field 'isl'); open in issue 43's notes
-        pytest.xfail("planner does not check the longest prompt against the prefill layout's KV room")
     result = plan_then_simulate(tmp_path, capsys, model, hardware)
     assert result["hardware"] == hardware and load_plan(tmp_path / f"{hardware}.yaml").model == model
+
+
+def test_planner_skips_layouts_whose_kv_cannot_hold_the_longest_prompt(tmp_path, capsys):
+    """Kimi K2 on 16 H200: a TP8 rank holds 1/8 of 1.03T FP8 weights, and its KV room falls short of
+    agentic-chat's longest prompt (its clip, 65,536 tokens); the planner skips those shapes, says so, and
+    with nothing else meeting the SLOs refuses in one line (was: a plan simulate then refused, field isl)."""
+    from rackplan.policy.kv import longest_admitted
+    from rackplan.sim.cost.memory import kv_capacity_tokens
+    from rackplan.sim.search import space
+    from rackplan.specs import Layout, load_hardware, load_workload
+
+    m, hw = load_model("kimi-k2"), load_hardware("h200-sxm")
+    assert space.longest(load_workload("agentic-chat")) == (65536, 65536 + 8192)  # the workload's clips
+    tp8 = Layout("prefill", dp=1, tp=8)
+    kv = kv_capacity_tokens(m, hw, tp8)
+    # whole 64-token MLA blocks, less the step's query token: below the longest prompt, above one block
+    assert longest_admitted(kv, 64) == int(kv // 64) * 64 - 1 < 65536 and kv >= 64
+    assert not space.fits(m, hw, tp8, 65536) and space.fits(m, hw, tp8)
+    rc = main(["plan", "--model", "kimi-k2", "--hardware", "h200-sxm", "--gpus", "16", "--workers", "1",
+               "--no-simulate", "--quiet", "--out", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 3 and not (tmp_path / "p.yaml").exists()  # no feasible plan (planner.NoFeasiblePlan)
+    assert "skipped: KV per rank too small for the workload's longest request (prompt 65,536" in err
+    assert "prefill TP8-EP8" in err
 
 
 def test_model_given_as_a_config_folder(tmp_path, capsys):

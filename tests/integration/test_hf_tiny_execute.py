@@ -1,7 +1,9 @@
 """`execute --model <tiny config.json folder>`: scaled-down configs of the new families (Qwen3-MoE: GQA,
-no shared expert; GLM-4.5: GQA + shared expert + a dense first layer; Kimi K2: MLA, ungrouped routing),
-translated by hf_config and run one step on the tiny-cpu plan's gloo ranks (tests/data/hf_tiny/: each
-the family's published config.json with the sizes shrunk and float32 weights)."""
+no shared expert; GLM-4.5: GQA + shared expert + a dense first layer; Kimi K2: MLA, ungrouped routing;
+gpt-oss: GQA with sliding / full attention alternating; DeepSeek-V4: compressed + sliding attention,
+mHC, hash routing), translated by hf_config and run one step on the tiny-cpu plan's gloo ranks
+(tests/data/hf_tiny/: each the family's published config.json with the sizes shrunk, float32 weights
+and no quantization block)."""
 from __future__ import annotations
 
 import subprocess
@@ -18,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "hf_tiny"
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3-moe", "tiny-glm4-moe", "tiny-kimi-k2"])
+@pytest.mark.parametrize("name", ["tiny-qwen3-moe", "tiny-glm4-moe", "tiny-kimi-k2", "tiny-gpt-oss",
+                                  "tiny-deepseek-v4"])
 def test_tiny_config_runs_a_step(name, tmp_path):
     spec = load_model(str(TINY / name))
     assert spec.name == name and spec.dtypes.compute == "fp32"

@@ -3,6 +3,7 @@ tokens/s per MW on the GPU budget, chooses another deployment than the throughpu
 the report says why; every figure checked by hand from the simulator's own numbers."""
 import csv
 import dataclasses
+import math
 
 import pytest
 
@@ -10,7 +11,7 @@ from rackplan.cli import main
 from rackplan.economics import Prices
 from rackplan.sim.search import economy, planner
 from rackplan.sim.search.report import markdown
-from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload, resolve_path
+from rackplan.specs import SLO, SpecError, load_hardware, load_model, load_profile, load_workload, resolve_path
 
 pytestmark = pytest.mark.integration
 
@@ -131,3 +132,137 @@ def test_plan_compares_hardware_side_by_side(tmp_path, capsys):
     assert "| cheap |" in md and "| dear |" in md and "GPUs for rate" in md
     assert (tmp_path / "r" / "compare.png").stat().st_size > 0
     assert main(args[:4] + ["a,,b"] + args[5:]) == 2  # an empty name: one line, exit 2
+
+
+@pytest.fixture(scope="module")
+def seed_in_power():
+    """The seed scenario (DeepSeek-V4.1-Flash, GB300 NVL72, agentic-chat, 72 GPUs), as `rackplan plan`
+    builds it, with a facility power budget below the rack's full draw (72 x 1,875 W x PUE 1.2 = 162 kW):
+    0.12 MW."""
+    from rackplan.cli import build_parser
+    from rackplan.sim.search.command import build_request
+
+    args = build_parser("plan").parse_args(["plan", "--objective", "power", "--power-mw", "0.12", "--workers", "1"])
+    req = build_request(args)
+    return req, planner.plan(req)
+
+
+@pytest.mark.slow
+def test_power_and_cost_choose_another_seed_plan_within_a_power_budget(seed_in_power):
+    """Whole copies within 0.12 MW: each passing point's copies by hand (its simulated busy share x the
+    GB300 draw, the 72-GPU rack's idle rest at 560 W, PUE 1.2); power serves the most tokens within the
+    budget, cost the cheapest ($5.45 x 72 GPU-h over them), both a deployment the throughput objective
+    (most tokens/s/GPU) does not choose, and the report says why."""
+    req, res = seed_in_power
+    hw = req.hw
+    tp = planner.choose(dataclasses.replace(req, objective="throughput"), res.verified)
+    cost = planner.choose(dataclasses.replace(req, objective="cost"), res.verified)
+    power = res.winner
+
+    def by_hand(v) -> tuple[int, float, float]:
+        m, g = v.check.metrics, v.cand.gpus
+        it_w = g * (hw.power_idle_w + (hw.power_loaded_w - hw.power_idle_w) * m["gpu_busy_share"])
+        k = 72 // g
+        while k and (k * it_w + (72 - k * g) * hw.power_idle_w) * 1.2 > 0.12e6:
+            k -= 1
+        tps = k * m["output_tps_per_gpu"] * g
+        return k, tps, (72 * 5.45 / (tps * 3600 / 1e6) if tps else float("inf"))
+
+    ok = [v for v in res.verified if v.passed]
+    assert len(ok) >= 2
+    assert by_hand(power)[1] == pytest.approx(max(by_hand(v)[1] for v in ok))
+    assert by_hand(cost)[2] == pytest.approx(min(by_hand(v)[2] for v in ok))
+    assert power.cand.summary != tp.cand.summary and cost.cand.summary != tp.cand.summary
+    assert tp.tps_gpu > power.tps_gpu  # throughput wins per GPU; its copies fill the megawatts less
+    assert by_hand(power)[1] > by_hand(tp)[1] and by_hand(cost)[2] < by_hand(tp)[2]
+    b = economy.budget_of(req, power)
+    assert (b.copies, b.output_tps) == (by_hand(power)[0], pytest.approx(by_hand(power)[1]))
+    assert b.facility_power_w <= 0.12e6
+    text = markdown(res)
+    assert "Objective power (best output tok/s within 0.12 MW of facility power and 72 GPUs" in text
+    assert f"The throughput objective would choose {tp.cand.summary}" in text
+
+
+def test_power_budget_refused_where_it_cannot_act(capsys):
+    base = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--workload", "tiny-chat", "--gpus", "2",
+            "--no-simulate", "--quiet", "--power-mw", "1"]
+    assert main(base) == 2  # the throughput objective: the power budget would do nothing
+    assert "--power-mw" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def seed_on_36():
+    """The seed scenario on 36 GB300 GPUs with --availability 0.999."""
+    from rackplan.cli import build_parser
+    from rackplan.sim.search import spares
+    from rackplan.sim.search.command import build_request
+
+    args = build_parser("plan").parse_args(["plan", "--gpus", "36", "--availability", "0.999", "--workers", "1"])
+    req = build_request(args)
+    n, target = spares.check(args, req)
+    return req, spares.plan(req, "p", n, target)
+
+
+@pytest.mark.slow
+def test_availability_chooses_a_plan_with_a_spare_node(seed_on_36):
+    """Throughput's choice uses all 36 GPUs: no spare, a failure keeps its instance down 24 h, expected
+    capacity 1 - (GPUs of one prefill + one decode instance) x 0.173 x 24 / 8760 below 99.9%; the
+    availability floor chooses a deployment leaving a spare tray (1 h down per failure while one is free)."""
+    from rackplan import availability
+    from rackplan.sim.search import spares
+
+    req, res = seed_on_36
+    hw = req.hw
+    tp = planner.choose(req, res.verified)
+    tp_plan = spares.to_plan(req, tp, "tp")
+    assert tp_plan.gpus_used == 36 and availability.spare_nodes(tp_plan, hw) == 0
+    g = tp_plan.prefill[0].gpus + tp_plan.decode[0].gpus  # one instance of each pool (identical instances)
+    assert len(tp_plan.prefill) == len(tp_plan.decode) == 1
+    assert availability.expected_capacity(tp_plan, hw) == pytest.approx(1 - g * 0.173 * 24 / 8760)
+    assert 1 - g * 0.173 * 24 / 8760 < 0.999
+    chosen = res.plan
+    k = (36 - chosen.gpus_used) // 4
+    assert k >= 1 and chosen.num_gpus == 36 and chosen.summary != tp_plan.summary
+    m = chosen.gpus_used * 0.173 / 8760 * 24
+    p_free = sum(math.exp(-m) * m ** i / math.factorial(i) for i in range(k))
+    d = p_free * 1.0 + (1 - p_free) * 24.0
+    # each pool of identical instances loses (GPUs of one instance) x 0.173 x d / 8760 of the plan
+    want = 1 - sum(pool[0].gpus * 0.173 * d / 8760 for pool in (chosen.prefill, chosen.decode))
+    assert len(chosen.prefill) == len(chosen.decode) == 1
+    assert availability.expected_capacity(chosen, hw) == pytest.approx(want)
+    assert availability.expected_capacity(chosen, hw) >= 0.999
+    assert "availability target 99.9000%: met" in spares.line(res, 0.999)[0]
+
+
+def test_spares_are_held_back_and_refused_where_they_cannot_act(capsys, priced_hw):
+    """--spares N: the search plans on the budget less N, the plan keeps the whole budget (its idle
+    nodes are the spares); a count that is not whole nodes, or hardware without a failure rate, refused."""
+    from argparse import Namespace
+
+    from rackplan.sim.search import spares
+
+    hw = dataclasses.replace(priced_hw, failures_per_gpu_year=0.173, repair_hours=1.0, replace_hours=24.0)
+    req = planner.Request(load_model("tiny-moe"), hw, load_profile("cpu-local"), load_workload("tiny-chat"),
+                          5, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat", simulate=False)
+    res = spares.plan(req, "p", 2, None)
+    assert res.plan.num_gpus == 5 and res.plan.gpus_used <= 3 and res.request.num_gpus == 5
+    with pytest.raises(SpecError, match="--spares"):
+        spares.check(Namespace(spares=5, availability=None), req)  # not fewer than the budget
+    with pytest.raises(SpecError, match="--availability"):
+        spares.check(Namespace(spares=0, availability=1.5), req)
+    with pytest.raises(SpecError, match="failures_per_gpu_year"):
+        spares.check(Namespace(spares=1, availability=None), dataclasses.replace(req, hw=priced_hw))
+    base = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--workload", "tiny-chat", "--gpus", "2",
+            "--no-simulate", "--quiet", "--spares", "1"]
+    assert main(base) == 2 and "failures_per_gpu_year" in capsys.readouterr().err
+
+
+def test_a_power_budget_no_copy_fits_is_refused(result):
+    """5 tiny GPUs idle at 10 W draw 62.5 W facility with PUE 1.25: a 1e-5 MW (10 W) budget holds no copy."""
+    req = dataclasses.replace(result.request, objective="power", power_mw=1e-5)
+    with pytest.raises(SpecError, match="--power-mw"):
+        planner.choose(req, result.verified)
+    roomy = dataclasses.replace(req, power_mw=1.0)  # everything fits: the most output tokens/s on the budget
+    best = planner.choose(roomy, result.verified)
+    assert economy.budget_of(roomy, best).output_tps == max(economy.budget_of(roomy, v).output_tps
+                                                           for v in result.verified if v.passed)

@@ -116,3 +116,20 @@ def test_flags_on_hardware_without_power_are_refused():
     with pytest.raises(SpecError, match="--pue"):
         prices_from_args(Namespace(price_per_gpu_hour=None, kwh_price=None, pue=0.9, cost=None),
                          load_hardware("h200-sxm"))
+
+
+def test_power_budget_holds_whole_copies_and_the_idle_rest(hw):
+    # 16-GPU deployment at busy share 1: 16 x 1500 W = 24 kW IT; budget 72 GPUs, PUE 1.25, idle 500 W.
+    # k copies draw (k x 24 kW + (72 - 16 k) x 0.5 kW) x 1.25 = (36 + 16 k) x 1.25 kW: k = 4 -> 125 kW,
+    # k = 3 -> 105 kW. Within 0.11 MW: 3 copies, 3 x 16,000 tok/s; $/M = 72 x $5 / (48,000 x 3600 / 1e6)
+    from rackplan.economics import on_budget
+
+    eco = figures(hw, prices_for(hw, pue=1.25), 16, 1.0, 16_000.0, 0.0)
+    free = on_budget(hw, eco, 72)
+    assert (free.copies, free.facility_power_w) == (4, pytest.approx(125_000.0))
+    capped = on_budget(hw, eco, 72, 110_000.0)
+    assert (capped.copies, capped.output_tps, capped.facility_power_w) == (3, 48_000.0, pytest.approx(105_000.0))
+    assert capped.usd_per_m_output == pytest.approx(360.0 / (48_000 * 3600 / 1e6))
+    assert capped.output_tps_per_mw == pytest.approx(48_000 / 0.105)
+    # below the idle rack plus one copy ((24 + 56 x 0.5) x 1.25 = 65 kW): no copy fits
+    assert on_budget(hw, eco, 72, 60_000.0).copies == 0

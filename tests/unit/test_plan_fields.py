@@ -65,7 +65,7 @@ def test_every_plan_field_is_in_the_table(field):
     path, func = test.split("::")
     assert re.search(rf"^def {func}\(", (ROOT / path).read_text(), re.M), f"{field}: {test} does not exist"
     if "refused" in executor:  # a refusal the tests below check
-        assert field in {f"Layout.{next(iter(edit))}" for edit, *_ in REFUSED} | REFUSED_BY_MODE
+        assert field in {f"Layout.{next(iter(edit))}" for edit, *_ in REFUSED} | REFUSED_BY_MODE | REFUSED_PLAN
 
 
 def _tiny(**lay) -> Plan:
@@ -84,6 +84,20 @@ REFUSED = [  # (layout edit, device, serving, field named)
     ({"stream_interval": 4}, "cpu", True, "decode[0].stream_interval"),
 ]
 REFUSED_BY_MODE = {"Layout.tp", "Layout.speculation", "Layout.replicas"}
+REFUSED_PLAN = {"Plan.prefill_hardware", "Plan.prefill_profile", "Plan.kv_link_bw"}  # mixed hardware (below)
+
+
+@pytest.mark.parametrize("edit,field", [({"prefill_hardware": "h200-sxm"}, "prefill_hardware"),
+                                        ({"prefill_hardware": "h200-sxm", "prefill_profile": "h200-sxm-vllm"},
+                                         "prefill_hardware"),
+                                        ({"kv_link_bw": 25e9}, "kv_link_bw")])
+def test_mixed_hardware_fields_are_refused_naming_them(edit, field):
+    """A prefill pool on other hardware (prefill_profile only comes with it) and a declared KV link are
+    the simulator's (sim/mixed.py): the executor refuses them in any mode, naming the field."""
+    for device, serving in (("cpu", False), ("cpu", True)):
+        with pytest.raises(SpecError) as exc:
+            check_plan_fields(dataclasses.replace(_tiny(), **edit), device, serving, "plan.yaml")
+        assert exc.value.field == field
 
 
 @pytest.mark.parametrize("edit,device,serving,field", REFUSED)
