@@ -1,9 +1,9 @@
 """KV cache bytes a TP rank stores: GQA heads split over TP (replicated beyond num_kv_heads), MLA replicated."""
 import pytest
 
+from rackplan.sim.cost.memory import kv_bytes_per_token_per_rank, kv_capacity_tokens, reserve_bytes, resident_bytes
 from rackplan.specs import load_hardware, load_model
 from rackplan.specs.layout import Layout
-from rackplan.sim.cost.memory import kv_bytes_per_token_per_rank, kv_capacity_tokens, reserve_bytes, resident_bytes
 
 pytestmark = pytest.mark.unit
 
