@@ -25,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy_cases import deep_merge, load_cases, resolve  # noqa: E402
-from accuracy_predict import rates_per_gpu  # noqa: E402
-
+from rackplan.accuracy.cases import deep_merge, load_cases, resolve  # noqa: E402
+from rackplan.accuracy.predict import rates_per_gpu  # noqa: E402
 from rackplan.sim.simulator import simulate_specs  # noqa: E402
 from rackplan.specs import SpecError, load_hardware, load_profile  # noqa: E402
 

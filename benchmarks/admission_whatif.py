@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy_cases import load_cases, resolve  # noqa: E402
 from accuracy_sweep import overridden  # noqa: E402
 
+from rackplan.accuracy.cases import load_cases, resolve  # noqa: E402
 from rackplan.sim.cost.batch import RankWork, Step  # noqa: E402
 from rackplan.sim.cost.step import CostContext, step_cost  # noqa: E402
 from rackplan.specs import SpecError, load_profile  # noqa: E402

@@ -31,8 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy_cases import load_cases, resolve  # noqa: E402
-
+from rackplan.accuracy.cases import load_cases, resolve  # noqa: E402
 from rackplan.sim.cost.step import CostContext, decode_step  # noqa: E402
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, load_workload  # noqa: E402
 from rackplan.specs.layout import Layout, Speculation  # noqa: E402

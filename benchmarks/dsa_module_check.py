@@ -26,8 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy_cases import load_cases, resolve  # noqa: E402
-
+from rackplan.accuracy.cases import load_cases, resolve  # noqa: E402
 from rackplan.calibration.opdb import data_root, version_key  # noqa: E402
 from rackplan.sim.cost.step import CostContext, decode_step  # noqa: E402
 from rackplan.specs import SpecError, load_profile  # noqa: E402

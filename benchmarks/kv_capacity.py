@@ -22,9 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy_cases import load_cases, resolve  # noqa: E402
-from accuracy_predict import predict  # noqa: E402
-
+from rackplan.accuracy.cases import load_cases, resolve  # noqa: E402
+from rackplan.accuracy.predict import predict  # noqa: E402
 from rackplan.sim.cost.memory import kv_capacity_tokens, reserve_bytes, weight_bytes_per_rank  # noqa: E402
 from rackplan.specs import SpecError, load_hardware, load_profile  # noqa: E402
 

@@ -37,6 +37,12 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "scale_matrix_perf": ("quantize", ("m", "k", "quant_dtype", "latency")),
     "mhc_module_perf": ("mhc", ("op_name", "num_tokens", "hc_mult", "hidden_size", "latency")),
 }
+# per-kernel tables read in place of a module table's residual (calibration/opdb_import.py PER_KERNEL_SOURCE), from
+# another framework's tables of the same system: located on request (locate's `names`), not among TABLES
+KERNEL_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "context_mla_perf": ("mla", ("kernel_source", "mla_dtype", "kv_cache_dtype", "num_heads", "batch_size", "isl",
+                                 "step", "latency")),
+}
 SECONDS_PER_UNIT = {"moe_a2a_perf": 1e-6}  # latency units: ms unless listed here
 # columns read where a table has them, with the value assumed where it does not: the mHC collector
 # (aiconfigurator collector/vllm/collect_mhc_module.py, MHC_NUM_SITES = 2) times the kernel of every
@@ -99,13 +105,16 @@ def _versions(folder: Path) -> list[str]:
     return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key) if folder.is_dir() else []
 
 
-def locate(root: Path, system: str, framework: str = "vllm", version: str | None = None) -> dict[str, Table]:
-    """The tables of TABLES present for `system` and `framework`, each from the newest version that
-    has it (at most `version` when given). Unknown system, framework or version is a SpecError."""
+def locate(root: Path, system: str, framework: str = "vllm", version: str | None = None,
+           names: dict | None = None) -> dict[str, Table]:
+    """The tables of TABLES (or of `names`, e.g. KERNEL_TABLES) present for `system` and `framework`, each from
+    the newest version that has it (at most `version` when given). Unknown system, framework or version is a
+    SpecError."""
+    names = TABLES if names is None else names
     systems = sorted(p.name for p in root.iterdir() if p.is_dir())
     if system not in systems:
         raise SpecError("--op-database", "system", "one of: " + ", ".join(systems), system)
-    ops = sorted({op for op, _ in TABLES.values()})
+    ops = sorted({op for op, _ in names.values()})
     have = {op: _versions(root / system / op / framework) for op in ops}
     if not any(have.values()):
         fws = sorted({p.name for op in ops if (root / system / op).is_dir() for p in (root / system / op).iterdir()})
@@ -115,7 +124,7 @@ def locate(root: Path, system: str, framework: str = "vllm", version: str | None
         raise SpecError(f"--op-database {system} --framework {framework}", "version",
                         "one of: " + ", ".join(every), version)
     found = {}
-    for name, (op, _) in TABLES.items():
+    for name, (op, _) in names.items():
         for v in reversed(have[op]):
             if version is not None and version_key(v) > version_key(version):
                 continue
@@ -167,7 +176,7 @@ def read(table: Table) -> dict[str, np.ndarray]:
     file or a missing column is a SpecError naming the file."""
     from rackplan.specs.reading import read_parquet
 
-    columns = TABLES[table.name][1]
+    columns = (TABLES.get(table.name) or KERNEL_TABLES[table.name])[1]
     data = read_parquet(table.path, columns)
     cols = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False)) for c in columns}
     for c, default in OPTIONAL.get(table.name, {}).items():

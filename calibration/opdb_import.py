@@ -94,6 +94,12 @@ def import_profile(system: str, framework: str, version: str | None, hw: Hardwar
                 prof = fitted
             else:
                 dropped[f.key] = f
+    for key in [k for (k, arch) in PER_KERNEL_SOURCE if arch == opdb_ops.ARCH.get(hw.name, "")]:
+        got = _per_kernel(key, system, root, hw, prof, progress)
+        if got is not None:
+            g, prof, elsewhere[key] = got
+            dropped.pop(key, None)
+            fits = [f for f in fits if f.key != key] + [g]
     a2a_fit = _a2a(tables, hw, prof) if "moe_a2a_perf" in tables else None
     if a2a_fit is not None:
         entries, f = a2a_fit
@@ -163,6 +169,39 @@ def _graph_timed(f: ClassFit, fitted: Profile, system: str, root, hw: HardwareSp
                           f"CUDA-graph timed, the kernel vLLM runs on {arch}): {vllm}{rest}")
     return f, fitted, (f"{other} {table.version}'s table not taken either "
                        f"(its fit missed, {g.mape_held:.1f}% held-out MAPE)")
+
+
+# Op classes the vLLM tables time only inside a whole module, fitted instead from a per-kernel table of the same
+# system that times the kernel vLLM runs, so the curve is the kernel's, not a residual that absorbs whatever the
+# other parts of the module are priced wrong (on gb200 and b300 the MLA module minus its projections left the
+# prefill core at 18-19% of the BF16 peak, on b200, the same silicon, 54-61%): MLA prefill on SM100, where vLLM
+# runs FlashInfer's TRT-LLM ragged MLA prefill (TRTLLM_RAGGED; aiconfigurator's gb300 0.27.0 collection_meta:
+# "fp8/fp8 runs FLASHINFER_MLA + TRTLLM_RAGGED") and SGLang's context_mla_perf times that kernel alone
+# (kernel_source trtllm_mla; vLLM's GB200 post times it at 676 us for 8,192 tokens of 2,048, the table 693 us).
+# class -> (framework, table, kernel_source)
+PER_KERNEL_SOURCE = {("attn.prefill.mla.bf16", "sm100"): ("sglang", "context_mla_perf", "trtllm_mla")}
+
+
+def _per_kernel(key: str, system: str, root, hw: HardwareSpec, prof: Profile, progress=None):
+    """(fit, profile, note) of class `key` from its PER_KERNEL_SOURCE table, or None (no such table or rows, or
+    its fit missed: the module-residual fit stays)."""
+    fw, name, kernel = PER_KERNEL_SOURCE[(key, opdb_ops.ARCH.get(hw.name, ""))]
+    try:
+        table = opdb.locate(opdb.data_root(root), system, fw, names=opdb.KERNEL_TABLES).get(name)
+    except SpecError:
+        return None
+    rows = opdb_ops.mla_kernel_rows(table, hw, kernel) if table is not None else None
+    if rows is None:
+        return None
+    if progress:
+        progress(f"{key} ({fw} {table.version} {name})", len(rows.seconds))
+    g, refit = fit_class(rows, prof)
+    if not _kept(g):
+        return None
+    g = dataclasses.replace(g, extra={**g.extra, "framework": fw, "in_place_of": "the vLLM module table less its "
+                                      "projections (a residual)"})
+    return g, refit, (f"measured from {fw} {table.version} {table.op}/{name} ({kernel}: the attention kernel alone, "
+                      "CUDA-graph timed) in place of the vLLM module table less its projections")
 
 
 def _on_floor(fastest_row_us: float) -> bool:

@@ -480,6 +480,27 @@ def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
                      range_kernels=tuple(k for *_, k in dispatch) if ranges else ())
 
 
+def mla_kernel_rows(t: Table, hw, kernel: str) -> ClassRows | None:
+    """attn.prefill.mla.bf16 from a per-kernel MLA prefill table (context_mla_perf: the attention kernel alone,
+    no projections, norms or RoPE): DeepSeek-V3's MLA with `num_heads` heads on the rank, BF16 math and KV,
+    nothing cached; rows of `kernel` only. Priced as attention.prefill_component prices the core."""
+    c = read(t)
+    base = ((c["kernel_source"] == kernel) & (c["mla_dtype"] == "bfloat16") & (c["kv_cache_dtype"] == "bfloat16")
+            & (c["step"] == 0))
+    if not np.any(base):
+        return None
+    model, comp = _mla(2.0)
+    heads, batch, isl = (c[x][base].astype(float) for x in ("num_heads", "batch_size", "isl"))
+    shapes = np.empty((len(heads), 5))
+    for h in sorted(set(heads)):
+        rows = heads == h
+        shapes[rows] = _core_shapes(model, comp, "prefill", batch[rows], isl[rows], model.attention.num_heads / h, hw)
+    return ClassRows("attn.prefill.mla.bf16", t, c["seconds"][base], _core_predict("mla", "prefill", shapes, hw),
+                     ATTN_START, ATTN_FIELDS,
+                     f"DeepSeek-V3 MLA prefill kernel alone ({kernel}), 1-128 heads on the rank, BF16, no prefix",
+                     kernel, configs=2, optional=("z_half",))
+
+
 def dispatched_rows(kernels: np.ndarray, x: np.ndarray, base: np.ndarray, dispatch) -> tuple[np.ndarray, tuple, str]:
     """(row selection [N], ClassRows ranges, kernel names) of a table whose rows carry the kernel_source vLLM ran:
     under `dispatch` ((x_min, x_max, kernel_source) ranges, x_min < x <= x_max, 0 open) every `base` row of each

@@ -40,6 +40,8 @@ COMMANDS = {
                         "measurements"),
     "explain": Command("rackplan.sim.commands.explain", "where one step of each pool of a plan spends its time, "
                        "op by op, and its KV cache room"),
+    "accuracy": Command("rackplan.accuracy.command", "predict the published deployments of benchmarks/cases and "
+                        "report the errors (the accuracy benchmark)"),
     "models": Command("rackplan.sim.commands.listing", "list the embedded models"),
     "hardware": Command("rackplan.sim.commands.listing", "list the embedded hardware"),
 }

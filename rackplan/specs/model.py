@@ -159,6 +159,13 @@ class AttentionSpec:
     def projection_params(self, hidden: int) -> int:
         return sum(fan_in * fan_out for _, fan_in, fan_out in self.projections(hidden))
 
+    def kv_split(self, tp: int) -> float:
+        """How many ways TP splits the KV cache: a GQA rank stores max(1, num_kv_heads // tp) of the
+        num_kv_heads heads (vLLM's Attention layer: KV heads split while tp <= num_kv_heads, replicated
+        beyond), so min(tp, num_kv_heads) ways; MLA / CSA latents (one shared entry per token) are
+        replicated on every TP rank."""
+        return float(min(tp, self.num_kv_heads)) if self.kind == "gqa" else 1.0
+
     def rank_projections(self, hidden: int, tp: int) -> tuple[tuple[str, float, float], ...]:
         """One TP rank's share of each projection, as vLLM shards them: the low-rank down-projections
         of MLA / CSA, CSA's single KV head and the V3.2 indexer's projections are replicated

@@ -63,8 +63,7 @@ def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -
 
 def _kv_split(model: ModelSpec, tp: int) -> float:
     """How many ways TP splits the cache a rank reads (MLA / shared-KV latents are replicated)."""
-    att = model.attention
-    return float(min(tp, att.num_kv_heads)) if att.kind == "gqa" else 1.0
+    return model.attention.kv_split(tp)
 
 
 def decode_component(model, comp: KVComponent, batch: float, ctx_sum: float, queries_per_seq: float, tp: int,

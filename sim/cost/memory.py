@@ -76,9 +76,16 @@ def resident_bytes(model: ModelSpec, layout: Layout) -> float:
 
 def kv_capacity_tokens(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> float:
     """Context tokens of KV cache one rank can hold (0 or less means the layout does not fit); a
-    pipeline stage stores the KV of its 1 / pp of the layers."""
+    pipeline stage stores the KV of its 1 / pp of the layers, a TP rank its share of GQA's KV heads."""
     free = hw.hbm_bytes - resident_bytes(model, layout) - reserve_bytes(model, hw, layout)
-    return free / (model.kv_bytes_per_token / layout.pp)
+    return free / kv_bytes_per_token_per_rank(model, layout)
+
+
+def kv_bytes_per_token_per_rank(model: ModelSpec, layout: Layout) -> float:
+    """KV cache bytes one rank stores per token of context: the model's over its pipeline stage's
+    layers (1 / pp) and its TP share of the heads (AttentionSpec.kv_split: GQA heads split, MLA latents
+    replicated)."""
+    return model.kv_bytes_per_token / layout.pp / model.attention.kv_split(layout.tp)
 
 
 def check_fits(model: ModelSpec, hw: HardwareSpec, layout: Layout, field: str, min_tokens: float = 1.0) -> float:

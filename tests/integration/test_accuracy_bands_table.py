@@ -1,18 +1,12 @@
 """The shipped error bands (rackplan/data/accuracy_bands.yaml) are what the accuracy benchmark computes
 now: a cost-model or case change that moves them must regenerate the table
 (`python benchmarks/accuracy.py --write-bands`)."""
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import accuracy  # noqa: E402
-
-from rackplan.accuracy_band import BANDS_PATH  # noqa: E402
+from rackplan.accuracy import command as accuracy
+from rackplan.accuracy_band import BANDS_PATH
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.profile_data]
 

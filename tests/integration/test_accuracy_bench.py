@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import accuracy  # noqa: E402
+from rackplan.accuracy import command as accuracy  # noqa: E402
 
 pytestmark = pytest.mark.integration
 CHEAP = ["--case", "h100-decode-ep72", "--case", "r1-gb300-prefill-ep2"]

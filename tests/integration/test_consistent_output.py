@@ -22,16 +22,19 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_short_simulate_says_completions_are_not_known(capsys):
-    """200 requests of the seed plan: the window (0.3 s) starts 0.6 s after the first arrival, while a
-    request takes ~8 s (E2E p50): no request that arrived in the run could finish in it, so the completed
-    rate is not known, and the table says why instead of printing 0.00 beside the goodput."""
-    assert main(["--requests", "200"]) == 0
+    """300 requests of the seed plan: the window (well under a second) starts soon after the first arrival,
+    while a request takes ~7 s (E2E p50): no request that arrived in the run could finish in it, so the
+    completed rate is not known, and the table says why instead of printing 0.00 beside the goodput.
+    (At 200 requests the run's prefill queue growth sits at the stability threshold: 0.09 before the SM100
+    MLA prefill refit of session 15, 0.20 after, flagged saturated, which hides the goodput by design.)"""
+    assert main(["--requests", "300"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "requests/s served (completed)" in line)
     assert "not known" in row and "0.00" not in row
     assert "requests/s served (completed): not known: the window starts" in " ".join(out.split())
-    assert main(["--requests", "200", "--json"]) == 0
+    assert main(["--requests", "300", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
+    assert d["stable"]
     assert d["metrics"]["served_rps"] is None and "E2E p50" in d["not_known"]["served_rps"]
     assert d["metrics"]["goodput_rps"] > 0  # what is known still shows
 

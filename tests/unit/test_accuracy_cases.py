@@ -1,16 +1,10 @@
 """The accuracy benchmark's case files: every case loads, says what it needs, and resolves into specs."""
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import accuracy_cases as ac  # noqa: E402
-from accuracy_report import Outcome, summarise  # noqa: E402
-
-from rackplan.specs import DTYPE_BYTES, SpecError  # noqa: E402
+from rackplan.accuracy import cases as ac
+from rackplan.accuracy.report import Outcome, summarise
+from rackplan.specs import DTYPE_BYTES, SpecError
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from accuracy_cases import deep_merge  # noqa: E402
+from rackplan.accuracy.cases import deep_merge  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +29,7 @@ def test_sweep_rejects_an_unknown_case(capsys):
 
 
 def test_bench_rates_closed_loop_whole_run_open_loop_window():
-    from accuracy_predict import rates_per_gpu
+    from rackplan.accuracy.predict import rates_per_gpu
 
     # 1000 requests of 2048 in / 1024 out on 4 GPUs over 200 s: 2,048,000 / 800 = 2,560 and 1,280 per GPU
     m = {"input_tokens": 2_048_000.0, "output_tokens": 1_024_000.0, "duration_s": 200.0, "num_gpus": 4.0,
@@ -42,8 +42,9 @@ def test_kv_capacity_replicates_the_latent_over_tp():
     """V3.2 FP8 at TP4 on GB300 (vLLM v0.14.1's `auto`: a BF16 latent): every rank holds 61 x (1,152
     latent + 132 indexer) = 78,324 B per token (TP does not divide it), in the HBM (279 GB) its weights
     and reserve leave; with vLLM's fp8_ds_mla latent (--latent-bytes 656): 61 x 788 = 48,068."""
-    import accuracy_cases
     import kv_capacity
+
+    from rackplan.accuracy import cases as accuracy_cases
 
     (case,) = [c for c in accuracy_cases.load_cases() if c.id == "v32-gb300-mixed-tp4-fp8"]
     r = kv_capacity.row(case, 0.9, None, simulate=False)
@@ -57,7 +58,8 @@ def test_kv_capacity_replicates_the_latent_over_tp():
 def test_sweep_override_merges_case_fields():
     # --override deep-merges into the case: the named KV component gets the new field, the rest stays
     import accuracy_sweep
-    from accuracy_cases import load_cases
+
+    from rackplan.accuracy.cases import load_cases
 
     case = next(c for c in load_cases() if c.id == "v32-gb300-mixed-tp4-fp8")
     out = accuracy_sweep.overridden(case, {"model_overrides": {"attention": {"kv": [
@@ -115,7 +117,8 @@ def test_admission_whatif_rules_agree_with_room_and_differ_without():
     from dataclasses import replace
 
     import admission_whatif
-    from accuracy_cases import load_cases
+
+    from rackplan.accuracy.cases import load_cases
 
     case = replace(next(c for c in load_cases() if c.id == "v32-gb300-mixed-tp4-fp4"), num_requests=4)
     roomy = [admission_whatif.run(case, 4 * 3072, rule) for rule in ("reserve", "vllm")]
@@ -136,8 +139,7 @@ def test_v32_cases_decode_on_the_cache_vllm_0141_gives_them(case_id, entry, head
     8 sequences at context 4,096 read 2,048 latents of 1,152 B (576 BF16) and run the sparse prefill
     kernel's 128 heads at TP4; the NVFP4 rows' fp8_ds_mla reads 656 B on the decode kernel's 64. The
     indexer adds 4,096 keys x 132 B and 64 x 128 x 4,096 MACs per sequence either way."""
-    from accuracy_cases import load_cases, resolve
-
+    from rackplan.accuracy.cases import load_cases, resolve
     from rackplan.sim.cost import attention as attn
     from rackplan.specs import load_profile
 

@@ -1,17 +1,11 @@
 """accuracy_stats: each source counts once, figures beyond 1.5x, phases, leave-one-source-out."""
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import accuracy_cases as ac  # noqa: E402
-import accuracy_stats as st  # noqa: E402
-
-from rackplan.specs import load_profile  # noqa: E402
+from rackplan.accuracy import cases as ac
+from rackplan.accuracy import stats as st
+from rackplan.specs import load_profile
 
 pytestmark = pytest.mark.unit
 

@@ -38,8 +38,8 @@ def test_moe_tp_check_reads_another_models_shape():
 
 def _v32_tp4_fp8():
     import dsa_module_check
-    from accuracy_cases import load_cases, resolve
 
+    from rackplan.accuracy.cases import load_cases, resolve
     from rackplan.sim.cost.step import CostContext
     from rackplan.specs import load_profile
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from accuracy_cases import Case, Scenario, resolve
-
 from rackplan.sim.cost.step import CostContext, StepCost, decode_step, op_layers, prefill_step
 from rackplan.sim.search import whatif
 from rackplan.sim.simulator import simulate_specs
 from rackplan.specs import Plan, Profile, SpecError
+
+from .cases import Case, Scenario, resolve
 
 
 def predict(case: Case, prof: Profile, seed: int, num_requests: int | None = None) -> float:

@@ -11,9 +11,9 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from accuracy_cases import Case
-
 from rackplan.specs import Profile, load_profile
+
+from .cases import Case
 
 TARGET_SOURCE_MEDIAN = 0.12
 TARGET_FACTOR = 1.5

@@ -19,9 +19,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import accuracy_stats as st
-from accuracy_cases import Case
 from rich.markup import escape
+
+from . import stats as st
+from .cases import Case
 
 TARGET_MEDIAN = 0.15
 TARGET_FACTOR = 2.0

@@ -45,7 +45,7 @@ from rackplan.specs import (
 )
 from rackplan.specs.fields import check
 
-CASES_DIR = Path(__file__).resolve().parent / "cases"
+CASES_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "cases"  # a source checkout's
 SEATS_DEFAULT = Layout.__dataclass_fields__["max_batch_per_rank"].default  # a layout that sets none
 Phase = Literal["prefill", "decode", "single-user", "kernel"]
 PHASES: tuple[str, ...] = ("prefill", "decode", "single-user", "kernel")
