@@ -235,7 +235,8 @@ def code_version() -> str:
 
 def _choice_file(plan, model, hw, workload, profile):
     """Where the planner estimate of these inputs is remembered (None: no disk cache, see
-    sim/cost/imbalance.cache_dir): a file named by a hash of the inputs and the code."""
+    sim/cost/imbalance.cache_dir): a file named by a hash of the inputs (with a CPU rig's detected cores)
+    and the code."""
     import hashlib
 
     from ..cost.imbalance import cache_dir
@@ -243,7 +244,8 @@ def _choice_file(plan, model, hw, workload, profile):
     folder = cache_dir()
     if folder is None:
         return None
-    key = repr((plan, model, hw, workload, profile, code_version())).encode()
+    cores = hw.rank_cores if hw.kind == "cpu" else None  # a CPU rig's detected cores cap its ranks (core_share)
+    key = repr((plan, model, hw, cores, workload, profile, code_version())).encode()
     return folder / "planner-estimate" / f"{hashlib.sha256(key).hexdigest()[:32]}.json"
 
 
