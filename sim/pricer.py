@@ -167,6 +167,7 @@ class StepPricer:
         `decode`)."""
         self.calls += 1
         key = []
+        step_p = LOG_STEP_PREFILL
         for r, ch in enumerate(chunks):
             b = int(batch[r]) if batch is not None else 0
             c = _qlog(ctx[r] / max(b, 1), LOG_STEP) if batch is not None else -1
@@ -175,7 +176,9 @@ class StepPricer:
                 for _, take, start in ch:
                     tok += take
                     pairs += take * (start + take / 2.0)
-                key.append((b, c, _qlog(float(tok), LOG_STEP_PREFILL), len(ch), _qlog(float(pairs), LOG_STEP_PREFILL)))
+                # (_qlog of the tokens and pairs, inlined: Python floats)
+                qt = round(_log(float(tok)) / step_p) if tok >= 1 else -1
+                key.append((b, c, qt, len(ch), round(_log(float(pairs)) / step_p) if pairs >= 1 else -1))
             else:
                 key.append((b, c, -1, 0, -1))
         # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them
