@@ -40,7 +40,10 @@ class DecodeInstance(Instance):
         arrived when a seat and their blocks are free and forms the step; wait its price (decode only:
         `pricer.decode`; with preempted sequences' recompute chunks: `pricer.step`); then log the step
         (ITL, first tokens of the newly admitted: TTFT) and hand finished requests to `on_done`."""
-        core, log = self.core, self.log
+        core, log, pricer = self.core, self.log, self.pricer
+        # the step log's appends (its arrays are never replaced during a run)
+        durations, seqs, ends, tokens = (log.step_durations.append, log.step_seqs.append, log.step_end.append,
+                                         log.step_tokens.append)
         while True:
             if not core.busy:
                 yield self.idle()
@@ -54,21 +57,23 @@ class DecodeInstance(Instance):
                 yield self.idle()
                 continue
             if batch.has_prefill:  # recomputes of preempted sequences ride with the decodes
-                dt = self.pricer.step(batch.chunks, core.batch, core.ctx)
+                dt = pricer.step(batch.chunks, core.batch, core.ctx)
+            elif pricer.turnover:
+                dt = pricer.decode(core.batch, core.ctx, running, len(new), batch.finishing)
             else:
-                turnover = (len(new), batch.finishing) if self.pricer.turnover else (0, 0)
-                dt = self.pricer.decode(core.batch, core.ctx, running, *turnover)
+                dt = pricer.decode(core.batch, core.ctx, running)
             yield self.busy(dt)
             self.end_turn()
             now = self.env.now
             if running:
                 # ITL: continuing sequences got their previous token at the previous step's end (colocated
                 # pools: a prefill turn may sit in between); new sequences got their first token (TTFT)
-                log.step_durations.append(now - self._last_end)
-                log.step_seqs.append(running - len(new))
+                durations(now - self._last_end)
+                seqs(running - len(new))
                 self._last_end = now
-                log.step_end.append(now)
-                log.step_tokens.append(running * core.tps)
-                log.first_tokens(new, now)
+                ends(now)
+                tokens(running * core.tps)
+                if new:
+                    log.first_tokens(new, now)
             for rid in core.finish(batch).finished:
                 self.on_done(rid)

@@ -69,6 +69,7 @@ class StepPricer:
         self._rng = rng
         self._z: list[float] = []  # pre-drawn per-step imbalance draws, used from the end
         self.turnover = self.model.host.turnover  # admitted / finished requests change a step's price
+        self._slow: np.ndarray | None = None  # decode: the slowest-rank buffer
 
     @classmethod
     def shared(cls, cx: CostContext, rng: np.random.Generator | None = None) -> "StepPricer":
@@ -121,18 +122,30 @@ class StepPricer:
         self.calls += 1
         if self.ranks == 1:
             r = 0
-        elif ctx.__class__ is np.ndarray:  # the decode instances' arrays (_slowest_rank, inlined)
-            r = int((ctx + batch * 1e6).argmax())
+        elif ctx.__class__ is np.ndarray:  # the decode instances' arrays (_slowest_rank, inlined, in a buffer:
+            buf = self._slow  # batch x 1e6 + ctx, the same floats as ctx + batch x 1e6)
+            if buf is None or len(buf) != len(ctx):
+                buf = self._slow = np.empty(len(ctx))
+            np.multiply(batch, 1e6, out=buf)
+            buf += ctx
+            r = int(buf.argmax())
         else:
             r = _slowest_rank(batch, ctx)
         b_max = int(batch[r])
         total = float(sum(batch)) if total is None else float(total)
-        key = (b_max, _qlog(float(ctx[r]) / (b_max or 1), LOG_STEP), _qlog(total, LOG_STEP))  # (Python floats)
+        c = float(ctx[r]) / (b_max or 1)  # (Python floats; _qlog inlined)
+        key = (b_max, round(_log(c) / LOG_STEP) if c >= 1 else -1, round(_log(total) / LOG_STEP) if total >= 1 else -1)
         if self.turnover:
             key += (admitted, finished)
         hit = self._cache.get(key)
         if hit is not None:
-            return self._value(hit)
+            if self._rng is None:  # (_value, inlined)
+                return hit
+            if not hit[1]:
+                return hit[0]
+            if not self._z:
+                self._z = np.clip(self._rng.standard_normal(4096), -3.0, 3.0).tolist()
+            return hit[0] + hit[1] * self._z.pop()
         self.misses += 1
         rep_ctx, tot = _unq(key[1], LOG_STEP), _unq(key[2], LOG_STEP)
         # the other ranks' mean batch, never above the slowest rank's: the quantised total can exceed the
@@ -154,6 +167,7 @@ class StepPricer:
         `decode`)."""
         self.calls += 1
         key = []
+        step_p = LOG_STEP_PREFILL
         for r, ch in enumerate(chunks):
             b = int(batch[r]) if batch is not None else 0
             c = _qlog(ctx[r] / max(b, 1), LOG_STEP) if batch is not None else -1
@@ -162,7 +176,9 @@ class StepPricer:
                 for _, take, start in ch:
                     tok += take
                     pairs += take * (start + take / 2.0)
-                key.append((b, c, _qlog(float(tok), LOG_STEP_PREFILL), len(ch), _qlog(float(pairs), LOG_STEP_PREFILL)))
+                # (_qlog of the tokens and pairs, inlined: Python floats)
+                qt = round(_log(float(tok)) / step_p) if tok >= 1 else -1
+                key.append((b, c, qt, len(ch), round(_log(float(pairs)) / step_p) if pairs >= 1 else -1))
             else:
                 key.append((b, c, -1, 0, -1))
         # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them

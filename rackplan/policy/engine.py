@@ -49,10 +49,7 @@ class Batch:
     preempted: list[int]  # sequences preempted before this step (they recompute later)
     finishing: int  # decoding sequences whose last token this step emits
     completing: list[int]  # prompts (and recomputes) whose last chunk this step runs, rank by rank
-
-    @property
-    def has_prefill(self) -> bool:
-        return any(self.chunks)
+    has_prefill: bool  # any rank has chunks (set by the scheduler: no scan of the ranks per read)
 
 
 @dataclass(slots=True)
@@ -179,7 +176,8 @@ class EngineCore:
                 self._queue(r, rid)
             self._arrived.clear()
         preempted: list[int] = []
-        self._fit_decodes(preempted)
+        if self.seqs and self._most_blocks > self.kv_blocks - (max(self.pblocks) if self._active else 0):
+            self._fit_decodes(preempted)  # (its O(1) test inlined: no rank can be short in the common case)
         admitted: list[int] = []
         chunks, completing = self._no_chunks, []
         full, running, prefilling = self.max_seqs, self.running, self.prefilling
@@ -200,7 +198,8 @@ class EngineCore:
                 target = self.target
                 completing += [rid for rid, take, start in mine if start + take >= target[rid]]
         ending = self._ending.get(self.step + 1)
-        return Batch(chunks, len(self.seqs), admitted, preempted, len(ending) if ending else 0, completing)
+        return Batch(chunks, len(self.seqs), admitted, preempted, len(ending) if ending else 0, completing,
+                     chunks is not self._no_chunks)
 
     def _fit_decodes(self, preempted: list[int]) -> None:
         """Preempt on every rank whose decode sequences' blocks for this step would not fit."""
@@ -352,7 +351,7 @@ class EngineCore:
             for rid in ending:
                 self._end_decode(rid)
             done.finished.extend(ending)
-        for r, per in enumerate(batch.chunks if batch.chunks is not self._no_chunks else ()):
+        for r, per in enumerate(batch.chunks if batch.has_prefill else ()):
             for rid, take, start in per:
                 self.progress[rid] = start + take
                 if rid not in self.resume:

@@ -7,6 +7,11 @@ to judge that and to measure throughput to a 1% and p90s to a 4% standard error;
 report. A rate a pool cannot keep up with is reported unstable (which pool saturates) instead of
 latency percentiles.
 
+Beside the simulation, the planner's analytic estimate of the layout it would choose on the same inputs
+(`planner_choice`, one line where it differs; "planner_estimate" in --json). It costs seconds, so it is
+kept in the cache folder (sim/cost/imbalance.cache_dir, keyed by a hash of the inputs and the package's
+code) and a later run on the same inputs reads it instead of computing it again.
+
 With no arguments: the seed scenario, DeepSeek-V4.1-Flash on one GB300 NVL72 rack
 (configs/plans/v41-flash-gb300-nvl72.yaml) under its agentic-chat workload.
 """
@@ -17,6 +22,7 @@ import json
 import math
 import sys
 import time
+from contextlib import nullcontext
 
 from rackplan import availability, economics
 from rackplan.accuracy_band import headline_band
@@ -216,6 +222,73 @@ def planner_choice(plan, model, hw, workload, profile) -> dict:
             "same_layout": (res.plan.prefill, res.plan.decode, res.plan.aggregated) == mine}
 
 
+def code_version() -> str:
+    """Hash of the package's code and shipped specs (its .py and .yaml files): what a remembered planner
+    estimate was computed with (a change to any of them is a new estimate)."""
+    import hashlib
+    from pathlib import Path
+
+    import rackplan
+    import rackplan.configs
+    import rackplan.sim
+
+    h = hashlib.sha256()
+    for pkg in (rackplan, rackplan.sim, rackplan.configs):
+        root = Path(pkg.__file__).parent
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _choice_file(plan, model, hw, workload, profile):
+    """Where the planner estimate of these inputs is remembered (None: no disk cache, see
+    sim/cost/imbalance.cache_dir): a file named by a hash of the inputs (with a CPU rig's detected cores)
+    and the code."""
+    import hashlib
+
+    from ..cost.imbalance import cache_dir
+
+    folder = cache_dir()
+    if folder is None:
+        return None
+    cores = hw.rank_cores if hw.kind == "cpu" else None  # a CPU rig's detected cores cap its ranks (core_share)
+    key = repr((plan, model, hw, cores, workload, profile, code_version())).encode()
+    return folder / "planner-estimate" / f"{hashlib.sha256(key).hexdigest()[:32]}.json"
+
+
+def remembered_choice(plan, model, hw, workload, profile) -> tuple[object, dict | None]:
+    """(its cache file, the planner estimate an earlier `simulate` computed on exactly these inputs and
+    code, or None): `planner_choice` is a pure function of them and costs seconds, so a later run reads
+    it instead of computing it again beside the simulation."""
+    path = _choice_file(plan, model, hw, workload, profile)
+    if path is None or not path.is_file():
+        return path, None
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return path, None  # unreadable or corrupt: computed again (and overwritten)
+    return path, found if isinstance(found, dict) else None
+
+
+def remember_choice(path, choice: dict) -> None:
+    """Keep a planner estimate in its cache file (atomic replace; best effort: a read-only or full cache
+    folder only costs computing it again next time)."""
+    import os
+    import tempfile
+
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".estimate-", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(choice, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def choice_line(plan, result, choice: dict) -> str:
     """One line where the planner's estimate would choose another layout than the plan's (else '')."""
     if "error" in choice:
@@ -277,7 +350,10 @@ def run(args) -> int:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
     t0 = time.perf_counter()
-    with in_background(planner_choice, plan, model, hw, workload, profile) as choice:  # beside the simulation
+    where, known = remembered_choice(plan, model, hw, workload, profile)
+    beside = in_background(planner_choice, plan, model, hw, workload, profile) if known is None \
+        else nullcontext(lambda: known)  # the estimate beside the simulation, unless an earlier run made it
+    with beside as choice:
         if args.requests is not None:
             result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
         elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
@@ -287,6 +363,8 @@ def run(args) -> int:
         else:
             result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
         chosen = choice()
+    if known is None:
+        remember_choice(where, chosen)
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
     eco = economics.of_plan_metrics(plan, hw, args, result.metrics, result.utilisation)

@@ -146,3 +146,23 @@ def test_simulate_says_when_the_planner_would_choose_another_layout(tmp_path, ca
     assert main(["simulate", "--plan", str(mine), "--requests", "100", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["planner_estimate"]["same_layout"] is True
+
+
+def test_simulate_remembers_the_planner_estimate_of_the_same_inputs(tmp_path, monkeypatch, capsys):
+    """The planner's estimate is a pure function of the plan, specs, workload, profile and code, and costs
+    seconds: the first `simulate` computes it and keeps it in the cache folder, a second one on the same
+    inputs reads it (what the file says is what it prints), and other inputs (another rate) compute their own."""
+    monkeypatch.setenv("RACKPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    run = ["simulate", "--plan", "tiny-cpu", "--requests", "100", "--json"]
+    assert main(run) == 0
+    first = json.loads(capsys.readouterr().out)["planner_estimate"]
+    files = list((tmp_path / "cache" / "planner-estimate").glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text()) == first
+    files[0].write_text(json.dumps({"error": "written by this test"}))  # a remembered estimate is read, not redone
+    assert main(run) == 0
+    assert json.loads(capsys.readouterr().out)["planner_estimate"] == {"error": "written by this test"}
+    assert main(run[:-1]) == 0
+    assert "planner: written by this test" in capsys.readouterr().out
+    assert main(run + ["--rate", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["planner_estimate"] != {"error": "written by this test"}
+    assert len(list((tmp_path / "cache" / "planner-estimate").glob("*.json"))) == 2
