@@ -99,6 +99,9 @@ class RequestStream:
     trace workload is one chunk: the trace itself, up to `limit` requests."""
 
     def __init__(self, wl: Workload, seed: int | None, limit: int):
+        if wl.sessions is not None:  # later turns wait on earlier ones: no stream of independent chunks
+            raise SpecError(wl.name, "sessions", "unset for a continued steady-state run (plan, whatif, sweep size "
+                            "independent requests; `rackplan simulate` runs a session workload whole)")
         self.wl, self.seed, self.limit = wl, wl.seed if seed is None else seed, limit
         self.drawn, self.t_last_s = 0, 0.0
 

@@ -38,7 +38,7 @@ from rackplan.specs import (
     spec_ref,
 )
 
-from . import economy, planner
+from . import economy, planner, schedule_command
 from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
@@ -106,6 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     economics.add_arguments(p)
+    schedule_command.add_arguments(p)
 
 
 def build_request(args) -> planner.Request:
@@ -167,6 +168,10 @@ class _Bar:
 
 def run(args) -> int:
     check_writable("--out", args.out)
+    if args.schedule:  # a plan for a day (sim/search/schedule.py)
+        return schedule_command.run_plan(args)
+    refuse_unused("plan", {"--trace": args.trace, "--base-plan": args.base_plan, "--start-s": args.start_s,
+                           "--interval-requests": args.interval_requests}, "--schedule INTERVAL")
     if "," in args.hardware:
         return _compare(args)
     if args.report and Path(args.report).resolve() == Path(args.out).resolve():
