@@ -170,8 +170,9 @@ def run(args) -> int:
     check_writable("--out", args.out)
     if args.schedule:  # a plan for a day (sim/search/schedule.py)
         return schedule_command.run_plan(args)
-    refuse_unused("plan", {"--trace": args.trace, "--base-plan": args.base_plan, "--start-s": args.start_s,
-                           "--interval-requests": args.interval_requests}, "--schedule INTERVAL")
+    refuse_unused("plan", {"--trace": args.trace, "--trace-scale": args.trace_scale, "--base-plan": args.base_plan,
+                           "--start-s": args.start_s, "--interval-requests": args.interval_requests},
+                  "unset without --schedule INTERVAL (a plan for a day)")
     if "," in args.hardware:
         return _compare(args)
     if args.report and Path(args.report).resolve() == Path(args.out).resolve():

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "each interval verified in the simulator; writes the schedule to --out")
     g.add_argument("--trace", metavar="FILE", help="request trace whose load over time the schedule follows "
                    "(Azure, BurstGPT, Mooncake or JSONL; sim/traces.py)")
-    g.add_argument("--trace-scale", type=positive_float, default=1.0, metavar="K",
+    g.add_argument("--trace-scale", type=positive_float, default=None, metavar="K",
                    help="the trace is a 1/K sample of the traffic to plan for: rates x K (default: 1)")
     g.add_argument("--base-plan", default=None, metavar="PLAN", help="plan whose instance shapes, router and SLOs "
                    f"the schedule keeps (default: {DEFAULT_BASE})")
@@ -37,9 +37,15 @@ def _specs(base, profile_name=None):
 
 
 def run_plan(args) -> int:
-    """plan --schedule: size every interval, write the schedule, print it."""
+    """plan --schedule: size every interval, write the schedule, print it. The model, hardware, GPUs and
+    SLOs are the base plan's (--model, --hardware, --gpus, --workload, --ttft-p90, --tpot-p90 are not read)."""
+    from rackplan.args import refuse_unused
+
     if not args.trace:
         raise SpecError("plan", "--trace", "a trace file with --schedule")
+    refuse_unused("plan --schedule", {"--json": args.json, "--report": args.report, "--rate": args.rate,
+                                      "--no-simulate": args.no_simulate, "--sim-requests": args.sim_requests},
+                  "unset with --schedule (every interval is simulated; --interval-requests sets its probes)")
     from ..traces import load_trace
 
     interval = sch.parse_interval(args.schedule)
@@ -53,7 +59,7 @@ def run_plan(args) -> int:
     from .command import _Bar, plan_name
 
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
-        s = sch.plan_schedule(base, (model, hw, prof, wl), trace, args.trace, interval, args.trace_scale,
+        s = sch.plan_schedule(base, (model, hw, prof, wl), trace, args.trace, interval, args.trace_scale or 1.0,
                               sch.WIDE_EP_START_S if args.start_s is None else args.start_s,
                               args.interval_requests or 2000, args.seed or 0, plan_name(args.out),
                               bar.stage("intervals", n_int))
@@ -74,8 +80,8 @@ def run_simulate(args) -> int:
     from ..traces import load_trace
 
     refuse_unused("simulate --schedule", {"--workload": args.workload, "--rate": args.rate, "--requests": args.requests,
-                                          "--report": args.report}, "no --schedule (the schedule names its trace, "
-                  "rates and requests per interval)")
+                                          "--report": args.report}, "unset with --schedule (the schedule names its "
+                  "trace, rates and requests per interval)")
     s = from_dict(sch.Schedule, read_yaml(args.schedule), args.schedule)
     model, hw, prof = _specs(s.base, args.profile)
     wl = sch.trace_workload(s.trace)
