@@ -83,3 +83,12 @@ def test_simulate_reports_hit_rate_and_latency_per_turn(tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "sessions (simulated" in out and "sessions/s" in out
+
+
+def test_execute_refuses_a_session_workload(tmp_path, capsys):
+    """The executor replays independent requests: a session workload is one line naming the field, exit 2."""
+    dump_yaml(chat(8), tmp_path / "wl.yaml")
+    assert main(["execute", "--plan", "tiny-disagg", "--workload", str(tmp_path / "wl.yaml"), "--requests", "4",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert "field 'sessions'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
