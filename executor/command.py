@@ -211,6 +211,9 @@ def _check_serving(plan, workload, args) -> None:
     from rackplan.specs import SpecError
 
     from .topology import max_ranks, serving_instances, world_size
+    if workload.sessions is not None:
+        raise SpecError(workload.name, "sessions", "unset for execute (the executor replays independent requests; "
+                        "multi-turn sessions are simulated only: rackplan simulate)")
     if workload.arrival.kind == "trace" or "trace" in (workload.isl.kind, workload.osl.kind):
         from rackplan.sim.traces import load_trace
         load_trace(workload)  # a missing or malformed trace fails here, not in every rank

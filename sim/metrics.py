@@ -99,6 +99,7 @@ class SimResult:
     # (edges [B + 1], simulated seconds from 0, {pool: busy share [B]}): utilisation over the whole run, warm-up
     # and cool-down included (sim/simulator.py _Run.pool_busy)
     busy_over_time: tuple = field(default=(), repr=False)
+    sessions: dict | None = field(default=None, repr=False)  # session figures (sim/sessions.session_figures)
 
     @property
     def stable(self) -> bool:

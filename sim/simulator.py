@@ -43,6 +43,7 @@ from .mixed import plan_kv_link, prefill_side
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
+from .sessions import NextTurns, session_figures, with_blocks
 from .steady import GROWTH_TOL, Window, median
 from .workload import Requests, make_requests
 
@@ -126,6 +127,7 @@ class _Deployment:
         self.kv_local = kv_link(model, hw, prof, True)  # colocated hand-off between ranks of one domain
         self.caps = validate_plan(plan, model, hw)
         self.router = Router(plan.router)
+        self.homes: dict[int, int] = {}  # session -> the front instance its last turn went to (session_affine)
         self.dest: dict[int, object] = {}  # rid -> the decoder its KV goes to (bound when its last chunk is scheduled)
         self.on_request_done = None
         # [N] ints read per request, per step: arrays of machine ints (8 bytes a request, not a list's 36)
@@ -203,7 +205,12 @@ class _Deployment:
             return instances[0]
         uncached = [inst.queued_tokens - self._hit(inst, rid) for inst in instances] \
             if rid is not None and self.plan.router == "prefix_aware" else None
-        return instances[self.router.pick(id(instances), [inst.load for inst in instances], uncached)]
+        if rid is None or self.reqs.sessions is None:
+            return instances[self.router.pick(id(instances), [inst.load for inst in instances], uncached)]
+        session = int(self.reqs.sessions.session[rid])  # [sessions] where the session's last turn ran
+        k = self.homes[session] = self.router.pick(id(instances), [inst.load for inst in instances], uncached,
+                                                   self.homes.get(session))
+        return instances[k]
 
     @staticmethod
     def _hit(inst, rid: int) -> int:
@@ -287,6 +294,8 @@ class _OpenLoop:
         if _event is not None:
             self.dep.submit(self._due)
         for rid, t in self._times:
+            if t != t:  # NaN: a session's later turn, issued when the turn before it ends (sim/sessions.py)
+                continue
             if t > env.now:
                 self._due = rid
                 env.timeout(t - env.now).callbacks.append(self._next)
@@ -310,6 +319,13 @@ def _no_cyclic_gc():
         gc.unfreeze()  # ... and back, into the oldest
         if collecting:
             gc.enable()
+
+
+def simulate_requests(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
+                      reqs: Requests, seed: int | None = None) -> SimResult:
+    """Simulate `plan` serving the given requests (drawn elsewhere: a schedule's interval, sim/search/schedule.py),
+    every one run to the end; `workload` names them and says whether the loop is closed."""
+    return _simulate(plan, model, hw, workload, profile, reqs, False, seed)
 
 
 def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
@@ -348,6 +364,9 @@ def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wo
     `first` and `most` repeats exactly."""
     from .continued import ContinuedRun
 
+    if workload.sessions is not None:  # later turns arrive as earlier ones end: one run, drained
+        n = min(first or workload.num_requests, most)
+        return _simulate(plan, model, hw, workload, profile, make_requests(workload, n, seed), False, seed)
     closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
     n = max(max(MIN_CLOSED, 10 * workload.arrival.concurrency) if closed else MIN_STEADY,
             first or workload.num_requests)
@@ -469,7 +488,11 @@ def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool, 
     with _no_cyclic_gc():
         run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed,
                    workload.seed if seed is None else seed)
-    return summary(plan, workload, log, reqs.isl, reqs.osl, run, 0)
+    res = summary(plan, workload, log, reqs.isl, reqs.osl, run, 0)
+    if reqs.sessions is not None:
+        figures = session_figures(reqs, run.cached, log.first_token - log.arrival, log.finish - log.arrival)
+        res = dataclasses.replace(res, sessions=figures)
+    return res
 
 
 def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, osl: np.ndarray, run: _Run,
@@ -497,7 +520,11 @@ def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, se
     """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
     draws (sim/pricer.py)."""
     env = simpy.Environment()
+    if reqs.sessions is not None:  # [sessions] the prompts' blocks at the engine's block size
+        reqs = with_blocks(reqs, block_tokens(model.attention.kind))
     dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
+    if reqs.sessions is not None:
+        dep.on_request_done = NextTurns(env, dep.submit, reqs.sessions)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
         dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]

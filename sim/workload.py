@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from rackplan.specs import LengthDist, SpecError, Workload
+
+if TYPE_CHECKING:
+    from .sessions import SessionTable
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,13 @@ class Requests:
     cached: np.ndarray  # [N] prompt tokens served from the prefix cache (flat prefix_hit_rate)
     blocks: Optional[tuple[tuple[int, ...], ...]] = None  # [N] block hashes of each prompt
     block_size: int = 0  # prompt tokens per block (with blocks)
+    sessions: Optional["SessionTable"] = None  # multi-turn sessions (sim/sessions.py): follow-up turns' arrival_s NaN
 
     def __len__(self) -> int:
         return len(self.isl)
 
 
-def _sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
+def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
     if dist.kind == "fixed":
         out = np.full(n, dist.value)
     elif dist.kind == "uniform":
@@ -46,6 +50,10 @@ def _sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.nd
 def make_requests(wl: Workload, num_requests: int | None = None, seed: int | None = None) -> Requests:
     """Draw the workload's requests deterministically from `seed` (default: the workload's)."""
     n = num_requests or wl.num_requests
+    if wl.sessions is not None:
+        from .sessions import session_requests
+
+        return session_requests(wl, n, wl.seed if seed is None else seed)
     rng = np.random.default_rng(wl.seed if seed is None else seed)
     trace = None
     if wl.trace:
@@ -59,8 +67,8 @@ def make_requests(wl: Workload, num_requests: int | None = None, seed: int | Non
 
 def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float) -> Requests:
     """n requests: lengths from `rng` (or the trace's first n), Poisson arrivals after `t0_s`."""
-    isl = trace.isl[:n] if wl.isl.kind == "trace" else _sample_lengths(wl.isl, n, rng)
-    osl = trace.osl[:n] if wl.osl.kind == "trace" else _sample_lengths(wl.osl, n, rng)
+    isl = trace.isl[:n] if wl.isl.kind == "trace" else sample_lengths(wl.isl, n, rng)
+    osl = trace.osl[:n] if wl.osl.kind == "trace" else sample_lengths(wl.osl, n, rng)
     if wl.arrival.kind == "poisson":
         arrival = t0_s + np.cumsum(rng.exponential(1.0 / wl.arrival.rate, size=n))
     elif wl.arrival.kind == "trace":
@@ -91,6 +99,9 @@ class RequestStream:
     trace workload is one chunk: the trace itself, up to `limit` requests."""
 
     def __init__(self, wl: Workload, seed: int | None, limit: int):
+        if wl.sessions is not None:  # later turns wait on earlier ones: no stream of independent chunks
+            raise SpecError(wl.name, "sessions", "unset for a continued steady-state run (plan, whatif, sweep size "
+                            "independent requests; `rackplan simulate` runs a session workload whole)")
         self.wl, self.seed, self.limit = wl, wl.seed if seed is None else seed, limit
         self.drawn, self.t_last_s = 0, 0.0
 

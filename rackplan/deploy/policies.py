@@ -6,6 +6,8 @@ Simulator (sim/simulator.py `_pick`; Plan.router):
   requests (decode, aggregated); ties rotate.
 - round_robin: instances in turn, per pool.
 - prefix_aware: least queued prompt work after subtracting the tokens the instance's prefix cache holds.
+- session_affine: a session's later turns stick to the instance its previous turn ran on; first turns
+  least_loaded.
 
 vllm-router 0.1.17 (router_args.py choices; README "Load Balancing Policies"; src/policies/):
 `power_of_two` picks the less loaded of two random workers, `round_robin` rotates, `cache_aware` routes
@@ -55,6 +57,13 @@ POLICIES = {
         "cache_aware", "kv", (("prefix-cache-scorer", 2.0), ("queue-scorer", 1.0)), "max-score-picker", True, False,
         "all three prefer the endpoint holding the longest prefix and fall back to load; the simulator "
         "subtracts cached tokens from queued tokens instead of weighing the two"),
+    "session_affine": Policy(
+        "sticky_least_loaded", "kv", (("session-affinity-scorer", 2.0), ("active-request-scorer", 1.0)),
+        "max-score-picker", False, False,
+        "vllm-router's sticky_least_loaded pins a session to the worker its first request went to (least "
+        "loaded); llm-d's session-affinity-scorer pins by its session token (weight 2 outranks any load "
+        "score of weight 1); Dynamo has no session mode: its kv router follows the prefix a session's turns "
+        "share, which is prefix_aware, not session_affine"),
 }
 
 

@@ -6,7 +6,10 @@ Instances (the router in front of the pools; plan.router):
   - round_robin: each pool its own turn;
   - prefix_aware: the least prompt work queued ahead plus this request's uncached part (the most
     cached blocks win between equal queues), ties by the pool's turn; without a request (a decode
-    pool) it falls back to least_loaded.
+    pool) it falls back to least_loaded;
+  - session_affine: a session's later turns go to the instance its previous turn ran on (whose prefix
+    cache holds its context), its first turn (and any request of no session) by least_loaded: vLLM
+    router's sticky_least_loaded, llm-d's session-affinity-scorer.
 DP ranks (inside one instance): vLLM's DP load balancer (DPLBAsyncMPClient) sends a request to the
 engine core with the lowest `4 * waiting + running`, the first one on ties; it stays there.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-ROUTERS = ("least_loaded", "round_robin", "prefix_aware")
+ROUTERS = ("least_loaded", "round_robin", "prefix_aware", "session_affine")
 WAITING_WEIGHT = 4  # vLLM v1/engine/core_client.py: score = waiting * 4 + running
 
 
@@ -28,22 +31,26 @@ class Router:
         self.decisions = 0  # picks so far, every pool (least_loaded: ties rotate)
         self.turns: dict[object, int] = {}  # picks so far per pool (round_robin, prefix_aware)
 
-    def pick(self, pool: object, loads: Sequence[float], uncached: Sequence[float] | None = None) -> int:
+    def pick(self, pool: object, loads: Sequence[float], uncached: Sequence[float] | None = None,
+             home: int | None = None) -> int:
         """Index of the instance of `pool` (any hashable naming it) a request goes to. `loads`: each
         instance's load; `uncached` (prefix_aware, with a request): per instance, the queued prompt
-        tokens ahead plus this request's part its prefix cache misses."""
+        tokens ahead plus this request's part its prefix cache misses; `home` (session_affine): the
+        instance the request's session last ran on, None for a first turn."""
         self.decisions += 1
         self.turns[pool] = self.turns.get(pool, 0) + 1
-        return choose(self.policy, loads, self.decisions, self.turns[pool], uncached)
+        return choose(self.policy, loads, self.decisions, self.turns[pool], uncached, home)
 
 
 def choose(policy: str, loads: Sequence[float], decision: int, turn: int,
-           uncached: Sequence[float] | None = None) -> int:
+           uncached: Sequence[float] | None = None, home: int | None = None) -> int:
     """The pick of the router's `decision`-th decision, the pool's `turn`-th (both counted from 1);
     the executor keeps the counts on its store, the simulator in Router."""
     n = len(loads)
     if n == 1:
         return 0
+    if policy == "session_affine" and home is not None and 0 <= home < n:
+        return home
     if policy == "round_robin":
         return (turn - 1) % n
     if policy == "prefix_aware" and uncached is not None:

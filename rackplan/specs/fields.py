@@ -68,6 +68,8 @@ def _convert(tp: Any, value: Any, where: str, field: str) -> Any:
                 return _convert(arg, value, where, field)
             except SpecError as exc:
                 errors.append(exc)
+        if len(errors) == 1:  # Optional[X]: X's own error names the inner field
+            raise errors[0]
         raise SpecError(where, field, _type_name(tp), value)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):

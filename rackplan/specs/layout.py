@@ -171,7 +171,7 @@ class Plan:
     aggregated: tuple[Layout, ...] = ()
     # least_loaded: fewest queued prompt tokens (prefill) / requests; round_robin; prefix_aware: least
     # queued prompt tokens minus the tokens the instance's prefix cache holds for the request
-    router: Literal["least_loaded", "round_robin", "prefix_aware"] = "least_loaded"
+    router: Literal["least_loaded", "round_robin", "prefix_aware", "session_affine"] = "least_loaded"
     slo: SLO = field(default_factory=SLO)
     workload: Optional[str] = None  # default workload (name under configs/workloads or a path)
     profile: Optional[str] = None  # calibrated profile to use by default

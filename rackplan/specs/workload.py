@@ -97,6 +97,7 @@ class Workload:
     # the readers' names in sim/traces.py (READERS), or auto: detected from the file
     trace_format: Literal["auto", "azure", "burstgpt", "mooncake", "jsonl", "vllm_bench"] = "auto"
     block_size: Optional[int] = None  # prompt tokens per hash_ids block (None: the format's, 512 for Mooncake)
+    sessions: Optional[Sessions] = None  # multi-turn sessions (rackplan/specs/session.py); None: independent requests
     seed: int = 0
     description: str = ""
 
@@ -115,3 +116,8 @@ class Workload:
             positive(self.block_size, "block_size")
             check(self.trace is not None and self.isl.kind == "trace", "block_size",
                   "unset unless prompt lengths (and their hash_ids) come from a trace", self.block_size)
+        if self.sessions is not None:
+            check_sessions(self)
+
+
+from .session import Sessions, check_sessions  # noqa: E402  (session.py reads LengthDist from here)

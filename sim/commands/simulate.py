@@ -61,6 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--report", metavar="FILE", help="also write report.html here: utilisation over the run, TTFT / "
                    "TPOT distributions, a step by op (self-contained; open it in a browser)")
+    p.add_argument("--schedule", metavar="FILE", help="verify a schedule written by `plan --schedule`: every interval "
+                   "simulated on its instance counts, its SLOs checked (exit 3 if one misses)")
     economics.add_arguments(p)
 
 
@@ -72,6 +74,8 @@ def _clean(x):
         return None
     if isinstance(x, dict):
         return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
     return x
 
 
@@ -100,6 +104,7 @@ def report_json(plan, workload, profile, seed, result, eco=None) -> str:
         "utilisation": result.utilisation, "steps": result.steps,
         "accuracy_band": headline_band(plan, profile.name, workload).to_dict(),
         "economics": eco.to_dict() if eco is not None else None,
+        "sessions": result.sessions,
     }), sort_keys=True)
 
 
@@ -132,7 +137,8 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
     con.print(f"[bold]{plan.name}[/]: {plan.model} on {plan.hardware}, {plan.summary} "
               f"({int(m['num_gpus'])} GPUs)")
     arrival = workload.arrival
-    drawn = f", {arrival.kind} at {arrival.rate:,.4g} req/s" if arrival.kind == "poisson" else ""
+    unit = "sessions/s" if workload.sessions is not None else "req/s"
+    drawn = f", {arrival.kind} at {arrival.rate:,.4g} {unit}" if arrival.kind == "poisson" else ""
     con.print(f"workload {workload.name}: {int(m['num_requests'])} requests{drawn} "
               f"({m['offered_rps']:,.4g} req/s arrived in the window)")
     con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
@@ -171,6 +177,8 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
     con.print(thr)
     for note in notes:
         con.print(note)
+    if result.sessions is not None:
+        con.print(session_table(result.sessions))
     con.print(f"accuracy: {m['output_tps_per_gpu']:,.0f} output tok/s/GPU (whole plan), "
               f"{headline_band(plan, profile.name, workload).line()} (benchmarks/accuracy.py)")
     util = Table(title="utilisation per instance (in the window)")
@@ -188,6 +196,21 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
 def kinds(plan, hw) -> tuple:
     """The plan's hardware kinds: the prefill pool's first where it has its own (sim/mixed.py)."""
     return (load_hardware(plan.prefill_hardware), hw) if plan.prefill_hardware else (hw,)
+
+
+def session_table(fig: dict):
+    """The session figures of a run (sim/sessions.session_figures) as a table: hit rate and latency per turn."""
+    from rich.table import Table
+
+    t = Table(title=f"sessions (simulated, every turn of the run): {fig['sessions']} sessions, {fig['turns']} turns; "
+              f"prefix-cache hits {fig['hit_rate']:.1%} of prompt tokens, {fig['reuse_hit_rate']:.1%} of the "
+              "context earlier turns prefilled")
+    for col in ("turn", "requests", "hit rate", "TTFT p50 (s)", "TTFT p90 (s)", "E2E p50 (s)"):
+        t.add_column(col, justify="right")
+    for row in fig["per_turn"]:
+        t.add_row(str(row["turn"]), str(row["requests"]), f"{row['hit_rate']:.1%}",
+                  *(f"{row[k]:.4f}" for k in ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s")))
+    return t
 
 
 def planner_choice(plan, model, hw, workload, profile) -> dict:
@@ -321,6 +344,10 @@ def write_report(path: str, plan, model, hw, workload, profile, result) -> None:
 
 
 def run(args) -> int:
+    if args.schedule:
+        from ..search.schedule_command import run_simulate
+
+        return run_simulate(args)
     plan = load_plan(args.plan)
     if args.report:
         from rackplan.args import check_writable

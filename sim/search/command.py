@@ -38,7 +38,7 @@ from rackplan.specs import (
     spec_ref,
 )
 
-from . import economy, planner, spares
+from . import economy, planner, schedule_command, spares
 from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
@@ -108,6 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     economics.add_arguments(p)
     economy.add_arguments(p)
     spares.add_arguments(p)
+    schedule_command.add_arguments(p)
 
 
 def build_request(args) -> planner.Request:
@@ -169,6 +170,11 @@ class _Bar:
 
 def run(args) -> int:
     check_writable("--out", args.out)
+    if args.schedule:  # a plan for a day (sim/search/schedule.py)
+        return schedule_command.run_plan(args)
+    refuse_unused("plan", {"--trace": args.trace, "--trace-scale": args.trace_scale, "--base-plan": args.base_plan,
+                           "--start-s": args.start_s, "--interval-requests": args.interval_requests},
+                  "unset without --schedule INTERVAL (a plan for a day)")
     if "," in args.hardware:
         return _compare(args)
     if args.report and Path(args.report).resolve() == Path(args.out).resolve():
