@@ -27,10 +27,12 @@ from .cost.memory import check_fits
 from .cost.step import CostContext
 from .cost.transfer import kv_link
 from .decode import DecodeInstance
+from .expert_load import routing_load
 from .metrics import Pools, RequestLog, SimResult, summarise
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
+from .request_classes import class_metrics
 from .steady import GROWTH_TOL, Window, median
 from .workload import Requests, make_requests
 
@@ -126,7 +128,8 @@ class _Deployment:
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
         pools = iter(range(1 << 20))
         share = core_share(hw, plan)  # CPU rigs: more busy ranks than cores run each slower (sim/cost/cores.py)
-        mk = lambda lay: StepPricer.shared(CostContext(model, hw, lay, prof, wl.routing_skew, share),
+        load = routing_load(wl, model)  # a power law or expert load from data (sim/expert_load.py)
+        mk = lambda lay: StepPricer.shared(CostContext(model, hw, lay, prof, load, share),
                                            np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
@@ -472,6 +475,9 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
         res = dataclasses.replace(res, ttft_s=res.ttft_s[warm:], tpot_s=res.tpot_s[warm:], e2e_s=res.e2e_s[warm:])
         res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float(isl[warm:].sum()))
     res.metrics["warm_sequences"] = float(warm)
+    if workload.classes:  # per-class attainment, in request-index order (the warm seats left out)
+        res.metrics.update(class_metrics(workload, osl[warm:], res.ttft_s, res.tpot_s, res.e2e_s,
+                                         win.holds(log.arrival)[warm:], win.length_s, res.metrics))
     edges = np.linspace(0.0, res.metrics["first_arrival_s"] + res.metrics["duration_s"], TIMELINE_BINS + 1)
     res = dataclasses.replace(res, busy_over_time=(edges, run.pool_busy(edges)))
     res.metrics["window_steps"] = float(run.fewest_steps(win))

@@ -57,8 +57,9 @@ def make_requests(wl: Workload, num_requests: int | None = None, seed: int | Non
     return _draw(wl, n, rng, trace, 0.0)
 
 
-def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float) -> Requests:
-    """n requests: lengths from `rng` (or the trace's first n), Poisson arrivals after `t0_s`."""
+def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float, first: int = 0) -> Requests:
+    """n requests (indices first ..): lengths from `rng` (or the trace's first n), Poisson arrivals
+    after `t0_s`; request classes redraw their own lengths after (sim/request_classes.py)."""
     isl = trace.isl[:n] if wl.isl.kind == "trace" else _sample_lengths(wl.isl, n, rng)
     osl = trace.osl[:n] if wl.osl.kind == "trace" else _sample_lengths(wl.osl, n, rng)
     if wl.arrival.kind == "poisson":
@@ -74,6 +75,10 @@ def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float) ->
     if blocks is not None and wl.prefix_hit_rate > 0:
         raise SpecError(wl.name, "prefix_hit_rate", "0 with a trace that has hash_ids (its block hashes decide "
                         "the hits)", wl.prefix_hit_rate)
+    if wl.classes:
+        from .request_classes import with_class_lengths
+
+        isl, osl = with_class_lengths(wl, isl, osl, first, rng)
     cached = np.floor(isl * wl.prefix_hit_rate).astype(np.int64)
     cached = np.minimum(cached, isl - 1)  # at least one token is always computed
     return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached, blocks,
@@ -105,7 +110,7 @@ class RequestStream:
             trace = load_trace(self.wl, limit=self.limit)
             out = _draw(self.wl, min(self.limit, len(trace)), rng, trace, 0.0)
         else:
-            out = _draw(self.wl, STREAM_CHUNK, rng, None, self.t_last_s)
+            out = _draw(self.wl, STREAM_CHUNK, rng, None, self.t_last_s, self.drawn)
         self.drawn += len(out)
         if len(out):
             self.t_last_s = float(out.arrival_s[-1])

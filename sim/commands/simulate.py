@@ -32,6 +32,7 @@ from rackplan.specs import (
     resolve_profile,
 )
 
+from ..expert_load import EXPERT_LOAD_HELP, with_expert_load
 from ..metrics import not_known
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
@@ -40,6 +41,7 @@ DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default=DEFAULT_PLAN, help="plan YAML path or embedded name (default: %(default)s)")
     p.add_argument("--workload", help="workload YAML path or name (default: the plan's)")
+    p.add_argument("--expert-load", default=None, metavar="FILE|published", help=EXPERT_LOAD_HELP)
     p.add_argument("--profile", help="profile name or YAML (default: the plan's, else the hardware's "
                    "default_profile: measured where configs/profiles/ has one, else datasheet)")
     p.add_argument("--profile-any-hardware", action="store_true",
@@ -232,7 +234,7 @@ def write_report(path: str, plan, model, hw, workload, profile, result) -> None:
     from ..search.estimate import traffic_of
 
     try:
-        steps = explain(plan, model, hw, profile, traffic_of(workload))
+        steps = explain(plan, model, hw, profile, traffic_of(workload, model))
     except SpecError:  # trace lengths: no mean request to price a step at
         steps = []
     with Outputs() as out:
@@ -255,8 +257,8 @@ def run(args) -> int:
         with_rate,
     )
 
-    workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
-    planned = not args.workload and args.rate is None and "request_rate" in plan.predicted
+    workload = with_expert_load(load_workload(args.workload or plan.workload or "isl4k-osl1k"), args.expert_load)
+    planned = not args.workload and not args.expert_load and args.rate is None and "request_rate" in plan.predicted
     if args.rate is not None:
         workload = with_rate(workload, args.rate)
     elif planned:

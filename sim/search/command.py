@@ -38,6 +38,7 @@ from rackplan.specs import (
     spec_ref,
 )
 
+from ..expert_load import EXPERT_LOAD_HELP, with_expert_load
 from . import economy, planner
 from .space import SearchSpace
 
@@ -72,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int_at_most(MAX_GPUS, "the planner's largest GPU budget"), default=SEED["gpus"],
                    help=f"GPU budget, at most {MAX_GPUS:,} (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")
+    p.add_argument("--expert-load", default=None, metavar="FILE|published", help=EXPERT_LOAD_HELP)
     p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T",
                    help="TTFT p90 SLO, e.g. 2s or 500ms (default: 2s)")
     p.add_argument("--tpot-p90", type=per_token_duration, default=0.05, metavar="T",
@@ -127,7 +129,8 @@ def build_request(args) -> planner.Request:
     profile = resolve_profile(args.profile, None, hw, getattr(args, "profile_any_hardware", False))
     return planner.Request(
         model=load_model(args.model), hw=hw, profile=profile,
-        workload=load_workload(args.workload), num_gpus=args.gpus, slo=SLO(args.ttft_p90, args.tpot_p90),
+        workload=with_expert_load(load_workload(args.workload), getattr(args, "expert_load", None)),
+        num_gpus=args.gpus, slo=SLO(args.ttft_p90, args.tpot_p90),
         model_ref=spec_ref("models", args.model), hw_ref=spec_ref("hardware", args.hardware),
         workload_ref=spec_ref("workloads", args.workload),
         # pinned: plan.yaml names the profile it was verified under

@@ -22,6 +22,7 @@ from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, 
 from ..cost.memory import kv_capacity_tokens
 from ..cost.step import CostContext, RankWork, StepCost, host_only, price_key
 from ..cost.transfer import KVLink, kv_link
+from ..expert_load import routing_load
 from ..pricer import StepPricer
 
 WAIT_TAIL = math.log(10.0)  # p90 of an exponential wait, in units of its mean
@@ -52,14 +53,17 @@ class Traffic:
         return self.isl + self.osl
 
 
-def traffic_of(workload: Workload) -> Traffic:
-    """Mean ISL / OSL / cached tokens of a workload (trace-length workloads are not planned yet)."""
+def traffic_of(workload: Workload, model: ModelSpec | None = None) -> Traffic:
+    """Mean ISL / OSL / cached tokens of a workload and the routing load it prices `model` with
+    (sim/expert_load.py; without a model, only the lengths are meant: the routing_skew is kept).
+    Trace-length workloads are not planned yet."""
     try:
         isl, osl = workload.isl.expected, workload.osl.expected
     except ValueError:
         raise SpecError(workload.name, "isl", "fixed, uniform or lognormal lengths for planning "
                         "(trace lengths: give the planner a workload with their mean)") from None
-    return Traffic(isl, osl, isl * workload.prefix_hit_rate, workload.routing_skew)
+    skew = workload.routing_skew if model is None else routing_load(workload, model)
+    return Traffic(isl, osl, isl * workload.prefix_hit_rate, skew)
 
 
 class Pricer:

@@ -161,7 +161,7 @@ def target_rate(req: Request) -> float | None:
 
 def candidates(req: Request, priced: list) -> Iterator[Candidate]:
     """Every estimated deployment that meets the SLOs (with margin), as a stream."""
-    tr = traffic_of(req.workload)
+    tr = traffic_of(req.workload, req.model)
     st = Setting(req.num_gpus, req.slo, tr, target_rate(req))
     pr = Pricer(req.model, req.hw, req.profile, tr.skew)
     budget = combine.SLO_MARGIN * req.slo.ttft_p90_s - req.slo.tpot_p90_s
@@ -239,7 +239,7 @@ def speed_bound(req: Request) -> Callable[[Candidate], float]:
     fastest step the cost model prices), USER_SLACK over it (a request's contexts around the mean)."""
     from rackplan.sim.cost.batch import RankWork, Step
 
-    tr = traffic_of(req.workload)
+    tr = traffic_of(req.workload, req.model)
     pr, memo = Pricer(req.model, req.hw, req.profile, tr.skew), {}
 
     def bound(c: Candidate) -> float:
@@ -319,7 +319,7 @@ def price_all(req: Request) -> list[tuple[str, object]]:
 
 
 def _init_args(req: Request) -> tuple:
-    return (req.model, req.hw, req.profile, traffic_of(req.workload), req.space.batches)
+    return (req.model, req.hw, req.profile, traffic_of(req.workload, req.model), req.space.batches)
 
 
 def plan(req: Request, name: str = "plan") -> Result:

@@ -156,7 +156,7 @@ def breakdown_table(title: str, cost: StepCost) -> list[str]:
 
 def _winner_steps(res: Result) -> list[str]:
     r, c = res.request, res.winner.cand
-    tr = traffic_of(r.workload)
+    tr = traffic_of(r.workload, r.model)
     pr = Pricer(r.model, r.hw, r.profile, tr.skew)
     lines = []
     for lay in c.decode + c.aggregated:
@@ -271,7 +271,7 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     sim_note = (f"{n_sim} of them simulated at steady state (each one's highest rate that holds the SLOs, by "
                 "bisection on rate)") if res.simulated else \
         "**not simulated** (simulator unavailable or disabled): analytic estimate only"
-    tr = traffic_of(r.workload)
+    tr = traffic_of(r.workload, r.model)
     lines = [f"# rackplan plan: {r.model.name} on {r.num_gpus} x {r.hw.name}", "",
              f"Workload `{r.workload.name}` (ISL {tr.isl:.0f}, OSL {tr.osl:.0f}, "
              f"prefix hits {r.workload.prefix_hit_rate:.0%}); SLOs TTFT p90 <= {r.slo.ttft_p90_s:g} s, "
