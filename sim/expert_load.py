@@ -117,14 +117,11 @@ def family_of(model: ModelSpec) -> str | None:
     return _table()["models"].get(model.name)
 
 
-def published(model: ModelSpec) -> ExpertLoad:
-    """The model family's published expert load (SpecError when none is published for it)."""
+def published(model: ModelSpec) -> RoutingLoad:
+    """The model family's published expert load; uniform routing (0.0, as routing_skew 0) for a model
+    whose family publishes none (reports say so: `describe`)."""
     family = family_of(model)
-    if family is None:
-        known = ", ".join(sorted(_table()["models"]))
-        raise SpecError(model.name, "expert_load", f"a model with a published expert load ({known}), or "
-                        "recorded counts (--expert-load FILE)", PUBLISHED)
-    return _published(family, model.moe.num_experts)
+    return 0.0 if family is None else _published(family, model.moe.num_experts)
 
 
 @lru_cache(maxsize=32)

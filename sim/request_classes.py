@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rackplan.specs import Workload
+from rackplan.specs import SLO, Workload
 from rackplan.specs.slo import RequestClass, Target
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 constants (Steele, Lea, Flood 2014)
@@ -53,6 +53,12 @@ def with_class_lengths(wl: Workload, isl: np.ndarray, osl: np.ndarray, first: in
             if dist is not None and mine.any():
                 out[mine] = _sample_lengths(dist, int(mine.sum()), rng)
     return isl, osl
+
+
+def class_priority(wl: Workload, first: int, n: int) -> np.ndarray | None:
+    """[n] each request's class priority (None when every class has the default 0: FIFO as before)."""
+    prio = np.array([c.priority for c in wl.classes], dtype=np.int64)
+    return prio[class_index(wl, first, n)] if prio.any() else None
 
 
 def _request_figure(t: Target, ttft, tpot, e2e) -> np.ndarray:
@@ -95,6 +101,15 @@ def class_metrics(wl: Workload, osl: np.ndarray, ttft: np.ndarray, tpot: np.ndar
     out["goodput_rps"] = float(good.sum()) / window_s
     out["slo_attainment"] = float(good[inw].mean()) if inw.any() else float("nan")
     return out
+
+
+def search_slo(slo: SLO, wl: Workload) -> SLO:
+    """The plan-wide p90 SLO the analytic search prices against: the given one, tightened to the
+    strictest TTFT and TPOT / ITL limit of any class (the simulator then checks every class's own)."""
+    targets = [t for c in wl.classes for t in c.targets]
+    ttft = min([slo.ttft_p90_s] + [t.limit_s for t in targets if t.metric == "ttft"])
+    tpot = min([slo.tpot_p90_s] + [t.limit_s for t in targets if t.metric in ("tpot", "itl")])
+    return SLO(ttft, tpot)
 
 
 def class_misses(metrics: dict) -> dict[str, float]:

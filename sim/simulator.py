@@ -123,6 +123,7 @@ class _Deployment:
         # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
         self.cached = _ints(reqs.cached)
         self.isl, self.osl = isl, osl
+        self.priority = _ints(reqs.priority) if reqs.priority is not None else None  # [N] class priority
         self.kv_s = self._transfer_seconds(reqs)  # [N] KV transfer seconds (KVLink's formula over the array)
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
@@ -165,13 +166,15 @@ class _Deployment:
         """The serving policy of one instance of `pool` (rackplan/policy): its ranks, budget, seats,
         KV blocks per rank, and the prefix cache that decides a prompt's hit when it first runs."""
         return EngineCore.for_layout(lay, self.caps[pool], self.model.attention.kind, self.isl, self.osl, self.cached,
-                                     prefix.schedule if prefix is not None else None)
+                                     prefix.schedule if prefix is not None else None, self.priority)
 
     def extend(self, reqs: Requests) -> None:
         """Requests of a continued run (sim/continued.py) take the next rids."""
         self.isl.extend(_ints(reqs.isl))
         self.osl.extend(_ints(reqs.osl))
         self.cached.extend(_ints(reqs.cached))
+        if self.priority is not None:
+            self.priority.extend(_ints(reqs.priority))
         self.kv_s.extend(self._transfer_seconds(reqs))
 
     def _transfer_seconds(self, reqs: Requests) -> array:

@@ -24,6 +24,7 @@ class Requests:
     cached: np.ndarray  # [N] prompt tokens served from the prefix cache (flat prefix_hit_rate)
     blocks: Optional[tuple[tuple[int, ...], ...]] = None  # [N] block hashes of each prompt
     block_size: int = 0  # prompt tokens per block (with blocks)
+    priority: Optional[np.ndarray] = None  # [N] request class priority (lower first); None: FIFO
 
     def __len__(self) -> int:
         return len(self.isl)
@@ -75,14 +76,16 @@ def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float, fi
     if blocks is not None and wl.prefix_hit_rate > 0:
         raise SpecError(wl.name, "prefix_hit_rate", "0 with a trace that has hash_ids (its block hashes decide "
                         "the hits)", wl.prefix_hit_rate)
+    priority = None
     if wl.classes:
-        from .request_classes import with_class_lengths
+        from .request_classes import class_priority, with_class_lengths
 
         isl, osl = with_class_lengths(wl, isl, osl, first, rng)
+        priority = class_priority(wl, first, n)
     cached = np.floor(isl * wl.prefix_hit_rate).astype(np.int64)
     cached = np.minimum(cached, isl - 1)  # at least one token is always computed
     return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached, blocks,
-                    trace.block_size if blocks is not None else 0)
+                    trace.block_size if blocks is not None else 0, priority)
 
 
 STREAM_CHUNK = 8192  # requests a stream draws at a time (each chunk from its own seeded generator)

@@ -51,8 +51,9 @@ def parse_targets(slo: dict[str, float]) -> tuple[Target, ...]:
 @dataclass(frozen=True)
 class RequestClass:
     """A share of a workload's requests with its own lengths (None: the workload's), latency targets
-    and priority (larger first: the router and the engines' waiting queues take a higher class's
-    requests before a lower one's that arrived earlier)."""
+    and priority (vLLM's `--scheduling-policy priority`: a lower value first, arrival order among
+    equals; an engine's waiting queue takes a request ahead of every waiting one of a higher value.
+    The simulator orders its queues so; the executor's serving loop runs FIFO)."""
 
     name: str
     share: float  # fraction of the workload's requests

@@ -28,8 +28,8 @@ from .front import Verified
 from .pareto import Decimated, StreamingFront, thin
 from .verify import check_at
 
-Objective = Literal["throughput", "min-gpus", "latency", "cost", "power"]
-OBJECTIVES = ("throughput", "min-gpus", "latency", "cost", "power")
+Objective = Literal["throughput", "min-gpus", "latency", "cost", "power", "goodput"]
+OBJECTIVES = ("throughput", "min-gpus", "latency", "cost", "power", "goodput")
 AT_CAPACITY = ("throughput", "cost", "power")  # objectives that plan at the highest rate holding the SLOs
 FRONT_THIN = 0.03  # front points within 3% of a neighbour on both axes are not simulated separately
 SAMPLE = 2000  # estimated deployments kept for the report besides the front (a deterministic sample)
@@ -224,7 +224,7 @@ def verify(req: Request, points: list[Candidate]) -> list[Verified]:
                       req.slo, req.sim_requests, req.seed, front.first_probe(c, rate or c.rate_rps, osl_p90))
                      for c in cands]
             return _pmap(_probe, tasks, req, _init_args(req), "simulate front", advance)
-        if req.objective == "throughput":  # a closed loop at each point's own load: every point
+        if req.objective in ("throughput", "goodput"):  # every point (goodput: each at the target load)
             return [Verified(c, k) for c, k in zip(points, run(points), strict=True)]
         return front.verify_fixed(req.objective, points, run, speed_bound(req), req.workers)
     return front.verify_front(req, points, lambda c: to_plan(req, c, "check", {}))
@@ -264,7 +264,14 @@ def choose(req: Request, verified: list[Verified]) -> Verified:
         return max(ok, key=lambda v: (round(v.tps_user, 6), round(v.tps_gpu, 6), v.cand.summary))
     if req.objective in ("cost", "power"):
         return max(ok, key=lambda v: economy.rank_key(req, v))
+    if req.objective == "goodput":
+        return max(ok, key=lambda v: (round(goodput_per_gpu(v), 9), round(v.tps_gpu, 6), v.cand.summary))
     return max(ok, key=lambda v: (round(v.tps_gpu, 6), round(v.tps_user, 6), -v.cand.gpus, v.cand.summary))
+
+
+def goodput_per_gpu(v: Verified) -> float:
+    """Requests per second within their SLOs (each request class's own limits) per GPU, simulated."""
+    return float(v.check.metrics.get("goodput_rps", 0.0)) / v.cand.gpus if v.check is not None else 0.0
 
 
 def _closest_message(req: Request, verified: list[Verified]) -> str:

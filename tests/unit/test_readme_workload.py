@@ -11,6 +11,8 @@ from rackplan.specs.workload import ARRIVAL_KEYS, LENGTH_KEYS
 
 pytestmark = pytest.mark.unit
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+# fields documented beside the README's table (expert_load, classes)
+DOCS = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
 
 
 def _table() -> dict[str, str]:
@@ -22,6 +24,8 @@ def _table() -> dict[str, str]:
 
 def test_every_workload_field_is_in_the_readme_table():
     named = {f for cell in _table() for f in re.findall(r"`(\w+)`", cell)}
+    cells = [line.split("|")[1] for line in DOCS.splitlines() if line.startswith("| `")]
+    named |= {f for cell in cells for f in re.findall(r"`(\w+)`", cell)}
     assert {f.name for f in dataclasses.fields(Workload)} - {"name"} <= named
 
 
