@@ -32,8 +32,9 @@ from rackplan.specs import (
     resolve_profile,
 )
 
-from ..expert_load import EXPERT_LOAD_HELP, with_expert_load
+from ..expert_load import EXPERT_LOAD_HELP, describe, routing_load, with_expert_load
 from ..metrics import not_known
+from ..request_classes import class_lines
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 
@@ -132,6 +133,7 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
     con.print(f"workload {workload.name}: {int(m['num_requests'])} requests{drawn} "
               f"({m['offered_rps']:,.4g} req/s arrived in the window)")
     con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
+    con.print(f"expert load: {describe(routing_load(workload, load_model(plan.model)))}", markup=False)
     con.print(f"simulation (discrete-event), measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of "
               f"{w.last_arrival_s:.1f} s of arrivals ({w.requests} requests; warm-up and cool-down left out)")
     if st.stable and not st.converged:
@@ -167,6 +169,8 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
     con.print(thr)
     for note in notes:
         con.print(note)
+    for line in class_lines(m):  # per request class (sim/request_classes.py), simulated
+        con.print(line, markup=False, highlight=False)
     con.print(f"accuracy: {m['output_tps_per_gpu']:,.0f} output tok/s/GPU (whole plan), "
               f"{headline_band(plan, profile.name, workload).line()} (benchmarks/accuracy.py)")
     util = Table(title="utilisation per instance (in the window)")

@@ -9,7 +9,9 @@ from rackplan.accuracy_band import headline_band
 from rackplan.specs import SpecError
 
 from ..cost.step import StepCost
+from ..request_classes import class_lines
 from . import economy
+from .eplb_note import eplb_line
 from .estimate import Pricer, price_prefill, traffic_of
 from .front import Verified
 from .planner import AT_CAPACITY, Result, target_rate
@@ -283,12 +285,19 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     fill = cluster_fill(res)
     band = headline_band(res.plan, r.profile.name, r.workload).line()
     lines += _chosen(res) + [f"Accuracy of the headline: {band} (`python benchmarks/accuracy.py`).", ""]
+    lines += [f"- {eplb_line(r, res.plan)}."] + [f"- {x} (simulated)." for x in _class_lines(res)] + [""]
     lines += ["## Cost and power", ""] + [f"- {x}" for x in economy.lines(res)] + [""]
     lines += ([fill, ""] if fill else []) + _probes(res) + _why(res) + economy.why(res) + _front_section(res)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op; analytic estimate, the cost model)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)
     return "\n".join(lines + _files_section(res, launch_files, why_not))
+
+
+def _class_lines(res: Result) -> list[str]:
+    """The chosen deployment's per-class attainment (docs/workloads.md), where it was simulated."""
+    w = res.winner
+    return class_lines(w.check.metrics) if w is not None and w.check is not None else []
 
 
 def _space_notes(res: Result) -> list[str]:
