@@ -28,6 +28,15 @@ def _alternative(model, hw, lay: Layout) -> Layout | None:
     return alt if fits(model, hw, alt) else None
 
 
+def decode_figures(model, hw, profile, layout: Layout, load, batch: float, ctx_mean: float) -> tuple[float, float]:
+    """(busiest EP rank's expected expert load over the mean, seconds per output token) of a decode
+    step of `batch` sequences per rank at mean context `ctx_mean` under routing load `load`."""
+    cx = CostContext(model, hw, layout, profile, load)
+    step = decode_step(cx, batch, batch * ctx_mean)
+    tokens_global = batch * layout.dp * (1.0 + (layout.speculation.num_tokens if layout.speculation else 0))
+    return cx.step_model.imbalance(tokens_global), step.period_s / layout.tokens_per_step
+
+
 def eplb_line(req, plan) -> str:
     """One line: the expert load, and the decode step's imbalance and time per output token with and
     without redundant experts (analytic, the step pricer the simulator uses)."""
@@ -40,13 +49,8 @@ def eplb_line(req, plan) -> str:
     if lay.ep_size <= 1 or alt is None:
         return f"expert load: {describe(tr.skew)}; EPLB: no alternative for the decode instance {_tag(lay)}"
 
-    def figures(layout: Layout) -> tuple[float, float]:
-        cx = CostContext(req.model, req.hw, layout, req.profile, tr.skew)
-        step = decode_step(cx, batch, batch * tr.ctx_mean)
-        tokens_global = batch * layout.dp * (1.0 + (layout.speculation.num_tokens if layout.speculation else 0))
-        return cx.step_model.imbalance(tokens_global), step.period_s / layout.tokens_per_step
-
-    (f0, t0), (f1, t1) = figures(lay), figures(alt)
+    (f0, t0), (f1, t1) = (decode_figures(req.model, req.hw, req.profile, x, tr.skew, batch, tr.ctx_mean)
+                          for x in (lay, alt))
     mine, other = lay.eplb.redundant_experts, alt.eplb.redundant_experts
     verdict = "chosen" if mine else "rejected"
     with_r, without = ((f0, t0), (f1, t1)) if mine else ((f1, t1), (f0, t0))
