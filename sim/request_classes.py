@@ -19,6 +19,8 @@ import numpy as np
 from rackplan.specs import SLO, Workload
 from rackplan.specs.slo import RequestClass, Target
 
+from .metrics import _percentiles
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 constants (Steele, Lea, Flood 2014)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -76,9 +78,17 @@ def _good(c: RequestClass, osl, ttft, tpot, e2e) -> np.ndarray:
 
 
 def class_metrics(wl: Workload, osl: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray,
-                  inw: np.ndarray, window_s: float, run_metrics: dict) -> dict[str, float]:
+                  inw: np.ndarray, window_s: float, run_metrics: dict,
+                  tpot_running: np.ndarray | None = None) -> dict[str, float]:
     """Per-class figures over the window's requests ([n] arrays in request-index order, `inw` the
-    window's) and the goodput over the classes; ITL targets read the run's ITL percentiles."""
+    window's) and the goodput over the classes; ITL targets read the run's ITL percentiles.
+    `tpot_running`: [n] TPOT so far of requests still decoding when the run stopped (NaN elsewhere):
+    they are judged on it, their E2E projected as TTFT + (osl - 1) x that TPOT (a run measured while
+    its longest outputs still run, sim/continued.py)."""
+    if tpot_running is not None:
+        going = np.isnan(e2e) & np.isfinite(tpot_running)
+        tpot = np.where(going, tpot_running, tpot)
+        e2e = np.where(going, ttft + np.maximum(osl - 1, 0) * tpot_running, e2e)
     klass = class_index(wl, 0, len(osl))
     out: dict[str, float] = {}
     good = np.zeros(len(osl), dtype=bool)
@@ -93,10 +103,12 @@ def class_metrics(wl: Workload, osl: np.ndarray, ttft: np.ndarray, tpot: np.ndar
         for t in c.targets:
             if t.metric == "itl":
                 value = run_metrics.get(t.key, float("nan"))
-            else:
+            else:  # unknown (no first token yet; still running with no pace): longer than any known
                 fig = _request_figure(t, ttft, tpot, e2e)[mine]
-                fig = fig[~np.isnan(fig)]
-                value = float(np.percentile(fig, t.percentile)) if len(fig) else float("nan")
+                fig = np.where(np.isnan(fig) & ((osl[mine] > 1) | (t.metric != "tpot")), np.inf, fig)
+                pcts: dict[str, float] = {}
+                _percentiles(pcts, t.metric, fig)
+                value = pcts[t.key]
             out[pre + t.key], out[pre + t.key + "_limit"] = value, t.limit_s
     out["goodput_rps"] = float(good.sum()) / window_s
     out["slo_attainment"] = float(good[inw].mean()) if inw.any() else float("nan")

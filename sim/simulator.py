@@ -479,8 +479,9 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
         res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float(isl[warm:].sum()))
     res.metrics["warm_sequences"] = float(warm)
     if workload.classes:  # per-class attainment, in request-index order (the warm seats left out)
+        running = tpot_running[warm:] if tpot_running is not None else None
         res.metrics.update(class_metrics(workload, osl[warm:], res.ttft_s, res.tpot_s, res.e2e_s,
-                                         win.holds(log.arrival)[warm:], win.length_s, res.metrics))
+                                         win.holds(log.arrival)[warm:], win.length_s, res.metrics, running))
     edges = np.linspace(0.0, res.metrics["first_arrival_s"] + res.metrics["duration_s"], TIMELINE_BINS + 1)
     res = dataclasses.replace(res, busy_over_time=(edges, run.pool_busy(edges)))
     res.metrics["window_steps"] = float(run.fewest_steps(win))

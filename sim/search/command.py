@@ -225,6 +225,9 @@ def run(args) -> int:
         note = f" (analytic estimate only, not simulated: {w.cand.tps_gpu:,.0f} output tokens/s/GPU)"
     print(f"\nplan: {res.plan.summary} -> {args.out}{note}")
     print(eplb_line(req, res.plan))
+    if getattr(args, "expert_load", None):
+        print(f"note: {args.out} names workload {req.workload.name} without --expert-load {args.expert_load}: pass "
+              "it again to simulate or whatif the plan under the same expert load")
     if w.check is not None:
         print("\n".join(class_lines(w.check.metrics)) or "", end="\n" if req.workload.classes else "")
     print(f"accuracy: {w.tps_gpu:,.0f} output tok/s/GPU, {band.line()} (benchmarks/accuracy.py)")
