@@ -42,6 +42,15 @@ def class_index(wl: Workload, first: int, n: int) -> np.ndarray:
                       len(wl.classes) - 1)
 
 
+def mean_lengths(wl: Workload) -> tuple[float, float]:
+    """Mean prompt and output tokens over the classes' shares (each class's own lengths, else the
+    workload's); ValueError for trace lengths (LengthDist.expected)."""
+    if not wl.classes:
+        return wl.isl.expected, wl.osl.expected
+    return (sum(c.share * (c.isl or wl.isl).expected for c in wl.classes),
+            sum(c.share * (c.osl or wl.osl).expected for c in wl.classes))
+
+
 def with_class_lengths(wl: Workload, isl: np.ndarray, osl: np.ndarray, first: int,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The lengths with each class's own distributions drawn for its requests ([n] each)."""

@@ -24,6 +24,7 @@ from ..cost.step import CostContext, RankWork, StepCost, host_only, price_key
 from ..cost.transfer import KVLink, kv_link
 from ..expert_load import routing_load
 from ..pricer import StepPricer
+from ..request_classes import mean_lengths
 
 WAIT_TAIL = math.log(10.0)  # p90 of an exponential wait, in units of its mean
 DETERMINISTIC = 0.5  # (1 + cs^2) / 2 with cs ~ 0: Kingman's correction for fixed service times
@@ -58,7 +59,7 @@ def traffic_of(workload: Workload, model: ModelSpec | None = None) -> Traffic:
     (sim/expert_load.py; without a model, only the lengths are meant: the routing_skew is kept).
     Trace-length workloads are not planned yet."""
     try:
-        isl, osl = workload.isl.expected, workload.osl.expected
+        isl, osl = mean_lengths(workload)
     except ValueError:
         raise SpecError(workload.name, "isl", "fixed, uniform or lognormal lengths for planning "
                         "(trace lengths: give the planner a workload with their mean)") from None
