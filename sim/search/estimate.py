@@ -38,7 +38,7 @@ class Traffic:
     isl: float
     osl: float
     cached: float  # prompt tokens served from the prefix cache
-    skew: float = 0.0
+    skew: float = 0.0  # routing load: a power-law exponent, or an ExpertLoad from data (sim/expert_load.py)
 
     @property
     def new(self) -> float:
