@@ -28,13 +28,14 @@ from typing import Union
 
 import numpy as np
 
+import rackplan
 from rackplan.specs import ModelSpec, SpecError, Workload
 from rackplan.specs.reading import read_json, read_yaml
 
 from .routing import _cap, layer_popularity, popularity_from_counts, read_expert_trace
 
 PUBLISHED = "published"  # Workload.expert_load: the model family's published statistic
-TABLE_PATH = Path(__file__).resolve().parents[1] / "rackplan" / "data" / "expert_load.yaml"
+TABLE_PATH = Path(rackplan.__file__).resolve().parent / "data" / "expert_load.yaml"  # package data, wheel too
 SEED = 0  # the published model's per-layer rankings
 EXPERT_LOAD_HELP = ("expert load: 'published' (the model family's published statistic, rackplan/data/expert_load.yaml) "
                     "or a file of recorded counts (the executor's expert_counts.jsonl, a .npy [steps, layers, experts],"
