@@ -52,7 +52,7 @@ def _cost(specs: whatif.Specs, plan, b: int):
     from rackplan.sim.cost.step import CostContext, decode_step
     from rackplan.sim.search.estimate import traffic_of
 
-    tr = traffic_of(specs.workload)
+    tr = traffic_of(specs.workload, specs.model)
     return decode_step(CostContext(specs.model, specs.hw, plan.decode[0], specs.profile, tr.skew), b, b * tr.ctx_mean)
 
 

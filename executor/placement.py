@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 
-def plan_placements(spec, layout, hw, skew: float, trace: Optional[str] = None) -> Optional[dict[int, torch.Tensor]]:
+def plan_placements(spec, layout, hw, skew, trace: Optional[str] = None) -> Optional[dict[int, torch.Tensor]]:
     """phy2log [slots] per MoE layer index for `layout`'s EPLB settings, or None (policy "none" or
     EP1: contiguous experts, as the simulator prices it)."""
     from rackplan.sim.cost.imbalance import placement

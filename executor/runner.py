@@ -105,17 +105,23 @@ class Rank:
 
     def placements(self, layout) -> Optional[dict]:
         """The layout's EPLB placement per MoE layer (placement.py), or None."""
-        skew = self.workload.routing_skew if self.workload else 0.0
-        return plan_placements(self.spec, layout, self.hw, skew, self.cfg.expert_counts)
+        return plan_placements(self.spec, layout, self.hw, self._routing_load(), self.cfg.expert_counts)
+
+    def _routing_load(self):
+        """The workload's routing load as the simulator prices it (sim/expert_load.py; 0: uniform)."""
+        from rackplan.sim.expert_load import routing_load
+        return routing_load(self.workload, self.spec) if self.workload else 0.0
 
     def eplb_info(self, layout) -> Optional[dict]:
         """What the records say about an EPLB placement in use (None: contiguous experts)."""
         if layout.eplb.policy == "none" or layout.ep_size == 1:
             return None
-        skew = self.workload.routing_skew if self.workload else 0.0
+        from rackplan.sim.expert_load import describe
+        load = self._routing_load()
         return {"policy": layout.eplb.policy, "redundant_experts": layout.eplb.redundant_experts,
                 "slots_per_rank": (self.spec.moe.num_experts + layout.eplb.redundant_experts) // layout.ep_size,
-                "loads_from": self.cfg.expert_counts or f"routing skew {skew:g}"}
+                "loads_from": self.cfg.expert_counts or (f"routing skew {load:g}" if isinstance(load, float)
+                                                         else describe(load))}
 
     def drafter(self, layout, slots: int, max_ctx: int) -> Optional[Drafter]:
         """The drafter of a layout with speculation (the model's DraftSpec, else the plan model's)."""

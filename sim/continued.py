@@ -147,5 +147,6 @@ def _with_warm(reqs: Requests, warm) -> Requests:
     w = len(warm)
     cat = lambda a, b: np.concatenate([np.asarray(a, dtype=b.dtype), b])  # noqa: E731
     blocks = ((),) * w + tuple(reqs.blocks) if reqs.blocks is not None else None
+    priority = cat(np.zeros(w), reqs.priority) if reqs.priority is not None else None
     return Requests(cat(np.full(w, np.nan), reqs.arrival_s), cat(warm.isl, reqs.isl), cat(warm.left, reqs.osl),
-                    cat(np.zeros(w), reqs.cached), blocks, reqs.block_size)
+                    cat(np.zeros(w), reqs.cached), blocks, reqs.block_size, priority)

@@ -166,7 +166,7 @@ def plan_page(res) -> str:
     rows = [[v.cand.summary, v.cand.gpus, f"{v.tps_gpu:,.0f}" if v.simulated and v.passed else "-",
              f"{v.tps_user:,.1f}" if v.simulated and v.passed else "-", f"{v.cand.tps_gpu:,.0f}",
              f"{v.cand.tps_user:,.1f}", v.verdict()] for v in res.verified]
-    steps = explain(res.plan, r.model, r.hw, r.profile, traffic_of(r.workload))
+    steps = explain(res.plan, r.model, r.hw, r.profile, traffic_of(r.workload, r.model))
     return page(f"rackplan plan: {r.model.name} on {r.num_gpus} x {r.hw.name}",
                 [f"Workload {r.workload.name}; SLOs TTFT p90 <= {r.slo.ttft_p90_s:g} s, TPOT p90 <= "
                  f"{r.slo.tpot_p90_s * 1e3:g} ms; objective {r.objective}; profile {r.profile.name}: "

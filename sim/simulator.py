@@ -38,11 +38,13 @@ from .cost.memory import check_fits
 from .cost.step import CostContext
 from .cost.transfer import kv_link
 from .decode import DecodeInstance
+from .expert_load import routing_load
 from .metrics import Pools, RequestLog, SimResult, summarise
 from .mixed import plan_kv_link, prefill_side
 from .prefill import PrefillInstance
 from .prefix_cache import InstancePrefixes
 from .pricer import StepPricer
+from .request_classes import class_metrics
 from .sessions import NextTurns, session_figures, with_blocks
 from .steady import GROWTH_TOL, Window, median
 from .workload import Requests, make_requests
@@ -135,13 +137,15 @@ class _Deployment:
         # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
         self.cached = _ints(reqs.cached)
         self.isl, self.osl = isl, osl
+        self.priority = _ints(reqs.priority) if reqs.priority is not None else None  # [N] class priority
         self.kv_s = self._transfer_seconds(reqs)  # [N] KV transfer seconds (KVLink's formula over the array)
         self.front, self.decoders = [], []
         # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
         pools = iter(range(1 << 20))
         share = core_share(hw, plan)  # CPU rigs: more busy ranks than cores run each slower (sim/cost/cores.py)
         pre_hw, pre_prof = prefill_side(plan, hw, prof)  # the prefill pool's own (mixed hardware), else hw, prof
-        mk = lambda lay, hw=hw, prof=prof: StepPricer.shared(CostContext(model, hw, lay, prof, wl.routing_skew, share),
+        load = routing_load(wl, model)  # a power law or expert load from data (sim/expert_load.py)
+        mk = lambda lay, hw=hw, prof=prof: StepPricer.shared(CostContext(model, hw, lay, prof, load, share),
                                                              np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
         if plan.disaggregated:
             # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
@@ -177,13 +181,15 @@ class _Deployment:
         """The serving policy of one instance of `pool` (rackplan/policy): its ranks, budget, seats,
         KV blocks per rank, and the prefix cache that decides a prompt's hit when it first runs."""
         return EngineCore.for_layout(lay, self.caps[pool], self.model.attention.kind, self.isl, self.osl, self.cached,
-                                     prefix.schedule if prefix is not None else None)
+                                     prefix.schedule if prefix is not None else None, self.priority)
 
     def extend(self, reqs: Requests) -> None:
         """Requests of a continued run (sim/continued.py) take the next rids."""
         self.isl.extend(_ints(reqs.isl))
         self.osl.extend(_ints(reqs.osl))
         self.cached.extend(_ints(reqs.cached))
+        if self.priority is not None:
+            self.priority.extend(_ints(reqs.priority))
         self.kv_s.extend(self._transfer_seconds(reqs))
 
     def _transfer_seconds(self, reqs: Requests) -> array:
@@ -508,6 +514,10 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
         res = dataclasses.replace(res, ttft_s=res.ttft_s[warm:], tpot_s=res.tpot_s[warm:], e2e_s=res.e2e_s[warm:])
         res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float(isl[warm:].sum()))
     res.metrics["warm_sequences"] = float(warm)
+    if workload.classes:  # per-class attainment, in request-index order (the warm seats left out)
+        running = tpot_running[warm:] if tpot_running is not None else None
+        res.metrics.update(class_metrics(workload, osl[warm:], res.ttft_s, res.tpot_s, res.e2e_s,
+                                         win.holds(log.arrival)[warm:], win.length_s, res.metrics, running))
     edges = np.linspace(0.0, res.metrics["first_arrival_s"] + res.metrics["duration_s"], TIMELINE_BINS + 1)
     res = dataclasses.replace(res, busy_over_time=(edges, run.pool_busy(edges)))
     res.metrics["window_steps"] = float(run.fewest_steps(win))

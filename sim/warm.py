@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost.step import CostContext
+from .expert_load import routing_load
 from .pricer import StepPricer
 from .steady import dot
 from .workload import make_requests
@@ -77,7 +78,7 @@ def warm_sequences(plan, model, hw, profile, workload, caps: dict[str, float], s
         age = rng.random(DRAWS)  # [DRAWS] share of its life already behind it
         done = np.minimum(np.floor(age * steps) * tps, pool.osl - 1)
         ctx_mean = dot(steps, pool.isl + done) / float(steps.sum())  # length-biased mean context
-        pricer = StepPricer.shared(CostContext(model, hw, lay, profile, workload.routing_skew))  # mean periods
+        pricer = StepPricer.shared(CostContext(model, hw, lay, profile, routing_load(workload, model)))  # mean periods
         kv_room = caps[f"decode[{i}]"] * lay.dp / (dot(steps, pool.isl + pool.osl) / float(steps.sum()))
         seats = WARM_FILL * min(lay.dp * lay.max_batch_per_rank, kv_room)
         n = steady_occupancy(pricer, lay.dp, workload.arrival.rate / instances, float(steps.mean()), ctx_mean, seats)

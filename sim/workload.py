@@ -28,6 +28,7 @@ class Requests:
     blocks: Optional[tuple[tuple[int, ...], ...]] = None  # [N] block hashes of each prompt
     block_size: int = 0  # prompt tokens per block (with blocks)
     sessions: Optional["SessionTable"] = None  # multi-turn sessions (sim/sessions.py): follow-up turns' arrival_s NaN
+    priority: Optional[np.ndarray] = None  # [N] request class priority (lower first); None: FIFO
 
     def __len__(self) -> int:
         return len(self.isl)
@@ -65,8 +66,9 @@ def make_requests(wl: Workload, num_requests: int | None = None, seed: int | Non
     return _draw(wl, n, rng, trace, 0.0)
 
 
-def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float) -> Requests:
-    """n requests: lengths from `rng` (or the trace's first n), Poisson arrivals after `t0_s`."""
+def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float, first: int = 0) -> Requests:
+    """n requests (indices first ..): lengths from `rng` (or the trace's first n), Poisson arrivals
+    after `t0_s`; request classes redraw their own lengths after (sim/request_classes.py)."""
     isl = trace.isl[:n] if wl.isl.kind == "trace" else sample_lengths(wl.isl, n, rng)
     osl = trace.osl[:n] if wl.osl.kind == "trace" else sample_lengths(wl.osl, n, rng)
     if wl.arrival.kind == "poisson":
@@ -82,10 +84,16 @@ def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float) ->
     if blocks is not None and wl.prefix_hit_rate > 0:
         raise SpecError(wl.name, "prefix_hit_rate", "0 with a trace that has hash_ids (its block hashes decide "
                         "the hits)", wl.prefix_hit_rate)
+    priority = None
+    if wl.classes:
+        from .request_classes import class_priority, with_class_lengths
+
+        isl, osl = with_class_lengths(wl, isl, osl, first, rng)
+        priority = class_priority(wl, first, n)
     cached = np.floor(isl * wl.prefix_hit_rate).astype(np.int64)
     cached = np.minimum(cached, isl - 1)  # at least one token is always computed
     return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached, blocks,
-                    trace.block_size if blocks is not None else 0)
+                    trace.block_size if blocks is not None else 0, priority)
 
 
 STREAM_CHUNK = 8192  # requests a stream draws at a time (each chunk from its own seeded generator)
@@ -116,7 +124,7 @@ class RequestStream:
             trace = load_trace(self.wl, limit=self.limit)
             out = _draw(self.wl, min(self.limit, len(trace)), rng, trace, 0.0)
         else:
-            out = _draw(self.wl, STREAM_CHUNK, rng, None, self.t_last_s)
+            out = _draw(self.wl, STREAM_CHUNK, rng, None, self.t_last_s, self.drawn)
         self.drawn += len(out)
         if len(out):
             self.t_last_s = float(out.arrival_s[-1])

@@ -83,8 +83,12 @@ class EngineCore:
 
     def __init__(self, role: Role, ranks: int, budget: int, max_seqs: int, kv_blocks: int, block: int,
                  isl: Sequence[int], osl: Sequence[int], cached: Sequence[int], queries: int = 1,
-                 tokens_per_step: float = 1.0, on_start: Callable[[int], int] | None = None):
+                 tokens_per_step: float = 1.0, on_start: Callable[[int], int] | None = None,
+                 priority: Sequence[int] | None = None):
         self.role, self.ranks, self.budget, self.max_seqs = role, ranks, budget, max_seqs
+        # [rid] request class priority (rackplan/specs/slo.py; vLLM's priority policy: lower first, then
+        # arrival); None: FIFO
+        self.priority = priority
         self.kv_blocks, self.block, self.q, self.tps = kv_blocks, block, queries, tokens_per_step
         self.isl, self.osl, self.cached, self.on_start = isl, osl, cached, on_start
         self.batch = np.zeros(ranks)  # [R] decoding sequences
@@ -115,13 +119,14 @@ class EngineCore:
 
     @classmethod
     def for_layout(cls, lay, kv_tokens: float, attention_kind: str, isl: Sequence[int], osl: Sequence[int],
-                   cached: Sequence[int], on_start: Callable[[int], int] | None = None) -> "EngineCore":
+                   cached: Sequence[int], on_start: Callable[[int], int] | None = None,
+                   priority: Sequence[int] | None = None) -> "EngineCore":
         """One instance of Layout `lay` (rackplan.specs) with `kv_tokens` KV tokens per rank (the
         memory model's capacity, sim/cost/memory.py) in the model's block size."""
         block = block_tokens(attention_kind)
         drafts = lay.speculation.num_tokens if lay.speculation else 0
         return cls(lay.role, lay.dp, lay.max_tokens_per_step, lay.max_batch_per_rank, capacity_blocks(kv_tokens, block),
-                   block, isl, osl, cached, 1 + drafts, lay.tokens_per_step, on_start)
+                   block, isl, osl, cached, 1 + drafts, lay.tokens_per_step, on_start, priority)
 
     # -- arrivals ---------------------------------------------------------------------------------
     @property
@@ -161,7 +166,14 @@ class EngineCore:
 
     def _queue(self, r: int, rid: int) -> None:
         self._score[r] += WAITING_WEIGHT
-        self.waiting[r].append(rid)
+        queue, prio = self.waiting[r], self.priority
+        if prio is None or not queue or prio[queue[-1]] <= prio[rid]:
+            queue.append(rid)
+        else:  # behind every waiting request of its priority or a lower value, ahead of the rest
+            i = len(queue)
+            while i > 0 and prio[queue[i - 1]] > prio[rid]:
+                i -= 1
+            queue.insert(i, rid)
         self.num_waiting += 1
         self._active.add(r)
 

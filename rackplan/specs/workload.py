@@ -93,6 +93,12 @@ class Workload:
     num_requests: int = 2000
     prefix_hit_rate: float = 0.0  # fraction of prompt tokens served from the prefix cache
     routing_skew: float = 0.0  # power-law exponent of expert popularity (0 = uniform)
+    # expert load from data (sim/expert_load.py): "published" (the model family's published statistic,
+    # rackplan/data/expert_load.yaml) or a file of recorded counts; None: routing_skew decides
+    expert_load: Optional[str] = None
+    # request classes (rackplan/specs/slo.py): shares, lengths, latency targets and priority of each;
+    # () : one class, the plan's SLO
+    classes: tuple["RequestClass", ...] = ()
     trace: Optional[str] = None
     # the readers' names in sim/traces.py (READERS), or auto: detected from the file
     trace_format: Literal["auto", "azure", "burstgpt", "mooncake", "jsonl", "vllm_bench"] = "auto"
@@ -107,6 +113,11 @@ class Workload:
         check(0.0 <= self.prefix_hit_rate < 1.0, "prefix_hit_rate", "a fraction in [0, 1)",
               self.prefix_hit_rate)
         non_negative(self.routing_skew, "routing_skew")
+        check(self.expert_load is None or self.routing_skew == 0, "routing_skew",
+              "0 when expert_load is given (the data decides the expert load)", self.routing_skew)
+        check(self.expert_load is None or bool(self.expert_load.strip()), "expert_load",
+              "'published' or a file of recorded expert counts", self.expert_load)
+        check_classes(self.classes)
         uses_trace = self.arrival.kind == "trace" or "trace" in (self.isl.kind, self.osl.kind)
         check(not uses_trace or bool(self.trace), "trace",
               "a trace file path when arrival or lengths come from a trace")
@@ -121,3 +132,4 @@ class Workload:
 
 
 from .session import Sessions, check_sessions  # noqa: E402  (session.py reads LengthDist from here)
+from .slo import RequestClass, check_classes  # noqa: E402  (slo.py reads LengthDist from this module)

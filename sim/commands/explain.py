@@ -272,7 +272,7 @@ def run(args) -> int:
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
     prof = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
-    steps = explain(plan, model, hw, prof, traffic_of(workload), args.batch)
+    steps = explain(plan, model, hw, prof, traffic_of(workload, model), args.batch)
     if args.json:
         doc = {"plan": plan.name, "layout": plan.summary, "profile": prof.name, "workload": workload.name,
                "steps": [{"pool": s.pool, "layout": s.layout, "title": s.title, "period_s": s.period_s,

@@ -38,7 +38,9 @@ from rackplan.specs import (
     resolve_profile,
 )
 
+from ..expert_load import EXPERT_LOAD_HELP, describe, routing_load, with_expert_load
 from ..metrics import not_known
+from ..request_classes import class_lines
 
 DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 
@@ -46,6 +48,7 @@ DEFAULT_PLAN = "v41-flash-gb300-nvl72"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default=DEFAULT_PLAN, help="plan YAML path or embedded name (default: %(default)s)")
     p.add_argument("--workload", help="workload YAML path or name (default: the plan's)")
+    p.add_argument("--expert-load", default=None, metavar="FILE|published", help=EXPERT_LOAD_HELP)
     p.add_argument("--profile", help="profile name or YAML (default: the plan's, else the hardware's "
                    "default_profile: measured where configs/profiles/ has one, else datasheet)")
     p.add_argument("--profile-any-hardware", action="store_true",
@@ -142,6 +145,7 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
     con.print(f"workload {workload.name}: {int(m['num_requests'])} requests{drawn} "
               f"({m['offered_rps']:,.4g} req/s arrived in the window)")
     con.print(f"profile {profile.name} ({origin + ', ' if origin else ''}{profile.describe()})")
+    con.print(f"expert load: {describe(routing_load(workload, load_model(plan.model)))}", markup=False)
     con.print(f"simulation (discrete-event), measured over [{w.start_s:.1f} s, {w.end_s:.1f} s) of "
               f"{w.last_arrival_s:.1f} s of arrivals ({w.requests} requests; warm-up and cool-down left out)")
     if st.stable and not st.converged:
@@ -179,6 +183,8 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
         con.print(note)
     if result.sessions is not None:
         con.print(session_table(result.sessions))
+    for line in class_lines(m):  # per request class (sim/request_classes.py), simulated
+        con.print(line, markup=False, highlight=False)
     con.print(f"accuracy: {m['output_tps_per_gpu']:,.0f} output tok/s/GPU (whole plan), "
               f"{headline_band(plan, profile.name, workload).line()} (benchmarks/accuracy.py)")
     util = Table(title="utilisation per instance (in the window)")
@@ -336,7 +342,7 @@ def write_report(path: str, plan, model, hw, workload, profile, result) -> None:
     from ..search.estimate import traffic_of
 
     try:
-        steps = explain(plan, model, hw, profile, traffic_of(workload))
+        steps = explain(plan, model, hw, profile, traffic_of(workload, model))
     except SpecError:  # trace lengths: no mean request to price a step at
         steps = []
     with Outputs() as out:
@@ -363,8 +369,8 @@ def run(args) -> int:
         with_rate,
     )
 
-    workload = load_workload(args.workload or plan.workload or "isl4k-osl1k")
-    planned = not args.workload and args.rate is None and "request_rate" in plan.predicted
+    workload = with_expert_load(load_workload(args.workload or plan.workload or "isl4k-osl1k"), args.expert_load)
+    planned = not args.workload and not args.expert_load and args.rate is None and "request_rate" in plan.predicted
     if args.rate is not None:
         workload = with_rate(workload, args.rate)
     elif planned:

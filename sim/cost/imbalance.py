@@ -1,8 +1,9 @@
 """Expert-load imbalance: the per-step max-over-ranks factor that an EP step waits on.
 
 factor = E[max over EP ranks of the rank's token-expert load] / mean, where a step's per-expert
-counts are a multinomial draw of the batch's T * top_k choices from a power-law popularity
-(sim/routing.py) and the placement is contiguous (policy "none") or EPLB's (sim/eplb) computed
+counts are a multinomial draw of the batch's T * top_k choices from the routing load's popularity
+(a power law, sim/routing.py, keyed by its exponent; or an expert load from data, sim/expert_load.py,
+keyed by its key) and the placement is contiguous (policy "none") or EPLB's (sim/eplb) computed
 from that popularity. Each configuration (ep, redundant, policy, skew, top_k, E, ...) has a curve
 over a log-spaced grid of global tokens: a grid point is sampled (seeded, vectorised) the first
 time a step needs it, and a lookup is a linear interpolation in log2(T). Each point also keeps the
@@ -37,7 +38,7 @@ NUM_LAYERS = 16  # sampled layers, each with its own permutation of the populari
 SAMPLES_PER_LAYER = 32  # multinomial draws per layer and grid point
 SEED = 0
 CACHE_ENV = "RACKPLAN_CACHE_DIR"
-_SAMPLING_CODE = ("cost/imbalance.py", "routing.py", "eplb/model.py", "eplb/policy.py")  # under sim/
+_SAMPLING_CODE = ("cost/imbalance.py", "routing.py", "expert_load.py", "eplb/model.py", "eplb/policy.py")  # under sim/
 
 
 def random_routing_factor(tokens_global: float, top_k: int, ep: int) -> float:
@@ -121,7 +122,7 @@ def imbalance_curve(top_k: int, num_experts: int, ep: int, skew: float = 0.0, re
     if policy != "none" and slots % ep:
         raise SpecError("eplb", "redundant_experts",
                         f"num_experts + redundant_experts ({slots}) divisible by ep ({ep})", redundant_experts)
-    return Curve((ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups))
+    return Curve((ep, redundant_experts, policy, _key(skew), top_k, num_experts, gpus_per_node, num_groups))
 
 
 def imbalance_factor(tokens_global: float, top_k: int, num_experts: int, ep: int,
@@ -147,29 +148,54 @@ def placement(ep: int, redundant_experts: int, policy: str, skew: float, top_k: 
               gpus_per_node: int = 8, num_groups: int = 1):
     """The EPLB placement (sim.eplb.Placement, one row per sampled layer) this module prices a
     configuration with: the policy over the routing model's popularity (what `execute` runs too)."""
-    return _placement((ep, redundant_experts, policy, float(skew), top_k, num_experts, gpus_per_node, num_groups))
+    return _placement((ep, redundant_experts, policy, _key(skew), top_k, num_experts, gpus_per_node, num_groups))
+
+
+# -- routing loads: a power-law exponent (cached by its value) or an ExpertLoad (by its key) ---------
+_LOADS: dict[str, object] = {}  # key -> the ExpertLoad it names, registered when a curve is asked for
+
+
+def _key(skew) -> float | str:
+    """The cache key of a routing load (sim/expert_load.py: a float exponent or an ExpertLoad)."""
+    if isinstance(skew, (int, float)):
+        return float(skew)
+    _LOADS.setdefault(skew.key, skew)
+    return skew.key
+
+
+def _popularity(key: float | str, num_experts: int, top_k: int) -> np.ndarray:
+    """The sampled layers' popularity [NUM_LAYERS, E] of a routing load's key."""
+    from ..expert_load import routing_popularity
+
+    return routing_popularity(_LOADS[key] if isinstance(key, str) else key, num_experts, NUM_LAYERS, top_k, SEED)
+
+
+def _seed_of(key: float | str) -> int:
+    """A per-load integer seed: the exponent's millionths (as before) or the key's hash."""
+    if isinstance(key, str):
+        return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
+    return int(round(key * 1e6))
 
 
 # -- sampling (its modules imported here: a run whose points are all cached never loads them) -------
 @lru_cache(maxsize=None)
 def _placement(cfg: tuple):
     from ..eplb.model import placement_for
-    from ..routing import layer_popularity
 
     ep, redundant, policy, skew, top_k, num_experts, gpus_per_node, num_groups = cfg
-    pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
+    pop = _popularity(skew, num_experts, top_k)
     return placement_for(pop, ep, redundant, policy, gpus_per_node, num_groups)
 
 
 @lru_cache(maxsize=256)
-def _draws(skew: float, top_k: int, num_experts: int, i: int) -> np.ndarray:
+def _draws(skew: float | str, top_k: int, num_experts: int, i: int) -> np.ndarray:
     """Expert counts [1, samples, layers, E] at grid point i, shared by every placement (common
     random numbers); seeded per point, so a point is the same whichever points were asked first."""
-    from ..routing import layer_popularity, sample_counts
+    from ..routing import sample_counts
 
-    pop = layer_popularity(num_experts, skew, NUM_LAYERS, top_k, SEED)
+    pop = _popularity(skew, num_experts, top_k)
     tokens = np.array([int(round(2.0 ** GRID_LOG2[i]))], dtype=np.int64)
-    rng = np.random.default_rng([SEED, num_experts, top_k, int(round(skew * 1e6)), i])
+    rng = np.random.default_rng([SEED, num_experts, top_k, _seed_of(skew), i])
     return sample_counts(pop, tokens, top_k, SAMPLES_PER_LAYER, rng).astype(np.float32)
 
 

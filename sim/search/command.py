@@ -38,7 +38,10 @@ from rackplan.specs import (
     spec_ref,
 )
 
+from ..expert_load import EXPERT_LOAD_HELP, with_expert_load
+from ..request_classes import class_lines, search_slo
 from . import economy, planner, schedule_command, spares
+from .eplb_note import eplb_line
 from .space import SearchSpace
 
 REPORT_FILES = ("report.md", "report.html", "pareto.png", "pareto.csv", "launch")  # what --report writes
@@ -72,6 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int_at_most(MAX_GPUS, "the planner's largest GPU budget"), default=SEED["gpus"],
                    help=f"GPU budget, at most {MAX_GPUS:,} (default: 72, one NVL72 rack)")
     p.add_argument("--workload", default=SEED["workload"], help="workload name or YAML path (default: %(default)s)")
+    p.add_argument("--expert-load", default=None, metavar="FILE|published", help=EXPERT_LOAD_HELP)
     p.add_argument("--ttft-p90", type=duration, default=2.0, metavar="T",
                    help="TTFT p90 SLO, e.g. 2s or 500ms (default: 2s)")
     p.add_argument("--tpot-p90", type=per_token_duration, default=0.05, metavar="T",
@@ -79,9 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objective", choices=planner.OBJECTIVES, default="throughput",
                    help="throughput: max tokens/s/GPU under the SLOs; min-gpus: fewest GPUs for --rate; "
                         "latency: max tokens/s/user at --rate; cost: lowest $/M output tokens on the GPU budget; "
-                        "power: most output tokens/s per MW on it (sim/search/economy.py)")
+                        "power: most output tokens/s per MW on it (sim/search/economy.py); goodput: most requests/s "
+                        "within their SLO class's limits per GPU at --rate (docs/workloads.md)")
     p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
-                   help="target request rate in req/s for min-gpus / latency (default: the workload's rate)")
+                   help="target request rate in req/s for min-gpus / latency / goodput (default: the workload's rate)")
     p.add_argument("--profile", default=None,
                    help="cost-model profile (default: the hardware's default_profile, measured where shipped)")
     p.add_argument("--profile-any-hardware", action="store_true",
@@ -128,9 +133,10 @@ def build_request(args) -> planner.Request:
     space = replace(SearchSpace(), disaggregated=mode != "agg", aggregated=mode != "disagg")
     hw = load_hardware(args.hardware)
     profile = resolve_profile(args.profile, None, hw, getattr(args, "profile_any_hardware", False))
+    workload = with_expert_load(load_workload(args.workload), getattr(args, "expert_load", None))
     return planner.Request(
-        model=load_model(args.model), hw=hw, profile=profile,
-        workload=load_workload(args.workload), num_gpus=args.gpus, slo=SLO(args.ttft_p90, args.tpot_p90),
+        model=load_model(args.model), hw=hw, profile=profile, workload=workload,
+        num_gpus=args.gpus, slo=search_slo(SLO(args.ttft_p90, args.tpot_p90), workload),
         model_ref=spec_ref("models", args.model), hw_ref=spec_ref("hardware", args.hardware),
         workload_ref=spec_ref("workloads", args.workload),
         # pinned: plan.yaml names the profile it was verified under
@@ -227,6 +233,12 @@ def run(args) -> int:
     else:
         note = f" (analytic estimate only, not simulated: {w.cand.tps_gpu:,.0f} output tokens/s/GPU)"
     print(f"\nplan: {res.plan.summary} -> {args.out}{note}")
+    print(eplb_line(req, res.plan))
+    if getattr(args, "expert_load", None):
+        print(f"note: {args.out} names workload {req.workload.name} without --expert-load {args.expert_load}: pass "
+              "it again to simulate or whatif the plan under the same expert load")
+    if w.check is not None:
+        print("\n".join(class_lines(w.check.metrics)) or "", end="\n" if req.workload.classes else "")
     print(f"accuracy: {w.tps_gpu:,.0f} output tok/s/GPU, {band.line()} (benchmarks/accuracy.py)")
     if fill := cluster_fill(res):
         print(fill)

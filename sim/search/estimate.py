@@ -22,7 +22,9 @@ from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, 
 from ..cost.memory import kv_capacity_tokens
 from ..cost.step import CostContext, RankWork, StepCost, host_only, price_key
 from ..cost.transfer import KVLink, kv_link
+from ..expert_load import routing_load
 from ..pricer import StepPricer
+from ..request_classes import mean_lengths
 
 WAIT_TAIL = math.log(10.0)  # p90 of an exponential wait, in units of its mean
 DETERMINISTIC = 0.5  # (1 + cs^2) / 2 with cs ~ 0: Kingman's correction for fixed service times
@@ -36,7 +38,7 @@ class Traffic:
     isl: float
     osl: float
     cached: float  # prompt tokens served from the prefix cache
-    skew: float = 0.0
+    skew: float = 0.0  # routing load: a power-law exponent, or an ExpertLoad from data (sim/expert_load.py)
 
     @property
     def new(self) -> float:
@@ -52,14 +54,17 @@ class Traffic:
         return self.isl + self.osl
 
 
-def traffic_of(workload: Workload) -> Traffic:
-    """Mean ISL / OSL / cached tokens of a workload (trace-length workloads are not planned yet)."""
+def traffic_of(workload: Workload, model: ModelSpec | None = None) -> Traffic:
+    """Mean ISL / OSL / cached tokens of a workload and the routing load it prices `model` with
+    (sim/expert_load.py; without a model, only the lengths are meant: the routing_skew is kept).
+    Trace-length workloads are not planned yet."""
     try:
-        isl, osl = workload.isl.expected, workload.osl.expected
+        isl, osl = mean_lengths(workload)
     except ValueError:
         raise SpecError(workload.name, "isl", "fixed, uniform or lognormal lengths for planning "
                         "(trace lengths: give the planner a workload with their mean)") from None
-    return Traffic(isl, osl, isl * workload.prefix_hit_rate, workload.routing_skew)
+    skew = workload.routing_skew if model is None else routing_load(workload, model)
+    return Traffic(isl, osl, isl * workload.prefix_hit_rate, skew)
 
 
 class Pricer:

@@ -28,8 +28,8 @@ from .front import Verified
 from .pareto import Decimated, StreamingFront, thin
 from .verify import check_at
 
-Objective = Literal["throughput", "min-gpus", "latency", "cost", "power"]
-OBJECTIVES = ("throughput", "min-gpus", "latency", "cost", "power")
+Objective = Literal["throughput", "min-gpus", "latency", "cost", "power", "goodput"]
+OBJECTIVES = ("throughput", "min-gpus", "latency", "cost", "power", "goodput")
 AT_CAPACITY = ("throughput", "cost", "power")  # objectives that plan at the highest rate holding the SLOs
 FRONT_THIN = 0.03  # front points within 3% of a neighbour on both axes are not simulated separately
 SAMPLE = 2000  # estimated deployments kept for the report besides the front (a deterministic sample)
@@ -163,7 +163,7 @@ def target_rate(req: Request) -> float | None:
 
 def candidates(req: Request, priced: list) -> Iterator[Candidate]:
     """Every estimated deployment that meets the SLOs (with margin), as a stream."""
-    tr = traffic_of(req.workload)
+    tr = traffic_of(req.workload, req.model)
     st = Setting(req.num_gpus, req.slo, tr, target_rate(req))
     pr = Pricer(req.model, req.hw, req.profile, tr.skew)
     budget = combine.SLO_MARGIN * req.slo.ttft_p90_s - req.slo.tpot_p90_s
@@ -226,7 +226,7 @@ def verify(req: Request, points: list[Candidate]) -> list[Verified]:
                       req.slo, req.sim_requests, req.seed, front.first_probe(c, rate or c.rate_rps, osl_p90))
                      for c in cands]
             return _pmap(_probe, tasks, req, _init_args(req), "simulate front", advance)
-        if req.objective == "throughput":  # a closed loop at each point's own load: every point
+        if req.objective in ("throughput", "goodput"):  # every point (goodput: each at the target load)
             return [Verified(c, k) for c, k in zip(points, run(points), strict=True)]
         return front.verify_fixed(req.objective, points, run, speed_bound(req), req.workers)
     return front.verify_front(req, points, lambda c: to_plan(req, c, "check", {}))
@@ -241,7 +241,7 @@ def speed_bound(req: Request) -> Callable[[Candidate], float]:
     fastest step the cost model prices), USER_SLACK over it (a request's contexts around the mean)."""
     from rackplan.sim.cost.batch import RankWork, Step
 
-    tr = traffic_of(req.workload)
+    tr = traffic_of(req.workload, req.model)
     pr, memo = Pricer(req.model, req.hw, req.profile, tr.skew), {}
 
     def bound(c: Candidate) -> float:
@@ -266,7 +266,14 @@ def choose(req: Request, verified: list[Verified]) -> Verified:
         return max(ok, key=lambda v: (round(v.tps_user, 6), round(v.tps_gpu, 6), v.cand.summary))
     if req.objective in ("cost", "power"):
         return economy.choose(req, ok)
+    if req.objective == "goodput":
+        return max(ok, key=lambda v: (round(goodput_per_gpu(v), 9), round(v.tps_gpu, 6), v.cand.summary))
     return max(ok, key=lambda v: (round(v.tps_gpu, 6), round(v.tps_user, 6), -v.cand.gpus, v.cand.summary))
+
+
+def goodput_per_gpu(v: Verified) -> float:
+    """Requests per second within their SLOs (each request class's own limits) per GPU, simulated."""
+    return float(v.check.metrics.get("goodput_rps", 0.0)) / v.cand.gpus if v.check is not None else 0.0
 
 
 def _closest_message(req: Request, verified: list[Verified]) -> str:
@@ -321,7 +328,7 @@ def price_all(req: Request) -> list[tuple[str, object]]:
 
 
 def _init_args(req: Request) -> tuple:
-    return (req.model, req.hw, req.profile, traffic_of(req.workload), req.space.batches)
+    return (req.model, req.hw, req.profile, traffic_of(req.workload, req.model), req.space.batches)
 
 
 def plan(req: Request, name: str = "plan") -> Result:

@@ -9,7 +9,9 @@ from rackplan.accuracy_band import headline_band
 from rackplan.specs import SpecError
 
 from ..cost.step import StepCost
+from ..request_classes import class_lines
 from . import economy
+from .eplb_note import eplb_line
 from .estimate import Pricer, price_prefill, traffic_of
 from .front import Verified
 from .planner import AT_CAPACITY, Result, target_rate
@@ -156,7 +158,7 @@ def breakdown_table(title: str, cost: StepCost) -> list[str]:
 
 def _winner_steps(res: Result) -> list[str]:
     r, c = res.request, res.winner.cand
-    tr = traffic_of(r.workload)
+    tr = traffic_of(r.workload, r.model)
     pr = Pricer(r.model, r.hw, r.profile, tr.skew)
     lines = []
     for lay in c.decode + c.aggregated:
@@ -271,7 +273,7 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     sim_note = (f"{n_sim} of them simulated at steady state (each one's highest rate that holds the SLOs, by "
                 "bisection on rate)") if res.simulated else \
         "**not simulated** (simulator unavailable or disabled): analytic estimate only"
-    tr = traffic_of(r.workload)
+    tr = traffic_of(r.workload, r.model)
     lines = [f"# rackplan plan: {r.model.name} on {r.num_gpus} x {r.hw.name}", "",
              f"Workload `{r.workload.name}` (ISL {tr.isl:.0f}, OSL {tr.osl:.0f}, "
              f"prefix hits {r.workload.prefix_hit_rate:.0%}); SLOs TTFT p90 <= {r.slo.ttft_p90_s:g} s, "
@@ -283,12 +285,19 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     fill = cluster_fill(res)
     band = headline_band(res.plan, r.profile.name, r.workload).line()
     lines += _chosen(res) + [f"Accuracy of the headline: {band} (`python benchmarks/accuracy.py`).", ""]
+    lines += [f"- {eplb_line(r, res.plan)}."] + [f"- {x} (simulated)." for x in _class_lines(res)] + [""]
     lines += ["## Cost and power", ""] + [f"- {x}" for x in economy.lines(res)] + [""]
     lines += ([fill, ""] if fill else []) + _probes(res) + _why(res) + economy.why(res) + _front_section(res)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op; analytic estimate, the cost model)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)
     return "\n".join(lines + _files_section(res, launch_files, why_not))
+
+
+def _class_lines(res: Result) -> list[str]:
+    """The chosen deployment's per-class attainment (docs/workloads.md), where it was simulated."""
+    w = res.winner
+    return class_lines(w.check.metrics) if w is not None and w.check is not None else []
 
 
 def _space_notes(res: Result) -> list[str]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from rackplan.specs import SLO, Arrival, HardwareSpec, ModelSpec, Plan, Profile, Workload
 
+from ..request_classes import class_misses
+
 RATE_TOL = 0.03  # a bisection ends when the passing and failing rates (or the bound) are within 3%
 # no pool is planned above this share of what it serves saturated: within 3% of saturation a queue's
 # p90 wanders for longer than any run a planner can afford, so only a much longer run could vouch for it
@@ -96,7 +98,7 @@ def slo_misses(metrics: dict, slo: SLO) -> dict[str, float]:
         high = _bounds(metrics, key)[1]
         if not high <= limit:
             out[key] = high - limit
-    return out
+    return out | class_misses(metrics)  # each request class's own targets (sim/request_classes.py)
 
 
 def _undecided(metrics: dict, slo: SLO) -> bool:
@@ -189,7 +191,8 @@ class Check:
         """(metric, relative excess) of the worst miss, for 'closest layout' messages."""
         if not self.misses:
             return ("stable", math.inf) if not self.stable else ("", 0.0)
-        limits = {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s}
+        limits = {"ttft_p90_s": slo.ttft_p90_s, "tpot_p90_s": slo.tpot_p90_s,
+                  **{k: self.metrics[k + "_limit"] for k in self.misses if k.startswith("class.")}}
         key = max(self.misses, key=lambda k: self.misses[k] / limits[k])
         return key, self.misses[key] / limits[key]
 

@@ -36,6 +36,8 @@ from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Wo
 from rackplan.specs.fields import convert
 from rackplan.specs.reading import number
 
+from ..expert_load import with_expert_load
+
 ALIASES = {  # friendly key -> (field, factor to the field's unit)
     "hardware.nvlink_gbps": ("hardware.scaleup_bw", 1e9),
     "hardware.scaleout_gbps": ("hardware.scaleout_bw", 1e9),
@@ -107,6 +109,8 @@ def apply(specs: Specs, key: str, value) -> Specs:
     if key in ALIASES:
         field, factor = ALIASES[key]
         return apply(specs, field, number(value, "--set", key, lo=0, lo_open=True) * factor)
+    if key == "workload.expert_load":  # a source, not a plain field: it also sets routing_skew 0
+        return dataclasses.replace(specs, workload=with_expert_load(specs.workload, str(value)))
     root, _, rest = key.partition(".")
     if root == "cpu":
         if rest != "overhead_scale":
@@ -289,7 +293,7 @@ def step_split(specs: Specs, plan: Plan, batch: int | None = None) -> dict[str, 
 
     lay = (plan.decode or plan.aggregated)[0]
     try:
-        tr = traffic_of(specs.workload)
+        tr = traffic_of(specs.workload, specs.model)
     except SpecError:
         return {}
     b = batch or lay.max_batch_per_rank

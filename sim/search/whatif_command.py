@@ -27,6 +27,7 @@ from rackplan.interrupts import process_map
 from rackplan.outputs import Outputs, prepare_folder
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
+from ..expert_load import with_expert_load
 from ..simulator import PRECISION
 from . import economy, planner, whatif
 from .verify import at_rate, run_simulation
@@ -54,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the plan's cap)")
     p.add_argument("--replan", action="store_true", help="re-plan for every combination instead of re-simulating")
     p.add_argument("--workload", default=None, help="workload (default: the plan's)")
+    p.add_argument("--expert-load", default=None, metavar="FILE[,FILE...]",
+                   help="expert loads to compare (each 'published' or a file of recorded counts: expert_counts.jsonl, "
+                        ".npy, a vLLM EPLB load-window JSON); one: the baseline's; several: a study over them, as "
+                        "--set workload.expert_load=A,B (docs/workloads.md)")
     p.add_argument("--profile", default=None,
                    help="profile (default: the plan's, else the hardware's default_profile)")
     p.add_argument("--profile-any-hardware", action="store_true",
@@ -95,7 +100,8 @@ def baseline_specs(args, plan) -> whatif.Specs:
     wl_ref = args.workload or plan.workload
     if wl_ref is None:
         raise SpecError("", "workload", "a workload (--workload, or one named in the plan)")
-    wl = load_workload(wl_ref)
+    loads = [v.strip() for v in args.expert_load.split(",")] if getattr(args, "expert_load", None) else []
+    wl = with_expert_load(load_workload(wl_ref), loads[0] if len(loads) == 1 else None)
     rate = args.rate or plan.predicted.get("request_rate")
     if rate and wl.arrival.kind == "poisson":
         wl = at_rate(wl, rate)
@@ -199,7 +205,7 @@ def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Ro
         from .estimate import traffic_of
 
         try:
-            steps = explain(plan, base.model, base.hw, base.profile, traffic_of(base.workload))
+            steps = explain(plan, base.model, base.hw, base.profile, traffic_of(base.workload, base.model))
         except SpecError:
             steps = []
         (out / "report.html").write_text(whatif_page(plan, baseline, rows, steps))
@@ -284,6 +290,9 @@ def run(args) -> int:
                                                              "report.html"))
     plan = load_plan(args.plan)
     sets = [whatif.parse_set(s) for s in args.set]
+    loads = [v.strip() for v in args.expert_load.split(",")] if args.expert_load else []
+    if len(loads) > 1:
+        sets.append(("workload.expert_load", loads))
     check_bounds(args, plan, sets)
     base = baseline_specs(args, plan)
     economics.prices_from_args(args, base.hw)  # a bad --cost or --pue fails before anything runs
