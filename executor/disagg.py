@@ -51,6 +51,7 @@ from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
 from .serving import DecodeLeader, DecodeSeats, PrefillLeader, PrefillQueue, Timeline
 from .speculate import accept, draw_accepted, verify_batch
+from .step_shape import StepShape
 from .timing import HostClock, NullTimer
 from .topology import make_groups, max_ranks, serving_instances
 
@@ -254,12 +255,10 @@ class PrefillLoop(Loop):
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
         prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs; the record's shape below is untimed
         self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
-        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
-                 "tokens_global": sum(c.take for per in tick.work for c in per),
-                 "seqs_global": sum(len(per) for per in tick.work),
-                 "emitted_global": sum(c.last for per in tick.work for c in per), "spec_depth": 0,
-                 "finished_global": sum(c.last for per in tick.work for c in per), **_counts(tick),
-                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
+        shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(
+            tokens_global=sum(c.take for per in tick.work for c in per), seqs_global=sum(len(per) for per in tick.work),
+            emitted_global=sum(c.last for per in tick.work for c in per), spec_depth=0,
+            finished_global=sum(c.last for per in tick.work for c in per), **_counts(tick))
         sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
         self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
         for c, tok in zip(chunks, ids, strict=True):
@@ -352,18 +351,17 @@ class DecodeLoop(Loop):
         self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
         seqs_global = sum(len(per) for per in tick.work)  # the record's shape: instrumentation, untimed
-        shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
-                 "tokens_global": seqs_global * q, "seqs_global": seqs_global, "spec_depth": q - 1,
-                 "emitted_global": sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work
-                                       for s in per),
-                 "finished_global": sum(1 + tick.accepted.get(s.rid, 0) >= s.left for per in tick.work for s in per),
-                 **_counts(tick)}
+        shape = StepShape.decode(ctx, q).with_extra(
+            tokens_global=seqs_global * q, seqs_global=seqs_global, spec_depth=q - 1,
+            emitted_global=sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work for s in per),
+            finished_global=sum(1 + tick.accepted.get(s.rid, 0) >= s.left for per in tick.work for s in per),
+            **_counts(tick))
         if self.drafter is None:
             sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
             self.done_at = self.eng.clock()  # this step's tokens exist now
             self.last[slots] = nxt
             self.outputs.append(([s.rid for s in seats], nxt))
-            shape["tokens_emitted"] = len(seats)
+            shape = shape.with_extra(tokens_emitted=len(seats))
         else:
             def device_step(timer):
                 drafts = self.drafter.propose(last, ctx, slots, timer)
@@ -372,9 +370,10 @@ class DecodeLoop(Loop):
                     return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
             sec, spec = self.inst.forward(None, lambda out: out, device_step)
             self.done_at = self.eng.clock()
-            shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
+            shape = shape.with_extra(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn",
+                                     spec_depth=q - 1)
             ids = [toks[:s.left] for s, toks in zip(seats, spec.emitted, strict=True)]  # a request stops at its osl
-            shape["tokens_emitted"] = sum(len(t) for t in ids)
+            shape = shape.with_extra(tokens_emitted=sum(len(t) for t in ids))
             self.last[slots] = torch.tensor([t[-1] for t in ids], dtype=torch.long, device=dev)  # [B] (B may be 0)
             self.outputs.append(([s.rid for s in seats], ids))
         self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
@@ -394,9 +393,7 @@ class DecodeLoop(Loop):
         sec, _ = self.inst.forward(batch, lambda logits: None)
         for c in (c for c in chunks if c.last):
             self.last[c.slot] = int(seqs[c.rid][-1])
-        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
-                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks],
-                 "recompute": True}
+        shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(recompute=True)
         self.eng.records += self.inst.record(sec, shape, 0.0)
         return sec["step"]
 
