@@ -2,17 +2,21 @@
 the plan's step shapes -> serve exactly the planned plan at its verified rate (and at 50% / 80% of it) long
 enough to reach steady state -> compare with the simulator over each side's steady-state window.
 
-  1. `rackplan plan` for tiny-moe on cpu-local writes OUT/plan.yaml (the planner keeps to the ranks this
-     machine runs at once: cpu-local's cores / threads_per_rank);
-  2. a sweep of the plan's own layouts up to the plan's decode batch cap and prefill token budget
-     (powers of two; --max-batch / --max-tokens cap them to what the machine can measure, and the report says
-     so), every other interior size held out; a serving run of tiny-chunked for the engine-loop overhead;
-     `rackplan calibrate` with those hold-outs (it refuses a fit without any);
-  3. for each rate (the plan's verified request rate x 1.0, 0.8, 0.5): a copy of the plan's workload at that
-     Poisson rate with --seconds of arrivals, served by `rackplan execute` and simulated by `rackplan simulate`
-     with the calibrated profile; both measured over their steady-state windows (sim/steady.py's measure,
-     applied to the executed requests' timestamps as the simulator applies it to its own);
-  4. `rackplan validate` of the sweep: held-out step MAPE.
+  1. `rackplan plan` for tiny-moe on cpu-local with the shipped profile (OUT/plan-shipped.yaml; the planner
+     keeps to the ranks this machine runs at once: cpu-local's cores / threads_per_rank): its shapes set the sweep;
+  2. a sweep of that plan's layouts up to its decode batch cap and prefill token budget (powers of two; the
+     prefill sweep stops at the tokens its steps fill, max_batch_per_rank x the mean prompt; --max-batch /
+     --max-tokens cap them to what the machine can measure), every other interior size held out, two repeats
+     interleaved in time; a serving run of tiny-chunked for the engine-loop overhead; `rackplan calibrate` with
+     those hold-outs (it refuses a fit without any);
+  3. `rackplan plan` again with the profile just fitted (OUT/plan.yaml): the plan served is the one this
+     machine's measurements verify, at the rate they verify (shapes it runs beyond the sweep are swept first);
+  4. for each rate (that plan's verified request rate x 1.0, 0.8, 0.5): a copy of the plan's workload at that
+     Poisson rate with --seconds of arrivals (at least 200 requests), served by `rackplan execute` and simulated
+     by `rackplan simulate` with the fitted profile; both measured over their steady-state windows
+     (sim/steady.py's measure, applied to the executed requests' timestamps as the simulator applies it to its
+     own); `uptime` beside each (the cores are shared);
+  5. `rackplan validate` of the sweep: held-out step MAPE.
 
 Gates (the issue's): at the verified rate the executed plan meets its SLOs (TTFT p90, TPOT p90) and serves
 within 10% of the simulator's output tok/s; at 50% and 80% TTFT and TPOT p50 / p90 within 20% of the
@@ -67,12 +71,24 @@ def caps(plan) -> tuple[int, int]:
     return dec, pre
 
 
+def fillable(plan) -> int:
+    """The largest power of two of prefill tokens a step of the plan fills: at most max_batch_per_rank prompts
+    run in a step, so a budget beyond max_batch x the workload's mean prompt is never filled (tiny-chat's 56-token
+    prompts, 64 a step: ~3,584 tokens of an 8,192 budget). A sweep point past it measures steps of ragged sizes
+    (each its own sample, outweighing the points that fill their budget in the fit) at a budget the plan never
+    reaches."""
+    lay = plan.prefill[0] if plan.prefill else plan.aggregated[0]
+    fill = int(lay.max_batch_per_rank * load_workload(plan.workload).isl.expected)
+    return max(32, 1 << (fill.bit_length() - 1))
+
+
 def sweep_cfg(plan, quick: bool, max_batch: int | None, max_tokens: int | None) -> dict:
     """The calibration sweep over the plan's shapes: decode batches 1 .. its batch cap, prefill budgets 32 ..
-    its token budget (capped by --max-batch / --max-tokens), every other interior size held out."""
+    its token budget (capped by --max-batch / --max-tokens, and at what its steps fill: `fillable`), every other
+    interior size held out."""
     dec_cap, pre_cap = caps(plan)
     dec = powers(1, min(dec_cap, max_batch or dec_cap))
-    pre = powers(32, min(pre_cap, max_tokens or pre_cap))
+    pre = powers(32, min(pre_cap, max_tokens or pre_cap, fillable(plan)))
     if quick:
         dec, pre = dec[::2] + ((dec[-1],) if len(dec) % 2 == 0 else ()), pre[::2] + ((pre[-1],) if len(pre) % 2 == 0
                                                                                       else ())
@@ -86,7 +102,7 @@ def uncovered(plan, cfg: dict) -> dict:
     --max-tokens): {"decode": (...), "prefill": (...)}, empty when the sweep covers it."""
     (dec_cap, pre_cap), (lim_b, lim_t) = caps(plan), cfg["limit"]
     dec = [b for b in powers(1, min(dec_cap, lim_b or dec_cap)) if b > max(cfg["decode"])]
-    pre = [t for t in powers(32, min(pre_cap, lim_t or pre_cap)) if t > max(cfg["prefill"])]
+    pre = [t for t in powers(32, min(pre_cap, lim_t or pre_cap, fillable(plan))) if t > max(cfg["prefill"])]
     return {k: tuple(v) for k, v in (("decode", dec), ("prefill", pre)) if v}
 
 
@@ -205,7 +221,8 @@ def main(argv=None) -> int:
     first = load_plan(first_path)
     cfg = sweep_cfg(first, args.quick, args.max_batch, args.max_tokens)
     print(f"plan {first.description} (profile {args.profile}): verified {first.predicted['request_rate']:.1f} "
-          f"req/s; sweep decode {cfg['decode']}, prefill {cfg['prefill']}, held out {cfg['holdout']}", flush=True)
+          f"req/s; sweep decode {cfg['decode']}, prefill {cfg['prefill']} (its steps fill at most {fillable(first)} "
+          f"tokens of its {caps(first)[1]} budget), held out {cfg['holdout']}", flush=True)
     # 2. sweep its shapes on this machine, calibrate
     runs = run_sweep(first_path, cfg, out)
     loop_run = out / "serve-fit"

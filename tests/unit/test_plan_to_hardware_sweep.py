@@ -34,4 +34,13 @@ def test_a_replan_beyond_the_sweep_adds_its_sizes_within_the_caps():
     ext = p2h.extend(cfg, more)
     assert ext["decode"] == (1, 2, 4, 8, 16, 32, 64) and ext["holdout"] == ("decode:2,8,32", "prefill:64")
     capped = p2h.sweep_cfg(_plan(16, 256), quick=False, max_batch=16, max_tokens=None)
-    assert p2h.uncovered(_plan(64, 512), capped) == {"prefill": (512,)}  # --max-batch still caps decode
+    assert p2h.uncovered(_plan(64, 256), capped) == {}  # --max-batch still caps decode
+
+
+def test_the_prefill_sweep_stops_at_what_the_plans_steps_fill():
+    # tiny-cpu's prefill runs at most 8 prompts a step; tiny-chat's prompts are 56 tokens on average (16-96):
+    # 448 tokens, so a 2,048-token budget is swept to 256, the largest power of two its steps fill
+    assert p2h.fillable(_plan(16, 2048)) == 256
+    cfg = p2h.sweep_cfg(_plan(16, 2048), quick=False, max_batch=None, max_tokens=None)
+    assert cfg["prefill"] == (32, 64, 128, 256) and cfg["covers"]["prefill_tokens"] == [256, 2048]
+    assert p2h.uncovered(_plan(16, 8192), cfg) == {}
