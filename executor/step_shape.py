@@ -10,6 +10,7 @@ Counts are per layer of one step on one rank:
   ctx_sum         sum over sequences of the context each attends over, its own query tokens included
   prefill_new     [chunks] new prompt tokens of each chunk (prefill steps only)
   prefill_prefix  [chunks] tokens of that prompt already cached before the chunk
+  is_prefill      a prefill step (its lists are recorded even when this rank ran no chunk)
   instance        the serving instance's name (`pool[i].j`), where one ran the step
   dp_rank         the step's DP rank within its instance, where it differs from the global rank
   extra           everything else the writer records beside them (tokens_global, expert_tokens, eplb,
@@ -27,7 +28,7 @@ from typing import Any
 from rackplan.sim.cost.batch import RankWork
 from rackplan.specs import SpecError
 
-CORE = ("batch", "tokens", "ctx_sum", "prefill_new", "prefill_prefix", "instance", "dp_rank")
+CORE = ("batch", "tokens", "ctx_sum", "prefill_new", "prefill_prefix", "instance", "dp_rank")  # typed keys
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class StepShape:
     prefill_prefix: tuple[int, ...] = ()
     instance: str | None = None
     dp_rank: int | None = None
+    is_prefill: bool = False
     extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @staticmethod
@@ -54,7 +56,8 @@ class StepShape:
         """A prefill step of prompt chunks: `new` tokens each after `prefix` cached ones (default none)."""
         new = tuple(int(n) for n in new)
         pre = tuple(int(p) for p in prefix) if prefix is not None else (0,) * len(new)
-        return StepShape(len(new), sum(new), sum(n + p for n, p in zip(new, pre, strict=True)), new, pre)
+        ctx = sum(n + p for n, p in zip(new, pre, strict=True))
+        return StepShape(len(new), sum(new), ctx, new, pre, is_prefill=True)
 
     def with_extra(self, **extra) -> StepShape:
         """This shape with more keys recorded beside it (a core key given here replaces the field)."""
@@ -63,15 +66,11 @@ class StepShape:
         return replace(self, **{k: tuple(v) if k.startswith("prefill_") else v for k, v in core.items()},
                        extra={**self.extra, **rest})
 
-    @property
-    def is_prefill(self) -> bool:
-        return bool(self.prefill_new)
-
     def to_record(self) -> dict:
         """The record's `shape` mapping (JSON-ready; prefill lists only on prefill steps, instance and
         dp_rank only where set)."""
         out = {**self.extra, "batch": self.batch, "tokens": self.tokens, "ctx_sum": self.ctx_sum}
-        if self.prefill_new:
+        if self.is_prefill:
             out.update(prefill_new=list(self.prefill_new), prefill_prefix=list(self.prefill_prefix))
         if self.instance is not None:
             out["instance"] = self.instance
@@ -105,7 +104,7 @@ class StepShape:
         dp = shape.get("dp_rank")
         return StepShape(count("batch", shape.get("batch", 0)), count("tokens", shape.get("tokens", 0)),
                          count("ctx_sum", shape.get("ctx_sum", 0)), new, pre, inst,
-                         None if dp is None else count("dp_rank", dp),
+                         None if dp is None else count("dp_rank", dp), "prefill_new" in shape,
                          {k: v for k, v in shape.items() if k not in CORE})
 
     def to_rank_work(self) -> RankWork:

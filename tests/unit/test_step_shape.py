@@ -66,3 +66,9 @@ def test_calibration_reads_the_shapes_the_records_carry():
     assert dec.size == 4 and list(dec.rb.dec_batch) == [4] * plan.decode[0].dp
     assert list(dec.rb.dec_ctx) == [4 * 64] * plan.decode[0].dp  # the synthetic 64 tokens of context each
     assert pre.size == 128 and [list(n) for n in pre.rb.pre_new] == [[128.0]] * plan.prefill[0].dp
+
+
+def test_a_prefill_rank_without_chunks_still_records_its_lists():
+    idle = StepShape.prefill([])  # a DP rank of a prefill step that ran no chunk this step
+    assert idle.to_record() == {"batch": 0, "tokens": 0, "ctx_sum": 0, "prefill_new": [], "prefill_prefix": []}
+    assert StepShape.from_record(idle.to_record()).is_prefill and idle.to_rank_work() == RankWork()
