@@ -25,6 +25,7 @@ import torch.distributed as dist
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, plan_hash
 
 from .attention import sub_seed
+from .dbo import dbo_splits
 from .model import Batch, Model, layer_ids
 from .parallel import world_info
 from .placement import plan_placements
@@ -166,7 +167,7 @@ def run_instance(me: Rank, inst) -> list[dict]:
     if measured:
         rg = groups[inst.name]
         model = build_shard(me.spec, me.cfg.seed, me.device, me.dtype, rg, phase, me.cfg.max_dense,
-                            me.cfg.max_moe, me.placements(lay), dbo=lay.dbo and me.kind == "cuda", fp8=me.fp8)
+                            me.cfg.max_moe, me.placements(lay), dbo=lay.dbo, fp8=me.fp8)
         replay = None
     else:
         from .parallel import make_ep_group
@@ -250,6 +251,9 @@ class StepLoop:
         if self.replay is not None:
             self.replay.prepare(shape.tokens, step)
         shape = shape.with_extra(tokens_global=self._tokens_global(shape.tokens))
+        if self.model.dbo:  # the fewest tokens on any rank decides the split for all (executor/dbo.py)
+            self.model.split = dbo_splits(self.layout, [self._tokens_min(shape.tokens)], self.role == "prefill")
+            shape = shape.with_extra(dbo=self.model.split)
         self.timer.reset()
         if self.group is not None:
             dist.barrier(group=self.group)
@@ -370,6 +374,14 @@ class StepLoop:
         t = torch.tensor([tokens], dtype=torch.long, device=self.me.device if self.me.kind == "cuda" else "cpu")
         dist.all_reduce(t, group=self.group)
         return int(t.item()) // self.layout.tp
+
+    def _tokens_min(self, tokens: int) -> int:
+        """The fewest query tokens any rank of the instance runs this step."""
+        if self.replay is not None or self.group is None:
+            return tokens
+        t = torch.tensor([tokens], dtype=torch.long, device=self.me.device if self.me.kind == "cuda" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+        return int(t.item())
 
     def _reset_expert_rows(self):
         for layer in self.model.layers:

@@ -33,6 +33,7 @@ from rackplan.sim.workload import make_requests
 from rackplan.specs import SpecError
 
 from .attention import sub_seed
+from .dbo import dbo_splits
 from .model import Batch, layer_ids
 from .records import request_record, step_records
 from .serving import Scheduler, Tick, engines
@@ -59,7 +60,7 @@ class Instance:
         self.group = rg.instance
         self.model = build_shard(me.spec, me.cfg.seed, me.device, me.dtype, rg, self.role, me.cfg.max_dense,
                                  me.cfg.max_moe, me.placements(self.layout),
-                                 dbo=self.layout.dbo and me.kind == "cuda", fp8=me.fp8)
+                                 dbo=self.layout.dbo, fp8=me.fp8)
         self.model.expert_counts = []  # [E] logical expert counts per MoE layer of the last step
         self.cache = self.model.kv_cache(slots, max_ctx)
         self.timer = StepTimer(me.kind, rg.ep)
@@ -69,9 +70,13 @@ class Instance:
         self.clock = HostClock()  # host parts of the step in flight (the serving loop resets it)
         self.last_shape = StepShape()
 
-    def forward(self, batch: Batch, sample, device_step=None) -> tuple[dict, object]:
+    def forward(self, batch: Batch, sample, device_step=None, rank_tokens: list[int] | None = None,
+                has_prefill: bool = False) -> tuple[dict, object]:
         """Timed forward + sampling (the StepLoop's timing): seconds per op, sampled ids.
-        `device_step(timer)` replaces the plain forward (a speculative draft + verify)."""
+        `device_step(timer)` replaces the plain forward (a speculative draft + verify). `rank_tokens`: the
+        query tokens of every DP rank of the step (the tick's work, alike on every rank), from which a DBO
+        layout decides whether the step splits (executor/dbo.py)."""
+        self.model.split = self.model.dbo and dbo_splits(self.layout, rank_tokens or [], has_prefill)
         for layer in self.model.layers:
             if not layer.dense:
                 layer.experts.rows = 0
@@ -98,6 +103,8 @@ class Instance:
         sec["host"] = sec.get("host", 0.0) + prep_s
         sec["step"] += prep_s if exposed_s is None else exposed_s
         rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
+        if self.model.dbo:  # the record says whether this step ran as two micro-batches
+            shape = shape.with_extra(dbo=self.model.split)
         shape = shape.with_extra(expert_tokens=self.expert_tokens(), expert_tokens_layers=rows,
                                  budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
                                  time_shared=self.time_shared, serving=True, instance=self.rg.inst.name,
@@ -163,7 +170,8 @@ class Engine:
             shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(
                 tokens_global=sum(c.take for per in tick.prefill for c in per))
             prep_s = time.perf_counter() - t0
-            sec, ids = self.pre.forward(batch, lambda logits: logits.argmax(-1).tolist())
+            sec, ids = self.pre.forward(batch, lambda logits: logits.argmax(-1).tolist(), has_prefill=True,
+                                        rank_tokens=[sum(c.take for c in per) for per in tick.prefill])
             for c, tok in zip(chunks, ids, strict=True):
                 if c.last:
                     self.first[c.rid] = tok
@@ -211,7 +219,8 @@ class Engine:
     def decode_step(self, tick: Tick) -> None:
         if self.dec is not None:
             if any(tick.decode_chunks):  # every rank of the instance steps (EP collectives), chunks or not
-                self._decode_chunks(tick.decode_chunks[self.rank])
+                self._decode_chunks(tick.decode_chunks[self.rank],
+                                    [sum(c.take for c in per) for per in tick.decode_chunks])
             t0 = time.perf_counter()
             seats = tick.decode[self.rank]
             for s in seats:
@@ -223,7 +232,8 @@ class Engine:
             shape = StepShape.decode([s.ctx for s in seats]).with_extra(
                 tokens_global=sum(len(per) for per in tick.decode))
             prep_s = time.perf_counter() - t0
-            sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist())
+            sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist(),
+                                        rank_tokens=[len(per) for per in tick.decode])
             for s, tok in zip(seats, ids, strict=True):
                 self.last[s.slot] = tok
                 self.info[s.rid]["output_tokens"].append(tok)
@@ -231,7 +241,7 @@ class Engine:
             self._trace(self.dec)
         self.num_steps += 1
 
-    def _decode_chunks(self, chunks) -> None:
+    def _decode_chunks(self, chunks, rank_tokens: list[int]) -> None:
         """Prefill chunks on the decode (aggregated) instance's rank, before its decode step: an
         aggregated plan's prompts (the last chunk samples the first token) and the recompute of a
         preempted sequence's context (prompt + tokens emitted so far; its last token goes on)."""
@@ -244,7 +254,8 @@ class Engine:
                               [c.start for c in chunks])
         shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(mixed=True)
         prep_s = time.perf_counter() - t0
-        sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist())
+        sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist(), rank_tokens=rank_tokens,
+                                    has_prefill=True)
         for c, tok in zip(chunks, ids, strict=True):
             out = self.info.setdefault(c.rid, {}).setdefault("output_tokens", [])
             if c.last:
