@@ -2,17 +2,21 @@
 the plan's step shapes -> serve exactly the planned plan at its verified rate (and at 50% / 80% of it) long
 enough to reach steady state -> compare with the simulator over each side's steady-state window.
 
-  1. `rackplan plan` for tiny-moe on cpu-local writes OUT/plan.yaml (the planner keeps to the ranks this
-     machine runs at once: cpu-local's cores / threads_per_rank);
-  2. a sweep of the plan's own layouts up to the plan's decode batch cap and prefill token budget
-     (powers of two; --max-batch / --max-tokens cap them to what the machine can measure, and the report says
-     so), every other interior size held out; a serving run of tiny-chunked for the engine-loop overhead;
-     `rackplan calibrate` with those hold-outs (it refuses a fit without any);
-  3. for each rate (the plan's verified request rate x 1.0, 0.8, 0.5): a copy of the plan's workload at that
-     Poisson rate with --seconds of arrivals, served by `rackplan execute` and simulated by `rackplan simulate`
-     with the calibrated profile; both measured over their steady-state windows (sim/steady.py's measure,
-     applied to the executed requests' timestamps as the simulator applies it to its own);
-  4. `rackplan validate` of the sweep: held-out step MAPE.
+  1. `rackplan plan` for tiny-moe on cpu-local with the shipped profile (OUT/plan-shipped.yaml; the planner
+     keeps to the ranks this machine runs at once: cpu-local's cores / threads_per_rank): its shapes set the sweep;
+  2. a sweep of that plan's layouts up to its decode batch cap and prefill token budget (powers of two; the
+     prefill sweep stops at the tokens its steps fill, max_batch_per_rank x the mean prompt; --max-batch /
+     --max-tokens cap them to what the machine can measure), every other interior size held out, two repeats
+     interleaved in time; a serving run of tiny-chunked for the engine-loop overhead; `rackplan calibrate` with
+     those hold-outs (it refuses a fit without any);
+  3. `rackplan plan` again with the profile just fitted (OUT/plan.yaml): the plan served is the one this
+     machine's measurements verify, at the rate they verify (shapes it runs beyond the sweep are swept first);
+  4. for each rate (that plan's verified request rate x 1.0, 0.8, 0.5): a copy of the plan's workload at that
+     Poisson rate with --seconds of arrivals (at least 200 requests), served by `rackplan execute` and simulated
+     by `rackplan simulate` with the fitted profile; both measured over their steady-state windows
+     (sim/steady.py's measure, applied to the executed requests' timestamps as the simulator applies it to its
+     own); `uptime` beside each (the cores are shared);
+  5. `rackplan validate` of the sweep: held-out step MAPE.
 
 Gates (the issue's): at the verified rate the executed plan meets its SLOs (TTFT p90, TPOT p90) and serves
 within 10% of the simulator's output tok/s; at 50% and 80% TTFT and TPOT p50 / p90 within 20% of the
@@ -53,22 +57,98 @@ def powers(lo: int, hi: int) -> tuple[int, ...]:
     return tuple(out + [hi])
 
 
+def holdouts(dec: tuple[int, ...], pre: tuple[int, ...]) -> tuple[str, ...]:
+    """calibrate --holdout values: every other interior size of each sweep."""
+    held_d, held_p = dec[1:-1:2], pre[1:-1:2]
+    return tuple(([f"decode:{','.join(map(str, held_d))}"] if held_d else []) +
+                 ([f"prefill:{','.join(map(str, held_p))}"] if held_p else []))
+
+
+def caps(plan) -> tuple[int, int]:
+    """(decode batch cap per rank, prefill token budget per rank) of a plan."""
+    dec = plan.decode[0].max_batch_per_rank if plan.decode else plan.aggregated[0].max_batch_per_rank
+    pre = plan.prefill[0].max_tokens_per_step if plan.prefill else plan.aggregated[0].max_tokens_per_step
+    return dec, pre
+
+
+def fillable(plan) -> int:
+    """The largest power of two of prefill tokens a step of the plan fills: at most max_batch_per_rank prompts
+    run in a step, so a budget beyond max_batch x the workload's mean prompt is never filled (tiny-chat's 56-token
+    prompts, 64 a step: ~3,584 tokens of an 8,192 budget). A sweep point past it measures steps of ragged sizes
+    (each its own sample, outweighing the points that fill their budget in the fit) at a budget the plan never
+    reaches."""
+    lay = plan.prefill[0] if plan.prefill else plan.aggregated[0]
+    fill = int(lay.max_batch_per_rank * load_workload(plan.workload).isl.expected)
+    return max(32, 1 << (fill.bit_length() - 1))
+
+
 def sweep_cfg(plan, quick: bool, max_batch: int | None, max_tokens: int | None) -> dict:
     """The calibration sweep over the plan's shapes: decode batches 1 .. its batch cap, prefill budgets 32 ..
-    its token budget (capped by --max-batch / --max-tokens), every other interior size held out."""
-    dec_cap = plan.decode[0].max_batch_per_rank if plan.decode else plan.aggregated[0].max_batch_per_rank
-    pre_cap = plan.prefill[0].max_tokens_per_step if plan.prefill else plan.aggregated[0].max_tokens_per_step
+    its token budget (capped by --max-batch / --max-tokens, and at what its steps fill: `fillable`), every other
+    interior size held out."""
+    dec_cap, pre_cap = caps(plan)
     dec = powers(1, min(dec_cap, max_batch or dec_cap))
-    pre = powers(32, min(pre_cap, max_tokens or pre_cap))
+    pre = powers(32, min(pre_cap, max_tokens or pre_cap, fillable(plan)))
     if quick:
         dec, pre = dec[::2] + ((dec[-1],) if len(dec) % 2 == 0 else ()), pre[::2] + ((pre[-1],) if len(pre) % 2 == 0
                                                                                       else ())
-    held_d, held_p = dec[1:-1:2], pre[1:-1:2]
-    hold = ([f"decode:{','.join(map(str, held_d))}"] if held_d else []) + \
-        ([f"prefill:{','.join(map(str, held_p))}"] if held_p else [])
-    return {"decode": dec, "prefill": pre, "holdout": tuple(hold), "steps": 6 if quick else 10,
-            "repeats": 1, "quiet_s": 0.0 if quick else 10.0,
+    return {"decode": dec, "prefill": pre, "holdout": holdouts(dec, pre), "steps": 6 if quick else 10,
+            "repeats": 1 if quick else 2, "quiet_s": 0.0 if quick else 3.0, "limit": (max_batch, max_tokens),
             "covers": {"decode_batch": [dec[-1], dec_cap], "prefill_tokens": [pre[-1], pre_cap]}}
+
+
+def uncovered(plan, cfg: dict) -> dict:
+    """Sweep sizes the plan runs beyond `cfg`'s (powers of two up to its caps, within --max-batch /
+    --max-tokens): {"decode": (...), "prefill": (...)}, empty when the sweep covers it."""
+    (dec_cap, pre_cap), (lim_b, lim_t) = caps(plan), cfg["limit"]
+    dec = [b for b in powers(1, min(dec_cap, lim_b or dec_cap)) if b > max(cfg["decode"])]
+    pre = [t for t in powers(32, min(pre_cap, lim_t or pre_cap, fillable(plan))) if t > max(cfg["prefill"])]
+    return {k: tuple(v) for k, v in (("decode", dec), ("prefill", pre)) if v}
+
+
+def extend(cfg: dict, more: dict) -> dict:
+    """`cfg` with the sizes of `more` added (hold-outs chosen again over the whole sweep)."""
+    dec, pre = cfg["decode"] + more.get("decode", ()), cfg["prefill"] + more.get("prefill", ())
+    covers = {"decode_batch": [dec[-1], cfg["covers"]["decode_batch"][1]],
+              "prefill_tokens": [pre[-1], cfg["covers"]["prefill_tokens"][1]]}
+    return {**cfg, "decode": dec, "prefill": pre, "holdout": holdouts(dec, pre), "covers": covers}
+
+
+def uptime() -> str:
+    """This machine's load averages (the shared cores: other work running beside the measurement)."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def plan_with(profile: str, gpus: int, path: Path, mode: str) -> None:
+    """`rackplan plan` for tiny-moe / tiny-chat on cpu-local priced with `profile` -> `path`."""
+    calibration_loop.sh(RACKPLAN + ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", str(gpus),
+                                    "--workload", "tiny-chat", "--ttft-p90", "1s", "--tpot-p90", "200ms",
+                                    "--profile", profile, "--mode", mode, "--out", str(path), "--quiet"])
+
+
+def run_sweep(plan_path: Path, cfg: dict, out: Path) -> list[Path]:
+    """Execute every sweep point of `cfg` not measured yet (its folder holds no measurements), `repeats` times,
+    repeats interleaved in time (a neighbour's burst slows one run, and the fit takes the median over runs)."""
+    runs = []
+    for rep in range(cfg["repeats"]):
+        for label, path in calibration_loop.sweep_plans(str(plan_path), cfg, out):
+            run = out / "sweep" / f"{label}-r{rep}"
+            runs.append(run)
+            if (run / "measurements.jsonl").exists():
+                continue
+            skip = ["--skip-prefill"] if label.startswith("decode") else ["--skip-decode"]
+            calibration_loop.wait_quiet(cfg["quiet_s"])
+            calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(path), "--device", "cpu", "--out",
+                                            str(run), "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])
+    return runs
+
+
+def fit(plan_path: Path, runs: list[Path], loop_run: Path, cfg: dict, prof: Path) -> None:
+    """`rackplan calibrate` on the sweep (its hold-outs left out) and the engine-loop run -> `prof`."""
+    meas = [x for r in runs for x in ("--measurements", str(r))]
+    hold = [x for h in cfg["holdout"] for x in ("--holdout", h)]
+    calibration_loop.sh(RACKPLAN + ["calibrate", "--plan", str(plan_path), *meas, "--measurements", str(loop_run),
+                                    *hold, "--name", "cpu-local", "--out", str(prof)])
 
 
 def workload_at(plan, rate: float, seconds: float, out: Path) -> Path:
@@ -134,32 +214,42 @@ def main(argv=None) -> int:
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    plan_path = out / "plan.yaml"
-    calibration_loop.sh(RACKPLAN + ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", str(args.gpus),
-                                    "--workload", "tiny-chat", "--ttft-p90", "1s", "--tpot-p90", "200ms",
-                                    "--profile", args.profile, "--out", str(plan_path), "--quiet"])
-    plan = load_plan(plan_path)
-    verified = plan.predicted["request_rate"]
-    cfg = sweep_cfg(plan, args.quick, args.max_batch, args.max_tokens)
-    print(f"plan {plan.description}: verified {verified:.1f} req/s; sweep decode {cfg['decode']}, prefill "
-          f"{cfg['prefill']}, held out {cfg['holdout']}", flush=True)
-    runs = []
-    for label, path in calibration_loop.sweep_plans(str(plan_path), cfg, out):
-        run = out / "sweep" / label
-        skip = ["--skip-prefill"] if label.startswith("decode") else ["--skip-decode"]
-        calibration_loop.wait_quiet(cfg["quiet_s"])
-        calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(path), "--device", "cpu", "--out",
-                                        str(run), "--steps", str(cfg["steps"]), *skip])
-        runs.append(run)
+    print(f"load: {uptime()}", flush=True)
+    # 1. the plan priced with the shipped profile: it sets the shapes the sweep must cover
+    first_path = out / "plan-shipped.yaml"
+    plan_with(args.profile, args.gpus, first_path, "any")
+    first = load_plan(first_path)
+    cfg = sweep_cfg(first, args.quick, args.max_batch, args.max_tokens)
+    print(f"plan {first.description} (profile {args.profile}): verified {first.predicted['request_rate']:.1f} "
+          f"req/s; sweep decode {cfg['decode']}, prefill {cfg['prefill']} (its steps fill at most {fillable(first)} "
+          f"tokens of its {caps(first)[1]} budget), held out {cfg['holdout']}", flush=True)
+    # 2. sweep its shapes on this machine, calibrate
+    runs = run_sweep(first_path, cfg, out)
     loop_run = out / "serve-fit"
-    calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(plan_path), "--device", "cpu", "--out",
+    calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(first_path), "--device", "cpu", "--out",
                                     str(loop_run), "--workload", "tiny-chunked"])
     prof = out / "cpu-local.yaml"
+    fit(first_path, runs, loop_run, cfg, prof)
+    # 3. re-plan with the profile this machine's measurements just gave (the same kind of deployment the sweep
+    #    measured): the plan served is the one the fitted model verifies, at the rate it verifies
+    plan_path = out / "plan.yaml"
+    plan_with(str(prof), args.gpus, plan_path, "disagg" if first.disaggregated else "agg")
+    plan = load_plan(plan_path)
+    more = uncovered(plan, cfg)
+    if more:  # the fitted plan runs shapes beyond the sweep: measure those too and fit again
+        print(f"re-plan runs shapes beyond the sweep ({more}): sweeping them and fitting again", flush=True)
+        cfg = extend(cfg, more)
+        runs = run_sweep(first_path, cfg, out)
+        fit(first_path, runs, loop_run, cfg, prof)
+        plan_with(str(prof), args.gpus, plan_path, "disagg" if first.disaggregated else "agg")
+        plan = load_plan(plan_path)
+        if uncovered(plan, cfg):
+            print(f"note: the re-fitted plan runs {uncovered(plan, cfg)}, beyond the sweep", flush=True)
+    verified = plan.predicted["request_rate"]
+    print(f"re-planned with the fitted profile: {plan.description}: verified {verified:.2f} req/s, "
+          f"{plan.predicted['output_tps_per_gpu']:.0f} tok/s/GPU", flush=True)
     meas = [x for r in runs for x in ("--measurements", str(r))]
-    hold = [x for h in cfg["holdout"] for x in ("--holdout", h)]
-    calibration_loop.sh(RACKPLAN + ["calibrate", "--plan", str(plan_path), *meas, "--measurements", str(loop_run),
-                                    *hold, "--name", "cpu-local", "--out", str(prof)])
-    val = subprocess.run(RACKPLAN + ["validate", "--plan", str(plan_path), *meas, "--profile", str(prof), "--json"],
+    val = subprocess.run(RACKPLAN + ["validate", "--plan", str(first_path), *meas, "--profile", str(prof), "--json"],
                          capture_output=True, text=True)
     step_mape = json.loads(val.stdout[: val.stdout.rfind("}") + 1])["gated"].get("step", float("nan"))
     seconds = args.seconds or (3.0 if args.quick else 8.0)
@@ -175,8 +265,8 @@ def main(argv=None) -> int:
             ex = executed(run, n_gpus, plan.disaggregated)
         except subprocess.CalledProcessError as exc:
             ex = {"error": f"execute exited {exc.returncode}"}
-        rows[frac] = {"rate_rps": verified * frac, "requests": load_workload(wl).num_requests, "executed": ex,
-                      "simulated": simulated(plan_path, wl, prof)}
+        rows[frac] = {"load": uptime(), "rate_rps": verified * frac, "requests": load_workload(wl).num_requests,
+                      "executed": ex, "simulated": simulated(plan_path, wl, prof)}
     slo = plan.slo
     gates = {"held_out_step_mape_pct": (step_mape, step_mape <= GATE_STEP)}
     print(f"\n{'rate':>12} {'side':>9} {'window s':>16} {'tok/s/GPU':>10} {'TTFT p50':>9} {'TTFT p90':>9} "
@@ -208,7 +298,8 @@ def main(argv=None) -> int:
     for name, (val_, ok) in gates.items():
         print(f"  {'pass' if ok else 'FAIL'}  {name}: {val_:.1f}" if isinstance(val_, float) else
               f"  {'pass' if ok else 'FAIL'}  {name}: {val_}")
-    report = {"plan": plan.description, "verified_rps": verified, "sweep": {k: cfg[k] for k in
+    report = {"plan_shipped_profile": {"plan": first.description, "verified_rps": first.predicted["request_rate"]},
+              "plan": plan.description, "verified_rps": verified, "load_end": uptime(), "sweep": {k: cfg[k] for k in
               ("decode", "prefill", "holdout", "covers")}, "rates": {str(k): v for k, v in rows.items()},
               "gates": {k: {"value": v, "pass": ok} for k, (v, ok) in gates.items()},
               "wall_s": round(time.time() - t0, 1)}

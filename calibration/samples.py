@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rackplan.executor.step_shape import StepShape
 from rackplan.sim.cost.step import RankBatch
 from rackplan.specs import Layout, Plan, SpecError
 
@@ -85,18 +86,21 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
     ops: dict[str, float] = {}
     step_s = host_s = 0.0
     for r in recs:
-        k, shp = r["shape"].get("dp_rank", r["rank"]) % ranks, r["shape"]
+        shp = StepShape.from_record(r["shape"]) if r["role"] != "serve" else None
         if r["op"] == "step":
             step_s = max(step_s, r["seconds"])
         elif r["op"] == "host":
             host_s = max(host_s, r["seconds"])
         else:
             ops[r["op"]] = max(ops.get(r["op"], 0.0), r["seconds"])
-        if shp.get("prefill_new"):
-            pre_new[k] = np.asarray(shp["prefill_new"], float)
-            pre_pre[k] = np.asarray(shp.get("prefill_prefix") or [0] * len(shp["prefill_new"]), float)
-        if "batch" in shp and not shp.get("prefill_new"):
-            dec_b[k], dec_c[k] = shp["batch"], shp.get("ctx_sum", 0)
+        if shp is None:
+            continue
+        k, work = (r["rank"] if shp.dp_rank is None else shp.dp_rank) % ranks, shp.to_rank_work()
+        if work.chunks:
+            pre_new[k] = np.array([n for _, n, _ in work.chunks])
+            pre_pre[k] = np.array([p for _, _, p in work.chunks])
+        else:
+            dec_b[k], dec_c[k] = work.dec_seqs, work.dec_ctx
     if step_s <= 0:
         return None  # a step without its wall time cannot be compared
     rb = RankBatch(dec_b, dec_c, pre_new, pre_pre) if role == "prefill" else RankBatch(dec_b, dec_c)

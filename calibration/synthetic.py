@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from rackplan.executor.schema import SCHEMA_VERSION
+from rackplan.executor.step_shape import StepShape
 from rackplan.sim.cost.step import CostContext, RankBatch, step_cost
 from rackplan.specs import Plan, Profile, load_hardware, load_model, plan_hash
 
@@ -40,10 +41,10 @@ def synth_records(plan: Plan, prof: Profile, decode_batches=(1, 2, 4, 8, 16), pr
         for _ in range(repeats):
             if role == "decode":
                 rb = RankBatch(np.full(r, float(size)), np.full(r, 64.0 * size))
-                shape = {"batch": size, "tokens": size, "ctx_sum": 64 * size}
+                shape = StepShape.decode([63] * size).to_record()  # 64 tokens of context each
             else:
                 rb = RankBatch(np.zeros(r), np.zeros(r), [np.array([float(size)])] * r, [np.zeros(1)] * r)
-                shape = {"batch": 1, "tokens": size, "prefill_new": [size], "prefill_prefix": [0]}
+                shape = StepShape.prefill([size]).to_record()
             cost = step_cost(CostContext(model, hw, lay, prof), rb)
             wiggle = lambda: float(np.exp(rng.normal(0.0, noise)))  # noqa: E731
             total = 0.0

@@ -51,6 +51,7 @@ from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
 from .serving import DecodeLeader, DecodeSeats, PrefillLeader, PrefillQueue, Timeline
 from .speculate import accept, draw_accepted, verify_batch
+from .step_shape import StepShape
 from .timing import HostClock, NullTimer
 from .topology import make_groups, max_ranks, serving_instances
 
@@ -260,13 +261,12 @@ class PrefillLoop(Loop):
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
         prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs; the record's shape below is untimed
         self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
-        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
-                 "tokens_global": sum(c.take for per in tick.work for c in per),
-                 "seqs_global": sum(len(per) for per in tick.work),
-                 "emitted_global": sum(c.last for per in tick.work for c in per), "spec_depth": 0,
-                 "finished_global": sum(c.last for per in tick.work for c in per), **_counts(tick),
-                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
-        sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist())
+        shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(
+            tokens_global=sum(c.take for per in tick.work for c in per), seqs_global=sum(len(per) for per in tick.work),
+            emitted_global=sum(c.last for per in tick.work for c in per), spec_depth=0,
+            finished_global=sum(c.last for per in tick.work for c in per), **_counts(tick))
+        sec, ids = self.inst.forward(batch, lambda logits: logits.argmax(-1).tolist(),
+                                     rank_tokens=[sum(c.take for c in per) for per in tick.work], has_prefill=True)
         self.done_at = self.eng.clock()  # the prompts' last chunks are done (their KV leaves next)
         for c, tok in zip(chunks, ids, strict=True):
             if c.last:
@@ -348,7 +348,8 @@ class DecodeLoop(Loop):
             if s.new:
                 self._install(s, tick.extra[s.rid])
         # every rank of the instance steps when any recomputes (EP collectives), chunks or not
-        recompute_s = self._recompute(tick.chunks[self.rg.dp_rank]) if tick.chunks and any(tick.chunks) else 0.0
+        recompute_s = self._recompute(tick.chunks[self.rg.dp_rank], [sum(c.take for c in per) for per in tick.chunks]) \
+            if tick.chunks and any(tick.chunks) else 0.0
         t0, c0 = time.perf_counter(), time.thread_time()
         dev = me.device
         slots = torch.tensor([s.slot for s in seats], dtype=torch.long, device=dev)
@@ -358,36 +359,38 @@ class DecodeLoop(Loop):
         self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
         q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
         seqs_global = sum(len(per) for per in tick.work)  # the record's shape: instrumentation, untimed
-        shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
-                 "tokens_global": seqs_global * q, "seqs_global": seqs_global, "spec_depth": q - 1,
-                 "emitted_global": sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work
-                                       for s in per),
-                 "finished_global": sum(1 + tick.accepted.get(s.rid, 0) >= s.left for per in tick.work for s in per),
-                 **_counts(tick)}
+        rank_tokens = [len(per) * q for per in tick.work]  # every DP rank's query tokens (DBO's split)
+        shape = StepShape.decode(ctx, q).with_extra(
+            tokens_global=seqs_global * q, seqs_global=seqs_global, spec_depth=q - 1,
+            emitted_global=sum(min(1 + tick.accepted.get(s.rid, 0), s.left) for per in tick.work for s in per),
+            finished_global=sum(1 + tick.accepted.get(s.rid, 0) >= s.left for per in tick.work for s in per),
+            **_counts(tick))
         if self.drafter is None:
-            sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1))
+            sec, nxt = self.inst.forward(Batch.decode(last, ctx, slots), lambda logits: logits.argmax(-1),
+                                         rank_tokens=rank_tokens)
             self.done_at = self.eng.clock()  # this step's tokens exist now
             self.last[slots] = nxt
             self.outputs.append(([s.rid for s in seats], nxt))
-            shape["tokens_emitted"] = len(seats)
+            shape = shape.with_extra(tokens_emitted=len(seats))
         else:
             def device_step(timer):
                 drafts = self.drafter.propose(last, ctx, slots, timer)
                 logits = self.inst.model.forward(verify_batch(last, drafts, ctx, slots), self.inst.cache, timer)
                 with timer.section("host", host=True), self.inst.clock.part("host.sample"):  # rejection sampling
                     return accept(logits, drafts, [tick.accepted[s.rid] for s in seats])
-            sec, spec = self.inst.forward(None, lambda out: out, device_step)
+            sec, spec = self.inst.forward(None, lambda out: out, device_step, rank_tokens=rank_tokens)
             self.done_at = self.eng.clock()
-            shape.update(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn", spec_depth=q - 1)
+            shape = shape.with_extra(accepted=spec.accepted, greedy_accepted=spec.greedy, acceptance="drawn",
+                                     spec_depth=q - 1)
             ids = [toks[:s.left] for s, toks in zip(seats, spec.emitted, strict=True)]  # a request stops at its osl
-            shape["tokens_emitted"] = sum(len(t) for t in ids)
+            shape = shape.with_extra(tokens_emitted=sum(len(t) for t in ids))
             self.last[slots] = torch.tensor([t[-1] for t in ids], dtype=torch.long, device=dev)  # [B] (B may be 0)
             self.outputs.append(([s.rid for s in seats], ids))
         self.eng.records += self.inst.record(sec, shape, prep_s, self.exposed_s if self.leader else prep_s)
         self.eng.trace(self.inst)
         return sec["step"] + recompute_s
 
-    def _recompute(self, chunks) -> float:
+    def _recompute(self, chunks, rank_tokens: list[int]) -> float:
         """Recompute preempted sequences' KV on this rank (vLLM V1's recompute preemption): their
         tokens so far (prompt, the prefill's token, what this rank emitted) as prefill chunks in
         their new slots; the last chunk restores the sequence's last token. Returns the step's seconds."""
@@ -397,12 +400,10 @@ class DecodeLoop(Loop):
         toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
         slots = torch.tensor([c.slot for c in chunks], dtype=torch.long, device=me.device)
         batch = Batch.prefill(toks.to(me.device), [c.take for c in chunks], slots, [c.start for c in chunks])
-        sec, _ = self.inst.forward(batch, lambda logits: None)
+        sec, _ = self.inst.forward(batch, lambda logits: None, rank_tokens=rank_tokens, has_prefill=True)
         for c in (c for c in chunks if c.last):
             self.last[c.slot] = int(seqs[c.rid][-1])
-        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
-                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks],
-                 "recompute": True}
+        shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(recompute=True)
         self.eng.records += self.inst.record(sec, shape, 0.0)
         return sec["step"]
 

@@ -17,7 +17,7 @@ def layouts(plan: Plan):
 def check_plan_fields(plan: Plan, device: str, serving: bool, where: str) -> None:
     """Refuse (SpecError naming the field) what the executor would not run as planned: pipeline
     stages, weight offload, a fixed MoE imbalance (the simulator's knob: the executor's router makes
-    its own), DBO on CPU ranks; in serving mode an API-server count or a stream interval (the
+    its own); in serving mode an API-server count or a stream interval (the
     executor has no API server: its tokens are not streamed); a prefill pool on other hardware (one
     device kind runs every rank)."""
     if plan.prefill_hardware:
@@ -35,9 +35,6 @@ def check_plan_fields(plan: Plan, device: str, serving: bool, where: str) -> Non
         if lay.moe_imbalance is not None:
             raise SpecError(where, f"{name}.moe_imbalance", "unset (the executor's router gives its own expert "
                             "load; a fixed factor is the simulator's)", lay.moe_imbalance)
-        if lay.dbo and device == "cpu":
-            raise SpecError(where, f"{name}.dbo", "false on CPU ranks (dual-batch overlap runs on CUDA streams)",
-                            lay.dbo)
         if serving and lay.api_servers is not None:
             raise SpecError(where, f"{name}.api_servers", "unset in serving mode (the executor runs no API "
                             "server: its requests come from the workload in process)", lay.api_servers)
@@ -68,8 +65,8 @@ def plan_record(plan: Plan, device: str, serving: bool) -> dict:
         ran.update(router=plan.router, kv="paged blocks per rank, capacity from the memory model "
                    "(gpu_memory_utilization)", replicas={name: lay.replicas for name, lay in layouts(plan)})
     for name, lay in layouts(plan):
-        ran[name] = {"cuda_graphs": lay.cuda_graphs and device == "cuda", "dbo": lay.dbo and device == "cuda",
-                     "dbo_token_thresholds": False,  # CUDA DBO splits every step of more than one token
+        ran[name] = {"cuda_graphs": lay.cuda_graphs and device == "cuda", "dbo": lay.dbo,
+                     "dbo_token_thresholds": lay.dbo,  # executor/dbo.py: vLLM's rule, per step
                      "speculation": lay.speculation is not None, "async_scheduling": lay.async_scheduling and
                      serving and plan.disaggregated and not plan.colocated}
     return ran

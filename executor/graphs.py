@@ -12,6 +12,7 @@ import torch
 
 from .model import Batch
 from .records import step_records
+from .step_shape import StepShape
 from .timing import NullTimer
 
 
@@ -33,9 +34,10 @@ def graph_decode_records(loop) -> list[dict]:
         print(f"rank {loop.me.rank}: CUDA graph capture failed: {exc}", file=sys.stderr)
         return []
     out = []
-    shape = {"batch": len(ctx), "tokens": len(ctx), "ctx_sum": sum(c + 1 for c in ctx),
-             "tokens_global": len(st["ctx"]) * loop.layout.dp, "expert_tokens": loop.replay.expert_tokens(),
-             "budget": loop.layout.max_tokens_per_step, "max_batch": loop.layout.max_batch_per_rank}
+    shape = StepShape.decode(ctx).with_extra(tokens_global=len(st["ctx"]) * loop.layout.dp,
+                                             expert_tokens=loop.replay.expert_tokens(),
+                                             budget=loop.layout.max_tokens_per_step,
+                                             max_batch=loop.layout.max_batch_per_rank)
     for step in range(loop.me.cfg.steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -43,6 +45,6 @@ def graph_decode_records(loop) -> list[dict]:
         end.record()
         torch.cuda.synchronize()
         sec = {"step": start.elapsed_time(end) / 1e3}
-        out += step_records(loop.me.base, loop.role, loop.layout, step, sec, dict(shape), loop.me.dtype_name,
+        out += step_records(loop.me.base, loop.role, loop.layout, step, sec, shape, loop.me.dtype_name,
                             loop.n_dense, loop.n_moe, cuda_graphs=True)
     return out

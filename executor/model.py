@@ -108,6 +108,7 @@ class Model:
                  placements: Optional[dict] = None):
         """`placements`: an EPLB placement (phy2log [slots]) per MoE layer index; default: `ep`'s."""
         self.spec, self.device, self.dtype, self.ep, self.dbo = spec, device, dtype, ep, dbo
+        self.split = False  # this step runs as two micro-batches (executor/dbo.py decides, per step)
         h, v = spec.hidden_size, spec.vocab_size
         self.embed = randn((v, h), sub_seed(seed, "embed"), dtype, device)  # [V, H]
         self.head = weight((h, v), sub_seed(seed, "lm_head"), dtype, device)  # [H, V]
@@ -128,7 +129,7 @@ class Model:
         ep, cap = layer.ep, self.static_capacity
         if cap and ep.group is not None and len(ep.phy2log) % ep.size == 0 and y.shape[0] <= cap:
             return moe_forward_static(y, ids, w, layer.experts, ep, timer, cap)
-        run = moe_forward_dbo if self.dbo and ep.group is not None and y.shape[0] > 1 else moe_forward
+        run = moe_forward_dbo if self.dbo and self.split and ep.group is not None else moe_forward
         return run(y, ids, w, layer.experts, ep, timer)
 
     def kv_cache(self, slots: int, max_ctx: int) -> KVCache:

@@ -1,9 +1,8 @@
 """Measurement records (executor/schema.py), the stdout summary table, and the atomic write.
 
-Shapes are per layer of one step on one rank: batch (sequences), tokens, ctx_sum (sum of the
-context each sequence attends over), tokens_global (tokens over the EP group), expert_tokens
-(token-expert pairs this rank's routed experts computed, per MoE layer), prefill_new /
-prefill_prefix (prompt chunks) on prefill steps.
+A step's shape is an executor/step_shape.StepShape (per layer of one step on one rank: batch,
+tokens, ctx_sum, prefill chunks; extras such as tokens_global, the tokens over the EP group, and
+expert_tokens, the token-expert pairs this rank's routed experts computed per MoE layer).
 """
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ from pathlib import Path
 from rackplan.specs.ops import op_layers
 
 from .schema import SCHEMA_VERSION
+from .step_shape import StepShape
 
 
 def base_record(plan, plan_hash: str, device_name: str, versions: dict, rank: int, world: int) -> dict:
@@ -24,10 +24,11 @@ def base_record(plan, plan_hash: str, device_name: str, versions: dict, rank: in
             "world_size": world}
 
 
-def step_records(base: dict, role: str, layout, step: int, seconds: dict, shape: dict, dtype: str,
+def step_records(base: dict, role: str, layout, step: int, seconds: dict, shape: StepShape, dtype: str,
                  n_dense: int, n_moe: int, modelled: tuple = (), cuda_graphs: bool = False) -> list[dict]:
-    """One record per op of one step; ops in `modelled` carry source 'modelled'."""
-    out = []
+    """One record per op of one step, each carrying the step's shape; ops in `modelled` carry source
+    'modelled'. The one place a step is recorded (benchmark, serving and CUDA-graph steps)."""
+    out, shape = [], shape.to_record()
     for op, sec in sorted(seconds.items()):
         out.append(dict(base, role=role, instance_dp=layout.dp, ep=layout.ep_size, step=step, op=op,
                         layers=op_layers(op, n_dense, n_moe), shape=shape, dtype=dtype, seconds=float(sec),

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, plan_hash
 
 from .attention import sub_seed
+from .dbo import dbo_splits
 from .model import Batch, Model, layer_ids
 from .parallel import world_info
 from .placement import plan_placements
@@ -32,6 +33,7 @@ from .records import base_record, step_records
 from .replay import MODELLED_OPS, Replay
 from .shard import build_shard
 from .speculate import Drafter, Speculation, accept, acceptance_rate, draw_accepted, verify_batch
+from .step_shape import StepShape
 from .timing import StepTimer, wall
 from .topology import benchmark_instances, make_groups, skipped
 from .workload import decode_contexts, prefill_lengths
@@ -171,7 +173,7 @@ def run_instance(me: Rank, inst) -> list[dict]:
     if measured:
         rg = groups[inst.name]
         model = build_shard(me.spec, me.cfg.seed, me.device, me.dtype, rg, phase, me.cfg.max_dense,
-                            me.cfg.max_moe, me.placements(lay), dbo=lay.dbo and me.kind == "cuda", fp8=me.fp8)
+                            me.cfg.max_moe, me.placements(lay), dbo=lay.dbo, fp8=me.fp8)
         replay = None
     else:
         from .parallel import make_ep_group
@@ -226,24 +228,25 @@ class StepLoop:
             out += graph_decode_records(self)
         return out
 
-    def records(self, step: int, sec: dict, shape: dict) -> list[dict]:
+    def records(self, step: int, sec: dict, shape: StepShape) -> list[dict]:
         modelled = ()
-        shape.update(budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
-                     instance=self.inst.name, dp_rank=self.dp_rank)
+        shape = shape.with_extra(budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
+                                 instance=self.inst.name, dp_rank=self.dp_rank)
         if self.rg is not None:
-            shape.update(tp_rank=self.rg.tp_rank, ep_rank=self.rg.ep_rank)
+            shape = shape.with_extra(tp_rank=self.rg.tp_rank, ep_rank=self.rg.ep_rank)
             if self.me.eplb_info(self.layout):
-                shape["eplb"] = self.me.eplb_info(self.layout)
+                shape = shape.with_extra(eplb=self.me.eplb_info(self.layout))
         if self.replay is not None:
             if self.replay.group is None:
-                sec.update(self.replay.modelled_a2a(shape["tokens"], self.n_moe, self.role))
+                sec.update(self.replay.modelled_a2a(shape.tokens, self.n_moe, self.role))
                 modelled = MODELLED_OPS
-            shape = dict(shape, ep_plan=self.layout.ep_size, world_measured=self.me.world, a2a_world=self.me.world,
-                         replayed_rank=self.me.rank, layers_run=len(self.model.layers))
+            shape = shape.with_extra(ep_plan=self.layout.ep_size, world_measured=self.me.world,
+                                     a2a_world=self.me.world, replayed_rank=self.me.rank,
+                                     layers_run=len(self.model.layers))
         return step_records(self.me.base, self.role, self.layout, step, sec, shape, self.me.dtype_name,
                             self.n_dense, self.n_moe, modelled)
 
-    def step(self, step: int, pending) -> tuple[dict, dict]:
+    def step(self, step: int, pending) -> tuple[dict, StepShape]:
         """One timed step: host preparation (this step's, or the worker's result under async
         scheduling), the device forward (draft + verify under speculation), sampling."""
         t0 = time.perf_counter()
@@ -252,8 +255,11 @@ class StepLoop:
         batch, cache, shape = self._fill_tokens(prep)
         self._reset_expert_rows()
         if self.replay is not None:
-            self.replay.prepare(shape["tokens"], step)
-        shape["tokens_global"] = self._tokens_global(shape["tokens"])
+            self.replay.prepare(shape.tokens, step)
+        shape = shape.with_extra(tokens_global=self._tokens_global(shape.tokens))
+        if self.model.dbo:  # the fewest tokens on any rank decides the split for all (executor/dbo.py)
+            self.model.split = dbo_splits(self.layout, [self._tokens_min(shape.tokens)], self.role == "prefill")
+            shape = shape.with_extra(dbo=self.model.split)
         self.timer.reset()
         if self.group is not None:
             dist.barrier(group=self.group)
@@ -263,12 +269,12 @@ class StepLoop:
                 self._next_prepare = self.pool.submit(self._prepare_ahead, step + 1)
             out = self.forward(batch, cache, prep)
             with self.timer.section("host", host=True):
-                shape.update(self.sample(out))
+                sampled = self.sample(out)
         sec = self.timer.collect()
         sec["host.exposed"] = exposed_s + sec.get("host", 0.0)
         sec["host"] = sec.get("host", 0.0) + prep["host_s"]
         sec["step"] = w["seconds"] + exposed_s
-        shape.update(self._expert_shape(), async_scheduling=self.pool is not None)
+        shape = shape.with_extra(**sampled, **self._expert_shape(), async_scheduling=self.pool is not None)
         return sec, shape
 
     def forward(self, batch: Batch, cache, prep: dict):
@@ -287,8 +293,7 @@ class StepLoop:
             lens = prefill_lengths(self.me.workload, self.layout.max_tokens_per_step,
                                    self.layout.max_batch_per_rank, self.rng)
             tokens = torch.from_numpy(self.rng.integers(0, self.me.spec.vocab_size, sum(lens))).to(self.me.device)
-            shape = {"batch": len(lens), "tokens": sum(lens), "ctx_sum": sum(lens), "prefill_new": lens,
-                     "prefill_prefix": [0] * len(lens)}
+            shape = StepShape.prefill(lens)
             slots = torch.arange(len(lens), device=self.me.device)  # the prompts' KV is stored, as in serving
             return {"batch": Batch.prefill(tokens, lens, slots), "cache": self._prefill_cache(), "shape": shape,
                     "host_s": time.perf_counter() - t0}
@@ -303,7 +308,7 @@ class StepLoop:
         else:
             st["ctx_next"] = [c + 1 for c in ctx]
         prep["batch"] = Batch.decode(st["tokens"], ctx)
-        prep["shape"] = {"batch": len(ctx), "tokens": len(ctx) * q, "ctx_sum": sum(c + q for c in ctx)}
+        prep["shape"] = StepShape.decode(ctx, q)
         prep["host_s"] = time.perf_counter() - t0
         return prep
 
@@ -334,7 +339,7 @@ class StepLoop:
                     t.record_stream(main)
         if self.role == "decode":
             batch.tokens = self.decode_state["tokens"]
-        return batch, prep["cache"], dict(prep["shape"])
+        return batch, prep["cache"], prep["shape"]
 
     def _decode_state(self) -> dict:
         if self.decode_state is None:
@@ -375,6 +380,14 @@ class StepLoop:
         t = torch.tensor([tokens], dtype=torch.long, device=self.me.device if self.me.kind == "cuda" else "cpu")
         dist.all_reduce(t, group=self.group)
         return int(t.item()) // self.layout.tp
+
+    def _tokens_min(self, tokens: int) -> int:
+        """The fewest query tokens any rank of the instance runs this step."""
+        if self.replay is not None or self.group is None:
+            return tokens
+        t = torch.tensor([tokens], dtype=torch.long, device=self.me.device if self.me.kind == "cuda" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+        return int(t.item())
 
     def _reset_expert_rows(self):
         for layer in self.model.layers:

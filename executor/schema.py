@@ -13,6 +13,8 @@ from rackplan.specs import SpecError
 from rackplan.specs.ops import RECORD_OPS
 from rackplan.specs.reading import read_jsonl
 
+from .step_shape import StepShape
+
 SCHEMA_VERSION = 1
 OPS = RECORD_OPS  # rackplan/specs/ops.py: the one op vocabulary
 ROLES = ("prefill", "decode", "serve")
@@ -56,6 +58,8 @@ def validate_record(rec: dict, where: str = "") -> None:
             raise SpecError(where, key, f"an integer >= {lo}", rec[key])
     if not isinstance(rec["shape"], dict):
         raise SpecError(where, "shape", "a mapping", rec["shape"])
+    if rec["role"] != "serve":  # a prefill / decode step's shape (executor/step_shape.py)
+        StepShape.from_record(rec["shape"], where)
     for key, val in rec["shape"].items() if rec["op"] != "request" else ():
         for v in (val if isinstance(val, list) else [val]):
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:

@@ -33,10 +33,12 @@ from rackplan.sim.workload import make_requests
 from rackplan.specs import SpecError
 
 from .attention import sub_seed
+from .dbo import dbo_splits
 from .model import Batch, layer_ids
 from .records import request_record, step_records
 from .serving import Scheduler, Tick, engines
 from .shard import build_shard
+from .step_shape import StepShape
 from .timing import HostClock, NullTimer, StepTimer, wall
 from .topology import make_groups, max_ranks, serving_instances
 
@@ -58,7 +60,7 @@ class Instance:
         self.group = rg.instance
         self.model = build_shard(me.spec, me.cfg.seed, me.device, me.dtype, rg, self.role, me.cfg.max_dense,
                                  me.cfg.max_moe, me.placements(self.layout),
-                                 dbo=self.layout.dbo and me.kind == "cuda", fp8=me.fp8)
+                                 dbo=self.layout.dbo, fp8=me.fp8)
         self.model.expert_counts = []  # [E] logical expert counts per MoE layer of the last step
         self.cache = self.model.kv_cache(slots, max_ctx)
         self.timer = StepTimer(me.kind, rg.ep)
@@ -66,11 +68,15 @@ class Instance:
         self.n_moe = len(self.model.layers) - self.n_dense
         self.steps = 0
         self.clock = HostClock()  # host parts of the step in flight (the serving loop resets it)
-        self.last_shape: dict = {}
+        self.last_shape = StepShape()
 
-    def forward(self, batch: Batch, sample, device_step=None) -> tuple[dict, object]:
+    def forward(self, batch: Batch, sample, device_step=None, rank_tokens: list[int] | None = None,
+                has_prefill: bool = False) -> tuple[dict, object]:
         """Timed forward + sampling (the StepLoop's timing): seconds per op, sampled ids.
-        `device_step(timer)` replaces the plain forward (a speculative draft + verify)."""
+        `device_step(timer)` replaces the plain forward (a speculative draft + verify). `rank_tokens`: the
+        query tokens of every DP rank of the step (the tick's work, alike on every rank), from which a DBO
+        layout decides whether the step splits (executor/dbo.py)."""
+        self.model.split = self.model.dbo and dbo_splits(self.layout, rank_tokens or [], has_prefill)
         for layer in self.model.layers:
             if not layer.dense:
                 layer.experts.rows = 0
@@ -90,19 +96,21 @@ class Instance:
         rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
         return round(sum(rows) / len(rows)) if rows else 0
 
-    def record(self, sec: dict, shape: dict, prep_s: float, exposed_s: float | None = None) -> list[dict]:
+    def record(self, sec: dict, shape: StepShape, prep_s: float, exposed_s: float | None = None) -> list[dict]:
         """Step records; `prep_s`: host work before the forward; `exposed_s`: the part of it the
         step waited for (all of it unless async scheduling ran it during the previous step)."""
         sec["host.exposed"] = (prep_s if exposed_s is None else exposed_s) + sec.get("host", 0.0)
         sec["host"] = sec.get("host", 0.0) + prep_s
         sec["step"] += prep_s if exposed_s is None else exposed_s
         rows = [int(layer.experts.rows) for layer in self.model.layers if not layer.dense]
-        shape.update(expert_tokens=self.expert_tokens(), expert_tokens_layers=rows,
-                     budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
-                     time_shared=self.time_shared, serving=True, instance=self.rg.inst.name,
-                     dp_rank=self.rg.dp_rank, tp_rank=self.rg.tp_rank)
+        if self.model.dbo:  # the record says whether this step ran as two micro-batches
+            shape = shape.with_extra(dbo=self.model.split)
+        shape = shape.with_extra(expert_tokens=self.expert_tokens(), expert_tokens_layers=rows,
+                                 budget=self.layout.max_tokens_per_step, max_batch=self.layout.max_batch_per_rank,
+                                 time_shared=self.time_shared, serving=True, instance=self.rg.inst.name,
+                                 dp_rank=self.rg.dp_rank, tp_rank=self.rg.tp_rank)
         if self.me.eplb_info(self.layout):
-            shape["eplb"] = self.me.eplb_info(self.layout)
+            shape = shape.with_extra(eplb=self.me.eplb_info(self.layout))
         self.last_shape = shape  # the loop's own host parts of this step are recorded with it
         self.steps += 1
         return step_records(self.me.base, self.role, self.layout, self.steps - 1, sec, shape,
@@ -159,12 +167,11 @@ class Engine:
             batch = Batch.prefill(toks.to(self.me.device), [c.take for c in chunks],
                                   torch.tensor([c.slot for c in chunks], dtype=torch.long, device=self.me.device),
                                   [c.start for c in chunks])
-            shape = {"batch": len(chunks), "tokens": int(toks.numel()),
-                     "ctx_sum": sum(c.start + c.take for c in chunks),
-                     "tokens_global": sum(c.take for per in tick.prefill for c in per),
-                     "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks]}
+            shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(
+                tokens_global=sum(c.take for per in tick.prefill for c in per))
             prep_s = time.perf_counter() - t0
-            sec, ids = self.pre.forward(batch, lambda logits: logits.argmax(-1).tolist())
+            sec, ids = self.pre.forward(batch, lambda logits: logits.argmax(-1).tolist(), has_prefill=True,
+                                        rank_tokens=[sum(c.take for c in per) for per in tick.prefill])
             for c, tok in zip(chunks, ids, strict=True):
                 if c.last:
                     self.first[c.rid] = tok
@@ -212,7 +219,8 @@ class Engine:
     def decode_step(self, tick: Tick) -> None:
         if self.dec is not None:
             if any(tick.decode_chunks):  # every rank of the instance steps (EP collectives), chunks or not
-                self._decode_chunks(tick.decode_chunks[self.rank])
+                self._decode_chunks(tick.decode_chunks[self.rank],
+                                    [sum(c.take for c in per) for per in tick.decode_chunks])
             t0 = time.perf_counter()
             seats = tick.decode[self.rank]
             for s in seats:
@@ -221,10 +229,11 @@ class Engine:
             dev = self.me.device
             batch = Batch.decode(torch.tensor([self.last[s.slot] for s in seats], dtype=torch.long, device=dev),
                                  [s.ctx for s in seats], torch.tensor([s.slot for s in seats], device=dev))
-            shape = {"batch": len(seats), "tokens": len(seats), "ctx_sum": sum(s.ctx + 1 for s in seats),
-                     "tokens_global": sum(len(per) for per in tick.decode)}
+            shape = StepShape.decode([s.ctx for s in seats]).with_extra(
+                tokens_global=sum(len(per) for per in tick.decode))
             prep_s = time.perf_counter() - t0
-            sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist())
+            sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist(),
+                                        rank_tokens=[len(per) for per in tick.decode])
             for s, tok in zip(seats, ids, strict=True):
                 self.last[s.slot] = tok
                 self.info[s.rid]["output_tokens"].append(tok)
@@ -232,7 +241,7 @@ class Engine:
             self._trace(self.dec)
         self.num_steps += 1
 
-    def _decode_chunks(self, chunks) -> None:
+    def _decode_chunks(self, chunks, rank_tokens: list[int]) -> None:
         """Prefill chunks on the decode (aggregated) instance's rank, before its decode step: an
         aggregated plan's prompts (the last chunk samples the first token) and the recompute of a
         preempted sequence's context (prompt + tokens emitted so far; its last token goes on)."""
@@ -243,11 +252,10 @@ class Engine:
         batch = Batch.prefill(toks.to(dev), [c.take for c in chunks],
                               torch.tensor([c.slot for c in chunks], dtype=torch.long, device=dev),
                               [c.start for c in chunks])
-        shape = {"batch": len(chunks), "tokens": int(toks.numel()), "ctx_sum": sum(c.start + c.take for c in chunks),
-                 "prefill_new": [c.take for c in chunks], "prefill_prefix": [c.start for c in chunks],
-                 "mixed": True}
+        shape = StepShape.prefill([c.take for c in chunks], [c.start for c in chunks]).with_extra(mixed=True)
         prep_s = time.perf_counter() - t0
-        sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist())
+        sec, ids = self.dec.forward(batch, lambda logits: logits.argmax(-1).tolist(), rank_tokens=rank_tokens,
+                                    has_prefill=True)
         for c, tok in zip(chunks, ids, strict=True):
             out = self.info.setdefault(c.rid, {}).setdefault("output_tokens", [])
             if c.last:

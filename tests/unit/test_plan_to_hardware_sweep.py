@@ -1,0 +1,46 @@
+"""benchmarks/plan_to_hardware.py's sweep: which sizes it measures and holds out for a plan, and what a
+re-plan with the fitted profile adds when it runs shapes beyond them."""
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import plan_to_hardware as p2h  # noqa: E402
+
+from rackplan.specs import load_plan  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+def _plan(batch: int, budget: int):
+    plan = load_plan("tiny-cpu")
+    return dataclasses.replace(plan, decode=(dataclasses.replace(plan.decode[0], max_batch_per_rank=batch),),
+                               prefill=(dataclasses.replace(plan.prefill[0], max_tokens_per_step=budget),))
+
+
+def test_the_sweep_covers_the_plan_and_holds_out_every_other_interior_size():
+    cfg = p2h.sweep_cfg(_plan(16, 256), quick=False, max_batch=None, max_tokens=None)
+    assert cfg["decode"] == (1, 2, 4, 8, 16) and cfg["prefill"] == (32, 64, 128, 256)
+    assert cfg["holdout"] == ("decode:2,8", "prefill:64")
+    assert p2h.uncovered(_plan(16, 256), cfg) == {}
+
+
+def test_a_replan_beyond_the_sweep_adds_its_sizes_within_the_caps():
+    cfg = p2h.sweep_cfg(_plan(16, 256), quick=False, max_batch=None, max_tokens=None)
+    more = p2h.uncovered(_plan(64, 256), cfg)
+    assert more == {"decode": (32, 64)}
+    ext = p2h.extend(cfg, more)
+    assert ext["decode"] == (1, 2, 4, 8, 16, 32, 64) and ext["holdout"] == ("decode:2,8,32", "prefill:64")
+    capped = p2h.sweep_cfg(_plan(16, 256), quick=False, max_batch=16, max_tokens=None)
+    assert p2h.uncovered(_plan(64, 256), capped) == {}  # --max-batch still caps decode
+
+
+def test_the_prefill_sweep_stops_at_what_the_plans_steps_fill():
+    # tiny-cpu's prefill runs at most 8 prompts a step; tiny-chat's prompts are 56 tokens on average (16-96):
+    # 448 tokens, so a 2,048-token budget is swept to 256, the largest power of two its steps fill
+    assert p2h.fillable(_plan(16, 2048)) == 256
+    cfg = p2h.sweep_cfg(_plan(16, 2048), quick=False, max_batch=None, max_tokens=None)
+    assert cfg["prefill"] == (32, 64, 128, 256) and cfg["covers"]["prefill_tokens"] == [256, 2048]
+    assert p2h.uncovered(_plan(16, 8192), cfg) == {}
