@@ -89,10 +89,9 @@ def test_tp_prefill_to_dep2_decode_matches_reference(tmp_path):
 def test_a_killed_rank_in_either_instance_fails_the_run(tmp_path, fault):
     tag = uuid.uuid4().hex
     env = dict(os.environ, RACKPLAN_EXEC_FAULT=fault, RACKPLAN_TEST_TAG=tag)
-    t0 = time.monotonic()
-    res = _serve("tiny-disagg", tmp_path, "--requests", "6", "--timeout", "30", env=env)
+    res = _serve("tiny-disagg", tmp_path, "--requests", "6", "--timeout", "300", env=env, timeout=600)
     assert res.returncode != 0 and f"rank {fault[-1]}" in res.stderr, res.stderr
-    assert time.monotonic() - t0 < 30
+    assert "passed: rank(s)" not in res.stderr  # the fault was found, not outlasted by the run's --timeout
     assert not (tmp_path / "measurements.jsonl").exists()
     time.sleep(0.2)
     assert _tagged_pids(tag) == []
