@@ -350,7 +350,7 @@ class DecodeLoop(Loop):
         ctx = [s.ctx for s in seats]
         prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs (slots, last tokens, contexts)
         self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
-        q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
+        q = self.lay.queries_per_step
         seqs_global = sum(len(per) for per in tick.work)  # the record's shape: instrumentation, untimed
         shape = {"batch": len(seats), "tokens": len(seats) * q, "ctx_sum": sum(c + q for c in ctx),
                  "tokens_global": seqs_global * q, "seqs_global": seqs_global, "spec_depth": q - 1,

@@ -97,7 +97,7 @@ class StepModel:
     def __init__(self, cx: CostContext):
         self.cx = cx = replace(cx)  # a copy that does not cache this model: no reference cycle
         m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
-        self.q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
+        self.q = float(lay.queries_per_step)
         self.layers = LayerPricer(cx, self.q)
         self.replicated = lay.dp == 1 and lay.tp > 1  # TP: every rank holds the step's tokens
         step_ops = {op.name: op for op in ops.model_ops(m, lay, "decode")}
