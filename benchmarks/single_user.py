@@ -59,11 +59,11 @@ def main(argv=None) -> int:
     ctx = wl.isl.expected + wl.osl.expected / 2  # a decode step's mean context
     bw = lay.gpus * hw.hbm_bw
     one = step_bytes(model, dataclasses.replace(lay, speculation=None), 1.0, ctx)
-    spec = step_bytes(model, lay, 1.0 + lay.speculation.num_tokens, ctx) if lay.speculation else one
+    spec = step_bytes(model, lay, float(lay.queries_per_step), ctx) if lay.speculation else one
     accepted = lay.tokens_per_step
     print(f"{plan.name}: {lay.tag} on {lay.gpus} x {hw.name} ({bw / 1e12:.0f} TB/s together), context ~{ctx:,.0f}")
     print("bytes per step (GB):", ", ".join(f"{k} {v / 1e9:.2f}" for k, v in spec.items()),
-          f"-> {sum(spec.values()) / 1e9:.2f} for {1 + (lay.speculation.num_tokens if lay.speculation else 0)} "
+          f"-> {sum(spec.values()) / 1e9:.2f} for {lay.queries_per_step} "
           f"tokens verified, {accepted} emitted")
     bound_plain = bw / sum(one.values())
     bound_spec = accepted * bw / sum(spec.values())

@@ -18,6 +18,7 @@ from rackplan.sim.cost.collective import allreduce_seconds
 from rackplan.sim.cost.deepgemm import GROUPS, rule_at
 from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
 from rackplan.sim.cost.moe import expert_work, tile_load
+from rackplan.sim.cost.prices import experts_seconds, route_seconds
 from rackplan.sim.cost.roofline import price, price_gemm
 from rackplan.specs import DTYPE_BYTES, Curve, HardwareSpec, ModelSpec, Profile, load_model
 from rackplan.specs.profile import REGIME_EFF_MAX
@@ -325,7 +326,7 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows) -> l
         local = (c["num_experts"][rows] // c["moe_ep_size"][rows]).astype(float)
         load = tile_load(tokens, c["topk"][rows].astype(float), local)
         route = f"moe.route.{dt}"
-        predict = _expert_predict(dt, shape, tokens, h, route, hw, load)
+        predict = _expert_predict(dt, shape, tokens, h, hw, load)
         dispatched = str(kernel).endswith(LOAD_DISPATCHED_KERNELS)
         out.append(ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
                              f"moe_dtype {tdt}, balanced, moe_tp_size 1, rows no faster than their bytes at "
@@ -336,18 +337,17 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows) -> l
     return out
 
 
-def _expert_predict(dt: str, shape: np.ndarray, tokens, h, route: str, hw, load):
-    """Seconds of the table's MoE rows: the moe.experts op as step.py prices it, plus the `route`
-    stream over the BF16 hidden states of every token entering the rank (its own curve; the table's
-    kernel sees all num_tokens tokens, as step.py's moe.route does without an all-to-all)."""
+def _expert_predict(dt: str, shape: np.ndarray, tokens, h, hw, load):
+    """Seconds of the table's MoE rows: the moe.experts op priced by its function (sim/cost/prices.py
+    experts_seconds), plus moe.route's (route_seconds) over the BF16 hidden states of every token entering
+    the rank (its own curve; the table's kernel sees all num_tokens tokens, as step.py's moe.route does
+    without an all-to-all)."""
     flops, nbytes, rows_pe, n, k = shape.T
     in_bytes = route_bytes(tokens, h)
-    peak = hw.flops_for(dt)
 
     def predict(prof, i):
-        eff = efficiency.experts(prof, dt, rows_pe[i], n[i], k[i], flops[i], load[i], hw.num_sms)
-        return (price(flops[i], nbytes[i], peak, eff, hw, prof)
-                + stream_seconds(hw, prof, route, in_bytes[i], tokens[i], h[i]))
+        return (experts_seconds(hw, prof, dt, dt, flops[i], nbytes[i], rows_pe[i], n[i], k[i], load[i])
+                + route_seconds(hw, prof, dt, in_bytes[i], tokens[i], h[i]))
     return predict
 
 

@@ -296,8 +296,7 @@ class PrefillLoop(Loop):
 class DecodeLoop(Loop):
     def __init__(self, eng, rg):
         lay = rg.inst.layout
-        depth = lay.speculation.num_tokens if lay.speculation else 0
-        max_ctx = max(i + o for i, o in zip(eng.isl, eng.osl, strict=True)) + depth + 2
+        max_ctx = max(i + o for i, o in zip(eng.isl, eng.osl, strict=True)) + lay.queries_per_step + 1
         super().__init__(eng, rg, Instance(eng.me, rg, lay.max_batch_per_rank, max_ctx, time_shared=False))
         self.sched = DecodeLeader(rg.inst.name, DecodeSeats(eng.core(rg.inst)), eng.control) if self.leader else None
         self.heads: dict[int, dict] = {}  # rid -> KV header of a staged request
@@ -357,7 +356,7 @@ class DecodeLoop(Loop):
         ctx = [s.ctx for s in seats]
         prep_s = time.perf_counter() - t0  # host.prepare: the step's inputs (slots, last tokens, contexts)
         self.inst.clock.add("host.prepare", prep_s, time.thread_time() - c0)
-        q = 1 + (self.lay.speculation.num_tokens if self.lay.speculation else 0)
+        q = self.lay.queries_per_step
         seqs_global = sum(len(per) for per in tick.work)  # the record's shape: instrumentation, untimed
         rank_tokens = [len(per) * q for per in tick.work]  # every DP rank's query tokens (DBO's split)
         shape = StepShape.decode(ctx, q).with_extra(

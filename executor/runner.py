@@ -301,7 +301,7 @@ class StepLoop:
         ctx = list(st["ctx_next"])
         prep = {"ctx": ctx, "cache": st["cache"]}
         sp = self.layout.speculation
-        q = 1 + (sp.num_tokens if sp else 0)
+        q = self.layout.queries_per_step
         if sp is not None:
             prep["accepted"] = draw_accepted(self.rng, len(ctx), sp.num_tokens, self.me.acceptance(self.layout))
             st["ctx_next"] = [c + 1 + a for c, a in zip(ctx, prep["accepted"], strict=True)]
@@ -346,7 +346,7 @@ class StepLoop:
             b, lay = self.layout.max_batch_per_rank, self.layout
             ctx = decode_contexts(self.me.workload, b, self.rng)
             steps = self.me.cfg.warmup + self.me.cfg.steps + 2
-            q = 1 + (lay.speculation.num_tokens if lay.speculation else 0)
+            q = lay.queries_per_step
             max_ctx = max(ctx) + steps * q + 1
             cache = self.model.kv_cache(b, max_ctx)
             gen = torch.Generator(device=self.me.device).manual_seed(sub_seed(self.me.cfg.seed, "kv", self.dp_rank))

@@ -37,5 +37,5 @@ def build_shard(spec, seed: int, device: str, dtype, rg: RankGroups, phase: str,
         from .fp8 import quantise_model
         quantise_model(model)
     if device.startswith("cuda") and phase == "decode":  # the static all-to-all: no host syncs per layer
-        model.static_capacity = lay.max_batch_per_rank * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
+        model.static_capacity = lay.max_decode_tokens
     return model

@@ -91,13 +91,13 @@ def serving_instances(plan: Plan, max_ranks: int) -> list[InstanceSpec]:
             raise SpecError(plan.name, "num_gpus", f"at most {max_ranks} ranks on this machine for serving mode "
                             "(one replica of every instance)", _ranks_needed(plan, reps, lay_of))
         reps[max(cand, key=lambda k: (reps[k] * lay_of[k].gpus, k))] -= 1
-    out, first = [], 0
-    for pool, lays in pools(plan):
-        first = 0 if plan.colocated else first
-        for i, lay in enumerate(lays):
-            for j in range(reps[(pool, i)]):
-                out.append(InstanceSpec(f"{pool}[{i}].{j}", "both" if pool == "aggregated" else pool, lay, first))
-                first += lay.gpus
+    out, first, pool = [], 0, None
+    for inst in plan.instances():
+        if inst.pool != pool:
+            pool, first = inst.pool, 0 if plan.colocated else first
+        if inst.replica < reps[(inst.pool, inst.index)]:
+            out.append(InstanceSpec(inst.name, "both" if inst.pool == "aggregated" else inst.pool, inst.layout, first))
+            first += inst.layout.gpus
     return out
 
 

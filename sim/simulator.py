@@ -106,17 +106,13 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
                                      ([k for k in caps if k.startswith("prefill")], reqs.isl, "isl", "prefill")):
         if not pools:
             continue
-        room = max(longest_admitted(caps[k], block, _drafts(lays[k])) for k in pools)
+        room = max(longest_admitted(caps[k], block, lays[k].queries_per_step) for k in pools)
         worst = int(np.argmax(need))
         if need[worst] > room:
             raise SpecError(workload.name, field, f"at most {int(room)} tokens, the largest KV capacity of a "
                             f"{what} rank in {block}-token blocks ({', '.join(pools)})",
                             f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}" if field != "isl"
                             else int(reqs.isl[worst]))
-
-
-def _drafts(lay: Layout) -> int:
-    return lay.speculation.num_tokens if lay.speculation else 0
 
 
 class _Deployment:
@@ -147,35 +143,30 @@ class _Deployment:
         load = routing_load(wl, model)  # a power law or expert load from data (sim/expert_load.py)
         mk = lambda lay, hw=hw, prof=prof: StepPricer.shared(CostContext(model, hw, lay, prof, load, share),
                                                              np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
-        if plan.disaggregated:
-            # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
-            n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
-            shared = [simpy.Resource(env, capacity=1) for _ in range(n_shared)] if plan.colocated else None
-            for i, lay in enumerate(plan.prefill):
-                pr = mk(lay, pre_hw, pre_prof)
-                for j in range(lay.replicas):
-                    k = len(self.front)
-                    turn = shared[k] if shared else None
-                    to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
-                    prefix = self._prefixes(f"prefill[{i}]", lay)
-                    self.front.append(PrefillInstance(env, f"prefill[{i}].{j}", pr,
-                                                      self._core(f"prefill[{i}]", lay, prefix), to_decode,
-                                                      turn, self._handoff_s if shared else None, prefix,
-                                                      None if shared else self._bind_decode))
-            for i, lay in enumerate(plan.decode):
-                pr = mk(lay)
-                for j in range(lay.replicas):
-                    turn = shared[len(self.decoders)] if shared else None
-                    self.decoders.append(DecodeInstance(env, f"decode[{i}].{j}", pr, self._core(f"decode[{i}]", lay),
-                                                        log, self._done, turn))
-        else:
-            for i, lay in enumerate(plan.aggregated):
-                pr = mk(lay)
-                for j in range(lay.replicas):
-                    prefix = self._prefixes(f"aggregated[{i}]", lay)
-                    self.front.append(AggregatedInstance(env, f"aggregated[{i}].{j}", pr,
-                                                         self._core(f"aggregated[{i}]", lay, prefix), log,
-                                                         self._done, prefix))
+        # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
+        n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
+        shared = [simpy.Resource(env, capacity=1) for _ in range(n_shared)] if plan.colocated else None
+        pricers = {}  # one pricer (and routing stream) per layout, made in plan order
+        for inst in plan.instances():
+            lay, entry = inst.layout, inst.entry
+            if entry not in pricers:
+                pricers[entry] = mk(lay, pre_hw, pre_prof) if inst.pool == "prefill" else mk(lay)
+            pr = pricers[entry]
+            if inst.pool == "decode":
+                turn = shared[len(self.decoders)] if shared else None
+                self.decoders.append(DecodeInstance(env, inst.name, pr, self._core(entry, lay), log, self._done, turn))
+                continue
+            prefix = self._prefixes(entry, lay)
+            if inst.pool == "aggregated":
+                self.front.append(AggregatedInstance(env, inst.name, pr, self._core(entry, lay, prefix), log,
+                                                     self._done, prefix))
+                continue
+            k = len(self.front)
+            turn = shared[k] if shared else None
+            to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
+            self.front.append(PrefillInstance(env, inst.name, pr, self._core(entry, lay, prefix), to_decode, turn,
+                                              self._handoff_s if shared else None, prefix,
+                                              None if shared else self._bind_decode))
 
     def _core(self, pool: str, lay: Layout, prefix: InstancePrefixes | None = None) -> EngineCore:
         """The serving policy of one instance of `pool` (rackplan/policy): its ranks, budget, seats,

@@ -120,11 +120,6 @@ def _json(obj: dict) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def decode_tokens(lay: Layout) -> int:
-    """Tokens one decode step of a full rank carries: every sequence verifies 1 + draft tokens."""
-    return lay.max_batch_per_rank * (1 + (lay.speculation.num_tokens if lay.speculation else 0))
-
-
 def priced_memory_utilization(lay: Layout) -> float:
     """The share of HBM the cost model let the engine use (sim/cost/memory.py reserve_bytes: the
     layout's own, else all but RESERVE_FRACTION), emitted so vLLM sizes its KV cache as priced
@@ -139,7 +134,7 @@ def batch_flags(lay: Layout) -> list[str]:
     the cost model priced."""
     budget = lay.max_tokens_per_step
     if lay.role != "prefill":
-        budget = max(budget, decode_tokens(lay))
+        budget = max(budget, lay.max_decode_tokens)
     f = ["--max-num-seqs", str(lay.max_batch_per_rank), "--max-num-batched-tokens", str(budget),
          "--gpu-memory-utilization", f"{priced_memory_utilization(lay):g}"]
     if lay.offload_gb:
@@ -189,7 +184,7 @@ def graph_flags(lay: Layout) -> list[str]:
         return ["--enforce-eager"]
     f = ["--compilation-config", _json({"cudagraph_mode": "FULL_DECODE_ONLY"})]
     if lay.role != "prefill":
-        f += ["--max-cudagraph-capture-size", str(decode_tokens(lay))]
+        f += ["--max-cudagraph-capture-size", str(lay.max_decode_tokens)]
     return f
 
 

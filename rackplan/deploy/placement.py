@@ -103,16 +103,12 @@ def place(plan: Plan, hw: HardwareSpec) -> Placement:
         raise SpecError("", "prefill_hardware", "unset for `deploy` (its launch files place every instance on one "
                         "hardware kind's nodes; a mixed plan is simulated, not yet deployed)", plan.prefill_hardware)
     g, used, out, nixl = hw.gpus_per_node, [], [], NIXL_PORT
-    for pool in ("prefill", "decode", "aggregated"):
-        for j, lay in enumerate(getattr(plan, pool)):
-            for i in range(lay.replicas):
-                if lay.gpus >= g:
-                    slices = _whole_hosts(lay, used, hw, f"{pool}[{j}]")
-                else:
-                    slices = (_shared_host(lay, used, g),)
-                n = len(out)
-                out.append(Instance(f"{pool}{j}-{i}", pool, lay, HTTP_PORT + n, RPC_PORT + n, nixl, slices))
-                nixl += lay.dp
+    for inst in plan.instances():
+        lay = inst.layout
+        slices = _whole_hosts(lay, used, hw, inst.entry) if lay.gpus >= g else (_shared_host(lay, used, g),)
+        n = len(out)
+        out.append(Instance(inst.slug, inst.pool, lay, HTTP_PORT + n, RPC_PORT + n, nixl, slices))
+        nixl += lay.dp
     while used and not used[-1]:
         used.pop()
     hosts = len(used)

@@ -124,9 +124,8 @@ class EngineCore:
         """One instance of Layout `lay` (rackplan.specs) with `kv_tokens` KV tokens per rank (the
         memory model's capacity, sim/cost/memory.py) in the model's block size."""
         block = block_tokens(attention_kind)
-        drafts = lay.speculation.num_tokens if lay.speculation else 0
         return cls(lay.role, lay.dp, lay.max_tokens_per_step, lay.max_batch_per_rank, capacity_blocks(kv_tokens, block),
-                   block, isl, osl, cached, 1 + drafts, lay.tokens_per_step, on_start, priority)
+                   block, isl, osl, cached, lay.queries_per_step, lay.tokens_per_step, on_start, priority)
 
     # -- arrivals ---------------------------------------------------------------------------------
     @property

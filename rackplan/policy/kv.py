@@ -29,7 +29,8 @@ def capacity_blocks(kv_tokens: float, block: int) -> int:
     return int(kv_tokens // block)
 
 
-def longest_admitted(kv_tokens: float, block: int, drafts: int = 0) -> int:
-    """Tokens of the longest sequence one rank admits: its whole blocks, less the step's query token
-    and its draft tokens (what a request's prompt, or prompt + output, must fit in)."""
-    return capacity_blocks(kv_tokens, block) * block - (1 + drafts)
+def longest_admitted(kv_tokens: float, block: int, queries: int = 1) -> int:
+    """Tokens of the longest sequence one rank admits: its whole blocks, less the step's queries (the
+    query token and any draft tokens: Layout.queries_per_step), what a request's prompt, or prompt +
+    output, must fit in."""
+    return capacity_blocks(kv_tokens, block) * block - queries

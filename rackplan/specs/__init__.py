@@ -12,7 +12,7 @@ import yaml
 
 from .fields import SpecError, from_dict, to_dict
 from .hardware import HardwareSpec
-from .layout import SLO, EPLBConfig, Layout, Plan, Speculation
+from .layout import SLO, EPLBConfig, Layout, Plan, PlanInstance, Speculation
 from .model import (
     DTYPE_BYTES,
     AttentionSpec,
@@ -55,7 +55,7 @@ __all__ = [
     "A2AParams", "Arrival", "Curve", "check_hardware", "resolve_profile", "profile_origin",
     "AttentionSpec", "CONFIG_DIR", "DTYPE_BYTES", "DraftSpec", "Dtypes",
     "EPLBConfig", "HardwareSpec", "HostParams", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
-    "Plan", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
+    "Plan", "PlanInstance", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
     "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml", "pool_hardware",
     "plan_hash", "from_dict", "to_dict", "resolve_path", "spec_ref",
 ]

@@ -131,6 +131,23 @@ class Layout:
         return self.speculation.acceptance_length if self.speculation else 1.0
 
     @property
+    def queries_per_step(self) -> int:
+        """Tokens one decode step verifies per sequence: the sequence's next token and the draft tokens
+        (1 + num_tokens under speculation, else 1)."""
+        return 1 + (self.speculation.num_tokens if self.speculation else 0)
+
+    def decode_tokens(self, batch: int) -> int:
+        """Tokens a decode step of `batch` sequences per rank carries (batch x queries_per_step)."""
+        return batch * self.queries_per_step
+
+    @property
+    def max_decode_tokens(self) -> int:
+        """Tokens per rank of the largest decode step (max_batch_per_rank sequences): the token budget
+        a decode or aggregated engine needs at least (vLLM's --max-num-batched-tokens), the executor's
+        static all-to-all buffer."""
+        return self.decode_tokens(self.max_batch_per_rank)
+
+    @property
     def total_gpus(self) -> int:
         return self.gpus * self.replicas
 
@@ -153,6 +170,31 @@ class SLO:
     def __post_init__(self):
         positive(self.ttft_p90_s, "ttft_p90_s")
         positive(self.tpot_p90_s, "tpot_p90_s")
+
+
+@dataclass(frozen=True)
+class PlanInstance:
+    """One running instance of a plan: replica `replica` of the layout at `pool`[`index`]."""
+
+    pool: str  # prefill | decode | aggregated
+    index: int  # the layout's position in its pool
+    replica: int
+    layout: Layout
+
+    @property
+    def entry(self) -> str:
+        """The plan field of its layout, e.g. 'decode[0]' (error messages, per-entry state)."""
+        return f"{self.pool}[{self.index}]"
+
+    @property
+    def name(self) -> str:
+        """The instance's name in reports, logs and records, e.g. 'decode[0].3'."""
+        return f"{self.entry}.{self.replica}"
+
+    @property
+    def slug(self) -> str:
+        """The name where brackets cannot go (file names, host scripts, Kubernetes objects), e.g. 'decode0-3'."""
+        return f"{self.pool}{self.index}-{self.replica}"
 
 
 PREDICTED_POSITIVE = ("request_rate", "sim_requests")  # predicted figures commands read back from a plan
@@ -219,6 +261,12 @@ class Plan:
             if key in self.predicted:
                 value = self.predicted[key]
                 check(value > 0 and value != float("inf"), f"predicted.{key}", "a finite number > 0", value)
+
+    def instances(self) -> tuple[PlanInstance, ...]:
+        """Every instance of the plan in plan order: the prefill, decode and aggregated pools, each
+        layout's replicas in turn."""
+        return tuple(PlanInstance(pool, i, j, lay) for pool in ("prefill", "decode", "aggregated")
+                     for i, lay in enumerate(getattr(self, pool)) for j in range(lay.replicas))
 
     @property
     def gpus_used(self) -> int:

@@ -157,14 +157,23 @@ def layer_gemms(model: "ModelSpec", layout: "Layout", num_dense: int, num_moe: i
     return tuple(out)
 
 
+UNQUANTIZED = ("bf16", "fp16", "fp32")  # dtypes a GEMM takes its activations in without quantising them
+
+
 def model_ops(model: "ModelSpec", layout: "Layout", phase: str) -> tuple[ModelOp, ...]:
-    """Every op a `phase` ('prefill' or 'decode') step of `layout` runs, in execution order."""
-    n_dense, n_moe = model.layers_in(phase)
+    """Every op a `phase` ('prefill' or 'decode') step of `layout` runs, in execution order (each priced by
+    the function registered under its name, sim/cost/prices.py)."""
+    return step_ops(model, layout, *model.layers_in(phase))
+
+
+def step_ops(model: "ModelSpec", layout: "Layout", n_dense: int, n_moe: int) -> tuple[ModelOp, ...]:
+    """model_ops of a step whose tokens run `n_dense` dense and `n_moe` MoE layers (one layer group of a
+    step: V4.1's prompt tokens run only its encoder half)."""
     n = n_dense + n_moe
     gemms = {op.name: op for op in layer_gemms(model, layout, n_dense, n_moe)}
     h, moe, dt = model.hidden_size, model.moe, model.dtypes
     out = [ModelOp("norm", n)] + ([ModelOp("mhc", n)] if model.hc_mult > 1 else [])
-    if dt.compute not in ("bf16", "fp16", "fp32"):
+    if dt.compute not in UNQUANTIZED and dt.activations in UNQUANTIZED:  # FP8/FP4 GEMMs fed BF16 activations
         out.append(ModelOp("quantize", n))
     out += [gemms["attn.proj"], ModelOp("rope", n), ModelOp("attn.core", n)]
     if layout.tp > 1:

@@ -66,8 +66,9 @@ class Drafter:
         return sec * self.passes, fl * self.passes, by * self.passes
 
 
-def drafter(model: ModelSpec, layout: Layout, passes: int) -> Drafter:
-    """The drafter of `model` as `layout` runs it (`passes` forwards per step)."""
+def drafter(model: ModelSpec, layout: Layout, passes: int, all_to_all: bool) -> Drafter:
+    """The drafter of `model` as `layout` runs it (`passes` forwards per step; `all_to_all`: the step's op
+    list has an all-to-all, which the drafter's routed rows go through too)."""
     d, tp, ep = model.draft, layout.tp, layout.ep_size
     wb = DTYPE_BYTES[d.weight_dtype]
     moe_tp = layout.moe_tp
@@ -78,4 +79,4 @@ def drafter(model: ModelSpec, layout: Layout, passes: int) -> Drafter:
         expert_bytes=d.expert_params * wb / moe_tp, expert_flops_per_pair=2.0 * d.expert_params / moe_tp,
         pair_frac=d.top_k / d.num_experts if d.num_experts else 0.0, top_k=d.top_k, weight_bytes=wb,
         dtype=d.weight_dtype, hidden=model.hidden_size, act=model.dtypes.activation_bytes, ep=ep, tp=tp,
-        all_to_all=ep > 1 and layout.dp > 1)
+        all_to_all=all_to_all)

@@ -1,11 +1,12 @@
 """One DP rank's share of a step: the ops of its layers on its own tokens, in plain floats.
 
-Per layer: weight GEMMs (attention projections, dense FFN / shared expert, router), RMSNorms,
-RoPE, quantisation of FP8/FP4 GEMM inputs, DeepSeek-V4's hyper-connection mixing, the attention
-core over the KV cache and, under TP, the all-reduces of the attention and FFN outputs; once per
-step the Engram gathers (V4.1), the LM head and the sampler. The routed experts, the all-to-all
-and the drafter see the whole EP group and are priced in step.py. A rank work's price is a pure
-function of the work, remembered (a simulation sees the same rank work often).
+The op list (rackplan/specs/ops.py model_ops) of each layer group says which ops run; each is priced
+by the function registered under its name (sim/cost/prices.py): per layer the weight GEMMs, RMSNorms,
+RoPE, quantisation of FP8/FP4 GEMM inputs, DeepSeek-V4's hyper-connection mixing, the attention core
+over the KV cache and, under TP, the all-reduces of the attention and FFN outputs; once per step the
+Engram gathers (V4.1), the LM head and the sampler. The routed experts, the all-to-all and the drafter
+see the whole EP group and are priced in step.py. A rank work's price is a pure function of the work,
+remembered (a simulation sees the same rank work often).
 """
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from rackplan.specs import HardwareSpec, Profile, ops
 
 from . import attention as attn
 from . import efficiency
-from .collective import allreduce_seconds
-from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, sample_bytes, stream_seconds_at
+from .elementwise import stream_seconds_at
+from .prices import PRICES, RANK_ORDER
 from .roofline import gemm_bytes_priced, price
 
 RANK_MEMO = 100_000  # remembered rank works (and GEMM, EP-group prices) per StepModel, under ~1 KB each
-QUANTIZED = ("fp8", "fp8_block", "mxfp8", "fp4", "mxfp4", "nvfp4")  # GEMM compute dtypes fed quantised activations
+QUANTIZED = ("fp8", "fp8_block", "mxfp8", "fp4", "mxfp4", "nvfp4")  # GEMM compute dtypes that quantise their inputs
 
 
 def memo_get(memo: dict, key, make):
@@ -36,12 +37,16 @@ def memo_get(memo: dict, key, make):
 
 @dataclass(frozen=True)
 class Group:
-    """Layers of a step that see the same tokens on a rank: their GEMM ops, attention and the
-    widths of the activations their FP8/FP4 GEMMs quantise."""
+    """Layers of a step that see the same tokens on a rank: the ops of their op list a rank prices
+    (per site, sim/cost/prices.py), their GEMMs, attention and the widths of the activations their
+    FP8/FP4 GEMMs quantise."""
 
     n_dense: int
     n_moe: int
-    gemms: tuple["GemmOp", ...]
+    ops: tuple  # (op, price function) of the "tokens" ops, in RANK_ORDER
+    work_ops: tuple  # (op, price function) of the "work" ops (the attention core)
+    first_ops: tuple  # (op, price function) of the "first" ops (the Engram), on the first group only
+    gemm_ops: dict  # op name -> its GemmOp
     attention: tuple  # (attention.Component of a KV component, layers)
     prefill_tokens: bool  # prompt tokens run these layers (and their prefill attention)
     quant_widths: tuple  # (columns of each quantised GEMM input, layers) per op (quant_widths)
@@ -132,30 +137,33 @@ class LayerPricer:
             enc = m.layers_in("prefill")
             self.groups_prefill = (self._group(*enc, True, True),
                                    self._group(full[0] - enc[0], full[1] - enc[1], False, False))
-        step_ops = {op.name: op for op in ops.model_ops(m, lay, "decode")}
+        step_ops = ops.model_ops(m, lay, "decode")
         self.act = m.dtypes.activation_bytes
-        self.lm_head = GemmOp(step_ops["lm_head"], hw, prof, self.act)
+        self.lm_head = GemmOp(next(op for op in step_ops if op.name == "lm_head"), hw, prof, self.act)
+        self.tail_ops = _at_site(step_ops, "rows")  # LM head and sampler, once per rank
         self._fixed = {name: ops.op_layers(name, *full) for name in ops.BY_NAME}
         self._corrections = bool(prof.op_scale or prof.op_fixed)  # `corrected` changes nothing without them
         self._ranks: dict = {}
         self._streams: dict = {}  # (op class, columns) -> stream_seconds_at
         self._engrams: dict[float, tuple[float, float, float]] = {}  # tokens -> Engram seconds, flops, bytes
         self._tails: dict[float, tuple] = {}  # logit rows -> LM head and sampler records
-        self.engram = bool(m.engram_layers)
-        self.quant_dtype = m.dtypes.compute
 
     def _group(self, n_dense: int, n_moe: int, first: bool, prefill_tokens: bool) -> Group:
         cx = self.cx
         m = cx.model
         n_layers = n_dense + n_moe
-        listed = ops.layer_gemms(m, cx.layout, n_dense, n_moe)
-        gemms = tuple(GemmOp(op, cx.hw, cx.prof, m.dtypes.activation_bytes) for op in listed)
+        listed = ops.step_ops(m, cx.layout, n_dense, n_moe)
+        token_ops = sorted(_at_site(listed, "tokens"), key=lambda pair: RANK_ORDER.index(pair[0].name))
+        weights = tuple(op for op, _ in token_ops if op.gemms)
+        gemms = {op.name: GemmOp(op, cx.hw, cx.prof, m.dtypes.activation_bytes) for op in weights}
         scale = n_layers / m.num_layers
         dtype = m.dtypes.attention_compute_dtype
         layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype),
                         max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
-        widths = quant_widths(listed, m.hidden_size, cx.prof) if m.dtypes.activations not in QUANTIZED else ()
-        return Group(n_dense, n_moe, gemms, layers if n_layers else (), prefill_tokens, widths, first)
+        widths = quant_widths(weights, m.hidden_size, cx.prof)
+        return Group(n_dense, n_moe, tuple(token_ops), _at_site(listed, "work"),
+                     _at_site(listed, "first") if first else (), gemms, layers if n_layers else (), prefill_tokens,
+                     widths, first)
 
     def corrected(self, name: str, sec: float, phase: str, layers: int) -> float:
         """Fitted per-op corrections: seconds x op_scale + op_fixed x layers, where the op has work.
@@ -184,9 +192,12 @@ class LayerPricer:
                         _add(out, *rec)
                 else:  # the same sums, added up once per token count (fresh lists: corrections and _add change them)
                     out = dict(zip(names, map(list, sums)))
-            self._attention(out, g, w)
-            if g.first and tokens > 0 and self.engram:
-                _add(out, "engram", *self._engram_at(tokens))
+            for op, fn in g.work_ops:
+                for rec in fn(self, g, op, w):
+                    _add(out, *rec)
+            if tokens > 0:
+                for op, fn in g.first_ops:
+                    _add(out, op.name, *self._engram_at(g, op, fn, tokens))
         rows = dec_tokens + w.pre_seqs  # positions whose logits are computed: every decode token, each chunk's last
         if rows > 0:
             for rec in self._tail_at(rows):
@@ -213,14 +224,12 @@ class LayerPricer:
         return hit if hit is not None else memo_get(self._tails, rows, lambda: self._tail(rows))
 
     def _tail(self, rows: float) -> tuple[tuple[str, float, float, float], ...]:
-        nbytes = sample_bytes(self.cx.model, rows)
-        return (("lm_head", *self.lm_head.at(rows)),
-                ("sample", self._stream("sample", nbytes, rows, self.cx.model.vocab_size, 2), 0.0, nbytes))
+        return tuple(rec for op, fn in self.tail_ops for rec in fn(self, op, rows))
 
-    def _engram_at(self, tokens: float) -> tuple[float, float, float]:
-        """_engram at `tokens` tokens on the rank, remembered."""
+    def _engram_at(self, g: Group, op: ops.ModelOp, fn, tokens: float) -> tuple[float, float, float]:
+        """The Engram's price (prices.engram) at `tokens` tokens on the rank, remembered."""
         hit = self._engrams.get(tokens)
-        return hit if hit is not None else memo_get(self._engrams, tokens, lambda: self._engram(tokens))
+        return hit if hit is not None else memo_get(self._engrams, tokens, lambda: fn(self, g, op, tokens))
 
     def stream_seconds(self, op_class: str, nbytes: float, rows: float, cols: float) -> float:
         """elementwise.stream_seconds of one kernel, its curve bound once per (op class, columns)."""
@@ -229,70 +238,20 @@ class LayerPricer:
             seconds = self._streams[op_class, cols] = stream_seconds_at(self.cx.hw, self.cx.prof, op_class, cols)
         return seconds(nbytes, rows)
 
-    def _stream(self, op_class: str, nbytes: float, rows: float, cols: float, kernels: int = 1) -> float:
+    def stream(self, op_class: str, nbytes: float, rows: float, cols: float, kernels: int = 1) -> float:
         """Seconds of `kernels` bandwidth-bound kernels moving `nbytes` together."""
         return self.stream_seconds(op_class, nbytes, rows, cols) + (kernels - 1) * self.cx.prof.op_fixed_s
 
     def _layer_ops(self, g: Group, tokens: float) -> list[tuple[str, float, float, float]]:
         """(name, seconds, flops, bytes) of every per-layer op of group g at `tokens` tokens on the
-        rank, over its layers, in the order they add up."""
-        cx = self.cx
-        m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
-        n, h = g.n_layers, m.hidden_size
+        rank, over its layers, in the order they add up (RANK_ORDER)."""
         out: list[tuple[str, float, float, float]] = []
-        for op in g.gemms:
-            out.append((op.name, *op.at(tokens)))
-        nb = norm_bytes(m, tokens)
-        latent = (m.attention.q_lora_rank is not None) + (m.attention.kv_lora_rank is not None)
-        out.append(("norm", self._stream("norm", nb, tokens, h, 2 + latent) * n, 0.0, nb * n))
-        nb = rope_bytes(m, tokens, lay.tp)
-        out.append(("rope", self._stream("rope", nb, tokens, h) * n, 0.0, nb * n))
-        dt = self.quant_dtype
-        op_class = f"quantize.{dt}"
-        for widths, layers in g.quant_widths:
-            sec = nb = 0  # (both sums in one loop, in sum()'s order)
-            for k in widths:
-                qb = quantize_bytes(tokens, k, dt, self.act)
-                sec += self._stream(op_class, qb, tokens, k)
-                nb += qb
-            out.append(("quantize", sec * layers, 0.0, nb * layers))
-        if m.hc_mult > 1:  # mHC before attention and before the FFN: pre (mix in) + post (mix out)
-            pre, post = (mhc_bytes(tokens, h, m.hc_mult, part, self.act) for part in ("pre", "post"))
-            sec = 2.0 * (self._stream("mhc.pre", pre, tokens, h) + self._stream("mhc.post", post, tokens, h))
-            out.append(("mhc", sec * n, 0.0, 2.0 * (pre + post) * n))
-        if lay.tp > 1:
-            ar = allreduce_seconds(hw, prof, tokens * h * self.act, lay.tp)
-            out.append(("attn.allreduce", ar * n, 0.0, 0.0))
-            out.append(("ffn.allreduce", ar * n, 0.0, 0.0))
+        for op, fn in g.ops:
+            out += fn(self, g, op, tokens)
         return out
 
-    def _attention(self, out: dict, g: Group, w) -> None:
-        one_kernel = self.cx.model.attention.kind in attn.ONE_KERNEL_DECODE
-        if one_kernel and w.dec_seqs > 0:
-            _add(out, "attn.core", *attn.decode_layers(g.attention, w.dec_seqs, w.dec_ctx, self.q))
-        for comp, layers in g.attention:
-            if w.dec_seqs > 0 and not one_kernel:
-                _add(out, "attn.core", *comp.decode(w.dec_seqs, w.dec_ctx, self.q, layers))
-            if g.prefill_tokens and w.chunks:
-                _add(out, "attn.core", *comp.prefill(w.chunks, layers))
-
-    def _engram(self, tokens: float) -> tuple[float, float, float]:
-        """Seconds, flops, bytes of the Engram rows (V4.1): per token, one row per Engram layer from
-        tables split over the EP group, so (ep - 1) / ep of them come over NVLink, at once with the
-        local HBM gather."""
-        cx = self.cx
-        m, lay, hw = cx.model, cx.layout, cx.hw
-        per_layer = tokens * m.extra_bytes_per_token / m.engram_layers
-        ep = lay.ep_size
-        remote = per_layer * (ep - 1) / ep
-        sec = self._stream("engram", per_layer - remote, tokens, m.extra_bytes_per_token / m.engram_layers)
-        if remote > 0:
-            nv = self._engram_link
-            sec = max(sec, nv.alpha_s + remote / (hw.scaleup_bw * nv.bw_eff))
-        return sec * m.engram_layers, 0.0, per_layer * m.engram_layers
-
     @cached_property
-    def _engram_link(self):
+    def engram_link(self):
         """The NVLink latency and bandwidth the remote Engram rows move at (the low-latency dispatch's)."""
         return self.cx.prof.a2a_params("low_latency", "nvlink", self.cx.layout.ep_size, "dispatch")
 
@@ -301,6 +260,11 @@ class LayerPricer:
         cx = self.cx
         nbytes = tokens * cx.model.hidden_size * self.act
         return nbytes / (cx.hw.scaleup_bw * efficiency.memory(cx.prof, nbytes)) + cx.prof.op_fixed_s
+
+
+def _at_site(listed: tuple[ops.ModelOp, ...], site: str) -> tuple[tuple[ops.ModelOp, object], ...]:
+    """(op, its price function) of the ops in `listed` priced at `site` (prices.Price.site)."""
+    return tuple((op, PRICES[op.name].fn) for op in listed if PRICES[op.name].site == site)
 
 
 def _with_sums(recs: list[tuple[str, float, float, float]]) -> tuple[list, tuple]:

@@ -9,7 +9,8 @@ overlap is sim/cost/dbo.py; speculation verifies 1 + d tokens per sequence and a
 
 A step (sim/cost/batch.py) is a few distinct per-rank works, each run by some of the DP ranks.
 The ops of a layer group (rackplan/specs/ops.py) are priced once per distinct work in plain
-floats (sim/cost/layer.py); the routed experts and the all-to-all see the global token count.
+floats (sim/cost/layer.py); the routed experts and the all-to-all see the global token count. Every
+op of the op list is priced by the function registered under its name (sim/cost/prices.py).
 `StepModel` holds what a layout's prices depend on besides the batch, built once per
 `CostContext`. A `RankBatch` (per-sequence chunks, as measured steps have them) reduces to a
 `Step`: one set of formulas.
@@ -30,13 +31,14 @@ from . import efficiency
 from .alltoall import A2APhase, a2a_phase
 from .batch import RankBatch, RankWork, Step
 from .draft import drafter
-from .elementwise import route_bytes
+from .elementwise import stream_seconds_at
 from .host import HostModel, HostTime
 from .imbalance import imbalance_curve
 from .layer import RANK_MEMO, LayerPricer, memo_get
 from .memory import offloaded_bytes
-from .moe import distinct_experts_busiest, expert_work, holder_hit_probability, physical_experts_per_rank, tile_load
-from .roofline import Op, StepCost, price
+from .moe import distinct_experts_busiest, expert_work, holder_hit_probability, physical_experts_per_rank
+from .prices import PRICES, EPSide, EPWork
+from .roofline import Op, StepCost
 
 __all__ = ["CostContext", "RankBatch", "RankWork", "Step", "StepCost", "StepModel", "step_cost", "op_layers",
            "decode_step", "prefill_step", "RANK_MEMO", "price_key"]
@@ -97,15 +99,20 @@ class StepModel:
     def __init__(self, cx: CostContext):
         self.cx = cx = replace(cx)  # a copy that does not cache this model: no reference cycle
         m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
-        self.q = 1.0 + (lay.speculation.num_tokens if lay.speculation else 0)
+        self.q = float(lay.queries_per_step)
         self.layers = LayerPricer(cx, self.q)
-        self.replicated = lay.dp == 1 and lay.tp > 1  # TP: every rank holds the step's tokens
         step_ops = {op.name: op for op in ops.model_ops(m, lay, "decode")}
-        self.drafter = drafter(m, lay, step_ops["draft"].layers) if "draft" in step_ops else None
+        # the EP group's ops (op, price function) in list order, and whether an all-to-all is among them
+        # (not under TP, where every rank holds the step's tokens, nor without EP)
+        self._ep_ops = tuple((name, PRICES[name].fn) for name in step_ops if PRICES[name].site == "ep")
+        self.all_to_all = "moe.dispatch" in step_ops
+        self._step_ops = tuple((op, PRICES[op.name].fn) for op in step_ops.values() if PRICES[op.name].site == "step")
+        self.drafter = drafter(m, lay, step_ops["draft"].layers, self.all_to_all) if "draft" in step_ops else None
         self.imbalance = imbalance_curve(m.moe.top_k, m.moe.num_experts, lay.ep_size, cx.skew,
                                          lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
                                          hw.gpus_per_node, m.moe.num_groups)
         self._a2a: dict[tuple[str, str], A2APhase | None] = {}
+        self._sides: dict[str, EPSide] = {}  # all-to-all kernel -> what the EP ops are priced with
         # high-throughput dispatch: copies a rank receives per token-expert pair (one per rank hit)
         self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
         self._moes: dict = {}
@@ -125,13 +132,6 @@ class StepModel:
         off = offloaded_bytes(m, lay)
         self.offload_s = off / (hw.host_link_bw * efficiency.memory(prof, off)) if off else 0.0
         self.gap_s = prof.eager_kernel_gap_s * prof.host.kernels_per_layer  # per layer of an eager step
-        # the routed experts' kernel: its peak, its efficiency curves bound to one expert's GEMM (n, k:
-        # fixed per layout, moe.expert_work) and its routing's op class
-        compute = m.dtypes.expert_compute_dtype
-        dtype = efficiency.kernel_dtype(m.dtypes.expert_weights, compute)  # the curves of the kernel that runs
-        _, _, _, n, k = expert_work(m, 1.0, 1.0, lay.moe_tp)
-        self._experts = (hw.flops_for(compute), efficiency.experts_at(prof, dtype, n, k, hw.num_sms),
-                         f"moe.route.{dtype}")
         self.local_experts = physical_experts_per_rank(m, lay)  # the experts kernel's local experts (tile_load)
 
     def variant(self, layout: Layout) -> "StepModel":
@@ -146,12 +146,28 @@ class StepModel:
         return new
 
     def a2a(self, kernel: str, phase: str) -> A2APhase | None:
+        """The all-to-all's dispatch or combine phase with `kernel` (None: the op list has none)."""
         key = (kernel, phase)
         if key not in self._a2a:
             cx = self.cx
-            self._a2a[key] = None if self.replicated else a2a_phase(cx.model, cx.layout, cx.hw, cx.prof, phase,
-                                                                     kernel)
+            self._a2a[key] = a2a_phase(cx.model, cx.layout, cx.hw, cx.prof, phase, kernel) if self.all_to_all else None
         return self._a2a[key]
+
+    def ep_side(self, kernel: str) -> EPSide:
+        """What the EP ops are priced with in a step of all-to-all `kernel`: the expert GEMM's efficiency
+        curves bound to its shape (n, k: fixed per layout, moe.expert_work), the routing's stream curve,
+        the all-to-all's phases."""
+        side = self._sides.get(kernel)
+        if side is None:
+            cx = self.cx
+            m, hw, prof = cx.model, cx.hw, cx.prof
+            side = EPSide(m, hw, prof, cx.layout.moe_tp, self.local_experts)
+            _, _, _, n, k = expert_work(m, 1.0, 1.0, side.moe_tp)
+            side = self._sides[kernel] = side._replace(
+                experts_curve=efficiency.experts_at(prof, side.kernel_dtype(), n, k, hw.num_sms),
+                route_stream=stream_seconds_at(hw, prof, f"moe.route.{side.kernel_dtype()}", m.hidden_size),
+                dispatch=self.a2a(kernel, "dispatch"), combine=self.a2a(kernel, "combine"))
+        return side
 
     # -- the EP group --------------------------------------------------------------------------------
     def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
@@ -172,24 +188,23 @@ class StepModel:
         return f if f > 1.0 else 1.0
 
     def _price_moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
+        """The EP ops of the op list (prices.py, site "ep") on the busiest EP rank's work, over `n_moe` layers
+        (ops the list lacks: 0 s)."""
         cx = self.cx
-        m, hw, prof, lay = cx.model, cx.hw, cx.prof, cx.layout
+        m, lay = cx.model, cx.layout
         ep = self.ep_size
         f = self.imbalance_at(t_global, n_moe, z)
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
         distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
-        flops, nbytes, rows, _, _ = expert_work(m, busiest, distinct, lay.moe_tp)
-        peak, experts_eff, route_class = self._experts
         tokens_in = self._tokens_in(t_max, busiest, kernel)  # token copies the rank's MoE layer takes in
-        load = tile_load(tokens_in, m.moe.top_k, self.local_experts)  # what the kernel's tile choice reads
-        t_exp = price(flops, nbytes, peak, experts_eff(rows, flops, load), hw, prof)
-        h = m.hidden_size
-        r_bytes = route_bytes(tokens_in, m.hidden_size, m.dtypes.activation_bytes)
-        t_route = self.layers.stream_seconds(route_class, r_bytes, t_max, h)
         send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
-        disp, comb = self.a2a(kernel, "dispatch"), self.a2a(kernel, "combine")
-        t_disp = disp.seconds(send) if disp else 0.0
-        t_comb = comb.seconds(send) if comb else 0.0
+        side = self._sides.get(kernel) or self.ep_side(kernel)
+        w = EPWork(busiest, distinct, tokens_in, t_max, send)
+        got = {name: fn(side, w) for name, fn in self._ep_ops}
+        t_exp, flops, nbytes = got["moe.experts"]
+        t_route, _, r_bytes = got["moe.route"]
+        t_disp = got["moe.dispatch"][0] if "moe.dispatch" in got else 0.0
+        t_comb = got["moe.combine"][0] if "moe.combine" in got else 0.0
         fix = self.layers.corrected
         return (n_moe, fix("moe.experts", t_exp * n_moe, phase, n_moe), fix("moe.route", t_route * n_moe, phase, n_moe),
                 fix("moe.dispatch", t_disp * n_moe, phase, n_moe), fix("moe.combine", t_comb * n_moe, phase, n_moe),
@@ -200,30 +215,16 @@ class StepModel:
         low-latency dispatch writes them in expert order (and the combine reduces them), the copies
         the high-throughput dispatch delivers (one per token and rank: pairs x ep p_rank / k), or,
         without an all-to-all (TP, one GPU), every token of the step."""
-        if self.replicated or self.ep_size == 1:
-            return t_rank
-        if kernel == "low_latency":
+        if not self.all_to_all or kernel == "low_latency":
             return t_rank
         return pairs * self.copies_per_pick
 
-    def _draft(self, step: Step) -> list:
-        """The drafter of a step with decode sequences, priced on its busiest rank."""
-        d = self.drafter
-        if d is None:
-            return []
-        rows = [w.dec_seqs * d.rows_per_seq for w in step.works]
-        if max(rows) <= 0:
-            return []
-        cx = self.cx
-        disp, comb = self.a2a("low_latency", "dispatch"), self.a2a("low_latency", "combine")
-
-        def a2a_s(tokens):
-            return (disp.seconds(tokens) if disp else 0.0) + (comb.seconds(tokens) if comb else 0.0)
-
-        total = sum(r * n for r, n in zip(rows, step.ranks))
-        sec, fl, by = d.seconds(cx.hw, cx.prof, cx.hw.flops_for(cx.model.dtypes.compute), max(rows), total, a2a_s)
+    def _step_extras(self, step: Step) -> list:
+        """The op list's once-per-step ops (prices.py, site "step": the drafter), corrected."""
         phase = "prefill" if step.has_prefill else "decode"
-        return [("draft", self.layers.corrected("draft", sec, phase, d.passes), fl, by)]
+        fix = self.layers.corrected
+        return [(name, fix(name, sec, phase, op.layers), fl, by)
+                for op, fn in self._step_ops for name, sec, fl, by in fn(self, op, step)]
 
     # -- the step --------------------------------------------------------------------------------------
     def device(self, step: Step, z: float = 0.0) -> Device:
@@ -243,9 +244,9 @@ class StepModel:
         for _, t_exp, t_route, t_disp, t_comb, *_ in moe:
             group_s += t_exp + t_route + t_disp + t_comb
         total = slowest + group_s
-        if self.drafter is None:
+        if not self._step_ops:
             return Device(rank_ops, moe, [], total, KERNEL[has_pre], work)
-        extra = self._draft(step)
+        extra = self._step_extras(step)
         return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), KERNEL[has_pre], work)
 
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
@@ -300,11 +301,10 @@ class StepModel:
         ev = self._evaluate(step, z)
         dev = ev.device
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in dev.rank_ops.items()]
-        a2a = self.a2a(dev.kernel, "dispatch") is not None
         for n_moe, t_exp, t_route, t_disp, t_comb, flops, nbytes, r_bytes in dev.moe:
             ops_ += [Op("moe.route", "mem", t_route, 0.0, r_bytes, n_moe),
                      Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe)]
-            if a2a:
+            if self.all_to_all:
                 ops_ += [Op("moe.dispatch", "comm", t_disp, count=n_moe),
                          Op("moe.combine", "comm", t_comb, count=n_moe)]
         ops_ += [Op(name, ops.BY_NAME[name].kind, sec, fl, by) for name, sec, fl, by in dev.extra]

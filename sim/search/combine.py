@@ -216,8 +216,9 @@ def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, 
 
 
 def _decode_tokens(dec: DecodeUnit, top: int) -> int:
-    q = 1 + (dec.layout.speculation.num_tokens if dec.layout.speculation else 0)
-    return int(dec.batches[top] * q)
+    """The largest decode step's tokens per rank at the chosen batch (the layout's max_decode_tokens once the
+    batch is its max_batch_per_rank)."""
+    return int(dec.layout.decode_tokens(dec.batches[top]))
 
 
 def aggregated(agg: DecodeUnit, st: Setting) -> Iterator[Candidate]:

@@ -33,7 +33,7 @@ def decode_figures(model, hw, profile, layout: Layout, load, batch: float, ctx_m
     step of `batch` sequences per rank at mean context `ctx_mean` under routing load `load`."""
     cx = CostContext(model, hw, layout, profile, load)
     step = decode_step(cx, batch, batch * ctx_mean)
-    tokens_global = batch * layout.dp * (1.0 + (layout.speculation.num_tokens if layout.speculation else 0))
+    tokens_global = batch * layout.dp * float(layout.queries_per_step)
     return cx.step_model.imbalance(tokens_global), step.period_s / layout.tokens_per_step
 
 

@@ -261,7 +261,7 @@ def _idle_frontend(layout: Layout, costs: list[StepCost]) -> bool:
 def price_aggregated(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...]) -> DecodeUnit | None:
     """Step tables of an aggregated instance: decode batch b plus the prefill chunk that keeps up."""
     acc = layout.tokens_per_step
-    q = 1.0 + (layout.speculation.num_tokens if layout.speculation else 0)
+    q = float(layout.queries_per_step)
     limit = min(kv_batch_limit(pr, layout, tr), layout.max_batch_per_rank)
     rows, costs = [], []
     for b in (b for b in grid if b <= limit):

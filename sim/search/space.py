@@ -139,8 +139,7 @@ def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout, tokens: int = 0) ->
     kv = kv_capacity_tokens(model, hw, layout)
     if kv < 1.0:
         return False
-    drafts = layout.speculation.num_tokens if layout.speculation else 0
-    return tokens <= 0 or longest_admitted(kv, block_tokens(model.attention.kind), drafts) >= tokens
+    return tokens <= 0 or longest_admitted(kv, block_tokens(model.attention.kind), layout.queries_per_step) >= tokens
 
 
 def longest(wl: Workload) -> tuple[int, int]:
