@@ -149,4 +149,4 @@ def _with_warm(reqs: Requests, warm) -> Requests:
     blocks = ((),) * w + tuple(reqs.blocks) if reqs.blocks is not None else None
     priority = cat(np.zeros(w), reqs.priority) if reqs.priority is not None else None
     return Requests(cat(np.full(w, np.nan), reqs.arrival_s), cat(warm.isl, reqs.isl), cat(warm.left, reqs.osl),
-                    cat(np.zeros(w), reqs.cached), blocks, reqs.block_size, priority)
+                    cat(np.zeros(w), reqs.cached), blocks, reqs.block_size, priority=priority)
