@@ -18,7 +18,17 @@ import simpy
 
 from rackplan.economics import busy_share
 from rackplan.policy import EngineCore, Router, block_tokens, capacity_blocks
-from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload, load_hardware, load_model
+from rackplan.specs import (
+    HardwareSpec,
+    ModelSpec,
+    Plan,
+    Profile,
+    Scenario,
+    SpecError,
+    Workload,
+    load_hardware,
+    load_model,
+)
 from rackplan.specs.layout import Layout
 
 from .aggregated import AggregatedInstance
@@ -103,7 +113,8 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
 class _Deployment:
     """Builds the instances of a plan inside one SimPy environment and routes requests."""
 
-    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog, seed: int = 0):
+    def __init__(self, env, sc: Scenario, reqs: Requests, log: RequestLog, seed: int = 0):
+        plan, model, hw, prof, wl = sc.plan, sc.model, sc.hw, sc.profile, sc.workload
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
         self.kv_link = kv_link(model, hw, prof, plan.gpus_used <= hw.domain_size)
@@ -288,12 +299,12 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                   num_requests: int | None = None, seed: int | None = None) -> SimResult:
+def simulate_specs(sc: Scenario, num_requests: int | None = None, seed: int | None = None) -> SimResult:
     """Simulate `plan` serving `num_requests` requests of `workload` (default: the workload's count)
     with explicit spec objects (what-if studies pass edited ones); every request runs to the end,
     and the summary is measured over the steady-state window (sim/steady.py)."""
-    return _simulate(plan, model, hw, workload, profile, make_requests(workload, num_requests, seed), False, seed)
+    workload = sc.workload
+    return _simulate(sc, make_requests(workload, num_requests, seed), False, seed)
 
 
 MIN_STEADY = 1000  # requests of a steady-state run at least (closed loop: MIN_CLOSED, 10 per concurrent)
@@ -309,8 +320,7 @@ PRECISE = {"output_tps_per_gpu": 1.0, "ttft_p90_s": 4.0, "tpot_p90_s": 4.0}
 PRECISION = 0.01  # `simulate` and `whatif`: standard errors at most 1% of the throughput, 4% of the p90s
 
 
-def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                    seed: int | None = None, first: int | None = None, most: int = MAX_STEADY,
+def simulate_steady(sc: Scenario, seed: int | None = None, first: int | None = None, most: int = MAX_STEADY,
                     precision: float | None = None, run=None) -> SimResult:
     """Simulate long enough to judge steady state: start with `first` requests (default: the
     workload's count), and while the run never settled (sim/steady.py: warm-up not over in its
@@ -322,6 +332,7 @@ def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wo
     not restarted (sim/continued.py; `run`: a ContinuedRun to go on with, which the caller
     closes); closed loops rerun from empty. Every run is seeded alike, so a run of the same
     `first` and `most` repeats exactly."""
+    workload = sc.workload
     from .continued import ContinuedRun
 
     closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
@@ -329,12 +340,11 @@ def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wo
             first or workload.num_requests)
     own = run is None and not closed
     if own:
-        run = ContinuedRun(plan, model, hw, workload, profile, seed)
+        run = ContinuedRun(sc, seed)
     try:
         while True:
             if closed:
-                res = _simulate(plan, model, hw, workload, profile, make_requests(workload, min(n, most), seed), True,
-                                seed)
+                res = _simulate(sc, make_requests(workload, min(n, most), seed), True, seed)
             else:
                 res = run.result(min(n, most))
             if res.metrics["num_requests"] < min(n, most) or n >= most:
@@ -436,15 +446,15 @@ def pools_of(plan: Plan) -> Pools:
                  sum(lay.total_gpus for lay in plan.decode))
 
 
-def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool, seed: int | None = None) -> SimResult:
+def _simulate(sc: Scenario, reqs: Requests, settle: bool, seed: int | None = None) -> SimResult:
     """One run of `reqs` from empty pools; with `settle`, an open-loop run judged unstable when
     arrivals end is not drained (its latencies mean nothing; its throughput window is complete)."""
+    plan, model, hw, workload = sc.plan, sc.model, sc.hw, sc.workload
     check_requests_fit(plan, model, hw, workload, reqs)
     log = RequestLog(len(reqs))
     closed = workload.arrival.kind == "concurrency"
     with _no_cyclic_gc():
-        run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed,
-                   workload.seed if seed is None else seed)
+        run = _run(sc, reqs, log, settle and not closed, workload.seed if seed is None else seed)
     return summary(plan, workload, log, reqs.isl, reqs.osl, run, 0)
 
 
@@ -469,11 +479,12 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
     return res
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
+def _run(sc: Scenario, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
     """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
     draws (sim/pricer.py)."""
+    plan, workload = sc.plan, sc.workload
     env = simpy.Environment()
-    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
+    dep = _Deployment(env, sc, reqs, log, seed)
     if workload.arrival.kind == "concurrency":
         nxt = iter(range(len(reqs)))
         dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]
@@ -528,7 +539,7 @@ def _settles(env, head, arrivals: np.ndarray, disaggregated: bool) -> bool:
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,
              seed: int | None = None) -> SimResult:
     """Simulate `plan` (its model and hardware loaded by name) serving `workload`."""
-    return simulate_specs(plan, load_model(plan.model), load_hardware(plan.hardware), workload, profile,
+    return simulate_specs(Scenario(plan, load_model(plan.model), load_hardware(plan.hardware), workload, profile),
                           num_requests, seed)
 
 

@@ -23,6 +23,7 @@ from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.interrupts import in_background
 from rackplan.specs import (
+    Scenario,
     SpecError,
     load_hardware,
     load_model,
@@ -179,7 +180,7 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
     con.print(f"[dim]simulated {m['duration_s']:.1f} s of traffic[/]")
 
 
-def planner_choice(plan, model, hw, workload, profile) -> dict:
+def planner_choice(sc: Scenario) -> dict:
     """What the planner's analytic estimate (no simulation: `rackplan plan --no-simulate`) chooses for the
     plan's model, hardware, GPU budget, workload, SLOs and profile, among deployments of the plan's kind
     (disaggregated or aggregated: half the search's cost, so it runs beside the simulation): {"summary",
@@ -190,6 +191,7 @@ def planner_choice(plan, model, hw, workload, profile) -> dict:
     from ..search import planner
     from ..search.space import SearchSpace
 
+    plan, model, hw, workload, profile = sc.plan, sc.model, sc.hw, sc.workload, sc.profile
     objective = "latency" if workload.arrival.kind == "concurrency" else "throughput"
     kind = "disaggregated" if plan.disaggregated else "aggregated"
     space = replace(SearchSpace(), disaggregated=plan.disaggregated, aggregated=not plan.disaggregated)
@@ -223,8 +225,9 @@ def choice_line(plan, result, choice: dict) -> str:
             f"simulator); `rackplan plan` verifies its choice")
 
 
-def write_report(path: str, plan, model, hw, workload, profile, result) -> None:
+def write_report(path: str, sc: Scenario, result) -> None:
     """report.html of this run (sim/htmlreport.py), written whole or not at all."""
+    plan, model, hw, workload, profile = sc.plan, sc.model, sc.hw, sc.workload, sc.profile
     from rackplan.outputs import Outputs
 
     from ..commands.explain import explain
@@ -269,21 +272,23 @@ def run(args) -> int:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
     t0 = time.perf_counter()
-    with in_background(planner_choice, plan, model, hw, workload, profile) as choice:  # beside the simulation
+    with in_background(planner_choice, Scenario(plan, model, hw, workload, profile)) as choice:  # beside the simulation
         if args.requests is not None:
-            result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
+            result = simulate_specs(Scenario(plan, model, hw, workload, profile), num_requests=args.requests,
+                                    seed=args.seed)
         elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
             n = int(plan.predicted["sim_requests"])
             check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
-            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
+            result = simulate_steady(Scenario(plan, model, hw, workload, profile), seed=args.seed, first=n, most=n)
         else:
-            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
+            result = simulate_steady(Scenario(plan, model, hw, workload, profile), seed=args.seed, precision=PRECISION,
+                                     most=most)
         chosen = choice()
     wall = time.perf_counter() - t0
     seed = workload.seed if args.seed is None else args.seed
     eco = economics.of_metrics(hw, prices, result.metrics)
     if args.report:  # before stdout, which may be a pipe closed early (`| head`)
-        write_report(args.report, plan, model, hw, workload, profile, result)
+        write_report(args.report, Scenario(plan, model, hw, workload, profile), result)
     if args.json:
         doc = json.loads(report_json(plan, workload, profile, seed, result, eco))
         sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")
