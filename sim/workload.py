@@ -93,7 +93,7 @@ def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float, fi
     cached = np.floor(isl * wl.prefix_hit_rate).astype(np.int64)
     cached = np.minimum(cached, isl - 1)  # at least one token is always computed
     return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached, blocks,
-                    trace.block_size if blocks is not None else 0, priority)
+                    trace.block_size if blocks is not None else 0, priority=priority)
 
 
 STREAM_CHUNK = 8192  # requests a stream draws at a time (each chunk from its own seeded generator)
