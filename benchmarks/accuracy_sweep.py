@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rackplan.accuracy.cases import deep_merge, load_cases, resolve  # noqa: E402
 from rackplan.accuracy.predict import rates_per_gpu  # noqa: E402
 from rackplan.sim.simulator import simulate_specs  # noqa: E402
-from rackplan.specs import SpecError, load_hardware, load_profile  # noqa: E402
+from rackplan.specs import Scenario, SpecError, load_hardware, load_profile  # noqa: E402
 
 OVERRIDABLE = ("model_overrides", "plan")
 
@@ -53,7 +53,8 @@ def sweep(case_id: str, concurrencies: list[int], profile: str | None, requests:
     for conc in concurrencies:
         sc = resolve(replace(case, workload={**case.workload, "arrival": {"kind": "concurrency", "concurrency": conc}}),
                      None)
-        m = simulate_specs(sc.plan, sc.model, sc.hw, sc.workload, prof, requests or case.num_requests, seed).metrics
+        m = simulate_specs(Scenario(sc.plan, sc.model, sc.hw, sc.workload, prof), requests or case.num_requests,
+                           seed).metrics
         rates = rates_per_gpu(m, closed_loop=True)  # over the whole run, as the bench reports it
         out.append({"concurrency": conc, "profile": prof.name, "total_tps": rates["total"] * m["num_gpus"],
                     "output_tps_per_gpu": rates["output"], "tpot_p50_s": m["tpot_p50_s"],

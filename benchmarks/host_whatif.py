@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from rackplan.sim.search import whatif
 from rackplan.sim.search.whatif_command import baseline_specs, study, table, write_outputs
-from rackplan.specs import load_plan
+from rackplan.specs import Scenario, load_plan
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SYNC = ("host.async_scheduling", [False])
@@ -37,7 +37,7 @@ KNOBS = [  # one study each; the baseline is the plan as written (async scheduli
 ]
 
 
-def exposure(base: whatif.Specs, plan) -> None:
+def exposure(base: Scenario, plan) -> None:
     sync = whatif.apply(base, "host.async_scheduling", False)
     print(f"{'batch/rank':>10s} {'GPU ms':>8s} {'host ms':>8s} {'host/GPU':>8s} {'exposed async':>13s} "
           f"{'exposed sync':>12s} {'API ms':>7s}")
@@ -48,7 +48,7 @@ def exposure(base: whatif.Specs, plan) -> None:
               f"{s['host_exposed_ms']:12.2f} {_api(base, plan, b):7.2f}")
 
 
-def _cost(specs: whatif.Specs, plan, b: int):
+def _cost(specs: Scenario, plan, b: int):
     from rackplan.sim.cost.step import CostContext, decode_step
     from rackplan.sim.search.estimate import traffic_of
 

@@ -22,6 +22,7 @@ from rackplan.specs import (
     Layout,
     LengthDist,
     Plan,
+    Scenario,
     Workload,
     load_hardware,
     load_model,
@@ -70,7 +71,7 @@ def row(make_plan, router, util, wl, prof):
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     cap = validate_plan(plan, model, hw)["prefill[0]"] * plan.prefill[0].dp
     t0 = time.perf_counter()
-    res = simulate_specs(plan, model, hw, wl, prof)
+    res = simulate_specs(Scenario(plan, model, hw, wl, prof))
     wall = time.perf_counter() - t0
     s = res.sessions
     later = [t for t in s["per_turn"] if t["turn"] > 1]

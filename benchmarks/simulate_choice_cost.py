@@ -14,7 +14,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the CLI runs them (rack
 
 from rackplan.sim.commands.simulate import planner_choice  # noqa: E402
 from rackplan.sim.simulator import MAX_STEADY, PRECISION, max_requests, simulate_steady  # noqa: E402
-from rackplan.specs import load_hardware, load_model, load_plan, load_workload, resolve_profile  # noqa: E402
+from rackplan.specs import Scenario, load_hardware, load_model, load_plan, load_workload, resolve_profile  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -28,10 +28,11 @@ def main(argv=None) -> int:
     print(f"{'run':>4} {'simulate s CPU':>15} {'planner estimate s CPU':>23}  planner's choice")
     for i in range(args.repeat):
         t = time.process_time()
-        simulate_steady(plan, model, hw, wl, prof, precision=PRECISION, most=min(MAX_STEADY, max_requests(4.0)))
+        simulate_steady(Scenario(plan, model, hw, wl, prof), precision=PRECISION,
+                        most=min(MAX_STEADY, max_requests(4.0)))
         sim = time.process_time() - t
         t = time.process_time()
-        c = planner_choice(plan, model, hw, wl, prof)
+        c = planner_choice(Scenario(plan, model, hw, wl, prof))
         est = time.process_time() - t
         what = c.get("error") or f"{c['summary']} at {c['figure']:,.0f} {c['unit']} (same layout: {c['same_layout']})"
         print(f"{i + 1:>4} {sim:15.2f} {est:23.2f}  {what}")

@@ -20,7 +20,7 @@ from array import array
 import numpy as np
 import simpy
 
-from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, Workload
+from rackplan.specs import Scenario
 
 from .metrics import RequestLog, SimResult
 from .simulator import MAX_STEADY, _Deployment, _no_cyclic_gc, _settles, check_requests_fit, summary, validate_plan
@@ -33,12 +33,12 @@ TAIL_STEP = 0.5  # the tail runs on this share of the cool-down (p90 E2E) at a t
 class ContinuedRun:
     """One open-loop deployment at one rate, simulated as far as asked so far (module docstring)."""
 
-    def __init__(self, plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                 seed: int | None = None, limit: int = MAX_STEADY):
+    def __init__(self, sc: Scenario, seed: int | None = None, limit: int = MAX_STEADY):
+        plan, model, hw, workload = sc.plan, sc.model, sc.hw, sc.workload
         self.plan, self.model, self.hw, self.workload = plan, model, hw, workload
         self.stream = RequestStream(workload, seed, limit)
         seed = workload.seed if seed is None else seed
-        warm = warm_sequences(plan, model, hw, profile, workload, validate_plan(plan, model, hw), seed)
+        warm = warm_sequences(sc, validate_plan(plan, model, hw), seed)
         self.warm = len(warm) if warm is not None else 0
         first = self._next()
         head = _with_warm(first, warm) if warm is not None else first
@@ -46,7 +46,7 @@ class ContinuedRun:
         self.arrival = array("d", first.arrival_s.tolist())  # [N] arrival seconds of the drawn requests
         self.log = RequestLog(len(head))
         self.env = simpy.Environment()
-        self.dep = _Deployment(self.env, plan, model, hw, profile, workload, head, self.log, seed)
+        self.dep = _Deployment(self.env, sc, head, self.log, seed)
         if warm is not None:
             seat(self.dep.decoders, warm, 0, self.log)
         self.work = 0  # requests + steps simulated so far (the run's CPU cost, deterministically)

@@ -24,6 +24,7 @@ from rackplan.specs import (
     ModelSpec,
     Plan,
     Profile,
+    Scenario,
     SpecError,
     Workload,
     load_hardware,
@@ -118,7 +119,8 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
 class _Deployment:
     """Builds the instances of a plan inside one SimPy environment and routes requests."""
 
-    def __init__(self, env, plan, model, hw, prof, wl, reqs: Requests, log: RequestLog, seed: int = 0):
+    def __init__(self, env, sc: Scenario, reqs: Requests, log: RequestLog, seed: int = 0):
+        plan, model, hw, prof, wl = sc.plan, sc.model, sc.hw, sc.profile, sc.workload
         self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
         self.model, self.hw, self.prof = model, hw, prof
         self.kv_link = plan_kv_link(plan, model, hw, prof)  # (mixed hardware: sim/mixed.py)
@@ -318,19 +320,18 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def simulate_requests(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                      reqs: Requests, seed: int | None = None) -> SimResult:
-    """Simulate `plan` serving the given requests (drawn elsewhere: a schedule's interval, sim/search/schedule.py),
-    every one run to the end; `workload` names them and says whether the loop is closed."""
-    return _simulate(plan, model, hw, workload, profile, reqs, False, seed)
+def simulate_requests(sc: Scenario, reqs: Requests, seed: int | None = None) -> SimResult:
+    """Simulate `sc.plan` serving the given requests (drawn elsewhere: a schedule's interval, sim/search/schedule.py),
+    every one run to the end; `sc.workload` names them and says whether the loop is closed."""
+    return _simulate(sc, reqs, False, seed)
 
 
-def simulate_specs(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                   num_requests: int | None = None, seed: int | None = None) -> SimResult:
+def simulate_specs(sc: Scenario, num_requests: int | None = None, seed: int | None = None) -> SimResult:
     """Simulate `plan` serving `num_requests` requests of `workload` (default: the workload's count)
     with explicit spec objects (what-if studies pass edited ones); every request runs to the end,
     and the summary is measured over the steady-state window (sim/steady.py)."""
-    return _simulate(plan, model, hw, workload, profile, make_requests(workload, num_requests, seed), False, seed)
+    workload = sc.workload
+    return _simulate(sc, make_requests(workload, num_requests, seed), False, seed)
 
 
 MIN_STEADY = 1000  # requests of a steady-state run at least (closed loop: MIN_CLOSED, 10 per concurrent)
@@ -346,8 +347,7 @@ PRECISE = {"output_tps_per_gpu": 1.0, "ttft_p90_s": 4.0, "tpot_p90_s": 4.0}
 PRECISION = 0.01  # `simulate` and `whatif`: standard errors at most 1% of the throughput, 4% of the p90s
 
 
-def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                    seed: int | None = None, first: int | None = None, most: int = MAX_STEADY,
+def simulate_steady(sc: Scenario, seed: int | None = None, first: int | None = None, most: int = MAX_STEADY,
                     precision: float | None = None, run=None) -> SimResult:
     """Simulate long enough to judge steady state: start with `first` requests (default: the
     workload's count), and while the run never settled (sim/steady.py: warm-up not over in its
@@ -359,22 +359,22 @@ def simulate_steady(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wo
     not restarted (sim/continued.py; `run`: a ContinuedRun to go on with, which the caller
     closes); closed loops rerun from empty. Every run is seeded alike, so a run of the same
     `first` and `most` repeats exactly."""
+    workload = sc.workload
     from .continued import ContinuedRun
 
     if workload.sessions is not None:  # later turns arrive as earlier ones end: one run, drained
         n = min(first or workload.num_requests, most)
-        return _simulate(plan, model, hw, workload, profile, make_requests(workload, n, seed), False, seed)
+        return _simulate(sc, make_requests(workload, n, seed), False, seed)
     closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
     n = max(max(MIN_CLOSED, 10 * workload.arrival.concurrency) if closed else MIN_STEADY,
             first or workload.num_requests)
     own = run is None and not closed
     if own:
-        run = ContinuedRun(plan, model, hw, workload, profile, seed)
+        run = ContinuedRun(sc, seed)
     try:
         while True:
             if closed:
-                res = _simulate(plan, model, hw, workload, profile, make_requests(workload, min(n, most), seed), True,
-                                seed)
+                res = _simulate(sc, make_requests(workload, min(n, most), seed), True, seed)
             else:
                 res = run.result(min(n, most))
             if res.metrics["num_requests"] < min(n, most) or n >= most:
@@ -476,15 +476,15 @@ def pools_of(plan: Plan) -> Pools:
                  sum(lay.total_gpus for lay in plan.decode))
 
 
-def _simulate(plan, model, hw, workload, profile, reqs: Requests, settle: bool, seed: int | None = None) -> SimResult:
+def _simulate(sc: Scenario, reqs: Requests, settle: bool, seed: int | None = None) -> SimResult:
     """One run of `reqs` from empty pools; with `settle`, an open-loop run judged unstable when
     arrivals end is not drained (its latencies mean nothing; its throughput window is complete)."""
+    plan, model, hw, workload = sc.plan, sc.model, sc.hw, sc.workload
     check_requests_fit(plan, model, hw, workload, reqs)
     log = RequestLog(len(reqs))
     closed = workload.arrival.kind == "concurrency"
     with _no_cyclic_gc():
-        run = _run(plan, model, hw, workload, profile, reqs, log, settle and not closed,
-                   workload.seed if seed is None else seed)
+        run = _run(sc, reqs, log, settle and not closed, workload.seed if seed is None else seed)
     res = summary(plan, workload, log, reqs.isl, reqs.osl, run, 0)
     if reqs.sessions is not None:
         figures = session_figures(reqs, run.cached, log.first_token - log.arrival, log.finish - log.arrival)
@@ -517,13 +517,14 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
     return res
 
 
-def _run(plan, model, hw, workload, profile, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
+def _run(sc: Scenario, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
     """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
     draws (sim/pricer.py)."""
+    plan, workload = sc.plan, sc.workload
     env = simpy.Environment()
     if reqs.sessions is not None:  # [sessions] the prompts' blocks at the engine's block size
-        reqs = with_blocks(reqs, block_tokens(model.attention.kind))
-    dep = _Deployment(env, plan, model, hw, profile, workload, reqs, log, seed)
+        reqs = with_blocks(reqs, block_tokens(sc.model.attention.kind))
+    dep = _Deployment(env, sc, reqs, log, seed)
     if reqs.sessions is not None:
         dep.on_request_done = NextTurns(env, dep.submit, reqs.sessions)
     if workload.arrival.kind == "concurrency":
@@ -580,7 +581,7 @@ def _settles(env, head, arrivals: np.ndarray, disaggregated: bool) -> bool:
 def simulate(plan: Plan, workload: Workload, profile: Profile, num_requests: int | None = None,
              seed: int | None = None) -> SimResult:
     """Simulate `plan` (its model and hardware loaded by name) serving `workload`."""
-    return simulate_specs(plan, load_model(plan.model), load_hardware(plan.hardware), workload, profile,
+    return simulate_specs(Scenario(plan, load_model(plan.model), load_hardware(plan.hardware), workload, profile),
                           num_requests, seed)
 
 

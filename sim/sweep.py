@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from rackplan.specs import (
     SLO,
+    Scenario,
     SpecError,
     load_hardware,
     load_model,
@@ -154,7 +155,7 @@ def _load(kind: str, name: str):
 
 
 def specs_of(grid: Grid, cell: Cell):
-    """(plan or None, whatif.Specs with the cell's changes): SpecError on an unknown name or key."""
+    """(plan or None, Scenario with the cell's changes): SpecError on an unknown name or key."""
     from .search import whatif
     from .search.verify import at_rate
 
@@ -169,7 +170,7 @@ def specs_of(grid: Grid, cell: Cell):
     elif plan is not None and cell.workload is None and "request_rate" in plan.predicted:
         wl = at_rate(wl, plan.predicted["request_rate"])  # the load the planner verified, as `simulate` does
     profile = resolve_profile(None, plan.profile if plan else None, hw)
-    return plan, whatif.changed_specs(whatif.Specs(model, hw, profile, wl, plan), cell.change)
+    return plan, whatif.changed_specs(Scenario(plan, model, hw, wl, profile), cell.change)
 
 
 def check(grid: Grid, todo: list[Cell]) -> None:
@@ -195,7 +196,7 @@ def _simulate(grid: Grid, plan, specs) -> dict:
     from .simulator import PRECISION
 
     plan = specs.plan or plan
-    res = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, grid.requests, grid.seed,
+    res = run_simulation(Scenario(plan, specs.model, specs.hw, specs.workload, specs.profile), grid.requests, grid.seed,
                          precision=None if grid.requests else PRECISION)
     m = res.metrics
     source = f"simulator, {grid.requests} requests" if grid.requests else "simulator, steady state"

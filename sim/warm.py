@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rackplan.specs import Scenario
+
 from .cost.step import CostContext
 from .expert_load import routing_load
 from .pricer import StepPricer
@@ -63,9 +65,10 @@ def steady_occupancy(pricer: StepPricer, ranks: int, rate_rps: float, steps_mean
     return lo
 
 
-def warm_sequences(plan, model, hw, profile, workload, caps: dict[str, float], seed: int) -> Warm | None:
+def warm_sequences(sc: Scenario, caps: dict[str, float], seed: int) -> Warm | None:
     """The sequences to seat on each decode instance of a disaggregated open-loop plan (None for
     aggregated plans and closed loops). `caps`: KV tokens per rank per pool entry (validate_plan)."""
+    plan, workload = sc.plan, sc.workload
     if not plan.disaggregated or workload.arrival.kind != "poisson":
         return None
     pool = make_requests(workload, DRAWS, seed)
@@ -78,7 +81,8 @@ def warm_sequences(plan, model, hw, profile, workload, caps: dict[str, float], s
         age = rng.random(DRAWS)  # [DRAWS] share of its life already behind it
         done = np.minimum(np.floor(age * steps) * tps, pool.osl - 1)
         ctx_mean = dot(steps, pool.isl + done) / float(steps.sum())  # length-biased mean context
-        pricer = StepPricer.shared(CostContext(model, hw, lay, profile, routing_load(workload, model)))  # mean periods
+        load = routing_load(workload, sc.model)
+        pricer = StepPricer.shared(CostContext(sc.model, sc.hw, lay, sc.profile, load))  # mean periods
         kv_room = caps[f"decode[{i}]"] * lay.dp / (dot(steps, pool.isl + pool.osl) / float(steps.sum()))
         seats = WARM_FILL * min(lay.dp * lay.max_batch_per_rank, kv_room)
         n = steady_occupancy(pricer, lay.dp, workload.arrival.rate / instances, float(steps.mean()), ctx_mean, seats)

@@ -36,6 +36,7 @@ from rackplan.specs import (
     ModelSpec,
     Plan,
     Profile,
+    Scenario,
     SpecError,
     Workload,
     from_dict,
@@ -183,8 +184,9 @@ class Case:
 
 
 @dataclass(frozen=True)
-class Scenario:
-    """One side of a case, resolved into specs."""
+class CaseSide:
+    """One side of a case, resolved into specs: a scenario without its profile (`scenario`), and the instance
+    and step shape a stepped case prices."""
 
     model: ModelSpec
     hw: HardwareSpec
@@ -195,6 +197,10 @@ class Scenario:
     batch_per_rank: Optional[int]
     context_tokens: Optional[int]
     whatif: tuple[tuple[str, Any], ...] = ()  # `rackplan whatif` keys applied to this side
+
+    def scenario(self, prof: Profile) -> Scenario:
+        """The side's specs priced with `prof`."""
+        return Scenario(self.plan, self.model, self.hw, self.workload, prof)
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -233,7 +239,7 @@ def load_model_variant(name: str, overrides: dict, where: str) -> ModelSpec:
     return from_dict(ModelSpec, deep_merge(read_yaml(path), overrides), f"{where} (model {path.name})")
 
 
-def resolve(case: Case, overrides: dict | None = None) -> Scenario:
+def resolve(case: Case, overrides: dict | None = None) -> "CaseSide":
     """Specs for one side of `case` (`overrides` from a ratio side)."""
     where = f"case {case.id}"
     data = deep_merge({"plan": case.plan, "workload": case.workload, "instance": case.instance,
@@ -247,7 +253,7 @@ def resolve(case: Case, overrides: dict | None = None) -> Scenario:
         plan = from_dict(Plan, {"name": case.id, "model": case.model, "hardware": case.hardware, **data["plan"]},
                          where, "plan.")
     inst = from_dict(Layout, data["instance"], where, "instance.") if data["instance"] else None
-    return Scenario(model, hw, wl, plan, inst, data["tokens_per_rank"], data["batch_per_rank"],
+    return CaseSide(model, hw, wl, plan, inst, data["tokens_per_rank"], data["batch_per_rank"],
                     data["context_tokens"], tuple(data["whatif"].items()))
 
 

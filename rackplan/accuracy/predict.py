@@ -14,7 +14,7 @@ from rackplan.sim.search import whatif
 from rackplan.sim.simulator import simulate_specs
 from rackplan.specs import Plan, Profile, SpecError
 
-from .cases import Case, Scenario, resolve
+from .cases import Case, CaseSide, resolve
 
 
 def predict(case: Case, prof: Profile, seed: int, num_requests: int | None = None) -> float:
@@ -28,7 +28,7 @@ def predict(case: Case, prof: Profile, seed: int, num_requests: int | None = Non
 def _side(case: Case, prof: Profile, seed: int, overrides: dict | None, num_requests: int | None) -> float:
     sc = resolve(case, overrides)
     if sc.whatif:  # `rackplan whatif` keys on this side (e.g. host.prepare_scale)
-        specs = whatif.changed_specs(whatif.Specs(sc.model, sc.hw, prof, sc.workload, sc.plan), sc.whatif)
+        specs = whatif.changed_specs(sc.scenario(prof), sc.whatif)
         sc = replace(sc, model=specs.model, hw=specs.hw, workload=specs.workload, plan=specs.plan)
         prof = specs.profile
     if case.method == "simulate":
@@ -41,7 +41,7 @@ def _bad(case: Case, field: str, expected: str, got=None) -> SpecError:
         SpecError(f"case {case.id}", field, expected)
 
 
-def _prefill_chunks(case: Case, sc: Scenario) -> list[float]:
+def _prefill_chunks(case: Case, sc: CaseSide) -> list[float]:
     """A rank's prompts for one step: full prompts of the workload's ISL, then one partial chunk."""
     if sc.workload is None or sc.workload.isl.kind != "fixed":
         raise _bad(case, "workload.isl", "a fixed ISL for prefill_step")
@@ -50,7 +50,7 @@ def _prefill_chunks(case: Case, sc: Scenario) -> list[float]:
     return [float(isl)] * full + ([float(rest)] if rest else [])
 
 
-def _stepped(case: Case, sc: Scenario, prof: Profile) -> float:
+def _stepped(case: Case, sc: CaseSide, prof: Profile) -> float:
     lay, metric = sc.instance, case.metric
     skew = sc.workload.routing_skew if sc.workload is not None else 0.0
     cx = CostContext(sc.model, sc.hw, lay, prof, skew)
@@ -69,7 +69,7 @@ def _stepped(case: Case, sc: Scenario, prof: Profile) -> float:
     return _step_quantity(case, sc, step)
 
 
-def _step_quantity(case: Case, sc: Scenario, step: StepCost) -> float:
+def _step_quantity(case: Case, sc: CaseSide, step: StepCost) -> float:
     q = case.metric.quantity
     if q == "step_s":
         return step.seconds
@@ -107,8 +107,8 @@ def rates_per_gpu(m: dict, closed_loop: bool) -> dict[str, float]:
     return {"input": inp, "output": out, "total": inp + out}
 
 
-def _simulated(case: Case, sc: Scenario, prof: Profile, seed: int, num_requests: int) -> float:
-    res = simulate_specs(sc.plan, sc.model, sc.hw, sc.workload, prof, num_requests, seed)
+def _simulated(case: Case, sc: CaseSide, prof: Profile, seed: int, num_requests: int) -> float:
+    res = simulate_specs(sc.scenario(prof), num_requests, seed)
     m, metric = res.metrics, case.metric
     if metric.quantity == "throughput":
         per_gpu = rates_per_gpu(m, sc.workload.arrival.kind == "concurrency")[metric.tokens]

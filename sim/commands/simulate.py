@@ -29,6 +29,7 @@ from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.interrupts import in_background
 from rackplan.specs import (
+    Scenario,
     SpecError,
     load_hardware,
     load_model,
@@ -219,7 +220,7 @@ def session_table(fig: dict):
     return t
 
 
-def planner_choice(plan, model, hw, workload, profile) -> dict:
+def planner_choice(sc: Scenario) -> dict:
     """What the planner's analytic estimate (no simulation: `rackplan plan --no-simulate`) chooses for the
     plan's model, hardware, GPU budget, workload, SLOs and profile, among deployments of the plan's kind
     (disaggregated or aggregated: half the search's cost, so it runs beside the simulation): {"summary",
@@ -230,6 +231,7 @@ def planner_choice(plan, model, hw, workload, profile) -> dict:
     from ..search import planner
     from ..search.space import SearchSpace
 
+    plan, model, hw, workload, profile = sc.plan, sc.model, sc.hw, sc.workload, sc.profile
     if plan.prefill_hardware:
         return {"error": "not compared with the planner's choice: the planner searches one hardware kind per plan "
                 "(this plan's prefill pool runs on other hardware)"}
@@ -270,7 +272,7 @@ def code_version() -> str:
     return h.hexdigest()
 
 
-def _choice_file(plan, model, hw, workload, profile):
+def _choice_file(sc: Scenario):
     """Where the planner estimate of these inputs is remembered (None: no disk cache, see
     sim/cost/imbalance.cache_dir): a file named by a hash of the inputs (with a CPU rig's detected cores)
     and the code."""
@@ -281,16 +283,17 @@ def _choice_file(plan, model, hw, workload, profile):
     folder = cache_dir()
     if folder is None:
         return None
+    hw = sc.hw
     cores = hw.rank_cores if hw.kind == "cpu" else None  # a CPU rig's detected cores cap its ranks (core_share)
-    key = repr((plan, model, hw, cores, workload, profile, code_version())).encode()
+    key = repr((sc.plan, sc.model, hw, cores, sc.workload, sc.profile, code_version())).encode()
     return folder / "planner-estimate" / f"{hashlib.sha256(key).hexdigest()[:32]}.json"
 
 
-def remembered_choice(plan, model, hw, workload, profile) -> tuple[object, dict | None]:
+def remembered_choice(sc: Scenario) -> tuple[object, dict | None]:
     """(its cache file, the planner estimate an earlier `simulate` computed on exactly these inputs and
     code, or None): `planner_choice` is a pure function of them and costs seconds, so a later run reads
     it instead of computing it again beside the simulation."""
-    path = _choice_file(plan, model, hw, workload, profile)
+    path = _choice_file(sc)
     if path is None or not path.is_file():
         return path, None
     try:
@@ -333,8 +336,9 @@ def choice_line(plan, result, choice: dict) -> str:
             f"simulator); `rackplan plan` verifies its choice")
 
 
-def write_report(path: str, plan, model, hw, workload, profile, result) -> None:
+def write_report(path: str, sc: Scenario, result) -> None:
     """report.html of this run (sim/htmlreport.py), written whole or not at all."""
+    plan, model, hw, workload, profile = sc.plan, sc.model, sc.hw, sc.workload, sc.profile
     from rackplan.outputs import Outputs
 
     from ..commands.explain import explain
@@ -383,18 +387,19 @@ def run(args) -> int:
         check_request_budget(args.requests, args.memory_gib)
     most = min(MAX_STEADY, max_requests(args.memory_gib))  # steady-state runs grow up to this many requests
     t0 = time.perf_counter()
-    where, known = remembered_choice(plan, model, hw, workload, profile)
-    beside = in_background(planner_choice, plan, model, hw, workload, profile) if known is None \
+    sc = Scenario(plan, model, hw, workload, profile)
+    where, known = remembered_choice(sc)
+    beside = in_background(planner_choice, sc) if known is None \
         else nullcontext(lambda: known)  # the estimate beside the simulation, unless an earlier run made it
     with beside as choice:
         if args.requests is not None:
-            result = simulate_specs(plan, model, hw, workload, profile, num_requests=args.requests, seed=args.seed)
+            result = simulate_specs(sc, num_requests=args.requests, seed=args.seed)
         elif planned and "sim_requests" in plan.predicted:  # what the planner verified, run as it ran: same figures
             n = int(plan.predicted["sim_requests"])
             check_request_budget(n, args.memory_gib, "plan.predicted.sim_requests")
-            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, first=n, most=n)
+            result = simulate_steady(sc, seed=args.seed, first=n, most=n)
         else:
-            result = simulate_steady(plan, model, hw, workload, profile, seed=args.seed, precision=PRECISION, most=most)
+            result = simulate_steady(sc, seed=args.seed, precision=PRECISION, most=most)
         chosen = choice()
     if known is None:
         remember_choice(where, chosen)
@@ -402,7 +407,7 @@ def run(args) -> int:
     seed = workload.seed if args.seed is None else args.seed
     eco = economics.of_plan_metrics(plan, hw, args, result.metrics, result.utilisation)
     if args.report:  # before stdout, which may be a pipe closed early (`| head`)
-        write_report(args.report, plan, model, hw, workload, profile, result)
+        write_report(args.report, sc, result)
     if args.json:
         doc = json.loads(report_json(plan, workload, profile, seed, result, eco))
         sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rackplan.specs import Workload
+from rackplan.specs import Scenario, Workload
 
 from .combine import Candidate
 from .verify import LIVE_REQUEST_GPUS, UTIL_MAX, Check, confirm, first_requests, max_rate
@@ -220,14 +220,14 @@ def _confirm_best(req, plan_of, points: list[Candidate], out: dict, done: set) -
                                     default=0.0):
             return
         done.add(id(c))
-        out[id(c)] = Verified(c, confirm(plan_of(c), req.model, req.hw, req.workload, req.profile,
+        out[id(c)] = Verified(c, confirm(Scenario(plan_of(c), req.model, req.hw, req.workload, req.profile),
                                          out[id(c)].check, req.slo, req.seed))
 
 
 def _max_rate(req, plan_of, c: Candidate, osl_p90: float, give_up_rps: float = 0.0, **kw) -> Check:
-    return max_rate(plan_of(c), req.model, req.hw, req.workload, req.profile,
-                    min(c.rate_rps, c.capacity_rps), req.slo, req.sim_requests, req.seed,
-                    first_probe(c, c.rate_rps, osl_p90), bound_rps=c.capacity_rps, give_up_rps=give_up_rps, **kw)
+    return max_rate(Scenario(plan_of(c), req.model, req.hw, req.workload, req.profile), min(c.rate_rps, c.capacity_rps),
+                    req.slo, req.sim_requests, req.seed, first_probe(c, c.rate_rps, osl_p90), bound_rps=c.capacity_rps,
+                    give_up_rps=give_up_rps, **kw)
 
 
 def p90_output_length(workload: Workload) -> float:

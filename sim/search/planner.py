@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Literal
 
 from rackplan.interrupts import process_map
-from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Workload
+from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Scenario, Workload
 
 from . import combine, economy, front
 from . import space as sp
@@ -113,7 +113,7 @@ def _price(task: tuple[str, Layout]):
 
 def _probe(task):
     plan, model, hw, workload, prof, rate, slo, n, seed, first = task
-    return check_at(plan, model, hw, workload, prof, rate, slo, n, seed, first)
+    return check_at(Scenario(plan, model, hw, workload, prof), rate, slo, n, seed, first)
 
 
 def _pmap(fn, tasks: list, req: Request, init_args: tuple, stage: str, advance=None) -> list:

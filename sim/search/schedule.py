@@ -27,7 +27,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from rackplan.specs import Plan, SpecError, Workload
+from rackplan.specs import Plan, Scenario, SpecError, Workload
 from rackplan.specs.fields import check, non_negative, positive
 
 from ..workload import Requests
@@ -151,7 +151,7 @@ def probe(plan: Plan, specs, draw: Callable[[int], Requests], n: int, seed: int)
 
     model, hw, profile, wl = specs
     for k in range(LONGEST.bit_length()):
-        res = simulate_requests(plan, model, hw, wl, profile, draw(n << k), seed)
+        res = simulate_requests(Scenario(plan, model, hw, wl, profile), draw(n << k), seed)
         growth = max(res.stability.growth.values(), default=0.0)
         if (res.stable and res.stability.converged) or (not res.stable and growth >= CLEAR_GROWTH):
             break

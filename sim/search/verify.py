@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from rackplan.specs import SLO, Arrival, HardwareSpec, ModelSpec, Plan, Profile, Workload
+from rackplan.specs import SLO, Arrival, Scenario, Workload
 
 from ..request_classes import class_misses
 
@@ -49,8 +49,7 @@ PROBE_MOST = 200_000
 LIVE_REQUEST_GPUS = 150_000 * 72
 
 
-def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, profile: Profile,
-                   num_requests: int | None = None, seed: int | None = None, first: int | None = None,
+def run_simulation(sc: Scenario, num_requests: int | None = None, seed: int | None = None, first: int | None = None,
                    precision: float | None = None, most: int | None = None, run=None):
     """A steady-state simulation of `plan` on `workload` (the one call site): a SimResult.
     `num_requests`: exactly that many requests, drained; None: as many as steady state needs
@@ -59,19 +58,19 @@ def run_simulation(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Wor
     from ..simulator import MAX_STEADY, simulate_specs, simulate_steady
 
     if num_requests is not None:
-        return simulate_specs(plan, model, hw, workload, profile, num_requests=num_requests, seed=seed)
-    return simulate_steady(plan, model, hw, workload, profile, seed=seed, first=first, precision=precision,
-                           most=most or MAX_STEADY, run=run)
+        return simulate_specs(sc, num_requests=num_requests, seed=seed)
+    return simulate_steady(sc, seed=seed, first=first, precision=precision, most=most or MAX_STEADY, run=run)
 
 
-def open_run(plan: Plan, model, hw, workload: Workload, profile, seed: int | None):
+def open_run(sc: Scenario, seed: int | None):
     """A run of `plan` on `workload` that later probes at the same rate continue (None for closed
     loops, which rerun)."""
+    workload = sc.workload
     from ..continued import ContinuedRun
 
     if workload.arrival.kind == "concurrency":
         return None
-    return ContinuedRun(plan, model, hw, workload, profile, seed)
+    return ContinuedRun(sc, seed)
 
 
 def at_rate(workload: Workload, rate_rps: float) -> Workload:
@@ -197,24 +196,25 @@ class Check:
         return key, self.misses[key] / limits[key]
 
 
-def probe(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO,
+def probe(sc: Scenario, rate_rps: float, slo: SLO,
           num_requests: int | None, seed: int | None, first: int | None = None, longer: int = LONGER,
           most: int | None = None, run=None) -> Probe:
     """Simulate at `rate_rps` until steady state can be judged, and judge it; while a p90 is within
     its noise of the SLO, go on twice as long (`longer` times at most). `most`: requests of a
     steady-state run at most (default PROBE_MOST). `run`: a live run at this rate to continue
     (default: a new one); the probe keeps it (Probe.release drops it)."""
+    workload = sc.workload
     most = most or PROBE_MOST
     wl = at_rate(workload, rate_rps)
     if run is None and num_requests is None:
-        run = open_run(plan, model, hw, wl, profile, seed)
+        run = open_run(replace(sc, workload=wl), seed)
     before = run.work if run is not None else 0
-    res = run_simulation(plan, model, hw, wl, profile, num_requests, seed, first, most=most, run=run)
+    res = run_simulation(replace(sc, workload=wl), num_requests, seed, first, most=most, run=run)
     settled = int(res.metrics["num_requests"])
     for _ in range(longer if num_requests is None else 0):
         if not (res.stable and _undecided(res.metrics, slo)) or res.metrics["num_requests"] >= most:
             break
-        res = run_simulation(plan, model, hw, wl, profile, None, seed, 2 * int(res.metrics["num_requests"]),
+        res = run_simulation(replace(sc, workload=wl), None, seed, 2 * int(res.metrics["num_requests"]),
                              most=most, run=run)
     work = run.work - before if run is not None else _work(res)
     m = dict(res.metrics)
@@ -237,7 +237,7 @@ def _next_rate(lo: Probe | None, hi: float | None, last: Probe, bound_rps: float
     return last.rate_rps * STEP_DOWN
 
 
-def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float, slo: SLO,
+def max_rate(sc: Scenario, est_rps: float, slo: SLO,
              num_requests: int | None = None, seed: int | None = None, first: int | None = None,
              bound_rps: float = math.inf, give_up_rps: float = 0.0, tol: float = RATE_TOL,
              longer: int = LONGER, max_probes: int = MAX_PROBES, pilot: int = PILOT,
@@ -251,14 +251,15 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
     `ceiling_rps`: a rate already known to fail. No rate above UTIL_MAX of what a saturated pool
     served passes. `max_work`: no probe starts once the work so far and the last probe's again would
     exceed it (a coarser bisection)."""
+    plan, workload = sc.plan, sc.workload
     lo, hi, probes, rate, given_up, cap = None, ceiling_rps, [], est_rps, False, math.inf
     span_s = (first or 0) / max(est_rps, 1e-12)
     while len(probes) < max_probes:
         first = round(span_s * rate) if span_s else None
         if first and not probes and pilot > 1 and num_requests is None:
-            p = _piloted(plan, model, hw, workload, profile, rate, slo, seed, first, pilot, longer)
+            p = _piloted(sc, rate, slo, seed, first, pilot, longer)
         else:
-            p = probe(plan, model, hw, workload, profile, rate, slo, num_requests, seed, first, longer)
+            p = probe(sc, rate, slo, num_requests, seed, first, longer)
         probes.append(p)
         if p.passed and lo is not None:
             lo.release()  # only the highest passing probe's run may go on (confirm)
@@ -299,7 +300,7 @@ def max_rate(plan: Plan, model, hw, workload: Workload, profile, est_rps: float,
                  hi if hi is not None else math.inf, given_up)
 
 
-def _piloted(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO, seed: int | None,
+def _piloted(sc: Scenario, rate_rps: float, slo: SLO, seed: int | None,
              first: int, pilot: int, longer: int) -> Probe:
     """Estimates run hot: one run of first / `pilot` requests finds a saturating pool cheaply. A
     pilot that settled (warm-started runs mostly do: sim/warm.py) and whose p90s are clear of the
@@ -309,20 +310,20 @@ def _piloted(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float
 
     short = max(MIN_STEADY, first // pilot)
     if short >= first:
-        return probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer)
-    p0 = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, short, 0, most=short)
+        return probe(sc, rate_rps, slo, None, seed, first, longer)
+    p0 = probe(sc, rate_rps, slo, None, seed, short, 0, most=short)
     if p0.over_capacity and p0.metrics.get("window_steps", 0.0) >= MIN_WINDOW_STEPS:
         p0.judged = False
         return p0
     if p0.stable and p0.metrics.get("converged", 0.0) and not _undecided(p0.metrics, slo) \
             and p0.metrics.get("window_steps", 0.0) >= MIN_WINDOW_STEPS:
         return p0
-    p = probe(plan, model, hw, workload, profile, rate_rps, slo, None, seed, first, longer, run=p0.run)
+    p = probe(sc, rate_rps, slo, None, seed, first, longer, run=p0.run)
     p.work += p0.work  # the pilot's run goes on: the probe's first `short` requests are the pilot's
     return p
 
 
-def confirm(plan: Plan, model, hw, workload: Workload, profile, chk: Check, slo: SLO, seed: int | None,
+def confirm(sc: Scenario, chk: Check, slo: SLO, seed: int | None,
             factor: int = CONFIRM) -> Check:
     """Run a verified rate again `factor` times as long: a queue near saturation can pass a short
     run by luck. The longer run's figures become the reported ones; when it fails, the bisection
@@ -332,21 +333,20 @@ def confirm(plan: Plan, model, hw, workload: Workload, profile, chk: Check, slo:
         return chk
     live = next((q.run for q in chk.probes if q.run is not None and q.rate_rps == chk.rate_rps
                  and q.requests == chk.requests), None)  # go on from the verified run when it is still live
-    p = probe(plan, model, hw, workload, profile, chk.rate_rps, slo, None, seed, factor * chk.requests, 0, run=live)
+    p = probe(sc, chk.rate_rps, slo, None, seed, factor * chk.requests, 0, run=live)
     chk.release()
     p.release()
     if p.passed:
         return Check(p.rate_rps, p.metrics, True, {}, chk.probes + [p], True, p.requests, chk.ceiling_rps)
-    below = max_rate(plan, model, hw, workload, profile, UTIL_MAX * p.rate_rps, slo, None, seed, p.requests,
-                     pilot=1, ceiling_rps=p.rate_rps)
+    below = max_rate(sc, UTIL_MAX * p.rate_rps, slo, None, seed, p.requests, pilot=1, ceiling_rps=p.rate_rps)
     below.probes[:0] = chk.probes + [p]
     return below
 
 
-def check_at(plan: Plan, model, hw, workload: Workload, profile, rate_rps: float, slo: SLO,
+def check_at(sc: Scenario, rate_rps: float, slo: SLO,
              num_requests: int | None = None, seed: int | None = None, first: int | None = None) -> Check:
     """One probe at a fixed rate (min-gpus / latency objectives serve a given load)."""
-    p = probe(plan, model, hw, workload, profile, rate_rps, slo, num_requests, seed, first)
+    p = probe(sc, rate_rps, slo, num_requests, seed, first)
     p.release()
     return Check(p.rate_rps, p.metrics, p.passed, p.misses, [p], p.stable, p.requests)
 

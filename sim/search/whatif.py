@@ -22,7 +22,8 @@ Keys (`--set KEY=V1,V2,...`):
   model.<dotted.field>    e.g. model.moe.top_k, model.hidden_size
   profile.<field>         any Profile number, e.g. profile.mem_eff, profile.host.dp_jitter
   workload.<dotted.field> e.g. workload.prefix_hit_rate
-Specs are frozen: each change is a dataclasses.replace, so every __post_init__ check applies.
+A study changes a Scenario (rackplan/specs/scenario.py), frozen: each change is a dataclasses.replace, so every
+__post_init__ check applies.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import sys
 import typing
 from dataclasses import dataclass
 
-from rackplan.specs import HardwareSpec, ModelSpec, Plan, Profile, SpecError, Workload
+from rackplan.specs import Plan, Scenario, SpecError
 from rackplan.specs.fields import convert
 from rackplan.specs.reading import number
 
@@ -51,17 +52,6 @@ HOST_SCALES = {"scheduler_scale": "host.schedule", "prepare_scale": "host.prepar
 METRICS = ("ttft_p90_s", "tpot_p90_s", "output_tps_per_gpu", "tps_per_user", "request_rate", "served_rps",
            "usd_per_m_output_tokens", "output_tps_per_mw", "joules_per_output_token")  # the last three: economics
 LATENCY = ("ttft_p90_s", "tpot_p90_s", "tps_per_user")  # not compared where a pool saturates
-
-
-@dataclass(frozen=True)
-class Specs:
-    """The spec objects one simulation uses."""
-
-    model: ModelSpec
-    hw: HardwareSpec
-    profile: Profile
-    workload: Workload
-    plan: Plan | None = None  # the plan as changed by host.* layout keys (None: unchanged)
 
 
 def parse_value(text: str):
@@ -104,7 +94,7 @@ def _replace_path(obj, path: list[str], value, key: str):
     return dataclasses.replace(obj, **{path[0]: _replace_path(inner, path[1:], value, key)})
 
 
-def apply(specs: Specs, key: str, value) -> Specs:
+def apply(specs: Scenario, key: str, value) -> Scenario:
     """The specs with one change; unknown keys and out-of-range values are SpecErrors."""
     if key in ALIASES:
         field, factor = ALIASES[key]
@@ -134,14 +124,14 @@ def apply(specs: Specs, key: str, value) -> Specs:
     return dataclasses.replace(specs, **{attr: changed})
 
 
-def _scale_host(specs: Specs, parts: tuple[str, ...], value, key: str) -> Specs:
+def _scale_host(specs: Scenario, parts: tuple[str, ...], value, key: str) -> Scenario:
     """Host parts' costs multiplied by `value` (>= 0)."""
     scale = number(value, "--set", key, lo=0)  # a finite factor >= 0 (NaN and inf refused)
     prof = specs.profile.with_host(lambda hp: hp.scaled(parts, scale))
     return dataclasses.replace(specs, profile=prof)
 
 
-def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
+def _apply_host(specs: Scenario, name: str, value, key: str) -> Scenario:
     """host.<part>_scale on the profile, or a host setting on every layout of the plan."""
     if name in HOST_SCALES:
         return _scale_host(specs, (HOST_SCALES[name],), value, key)
@@ -162,7 +152,7 @@ def _apply_host(specs: Specs, name: str, value, key: str) -> Specs:
     return dataclasses.replace(specs, plan=dataclasses.replace(plan, **pools))
 
 
-def _apply_pool(specs: Specs, pool: str, name: str, value, key: str) -> Specs:
+def _apply_pool(specs: Scenario, pool: str, name: str, value, key: str) -> Scenario:
     """A Layout field (dotted) on every instance of one pool of the plan; `mtp` sets speculation to
     that many draft tokens as the planner's search tries them (0: none)."""
     plan = specs.plan
@@ -208,7 +198,7 @@ def combinations(sets: list[tuple[str, list]]) -> list[tuple[tuple[str, object],
     return [tuple(zip(keys, vals, strict=False)) for vals in itertools.product(*[v for _, v in sets])]
 
 
-def changed_specs(base: Specs, combo) -> Specs:
+def changed_specs(base: Scenario, combo) -> Scenario:
     """The specs with every change of `combo`; an EPLB policy first, so that redundant experts set
     beside it never meet the plan's policy 'none' (which refuses them) whatever the --set order."""
     out = base
@@ -283,7 +273,7 @@ class Row:
 SPLIT = ("gpu_ms", "host_exposed_ms", "api_wait_ms")  # where a decode step's time goes
 
 
-def step_split(specs: Specs, plan: Plan, batch: int | None = None) -> dict[str, float]:
+def step_split(specs: Scenario, plan: Plan, batch: int | None = None) -> dict[str, float]:
     """Where one decode step's time goes, in ms: device, exposed host (sim/cost/host.py), waiting for
     the API server (plus all host work, hidden or not, and the API server's own seconds per step);
     the plan's first decode (else aggregated) instance at `batch` sequences per rank

@@ -25,7 +25,7 @@ from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int, refuse_unused
 from rackplan.interrupts import process_map
 from rackplan.outputs import Outputs, prepare_folder
-from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
+from rackplan.specs import Scenario, SpecError, load_hardware, load_model, load_plan, load_workload, resolve_profile
 
 from ..expert_load import with_expert_load
 from ..simulator import PRECISION
@@ -96,7 +96,7 @@ def check_bounds(args, plan, sets) -> None:
                       "SLOs allow; --rate sets the load a plan is re-simulated at)")
 
 
-def baseline_specs(args, plan) -> whatif.Specs:
+def baseline_specs(args, plan) -> Scenario:
     wl_ref = args.workload or plan.workload
     if wl_ref is None:
         raise SpecError("", "workload", "a workload (--workload, or one named in the plan)")
@@ -106,10 +106,10 @@ def baseline_specs(args, plan) -> whatif.Specs:
     if rate and wl.arrival.kind == "poisson":
         wl = at_rate(wl, rate)
     prof = resolve_profile(args.profile, plan.profile, plan.hardware, args.profile_any_hardware)
-    return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), prof, wl, plan)
+    return Scenario(plan, load_model(plan.model), load_hardware(plan.hardware), wl, prof)
 
 
-def first_requests(plan, base: whatif.Specs) -> int | None:
+def first_requests(plan, base: Scenario) -> int | None:
     """The run length of the plan's verification, scaled to the baseline's rate (None: none known)."""
     n, rate = plan.predicted.get("sim_requests"), plan.predicted.get("request_rate")
     if not n or not rate or base.workload.arrival.kind != "poisson":
@@ -122,7 +122,8 @@ def _simulate(task) -> whatif.Row:
     specs = whatif.changed_specs(base, combo)
     if not replan:
         plan = specs.plan or plan
-        res = run_simulation(plan, specs.model, specs.hw, specs.workload, specs.profile, n, seed, first, PRECISION)
+        res = run_simulation(Scenario(plan, specs.model, specs.hw, specs.workload, specs.profile), n, seed, first,
+                             PRECISION)
         return whatif.Row(combo, whatif.steady_metrics(res) | whatif.step_split(specs, plan, batch))
     req = planner.Request(specs.model, specs.hw, specs.profile, specs.workload, plan.num_gpus, plan.slo,
                           plan.model, plan.hardware, plan.workload or specs.workload.name, plan.profile,
@@ -137,7 +138,7 @@ def _simulate(task) -> whatif.Row:
     return whatif.Row(combo, metrics, res.plan)
 
 
-def study(plan, base: whatif.Specs, sets, replan=False, num_requests=None, seed=None, workers=1, batch=None):
+def study(plan, base: Scenario, sets, replan=False, num_requests=None, seed=None, workers=1, batch=None):
     """(baseline row, one row per combination); deterministic for any worker count."""
     combos = whatif.combinations(sets)
     first = first_requests(plan, base)
@@ -196,7 +197,7 @@ SYMLOG_ABOVE = 200.0  # % change: past this whatif.png's axis is symlog (linear 
 
 
 def write_outputs(folder: str | Path, baseline: whatif.Row, rows: list[whatif.Row], plan=None,
-                  base: whatif.Specs | None = None) -> None:
+                  base: Scenario | None = None) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     if plan is not None and base is not None:  # report.html: the deltas with error bars, the baseline's step

@@ -17,6 +17,7 @@ import pytest
 
 from rackplan.cli import COMMANDS, build_parser, main
 from rackplan.sim.search import whatif
+from rackplan.specs import Scenario
 
 pytestmark = pytest.mark.integration
 
@@ -130,8 +131,8 @@ def test_simulate_says_when_the_planner_would_choose_another_layout(tmp_path, ca
     assert main(["--requests", "200"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     plan = load_plan("v41-flash-gb300-nvl72")
-    choice = planner_choice(plan, load_model(plan.model), load_hardware(plan.hardware),
-                            load_workload(plan.workload), resolve_profile(None, None, plan.hardware))
+    choice = planner_choice(Scenario(plan, load_model(plan.model), load_hardware(plan.hardware),
+                                     load_workload(plan.workload), resolve_profile(None, None, plan.hardware)))
     assert not choice["same_layout"]
     line = next(x for x in out.split("planner: ")[1:])
     assert line.startswith("`rackplan plan` would not choose this layout")

@@ -10,6 +10,7 @@ import pytest
 from rackplan.sim.continued import ContinuedRun
 from rackplan.sim.simulator import simulate_steady
 from rackplan.sim.workload import STREAM_CHUNK, RequestStream
+from rackplan.specs import Scenario
 
 from .tiny_h200 import HW, MODEL, PLAN, PROF, WL
 
@@ -32,11 +33,11 @@ def test_a_streams_first_requests_do_not_depend_on_how_many_follow():
 
 
 def test_a_continued_run_measures_exactly_what_a_fresh_longer_run_does():
-    live = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
+    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
     short = live.result(1500)
     go_on = live.result(3000)
     live.close()
-    fresh = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
+    fresh = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
     long = fresh.result(3000)
     fresh.close()
     assert short.metrics["num_requests"] == 1500 and go_on.metrics["num_requests"] == 3000
@@ -53,12 +54,12 @@ def test_a_continued_run_measures_exactly_what_a_fresh_longer_run_does():
 
 
 def test_simulate_steady_goes_on_with_a_given_run():
-    live = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
-    simulate_steady(PLAN, MODEL, HW, WL, PROF, first=1200, most=1200, run=live)
+    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
+    simulate_steady(Scenario(PLAN, MODEL, HW, WL, PROF), first=1200, most=1200, run=live)
     before = live.work
-    res = simulate_steady(PLAN, MODEL, HW, WL, PROF, first=2400, run=live)
+    res = simulate_steady(Scenario(PLAN, MODEL, HW, WL, PROF), first=2400, run=live)
     live.close()
-    alone = simulate_steady(PLAN, MODEL, HW, WL, PROF, first=2400)
+    alone = simulate_steady(Scenario(PLAN, MODEL, HW, WL, PROF), first=2400)
     assert same(res.metrics, alone.metrics)
     assert 0 < before < live.work  # the second call only simulated what the first had not
 
@@ -68,7 +69,7 @@ def test_a_closed_run_is_freed_by_reference_counting():
     arrivals' process and its pending timeout hold each other: left suspended, they kept the whole
     run until a rare full collection; 576-GPU plan: peak RSS 240 -> 186 MB). The SimPy environment
     itself stays cyclic (its bound event classes refer to it); its queue holds no run state then."""
-    live = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
+    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
     collecting = gc.isenabled()
     gc.disable()
     try:

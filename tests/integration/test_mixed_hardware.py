@@ -19,7 +19,7 @@ from rackplan.sim.metrics import RequestLog
 from rackplan.sim.mixed import plan_kv_link, prefill_side
 from rackplan.sim.simulator import _Deployment, simulate_specs, validate_plan
 from rackplan.sim.workload import make_requests
-from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.specs import Scenario, SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
 from rackplan.specs.layout import Layout, Plan
 
 pytestmark = pytest.mark.integration
@@ -65,7 +65,7 @@ def test_each_pool_on_its_own_hardware(specs):
     # every request's transfer seconds in the simulator are the link's (same floats)
     wl = load_workload("agentic-chat")
     reqs = make_requests(wl, 50)
-    dep = _Deployment(simpy.Environment(), plan, model, hw, prof, wl, reqs, RequestLog(50))
+    dep = _Deployment(simpy.Environment(), Scenario(plan, model, hw, wl, prof), reqs, RequestLog(50))
     assert dep.front[0].pricer.cx.hw.name == "h200-sxm" and dep.decoders[0].pricer.cx.hw.name == "gb300-nvl72"
     want = 1e-3 + (np.asarray(reqs.isl, dtype=float) * 890.0 + 2_621_440) / 35e9
     assert np.allclose(np.asarray(dep.kv_s), want, rtol=1e-12)
@@ -75,7 +75,7 @@ def test_each_pool_on_its_own_hardware(specs):
 def test_cost_and_power_add_up_per_pool(specs):
     """A short run: each pool's GPUs at their own busy share and their hardware's draw and price."""
     plan, model, hw, prof = specs
-    res = simulate_specs(plan, model, hw, load_workload("agentic-chat"), prof, num_requests=200)
+    res = simulate_specs(Scenario(plan, model, hw, load_workload("agentic-chat"), prof), num_requests=200)
     args = Namespace(price_per_gpu_hour=None, kwh_price=None, pue=None, cost=None)
     eco = economics.of_plan_metrics(plan, hw, args, res.metrics, res.utilisation)
     h200 = load_hardware("h200-sxm")

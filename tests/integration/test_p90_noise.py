@@ -9,7 +9,7 @@ import pytest
 from rackplan.sim.metrics import autocorrelation_time, p90_standard_error
 from rackplan.sim.search.verify import at_rate, run_simulation, slo_misses
 from rackplan.sim.workload import make_requests
-from rackplan.specs import SLO
+from rackplan.specs import SLO, Scenario
 
 from .tiny_h200 import HW, MODEL, PLAN, PROF, WL
 
@@ -45,7 +45,7 @@ def test_bursty_run_near_saturation_gets_the_margin_of_its_effective_samples():
     wl = at_rate(WL, RATE)
     bursty = 0
     for seed in range(8):
-        res = run_simulation(PLAN, MODEL, HW, wl, PROF, N, seed)
+        res = run_simulation(Scenario(PLAN, MODEL, HW, wl, PROF), N, seed)
         if not res.stable:
             continue
         ttft = res.ttft_s[res.window.holds(make_requests(wl, N, seed).arrival_s)]  # [window requests]

@@ -8,7 +8,7 @@ import pytest
 from rackplan.cli import main
 from rackplan.sim.search import planner
 from rackplan.sim.search.verify import at_rate, run_simulation
-from rackplan.specs import load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.specs import Scenario, load_hardware, load_model, load_plan, load_profile, load_workload
 
 pytestmark = pytest.mark.integration
 TINY = ["plan", "--model", "tiny-moe", "--hardware", "cpu-local", "--gpus", "4", "--workload", "tiny-chat",
@@ -47,10 +47,11 @@ def test_plan_read_back_simulates_identically(planned):
     model, hw, prof = load_model(plan.model), load_hardware(plan.hardware), load_profile("datasheet")
     wl = at_rate(load_workload(plan.workload), plan.predicted["request_rate"])
     import json
-    again = json.dumps(run_simulation(plan, model, hw, wl, prof, 200, 1).metrics, sort_keys=True)  # NaN == NaN
+    again = json.dumps(run_simulation(Scenario(plan, model, hw, wl, prof), 200,
+                                      1).metrics, sort_keys=True)  # NaN == NaN
     from rackplan.specs import Plan, from_dict, to_dict
     copy = from_dict(Plan, to_dict(plan))
-    assert json.dumps(run_simulation(copy, model, hw, wl, prof, 200, 1).metrics, sort_keys=True) == again
+    assert json.dumps(run_simulation(Scenario(copy, model, hw, wl, prof), 200, 1).metrics, sort_keys=True) == again
 
 
 def test_only_feasible_plans_come_back(planned):

@@ -14,6 +14,7 @@ from rackplan.specs import (
     Layout,
     LengthDist,
     Plan,
+    Scenario,
     Workload,
     dump_yaml,
     load_hardware,
@@ -38,7 +39,7 @@ def test_round_robin_hit_rate_by_hand():
     """Round robin: instance 0 gets r0 A1, r2 B1, r4 A1', r6 B1'; instance 1 gets r1 A2, r3 B2, r5 A2', r7 B2'.
     First turns all miss (each instance meets A and B once); second turns hit their first turn's
     blocks: r4 6 blocks (3072), r5 6 (3072), r6 6 (3072), r7 5 (2560): 11776 of 24816 tokens."""
-    res = simulate_specs(two_prefill_plan("round_robin"), MODEL, HW, WL, PROF)
+    res = simulate_specs(Scenario(two_prefill_plan("round_robin"), MODEL, HW, WL, PROF))
     assert res.metrics["prefix_hit_rate"] == pytest.approx(11776 / PROMPT_TOKENS)
 
 
@@ -46,8 +47,8 @@ def test_prefix_aware_router_keeps_prefixes_together():
     """Prefix aware: queues are empty at every arrival, so a request goes where most of its blocks
     are: once A (or B) sits on an instance all of A's (B's) requests follow it, and each instance's
     hits equal one shared cache's: r1 2048, r3 2048, r4 3072, r5 3072, r6 3072, r7 2560 = 15872."""
-    rr = simulate_specs(two_prefill_plan("round_robin"), MODEL, HW, WL, PROF)
-    pa = simulate_specs(two_prefill_plan("prefix_aware"), MODEL, HW, WL, PROF)
+    rr = simulate_specs(Scenario(two_prefill_plan("round_robin"), MODEL, HW, WL, PROF))
+    pa = simulate_specs(Scenario(two_prefill_plan("prefix_aware"), MODEL, HW, WL, PROF))
     assert pa.metrics["prefix_hit_rate"] == pytest.approx(15872 / PROMPT_TOKENS)
     assert pa.metrics["prefix_hit_rate"] > rr.metrics["prefix_hit_rate"]
     # the hits are prefill work not done: A2 and B2 (4 cached blocks each) reach their first token sooner
@@ -58,7 +59,7 @@ def test_prefix_aware_router_keeps_prefixes_together():
 def test_aggregated_instance_caches_too():
     plan = Plan(name="a", model="deepseek-v3", hardware="h200-sxm", num_gpus=8,
                 aggregated=(Layout(role="both", dp=8),))
-    res = simulate_specs(plan, MODEL, HW, WL, PROF)
+    res = simulate_specs(Scenario(plan, MODEL, HW, WL, PROF))
     assert res.metrics["prefix_hit_rate"] == pytest.approx(15872 / PROMPT_TOKENS)  # one cache, as by hand
 
 

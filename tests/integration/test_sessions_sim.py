@@ -7,7 +7,17 @@ import pytest
 
 from rackplan.cli import main
 from rackplan.sim.simulator import simulate_specs, validate_plan
-from rackplan.specs import Arrival, LengthDist, Workload, dump_yaml, load_hardware, load_model, load_plan, load_profile
+from rackplan.specs import (
+    Arrival,
+    LengthDist,
+    Scenario,
+    Workload,
+    dump_yaml,
+    load_hardware,
+    load_model,
+    load_plan,
+    load_profile,
+)
 from rackplan.specs.session import Sessions
 
 pytestmark = pytest.mark.integration
@@ -39,8 +49,8 @@ def test_second_turn_hits_its_first_turns_full_blocks_by_hand():
     other prefill instance, whose cache is empty: none."""
     wl = Workload(name="one", arrival=Arrival(kind="poisson", rate=1.0), isl=fixed(200), osl=fixed(10),
                   num_requests=2, sessions=Sessions(turns=fixed(2), followup=fixed(20), think_s=1.0))
-    sa = simulate_specs(plan_with("session_affine"), MODEL, HW, wl, PROF)
-    rr = simulate_specs(plan_with("round_robin"), MODEL, HW, wl, PROF)
+    sa = simulate_specs(Scenario(plan_with("session_affine"), MODEL, HW, wl, PROF))
+    rr = simulate_specs(Scenario(plan_with("round_robin"), MODEL, HW, wl, PROF))
     assert sa.sessions["hit_rate"] == pytest.approx(192 / 430)
     assert sa.sessions["reuse_hit_rate"] == pytest.approx(192 / 200)
     assert [t["hit_rate"] for t in sa.sessions["per_turn"]] == [0.0, pytest.approx(192 / 230)]
@@ -56,15 +66,15 @@ def test_hit_rate_falls_when_the_kv_cache_is_made_smaller():
     for util in (0.01, 0.005, 0.004):
         plan = plan_with("session_affine", util)
         caps.append(validate_plan(plan, MODEL, HW)["prefill[0]"])
-        hits.append(simulate_specs(plan, MODEL, HW, chat(), PROF).sessions["hit_rate"])
+        hits.append(simulate_specs(Scenario(plan, MODEL, HW, chat(), PROF)).sessions["hit_rate"])
     assert caps[0] > caps[1] > caps[2]
     assert hits[0] > hits[1] > hits[2]
     assert hits[2] < 0.8 * hits[0]
 
 
 def test_session_affine_routing_beats_least_loaded_on_hit_rate():
-    sa = simulate_specs(plan_with("session_affine"), MODEL, HW, chat(), PROF).sessions
-    ll = simulate_specs(plan_with("least_loaded"), MODEL, HW, chat(), PROF).sessions
+    sa = simulate_specs(Scenario(plan_with("session_affine"), MODEL, HW, chat(), PROF)).sessions
+    ll = simulate_specs(Scenario(plan_with("least_loaded"), MODEL, HW, chat(), PROF)).sessions
     assert sa["turns"] == ll["turns"] == 300
     assert sa["hit_rate"] > ll["hit_rate"]
     assert sa["reuse_hit_rate"] > 0.9  # what is lost: each turn's last partial block, each prompt's last token

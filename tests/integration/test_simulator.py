@@ -9,7 +9,17 @@ from rackplan.sim.cost.step import CostContext
 from rackplan.sim.cost.transfer import kv_transfer_seconds
 from rackplan.sim.pricer import StepPricer
 from rackplan.sim.simulator import simulate, simulate_specs
-from rackplan.specs import Arrival, Layout, LengthDist, Plan, Workload, load_hardware, load_model, load_profile
+from rackplan.specs import (
+    Arrival,
+    Layout,
+    LengthDist,
+    Plan,
+    Scenario,
+    Workload,
+    load_hardware,
+    load_model,
+    load_profile,
+)
 
 pytestmark = pytest.mark.integration
 PROF = load_profile("datasheet")
@@ -44,7 +54,7 @@ def test_exact_timeline_two_requests():
     plan = small_plan()
     w = wl(rate=1.0, isl=1000, osl=4, n=2, seed=3)
     arrivals = np.cumsum(np.random.default_rng(3).exponential(1.0, size=2))
-    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    res = simulate_specs(Scenario(plan, MODEL, HW, w, PROF))
     pre, dec = _prices(plan)
     p1 = pre.step([[(0, 1000, 0)]] + [[]] * 7)
     kv = kv_transfer_seconds(MODEL, HW, PROF, 1000, same_domain=False)
@@ -78,7 +88,7 @@ def test_shared_decode_steps_when_overlapping():
     """Closed loop with 2 concurrent requests: both prefill in one step, decode together."""
     plan = small_plan()
     w = wl(conc=2, isl=1000, osl=3, n=2)
-    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    res = simulate_specs(Scenario(plan, MODEL, HW, w, PROF))
     pre, dec = _prices(plan)
     p = pre.step([[(0, 1000, 0)], [(1, 1000, 0)]] + [[]] * 6)
     kv = kv_transfer_seconds(MODEL, HW, PROF, 1000, same_domain=False)
@@ -94,13 +104,14 @@ def test_routing_imbalance_drawn_per_step_gives_itl_a_tail():
     latencies spread around the mean step; the same seed gives the same run, another seed another."""
     plan = small_plan(decode_batch=8, imbalance=None)
     w = wl(conc=16, isl=500, osl=200, n=64)
-    a, b = simulate_specs(plan, MODEL, HW, w, PROF, seed=1), simulate_specs(plan, MODEL, HW, w, PROF, seed=1)
+    a, b = simulate_specs(Scenario(plan, MODEL, HW, w, PROF),
+                          seed=1), simulate_specs(Scenario(plan, MODEL, HW, w, PROF), seed=1)
     np.testing.assert_equal(a.metrics, b.metrics)  # NaN standard errors (short window) compare equal
     m = a.metrics
     assert m["itl_p99_s"] > m["itl_p50_s"]
-    fixed = simulate_specs(small_plan(decode_batch=8, imbalance=1.2), MODEL, HW, w, PROF, seed=1).metrics
+    fixed = simulate_specs(Scenario(small_plan(decode_batch=8, imbalance=1.2), MODEL, HW, w, PROF), seed=1).metrics
     assert fixed["itl_p99_s"] != m["itl_p99_s"]  # the draws, not only batch composition, move the steps
-    c = simulate_specs(plan, MODEL, HW, w, PROF, seed=2).metrics
+    c = simulate_specs(Scenario(plan, MODEL, HW, w, PROF), seed=2).metrics
     assert c["itl_p99_s"] != m["itl_p99_s"]
 
 
@@ -108,7 +119,7 @@ def test_conservation():
     plan = small_plan()
     w = dataclasses.replace(wl(rate=20.0, n=300), isl=LengthDist(kind="uniform", low=100, high=3000),
                             osl=LengthDist(kind="lognormal", mean=200, sigma=0.8, max=2000))
-    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    res = simulate_specs(Scenario(plan, MODEL, HW, w, PROF))
     from rackplan.sim.workload import make_requests
     reqs = make_requests(w)
     assert np.isfinite(res.e2e_s).all()  # every request finished
@@ -119,7 +130,7 @@ def test_conservation():
 def test_littles_law_long_run():
     plan = small_plan()
     w = dataclasses.replace(wl(rate=15.0, n=3000), osl=LengthDist(kind="uniform", low=20, high=400))
-    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    res = simulate_specs(Scenario(plan, MODEL, HW, w, PROF))
     m = res.metrics  # over the steady-state window: L = lambda x W
     assert m["mean_in_system"] == pytest.approx(m["offered_rps"] * m["e2e_mean_s"], rel=0.02)
 
@@ -127,7 +138,7 @@ def test_littles_law_long_run():
 def test_low_load_ttft_is_unloaded_path():
     plan = small_plan()
     w = wl(conc=1, isl=2000, osl=2, n=5)  # one request at a time: nothing queues
-    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    res = simulate_specs(Scenario(plan, MODEL, HW, w, PROF))
     pre, dec = _prices(plan)
     b = np.zeros(8)
     b[0] = 1
@@ -143,7 +154,7 @@ def test_throughput_saturates_at_capacity():
                 prefill=(Layout(role="prefill", dp=8, max_tokens_per_step=16384),),
                 decode=(Layout(role="decode", dp=8, max_batch_per_rank=16),))
     w = wl(conc=512, isl=200, osl=400, n=1500)
-    res = simulate_specs(plan, MODEL, HW, w, PROF)
+    res = simulate_specs(Scenario(plan, MODEL, HW, w, PROF))
     dec = StepPricer(CostContext(MODEL, HW, plan.decode[0], PROF))
     full = np.full(8, 16.0)
     step = dec.decode(full, full * 400)  # mean context 200 + 400/2
@@ -168,7 +179,7 @@ def test_colocated_prefill_and_decode_take_turns():
     coloc = dataclasses.replace(base, colocated=True)
     assert coloc.gpus_used == 8 and base.gpus_used == 16
     w = wl(rate=8.0, isl=2000, osl=100, n=200)
-    sep = simulate_specs(base, MODEL, HW, w, PROF).metrics
-    shared = simulate_specs(coloc, MODEL, HW, w, PROF).metrics
+    sep = simulate_specs(Scenario(base, MODEL, HW, w, PROF)).metrics
+    shared = simulate_specs(Scenario(coloc, MODEL, HW, w, PROF)).metrics
     assert shared["tpot_p90_s"] > sep["tpot_p90_s"] * 1.2
     assert shared["output_tps_per_gpu"] > sep["output_tps_per_gpu"]

@@ -18,6 +18,7 @@ from rackplan.specs import (
     Layout,
     LengthDist,
     Plan,
+    Scenario,
     Workload,
     dump_yaml,
     load_hardware,
@@ -55,9 +56,9 @@ def test_auto_length_figures_do_not_move_with_4x_the_requests():
     """At half the prefill capacity the automatic run length gives tokens/s/GPU and TTFT/TPOT
     p50/p90 within 3% of a run of four times as many requests."""
     wl = workload(50.0)
-    short = simulate_steady(plan(), MODEL, HW, wl, PROF, precision=PRECISION)
+    short = simulate_steady(Scenario(plan(), MODEL, HW, wl, PROF), precision=PRECISION)
     n = int(short.metrics["num_requests"])
-    long = simulate_specs(plan(), MODEL, HW, wl, PROF, num_requests=4 * n)
+    long = simulate_specs(Scenario(plan(), MODEL, HW, wl, PROF), num_requests=4 * n)
     assert short.stable and long.stable and short.stability.converged
     for key in ("output_tps_per_gpu", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s"):
         assert long.metrics[key] == pytest.approx(short.metrics[key], rel=0.03), key
@@ -70,8 +71,8 @@ def test_auto_length_figures_do_not_move_with_4x_the_requests():
 def test_a_rate_20_percent_above_prefill_capacity_is_unstable(steady):
     cap = prefill_capacity_rps(1024)
     wl = workload(1.2 * cap, isl=1024)
-    res = simulate_steady(plan(), MODEL, HW, wl, PROF) if steady else \
-        simulate_specs(plan(), MODEL, HW, wl, PROF, num_requests=3000)
+    res = simulate_steady(Scenario(plan(), MODEL, HW, wl, PROF)) if steady else \
+        simulate_specs(Scenario(plan(), MODEL, HW, wl, PROF), num_requests=3000)
     assert not res.stable and res.stability.saturated == ("prefill",)
     assert res.stability.growth["prefill"] > 0.1  # ~1/6 of arrivals pile up
     assert res.metrics["prefill_served_rps"] == pytest.approx(cap, rel=0.05)  # it serves its capacity
@@ -80,7 +81,7 @@ def test_a_rate_20_percent_above_prefill_capacity_is_unstable(steady):
 
 
 def test_a_rate_below_capacity_is_stable():
-    res = simulate_steady(plan(), MODEL, HW, workload(0.6 * prefill_capacity_rps(1024), isl=1024), PROF)
+    res = simulate_steady(Scenario(plan(), MODEL, HW, workload(0.6 * prefill_capacity_rps(1024), isl=1024), PROF))
     assert res.stable and res.stability.saturated == () and abs(res.stability.growth["prefill"]) < 0.02
 
 
@@ -93,7 +94,8 @@ def test_served_throughput_never_exceeds_the_cost_models_capacity(factor):
     pr = StepPricer(CostContext(MODEL, HW, plan(batch).decode[0], PROF))
     decode_cap = 8 * batch / pr.uniform(RankWork(float(batch), float(batch * isl))).period_s  # tokens/s
     p = plan(batch)
-    res = simulate_specs(p, MODEL, HW, workload(factor * decode_cap / 100.0, isl=isl), PROF, num_requests=2500)
+    res = simulate_specs(Scenario(p, MODEL, HW, workload(factor * decode_cap / 100.0, isl=isl), PROF),
+                         num_requests=2500)
     m, gpus = res.metrics, p.gpus_used
     assert m["prefill_served_rps"] * isl <= prefill_capacity_rps(isl) * isl * 1.01
     assert m["prefill_capacity_rps"] <= prefill_capacity_rps(isl) * 1.01
@@ -105,7 +107,7 @@ def test_served_throughput_never_exceeds_the_cost_models_capacity(factor):
 
 def test_closed_loop_runs_are_judged_on_convergence():
     wl = dataclasses.replace(workload(1.0), arrival=Arrival(kind="concurrency", concurrency=64))
-    res = simulate_steady(plan(), MODEL, HW, wl, PROF)
+    res = simulate_steady(Scenario(plan(), MODEL, HW, wl, PROF))
     assert res.stable and res.stability.converged and res.window.start_s > 0
 
 

@@ -9,6 +9,7 @@ from rackplan.sim.pricer import StepPricer
 from rackplan.sim.simulator import _simulate, validate_plan
 from rackplan.sim.warm import steady_occupancy, warm_sequences
 from rackplan.sim.workload import make_requests
+from rackplan.specs import Scenario
 
 from .tiny_h200 import HW, MODEL, PLAN, PROF, WL
 
@@ -18,9 +19,9 @@ pytestmark = pytest.mark.integration
 def run(n: int, warm: bool):
     """A cold run from empty pools, or a warm-started steady-state run (sim/continued.py seats them)."""
     if not warm:
-        return _simulate(PLAN, MODEL, HW, WL, PROF, make_requests(WL, n), True, None), None
-    w = warm_sequences(PLAN, MODEL, HW, PROF, WL, validate_plan(PLAN, MODEL, HW), 0)
-    live = ContinuedRun(PLAN, MODEL, HW, WL, PROF)
+        return _simulate(Scenario(PLAN, MODEL, HW, WL, PROF), make_requests(WL, n), True, None), None
+    w = warm_sequences(Scenario(PLAN, MODEL, HW, WL, PROF), validate_plan(PLAN, MODEL, HW), 0)
+    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
     try:
         return live.result(n), w
     finally:

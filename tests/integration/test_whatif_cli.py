@@ -8,7 +8,7 @@ import pytest
 from rackplan.cli import main
 from rackplan.sim.search import whatif
 from rackplan.sim.search.whatif_command import study
-from rackplan.specs import load_hardware, load_model, load_plan, load_profile, load_workload
+from rackplan.specs import Scenario, load_hardware, load_model, load_plan, load_profile, load_workload
 
 pytestmark = pytest.mark.integration
 
@@ -18,8 +18,8 @@ def base():
     # separate prefill and decode GPUs: in a colocated plan, where the two pools take turns on the
     # same GPUs, a faster part can reorder the turns and lengthen some requests
     plan = dataclasses.replace(load_plan("tiny-cpu"), colocated=False)
-    return plan, whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), load_profile("datasheet"),
-                              load_workload(plan.workload))
+    return plan, Scenario(None, load_model(plan.model), load_hardware(plan.hardware), load_workload(plan.workload),
+                          load_profile("datasheet"))
 
 
 def test_no_change_returns_the_baseline_exactly(base):

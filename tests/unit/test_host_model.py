@@ -12,6 +12,7 @@ from rackplan.sim.search import whatif
 from rackplan.specs import (
     HostParams,
     Layout,
+    Scenario,
     SpecError,
     Speculation,
     load_hardware,
@@ -133,7 +134,7 @@ def test_idle_ranks_run_dummy_steps():
 
 def _specs():
     plan = load_plan("v41-flash-gb300-nvl72")
-    return whatif.Specs(load_model(plan.model), load_hardware(plan.hardware), PROF, None, plan), plan
+    return Scenario(plan, load_model(plan.model), load_hardware(plan.hardware), None, PROF), plan
 
 
 def test_overhead_scale_scales_every_part_and_part_scales_one():
@@ -218,7 +219,7 @@ def test_a_prefill_loop_of_its_own_prices_prefill_instances():
     assert prefill_step(agg, [512]).host.part("host.prepare") == pytest.approx(50e-6 + 5e-6 + 512e-6)
     pr = Pricer(V3, GB300, prof)  # the planner keeps prefill instances' pricer apart
     assert pr.pricer(Layout("prefill", dp=8)) is not pr.pricer(Layout("decode", dp=8))
-    half = whatif.apply(whatif.Specs(V3, GB300, prof, None, None), "cpu.overhead_scale", 0.5).profile
+    half = whatif.apply(Scenario(None, V3, GB300, None, prof), "cpu.overhead_scale", 0.5).profile
     assert half.host_prefill.prepare_step_s == pytest.approx(2.5e-3)  # knobs scale every host block
 
 

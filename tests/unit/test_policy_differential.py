@@ -20,7 +20,7 @@ import pytest
 import simpy
 
 from rackplan.policy import EngineCore
-from rackplan.specs import Plan, Workload, from_dict, load_hardware, load_model, load_profile
+from rackplan.specs import Plan, Scenario, Workload, from_dict, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.unit
 
@@ -92,7 +92,7 @@ def _simulated(plan: Plan, wl: Workload, kv_blocks: int | None) -> dict:
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     reqs = make_requests(wl)
     env, log = simpy.Environment(), {}
-    dep = _Deployment(env, plan, model, hw, load_profile("cpu-local"), wl, reqs, RequestLog(len(reqs)))
+    dep = _Deployment(env, Scenario(plan, model, hw, wl, load_profile("cpu-local")), reqs, RequestLog(len(reqs)))
     dep.kv_s = array("d", [0.0] * len(reqs))  # the hand-off is instant on the fixed clock
     for inst in dep.front + dep.decoders:
         inst.pricer = FixedSteps(P_S if inst.name.startswith("prefill") else D_S)

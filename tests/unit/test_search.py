@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rackplan.sim.search import combine, pareto, planner, space, whatif
 from rackplan.sim.search.estimate import Pricer, price_decode, price_prefill, traffic_of
-from rackplan.specs import SLO, Layout, SpecError, load_hardware, load_model, load_profile, load_workload
+from rackplan.specs import SLO, Layout, Scenario, SpecError, load_hardware, load_model, load_profile, load_workload
 
 pytestmark = pytest.mark.unit
 
@@ -116,7 +116,7 @@ def test_plan_is_independent_of_worker_count(tiny):
 
 def test_whatif_keys(tiny):
     m, hw, prof, wl = tiny
-    base = whatif.Specs(m, hw, prof, wl)
+    base = Scenario(None, m, hw, wl, prof)
     assert whatif.apply(base, "cpu.overhead_scale", 1) == base
     assert whatif.apply(base, "hardware.nvlink_gbps", 2).hw.scaleup_bw == 2e9
     assert whatif.apply(base, "model.moe.top_k", 2).model.moe.top_k == 2
@@ -134,7 +134,7 @@ def test_whatif_keys(tiny):
                                         ("cpu.overhead_scale", (2.0, 1.0, 0.5))])
 def test_faster_hardware_never_slows_a_step(key, values):
     m, hw, prof = load_model("deepseek-v3"), load_hardware("h200-sxm"), load_profile("datasheet")
-    base = whatif.Specs(m, hw, prof, load_workload("isl4k-osl1k"))
+    base = Scenario(None, m, hw, load_workload("isl4k-osl1k"), prof)
     lays = [Layout("decode", dp=16, dbo=True), Layout("decode", dp=8, async_scheduling=False, cuda_graphs=False)]
     for lay in lays:
         times = []
@@ -182,7 +182,7 @@ def test_whatif_pool_keys_change_every_instance_of_one_pool():
 
     plan = load_plan("v3-replay-dep8")
     m, hw = load_model(plan.model), load_hardware(plan.hardware)
-    base = whatif.Specs(m, hw, load_profile("datasheet"), load_workload("isl4k-osl1k"), plan)
+    base = Scenario(plan, m, hw, load_workload("isl4k-osl1k"), load_profile("datasheet"))
     pool = "decode" if plan.decode else "aggregated"
     lay = getattr(plan, pool)[0]
     assert lay.eplb.policy == "none"
@@ -205,7 +205,7 @@ def test_whatif_pool_keys_change_every_instance_of_one_pool():
             whatif.apply(base, key, bad)
         assert exc.value.where == "--set"
     with pytest.raises(SpecError):
-        whatif.apply(whatif.Specs(m, hw, base.profile, base.workload), f"{pool}.dbo", True)  # no plan
+        whatif.apply(Scenario(None, m, hw, base.workload, base.profile), f"{pool}.dbo", True)  # no plan
 
 
 def test_report_step_split_says_estimate_and_tokens_per_step():
@@ -233,7 +233,7 @@ def test_whatif_pool_key_that_adds_gpus_grows_the_budget():
     plan = load_plan("tiny-disagg")
     plan = dataclasses.replace(plan, num_gpus=plan.gpus_used)
     m, hw = load_model(plan.model), load_hardware(plan.hardware)
-    base = whatif.Specs(m, hw, load_profile("datasheet"), load_workload("tiny-chat"), plan)
+    base = Scenario(plan, m, hw, load_workload("tiny-chat"), load_profile("datasheet"))
     more = whatif.apply(base, "decode.replicas", 2).plan
     assert [lay.replicas for lay in more.decode] == [2] * len(plan.decode)
     assert more.num_gpus == more.gpus_used == plan.gpus_used + sum(lay.total_gpus for lay in plan.decode)
