@@ -44,6 +44,7 @@ def parse_targets(slo: dict[str, float]) -> tuple[Target, ...]:
         check(m is not None, f"slo.{key}", "a key <metric>_p<percentile>_s, metric one of ttft, tpot, itl, e2e, "
               "percentile one of 50, 90, 99 (e.g. ttft_p99_s)")
         check(limit > 0, f"slo.{key}", "a positive number of seconds", limit)
+        assert m is not None  # (check raised otherwise)
         out.append(Target(m.group(1), int(m.group(2)), float(limit)))
     return tuple(out)
 
