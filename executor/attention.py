@@ -4,7 +4,11 @@ MLA (DeepSeek-V3): a packed causal prefill path, and the absorbed decode path th
 reads the latent KV cache directly (W_uk folded into the query, W_uv applied after). GQA (Qwen3).
 A simplified `csa` path for the V4 family: low-rank q, one shared KV head (MQA), grouped
 low-rank output, i.e. the spec's per-rank projection GEMM shapes; the sparse indexer is not
-executed, attention reads a causal band of `window + topk` tokens instead.
+executed, attention reads a causal band of `window + topk` tokens instead. A layer reads the band of
+the components placed on it (KVComponent.layer_ids: gpt-oss's sliding layers a 128-token band, its
+full layers everything). Attention sinks (gpt-oss): one logit per query head joins each softmax
+denominator, as gpt-oss's reference sdpa does (the sink column is concatenated to the scores, the
+softmax taken, the column dropped).
 
 Every weight is drawn from `sub_seed(seed, layer, name)`, so any rank can build any slice (a DP
 replica of attention, its own routed experts) and a single process can build the dense reference.
@@ -68,25 +72,26 @@ def swiglu(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor
     return (F.silu(gate) * up) @ w2
 
 
-def causal_attention(q, k, v, seq_lens: list[int], span: int | None = None) -> torch.Tensor:
+def causal_attention(q, k, v, seq_lens: list[int], span: int | None = None, sinks=None) -> torch.Tensor:
     """Packed causal attention: q [T, h, dq], k [T, hk, dq], v [T, hk, dv] -> [T, h, dv].
 
     Sequences are packed back to back (`seq_lens`); `span` limits each query to the last `span`
-    keys (a causal band), computed in chunks so memory stays O(T * span)."""
+    keys (a causal band), computed in chunks so memory stays O(T * span); `sinks` [h]: one logit per
+    head in each softmax denominator (the band path; SDPA takes none)."""
     out, start = [], 0
     for n in seq_lens:
         qs, ks, vs = (t[start:start + n].transpose(0, 1) for t in (q, k, v))  # [h, n, d], [hk, n, d]
-        if span is None or span >= n:
+        if (span is None or span >= n) and sinks is None:
             out.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True,
                                                       enable_gqa=ks.shape[0] != qs.shape[0]))
         else:
-            out.append(_banded(qs, ks, vs, span))
+            out.append(_banded(qs, ks, vs, span if span is not None and span < n else max(n, 1), sinks))
         start += n
     return torch.cat(out, 1).transpose(0, 1) if out else q.new_zeros(0, q.shape[1], v.shape[-1])
 
 
-def _banded(q, k, v, span: int) -> torch.Tensor:
-    """Causal attention where query i sees keys (i - span, i]; q, k, v [h, n, d]."""
+def _banded(q, k, v, span: int, sinks=None) -> torch.Tensor:
+    """Causal attention where query i sees keys (i - span, i]; q, k, v [h, n, d]; sinks [h] or None."""
     n, chunk, parts = q.shape[1], max(span, 256), []
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
@@ -94,14 +99,15 @@ def _banded(q, k, v, span: int) -> torch.Tensor:
         qi = torch.arange(s, e, device=q.device)[:, None]
         kj = torch.arange(k0, e, device=q.device)[None, :]
         mask = (kj <= qi) & (kj > qi - span)  # [e-s, e-k0]
-        parts.append(grouped_attention(q[:, s:e], k[:, k0:e], v[:, k0:e], mask))
+        parts.append(grouped_attention(q[:, s:e], k[:, k0:e], v[:, k0:e], mask, sinks))
     return torch.cat(parts, 1)
 
 
-def grouped_attention(q, k, v, mask) -> torch.Tensor:
+def grouped_attention(q, k, v, mask, sinks=None) -> torch.Tensor:
     """Masked attention where each group of h / hk query heads shares one key/value head (GQA; MQA
     at hk = 1), without repeating the shared heads: q [..., h, n, dq], k [..., hk, L, dq], v [..., hk, L, dv],
-    mask (True = attend) broadcastable to [..., n, L] -> [..., h, n, dv].
+    mask (True = attend) broadcastable to [..., n, L] -> [..., h, n, dv]. `sinks` [h] (or None): a logit per
+    query head added as one more column of the softmax, with no value (gpt-oss's attention sinks).
 
     The rep = h / hk query heads of a group are folded into the query rows of one matmul against their
     key head ([..., hk, rep * n, dq] @ [..., hk, dq, L]), so nothing of size rep x L x d is materialised
@@ -113,7 +119,12 @@ def grouped_attention(q, k, v, mask) -> torch.Tensor:
     qg = q.reshape(*lead, hk, rep * n, dq)  # heads are grouped contiguously (head i uses key head i // rep)
     s = torch.matmul(qg, k.transpose(-1, -2)).float() / math.sqrt(dq)  # [..., hk, rep * n, L]
     s = s.view(*lead, hk, rep, n, length).masked_fill(~mask.unsqueeze(-3).unsqueeze(-3), -math.inf)
-    p = torch.softmax(s, -1).to(v.dtype).view(*lead, hk, rep * n, length)
+    if sinks is None:
+        p = torch.softmax(s, -1)
+    else:  # [hk, rep, 1, 1] -> one more column [..., hk, rep, n, 1]; its probability is dropped
+        sink = sinks.float().view(hk, rep, 1, 1).expand(*s.shape[:-1], 1)
+        p = torch.softmax(torch.cat((s, sink), -1), -1)[..., :length]
+    p = p.to(v.dtype).reshape(*lead, hk, rep * n, length)
     return torch.matmul(p, v).view(*lead, h, n, v.shape[-1])  # [..., h, n, dv]
 
 
@@ -126,7 +137,7 @@ def _with_past(entry, past, seq_lens):
     return torch.cat(parts, 0) if parts else entry
 
 
-def prefix_attention(q, k, v, seq_lens: list[int], prefix: list[int], span: int | None = None):
+def prefix_attention(q, k, v, seq_lens: list[int], prefix: list[int], span: int | None = None, sinks=None):
     """Chunked-prefill attention: q [T, h, dq] packed chunks of n_i tokens at positions P_i..;
     k [L, hk, dq], v [L, hk, dv] packed per sequence as P_i + n_i entries -> [T, h, dv]."""
     out, qs, ks = [], 0, 0
@@ -136,7 +147,7 @@ def prefix_attention(q, k, v, seq_lens: list[int], prefix: list[int], span: int 
         row = torch.arange(p, p + n, device=q.device)[:, None]
         col = torch.arange(p + n, device=q.device)[None, :]
         mask = (col <= row) & ((col > row - span) if span else True)  # [n, P+n]
-        out.append(grouped_attention(qi, ki, vi, mask))
+        out.append(grouped_attention(qi, ki, vi, mask, sinks))
         qs, ks = qs + n, ks + p + n
     return torch.cat(out, 1).transpose(0, 1) if out else q.new_zeros(0, q.shape[1], v.shape[-1])
 
@@ -176,10 +187,13 @@ class Attention(torch.nn.Module):
             self.d, self.kvh = a.head_dim, (a.num_kv_heads if a.kind == "gqa" else 1)
             self.entry_dim = self.d * self.kvh * (2 if a.kind == "gqa" else 1)
             self.groups = a.o_groups or 1
-        comps = [c for c in a.kv if c.window is not None or c.topk is not None]
+        comps = [c for c in spec.kv_on_layer(layer) if c.window is not None or c.topk is not None]
         self.span = (sum(c.window or 0 for c in comps) + sum(c.topk or 0 for c in comps)) or None
         if a.kind == "mla":
             self.span = None
+        # [h] fp32 sink logits of this layer (gpt-oss), drawn like a weight; None without sinks
+        self.sinks = randn((a.num_heads,), sub_seed(seed, layer, "attn", "sinks"), torch.float32, device) \
+            if a.sinks and a.kind != "mla" else None
 
     def _q(self, x):  # x [T, H] -> [T, h, dq]
         w = self.w
@@ -216,9 +230,9 @@ class Attention(torch.nn.Module):
             q, k, v = self._qkv(q, keys, pos)
         with timer.section("attn.core"):
             if past is None:
-                o = causal_attention(q, k, v, seq_lens, self.span)  # [T, h, dv]
+                o = causal_attention(q, k, v, seq_lens, self.span, self.sinks)  # [T, h, dv]
             else:
-                o = prefix_attention(q, k, v, seq_lens, [p.shape[0] for p in past], self.span)
+                o = prefix_attention(q, k, v, seq_lens, [p.shape[0] for p in past], self.span, self.sinks)
         with timer.section("attn.proj"):
             return self._out(o), entry
 
@@ -277,4 +291,5 @@ class Attention(torch.nn.Module):
             ctx = torch.einsum("bhl,blr->bhr", p, kv[..., :self.r])  # [B, h, r]
             return torch.einsum("bhr,hrv->bhv", ctx, self.w_uv)  # [B, h, dv]
         q, k, v = self._split_heads(q, kv, pos)  # q [B, h, d]; k, v [B, L, kvh, d]
-        return grouped_attention(q[:, :, None], k.transpose(1, 2), v.transpose(1, 2), mask[:, None])[:, :, 0]
+        return grouped_attention(q[:, :, None], k.transpose(1, 2), v.transpose(1, 2), mask[:, None],
+                                 self.sinks)[:, :, 0]

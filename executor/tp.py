@@ -116,6 +116,8 @@ def shard_attention(attn, tp: int, rank: int) -> None:
         return
     q = "q_b" if "q_b" in w else "q"
     w[q] = _cols(w[q], tp, rank)
+    if attn.sinks is not None:  # one logit per query head: this rank's heads'
+        attn.sinks = attn.sinks[rank * hl:(rank + 1) * hl]
     if attn.kind == "csa":
         if attn.groups % tp:
             raise SpecError("model", "attention.o_groups", f"a multiple of tp ({tp})", attn.groups)

@@ -248,16 +248,19 @@ def _mla(cfg: _Config, family: str, dtypes: Dtypes, layers: int) -> AttentionSpe
                          qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v)
 
 
-def _gqa(cfg: _Config, dtypes: Dtypes, layers: int, windows: tuple = ()) -> AttentionSpec:
-    """GQA: K and V of every KV head per token; `windows`: (name, layers, window) components instead
-    of one full-context component (gpt-oss's sliding / full alternation)."""
+def _gqa(cfg: _Config, dtypes: Dtypes, layers: int, windows: tuple = (), sinks: bool = False) -> AttentionSpec:
+    """GQA: K and V of every KV head per token; `windows`: (name, layer indices, window) components instead
+    of one full-context component (gpt-oss's sliding / full alternation); `sinks`: one logit per head."""
     heads, kv_heads = cfg.int("num_attention_heads"), cfg.int("num_key_value_heads")
     d = cfg.int("head_dim", cfg.int("hidden_size") // max(heads, 1))  # transformers' default when absent
     entry = 2 * kv_heads * d * _bytes(dtypes.kv_cache)
-    parts = windows or (("gqa_kv", layers, None),)
-    kv = tuple(KVComponent(n, count, count, entry_bytes=entry, qk_dim=d, v_dim=d, window=w)
-               for n, count, w in parts if count)
-    return AttentionSpec(kind="gqa", num_heads=heads, num_kv_heads=kv_heads, head_dim=d, kv=kv)
+    if not windows:
+        kv: tuple[KVComponent, ...] = (KVComponent("gqa_kv", layers, layers, entry_bytes=entry, qk_dim=d, v_dim=d),)
+    else:
+        kv = tuple(KVComponent(n, len(ids), len(ids), entry_bytes=entry, qk_dim=d, v_dim=d, window=w,
+                               layer_ids=tuple(ids)) for n, ids, w in windows if ids)
+    return AttentionSpec(kind="gqa", num_heads=heads, num_kv_heads=kv_heads, head_dim=d, kv=kv,
+                         sinks=True if sinks else None)
 
 
 def _qwen3(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: str) -> ModelSpec:
@@ -269,15 +272,16 @@ def _qwen3(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: str) ->
 
 
 def _gpt_oss(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: str) -> ModelSpec:
-    """gpt-oss: GQA alternating sliding-window and full layers, softmax top-k over SwiGLU experts.
-    Not in the spec (each below 0.01% of the parameters and of a layer's FLOPs): attention sinks (one
-    learned logit per head), the q/k/v/o and expert biases."""
+    """gpt-oss: GQA alternating sliding-window and full layers (each placed as layer_types says), attention
+    sinks (one learned logit per head and layer), softmax top-k over SwiGLU experts. Not in the spec (each
+    below 0.01% of the parameters and of a layer's FLOPs): the q/k/v/o and expert biases."""
     layers = cfg.int("num_hidden_layers")
     types = cfg.strings("layer_types", ("sliding_attention", "full_attention"))
     if len(types) != layers:
         raise cfg.fail("layer_types", f"{layers} entries (num_hidden_layers) of sliding_attention / full_attention")
-    sliding = types.count("sliding_attention")
-    attn = _gqa(cfg, dtypes, layers, (("swa", sliding, cfg.int("sliding_window")), ("full", layers - sliding, None)))
+    sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+    full = [i for i, t in enumerate(types) if t != "sliding_attention"]
+    attn = _gqa(cfg, dtypes, layers, (("swa", sliding, cfg.int("sliding_window")), ("full", full, None)), sinks=True)
     top_k = cfg.int("num_experts_per_tok", cfg.get("experts_per_token"))
     if cfg.get("experts_per_token", top_k) != top_k:
         raise cfg.fail("experts_per_token", f"equal to num_experts_per_tok ({top_k})")

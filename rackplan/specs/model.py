@@ -8,10 +8,10 @@ compressed-KV family (V4), cross-layer shared latents (V4.1) and plain GQA (Qwen
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional, cast
 
-from .fields import check, non_negative, positive
+from .fields import OMIT_IF_NONE, check, non_negative, positive
 
 # Bytes per element (or per parameter, scales included) of each storage format.
 DTYPE_BYTES = {
@@ -63,9 +63,16 @@ class KVComponent:
     # `topk_length` argument that came with DeepSeek-V4, e.g. vLLM v0.14.1): a query at a context
     # shorter than `topk` still costs `topk` entries of math (the gathers of invalid ones are skipped)
     scans_full_topk: bool = False
+    # which layers (0-based) attend this component, where the spec says (gpt-oss's layer_types: sliding on the
+    # even layers, full on the odd ones); None: not placed (the cost model needs only the count, `layers`)
+    layer_ids: Optional[tuple[int, ...]] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         positive(self.layers, "layers")
+        if self.layer_ids is not None:
+            ids = self.layer_ids
+            check(len(ids) == self.layers and all(ids[i] < ids[i + 1] for i in range(len(ids) - 1))
+                  and min(ids) >= 0, "layer_ids", f"{self.layers} (layers) increasing layer indices >= 0", ids)
         check(0 < self.stored_layers <= self.layers, "stored_layers", f"1..layers ({self.layers})",
               self.stored_layers)
         for name in ("entry_bytes", "qk_dim", "v_dim", "ratio", "indexer_ratio"):
@@ -99,6 +106,9 @@ class AttentionSpec:
     v_head_dim: Optional[int] = None
     o_lora_rank: Optional[int] = None  # csa grouped low-rank output
     o_groups: Optional[int] = None
+    # attention sinks (gpt-oss): one learned logit per query head and layer that joins the softmax
+    # denominator (exp(sink) added to it; no key, no value); None: none
+    sinks: Optional[bool] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         positive(self.num_heads, "num_heads")
@@ -338,6 +348,13 @@ class ModelSpec:
         check(not self.extra_bytes_per_token or self.engram_layers > 0, "engram_layers",
               "the number of layers that gather extra_bytes_per_token (> 0)", self.engram_layers)
         non_negative(self.hc_mult, "hc_mult")
+        for c in self.attention.kv:
+            check(c.layer_ids is None or c.layer_ids[-1] < self.num_layers, f"attention.kv.{c.name}.layer_ids",
+                  f"layer indices below num_layers ({self.num_layers})", c.layer_ids)
+
+    def kv_on_layer(self, layer: int) -> tuple[KVComponent, ...]:
+        """The KV components layer `layer` attends: those placed on it (layer_ids), and every unplaced one."""
+        return tuple(c for c in self.attention.kv if c.layer_ids is None or layer in c.layer_ids)
 
     @property
     def num_moe_layers(self) -> int:
@@ -368,7 +385,9 @@ class ModelSpec:
         h = self.hidden_size
         moe = self.moe
         return {
-            "attention": self.attention.projection_params(h) * self.num_layers,
+            # (+ one sink logit per head and layer where the attention has sinks)
+            "attention": (self.attention.projection_params(h) + self.attention.num_heads * bool(self.attention.sinks))
+            * self.num_layers,
             "dense_ffn": 3 * h * self.dense_intermediate * self.num_dense_layers,
             "shared_experts": moe.num_shared_experts * moe.expert_params(h) * self.num_moe_layers,
             "routed_experts": moe.num_experts * moe.expert_params(h) * self.num_moe_layers,

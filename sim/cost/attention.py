@@ -8,6 +8,17 @@ model's attention dtype (BF16 unless an FP8 attention kernel is named, ModelSpec
 Kernels that compute in fixed tiles are priced for what they compute, not only for what is valid:
 FlashMLA's sparse kernels pad a rank's query heads to whole tiles (`kernel_heads`), and before
 FlashMLA's `topk_length` they ran every top-k block of a query (`computed`, comp.scans_full_topk).
+
+Sliding windows (gpt-oss's sliding layers, V4's window component): a query at context c reads and
+computes over min(c, window) keys (`attended`), in decode and in prefill. No op-database table has a
+window argument (their rows are full attention), so a windowed component is priced by its kind's
+full-attention curve at its windowed work: decode at context min(c, window) (`curve_context`: the
+kernel runs as a full-attention decode over that many keys per sequence), prefill at the prompt
+length (the kernel's grid of query tiles) with the FLOPs of the windowed pairs. V4 decodes its window
+inside the call of its compressed components (decode_layers), which keeps the call's context.
+Attention sinks (gpt-oss: AttentionSpec.sinks) add one logit per query head to the softmax, with no
+key and no value: 0 matmul FLOPs (the only FLOPs priced here, 2 x heads x keys x (qk + v) per query)
+and one more exp and add per query head, a share 1 / keys of the softmax's elementwise work; not priced.
 """
 from __future__ import annotations
 
@@ -24,6 +35,13 @@ def attended(comp: KVComponent, ctx: float) -> float:
     window, topk = comp.window, comp.topk  # (min(a, b) written out: per chunk of every priced rank)
     stored = (ctx if window is None or ctx <= window else window) / comp.ratio
     return stored if topk is None or stored <= topk else topk
+
+
+def curve_context(comp: KVComponent, ctx: float) -> float:
+    """The context a decode efficiency curve is read at for `comp`: min(ctx, window) for a sliding window (the
+    keys per sequence the kernel reads, as a full-attention decode at that context), else ctx."""
+    window = comp.window
+    return ctx if window is None or ctx <= window else float(window)
 
 
 def computed(comp: KVComponent, ctx: float) -> float:
@@ -115,7 +133,8 @@ class Component:
             return 0.0, 0.0, 0.0
         avg = ctx_sum / max(batch, 1.0)
         flops, nbytes = self.decode_work(batch, avg, queries_per_seq)
-        sec = price(flops, nbytes, self.peak, self.decode_eff(batch, avg, flops, self.heads), self.hw, self.prof)
+        eff = self.decode_eff(batch, curve_context(self.comp, avg), flops, self.heads)
+        sec = price(flops, nbytes, self.peak, eff, self.hw, self.prof)
         return sec * layers, flops * layers, nbytes * layers
 
     def decode_work(self, batch: float, avg: float, queries_per_seq: float) -> tuple[float, float]:
