@@ -31,6 +31,15 @@ SCALAR_SOURCES = {
     "kv_transfer": "base profile kv_transfer_alpha_s / kv_transfer_bw_eff (no KV-connector table)",
     "host": "base profile's host block (the tables time kernels, not the engine loop)",
     "dbo": "base profile dbo_efficiency",
+    # no table times these kernels (configs/profiles/*-vllm.yaml carry the same lines)
+    "attn.window": ("no attention table has a window argument (their rows are full attention): a sliding-window "
+                    "layer (gpt-oss) is priced by its kind's full-attention curve at its windowed work, decode read at "
+                    "context min(context, window), prefill at the prompt length with the FLOPs of the windowed pairs "
+                    "(sim/cost/attention.py curve_context)"),
+    "experts.mxfp4_bf16": ("MXFP4 experts computed in BF16 (gpt-oss; vLLM's default MXFP4 MoE, quantization/mxfp4.py "
+                           "get_mxfp4_backend: triton_kernels or Marlin on SM90, FlashInfer MXFP4 x BF16 on SM100) "
+                           "have no table: the experts.bf16 curve at the BF16 peak, with the MXFP4 weight bytes (4.25 "
+                           "bits per parameter)"),
 }
 REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target is left out of the profile
 # A GEMM table whose fastest row (a 256 x 256 GEMM at m = 1 is among them) is slower than this measures something
