@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from rackplan.policy import EngineCore
+from rackplan.policy.kv import block_tokens, window_tokens
 from rackplan.sim.simulator import validate_plan
 from rackplan.sim.workload import make_requests
 from rackplan.specs import load_workload
@@ -501,8 +502,9 @@ class Engine:
         """The serving policy of instance `inst` (rackplan/policy), KV blocks per rank from the memory
         model (the simulator's capacity, sim/simulator.validate_plan)."""
         pool = inst.name.split(".")[0]
-        return EngineCore.for_layout(inst.layout, self.caps[pool], self.me.plan_spec.attention.kind, self.isl,
-                                     self.osl, self.cached)
+        spec = self.me.plan_spec
+        return EngineCore.for_layout(inst.layout, self.caps[pool], spec.attention.kind, self.isl, self.osl, self.cached,
+                                     window=window_tokens(spec, block_tokens(spec.attention.kind)))
 
     def iteration(self, rg, tick: Tick, overhead_s: float) -> None:
         """The leader's loop time of one step outside the step itself (op 'host', role 'serve')."""

@@ -31,6 +31,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from rackplan.policy import EngineCore
+from rackplan.policy.kv import block_tokens, window_tokens
 from rackplan.specs import HardwareSpec, ModelSpec, Plan
 
 
@@ -313,11 +314,13 @@ def engines(plan: Plan, model: ModelSpec, hw: HardwareSpec, isl: list[int], osl:
     from rackplan.sim.simulator import validate_plan
 
     caps, kind = validate_plan(plan, model, hw), model.attention.kind
+    window = window_tokens(model, block_tokens(kind))
     if not plan.disaggregated:
         lay = plan.aggregated[0]
-        return None, DecodeSeats(EngineCore.for_layout(lay, caps["aggregated[0]"], kind, isl, osl, cached))
-    pre = EngineCore.for_layout(plan.prefill[0], caps["prefill[0]"], kind, isl, osl, cached)
-    dec = EngineCore.for_layout(plan.decode[0], caps["decode[0]"], kind, isl, osl, cached)
+        return None, DecodeSeats(EngineCore.for_layout(lay, caps["aggregated[0]"], kind, isl, osl, cached,
+                                                       window=window))
+    pre = EngineCore.for_layout(plan.prefill[0], caps["prefill[0]"], kind, isl, osl, cached, window=window)
+    dec = EngineCore.for_layout(plan.decode[0], caps["decode[0]"], kind, isl, osl, cached, window=window)
     return PrefillQueue(pre), DecodeSeats(dec)
 
 

@@ -18,7 +18,7 @@ import simpy
 
 from rackplan.economics import busy_share
 from rackplan.policy import EngineCore, Router, block_tokens
-from rackplan.policy.kv import longest_admitted
+from rackplan.policy.kv import longest_admitted, window_tokens
 from rackplan.specs import (
     HardwareSpec,
     ModelSpec,
@@ -107,7 +107,8 @@ def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload:
                                      ([k for k in caps if k.startswith("prefill")], reqs.isl, "isl", "prefill")):
         if not pools:
             continue
-        room = max(longest_admitted(caps[k], block, lays[k].queries_per_step) for k in pools)
+        room = max(longest_admitted(caps[k], block, lays[k].queries_per_step, window_tokens(model, block))
+                   for k in pools)
         worst = int(np.argmax(need))
         if need[worst] > room:
             raise SpecError(workload.name, field, f"at most {int(room)} tokens, the largest KV capacity of a "
@@ -173,8 +174,10 @@ class _Deployment:
     def _core(self, pool: str, lay: Layout, prefix: InstancePrefixes | None = None) -> EngineCore:
         """The serving policy of one instance of `pool` (rackplan/policy): its ranks, budget, seats,
         KV blocks per rank, and the prefix cache that decides a prompt's hit when it first runs."""
-        return EngineCore.for_layout(lay, self.caps[pool], self.model.attention.kind, self.isl, self.osl, self.cached,
-                                     prefix.schedule if prefix is not None else None, self.priority)
+        m = self.model
+        return EngineCore.for_layout(lay, self.caps[pool], m.attention.kind, self.isl, self.osl, self.cached,
+                                     prefix.schedule if prefix is not None else None, self.priority,
+                                     window_tokens(m, block_tokens(m.attention.kind)))
 
     def extend(self, reqs: Requests) -> None:
         """Requests of a continued run (sim/continued.py) take the next rids."""

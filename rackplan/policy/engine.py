@@ -77,15 +77,17 @@ class EngineCore:
 
     `isl`, `osl`, `cached`: per rid its prompt tokens, output tokens and prefix-cached prompt
     tokens (tables the driver owns and may grow); `kv_blocks`: blocks per rank; `queries`: query
-    tokens of a decode sequence per step (1 + draft tokens); `tokens_per_step`: tokens it emits.
+    tokens of a decode sequence per step (1 + draft tokens); `tokens_per_step`: tokens it emits;
+    `window`: KV tokens every sequence holds beside its context (the sliding layers' blocks, kv.window_tokens).
     `on_start(rid) -> hit` runs when a prompt is first scheduled (a prefix cache decides its hit
     then and writes `cached[rid]`)."""
 
     def __init__(self, role: Role, ranks: int, budget: int, max_seqs: int, kv_blocks: int, block: int,
                  isl: Sequence[int], osl: Sequence[int], cached: Sequence[int], queries: int = 1,
                  tokens_per_step: float = 1.0, on_start: Callable[[int], int] | None = None,
-                 priority: Sequence[int] | None = None):
+                 priority: Sequence[int] | None = None, window: int = 0):
         self.role, self.ranks, self.budget, self.max_seqs = role, ranks, budget, max_seqs
+        self.window = window  # KV tokens a sequence holds beside its context (0: none)
         # [rid] request class priority (rackplan/specs/slo.py; vLLM's priority policy: lower first, then
         # arrival); None: FIFO
         self.priority = priority
@@ -120,12 +122,12 @@ class EngineCore:
     @classmethod
     def for_layout(cls, lay, kv_tokens: float, attention_kind: str, isl: Sequence[int], osl: Sequence[int],
                    cached: Sequence[int], on_start: Callable[[int], int] | None = None,
-                   priority: Sequence[int] | None = None) -> "EngineCore":
+                   priority: Sequence[int] | None = None, window: int = 0) -> "EngineCore":
         """One instance of Layout `lay` (rackplan.specs) with `kv_tokens` KV tokens per rank (the
-        memory model's capacity, sim/cost/memory.py) in the model's block size."""
+        memory model's capacity, sim/cost/memory.py) in the model's block size; `window`: kv.window_tokens."""
         block = block_tokens(attention_kind)
         return cls(lay.role, lay.dp, lay.max_tokens_per_step, lay.max_batch_per_rank, capacity_blocks(kv_tokens, block),
-                   block, isl, osl, cached, lay.queries_per_step, lay.tokens_per_step, on_start, priority)
+                   block, isl, osl, cached, lay.queries_per_step, lay.tokens_per_step, on_start, priority, window)
 
     # -- arrivals ---------------------------------------------------------------------------------
     @property
@@ -219,7 +221,7 @@ class EngineCore:
         held = max(self.pblocks) if self._active else 0
         if self._most_blocks <= self.kv_blocks - held:
             return  # no rank can be short: max_seqs of the longest sequence yet fit (the common case, O(1))
-        bound = (self.ctx + self.batch * self.q) / self.block + self.batch  # [R] blocks at most
+        bound = (self.ctx + self.batch * (self.q + self.window)) / self.block + self.batch  # [R] blocks at most
         room = np.subtract(self.kv_blocks, self.pblocks) if self._active else self.kv_blocks
         for r in np.flatnonzero(bound > room).tolist():
             while self.running[r] and self._decode_blocks(r) + self.pblocks[r] > self.kv_blocks:
@@ -227,13 +229,13 @@ class EngineCore:
 
     def _decode_blocks(self, r: int, extra: int = 0) -> int:
         """Blocks rank r's decode sequences hold this step (with `extra` more queries each)."""
-        step, tps, q, b = self.step, self.tps, self.q + extra, self.block
+        step, tps, q, b = self.step, self.tps, self.q + extra + self.window, self.block
         return sum(blocks(s.ctx0 + (step - s.step0) * tps + q, b)
                    for s in (self.seqs.get(rid) for rid in self.running[r]) if s is not None)
 
     def _free_blocks(self, r: int) -> int:
         """Blocks free on rank r this step (decode sequences' counted exactly only when tight)."""
-        bound = (self._ctx[r] + self._batch[r] * self.q) / self.block + self._batch[r]
+        bound = (self._ctx[r] + self._batch[r] * (self.q + self.window)) / self.block + self._batch[r]
         free = self.kv_blocks - self.pblocks[r]
         return free - (int(bound) if bound <= free else self._decode_blocks(r))
 
@@ -246,14 +248,14 @@ class EngineCore:
                 continue
             start = self.progress[rid]
             take = min(self.target[rid] - start, left)
-            while self._free_blocks(r) < blocks(start + take, self.block) - self.held[rid]:
+            while self._free_blocks(r) < blocks(start + take + self.window, self.block) - self.held[rid]:
                 victim = self._preempt(r)
                 preempted.append(victim)
                 if victim == rid:
                     break
             if rid not in self.held:
                 continue
-            self._hold(r, rid, blocks(start + take, self.block))
+            self._hold(r, rid, blocks(start + take + self.window, self.block))
             out.append((rid, take, start))
             left -= take
         return left
@@ -265,7 +267,7 @@ class EngineCore:
             rid = queue[0]
             if self.role == "decode" and rid not in self.resume:  # its KV arrived: decode from this step
                 ctx = float(self.isl[rid])
-                if self._free_blocks(r) < blocks(ctx + self.q, self.block):
+                if self._free_blocks(r) < blocks(ctx + self.q + self.window, self.block):
                     break
                 self._pop(r)
                 self._decode(r, rid, ctx, float(self.osl[rid]))
@@ -275,7 +277,7 @@ class EngineCore:
                 break
             start, target = self._prompt(rid)
             take = min(target - start, left)
-            if self._free_blocks(r) < blocks(start + take, self.block):
+            if self._free_blocks(r) < blocks(start + take + self.window, self.block):
                 break
             self._pop(r)
             if self.on_start is not None and rid not in self.resume and rid not in self._started:
@@ -287,7 +289,7 @@ class EngineCore:
             self._score[r] += 1
             self.prefilling[r].append(rid)
             self.progress[rid], self.target[rid], self.held[rid] = start, target, 0
-            self._hold(r, rid, blocks(start + take, self.block))
+            self._hold(r, rid, blocks(start + take + self.window, self.block))
             out.append((rid, take, start))
             left -= take
         if not queue and not self.prefilling[r]:
@@ -312,7 +314,7 @@ class EngineCore:
     def _decode(self, r: int, rid: int, ctx: float, left: float) -> None:
         """Start decoding `left` tokens from context `ctx` on rank r at the current step."""
         end = self.step + max(1, math.ceil(left / self.tps))
-        most = self.max_seqs * blocks(ctx + (end - self.step) * self.tps + self.q, self.block)
+        most = self.max_seqs * blocks(ctx + (end - self.step) * self.tps + self.q + self.window, self.block)
         if most > self._most_blocks:  # a rank's blocks at most: max_seqs sequences as long as this one at its end
             self._most_blocks = most
         self.seqs[rid] = _Seq(r, ctx, left, self.step, end)
@@ -441,7 +443,8 @@ class EngineCore:
         """Seat a decoding sequence directly (a warm start's running sequences) on the rank a new
         request would bind to; False when that rank has no seat or blocks for it."""
         r = self._score.index(min(self._score))
-        if len(self.running[r]) >= self.max_seqs or self._free_blocks(r) < blocks(ctx + self.q, self.block):
+        if len(self.running[r]) >= self.max_seqs or (
+                self._free_blocks(r) < blocks(ctx + self.q + self.window, self.block)):
             return False
         self.rank_of[rid] = r
         self._decode(r, rid, ctx, left)

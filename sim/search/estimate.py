@@ -17,6 +17,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from rackplan.policy.kv import block_tokens, window_tokens
 from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, SpecError, Workload
 
 from ..cost.memory import kv_capacity_tokens
@@ -235,8 +236,10 @@ def interp(x: float, xs, ys, top: int) -> float:
 
 
 def kv_batch_limit(pr: Pricer, layout: Layout, tr: Traffic) -> int:
-    """Sequences per rank whose KV fits (at the longest mean context)."""
-    return int(kv_capacity_tokens(pr.model, pr.hw, layout) // tr.ctx_max)
+    """Sequences per rank whose KV fits (at the longest mean context, with the sliding layers' blocks each holds,
+    rackplan/policy/kv.py window_tokens)."""
+    m = pr.model
+    return int(kv_capacity_tokens(m, pr.hw, layout) // (tr.ctx_max + window_tokens(m, block_tokens(m.attention.kind))))
 
 
 def price_decode(pr: Pricer, layout: Layout, tr: Traffic, grid: tuple[int, ...]) -> DecodeUnit | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rackplan.policy.kv import block_tokens, longest_admitted
+from rackplan.policy.kv import block_tokens, longest_admitted, window_tokens
 from rackplan.specs import EPLBConfig, HardwareSpec, Layout, ModelSpec, SpecError, Speculation, Workload
 
 from ..cost.host import endpoint_ranks
@@ -139,7 +139,8 @@ def fits(model: ModelSpec, hw: HardwareSpec, layout: Layout, tokens: int = 0) ->
     kv = kv_capacity_tokens(model, hw, layout)
     if kv < 1.0:
         return False
-    return tokens <= 0 or longest_admitted(kv, block_tokens(model.attention.kind), layout.queries_per_step) >= tokens
+    block = block_tokens(model.attention.kind)
+    return tokens <= 0 or longest_admitted(kv, block, layout.queries_per_step, window_tokens(model, block)) >= tokens
 
 
 def longest(wl: Workload) -> tuple[int, int]:

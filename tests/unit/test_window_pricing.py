@@ -1,10 +1,13 @@
 """Pricing gpt-oss: sliding layers read and compute over min(context, window) keys, the full-attention curve read
-at the windowed context, sinks in the parameter count, MXFP4 experts as vLLM's default kernels run them (weight
-bytes 4.25 bits per parameter, BF16 math on Hopper and Blackwell). Expected values derived by hand."""
+at the windowed context, the window's KV blocks held per sequence, sinks in the parameter count, MXFP4 experts as
+vLLM's default kernels run them (weight bytes 4.25 bits per parameter, BF16 math on Hopper and Blackwell).
+Expected values derived by hand."""
 from __future__ import annotations
 
 import pytest
 
+from rackplan.policy import EngineCore
+from rackplan.policy.kv import longest_admitted, window_tokens
 from rackplan.sim.cost.attention import Component, prefill_component
 from rackplan.sim.cost.moe import expert_bytes
 from rackplan.sim.cost.prices import EPSide
@@ -86,3 +89,25 @@ def test_mxfp4_experts_are_weight_only_on_both(model, hw):
     side = EPSide(model, hw, load_profile("datasheet"), 1, 128.0)
     assert side.kernel_dtype() == "bf16" and model.dtypes.expert_compute_dtype == "bf16"
     assert expert_bytes(model) == 3 * 2880 * 2880 * 4.25 / 8
+
+
+def test_a_sequence_holds_the_windows_blocks(model):
+    """vLLM's SlidingWindowManager keeps ceil((128 - 1) / 16) + 1 = 9 blocks of 16 per sliding layer; 18 sliding
+    layers hold as many bytes per token as the 18 full ones: 144 tokens of the rank's capacity per sequence.
+    Models without placed sliding layers hold none (V4's window sits beside its compressed KV on every layer)."""
+    assert window_tokens(model, 16) == 144
+    assert window_tokens(load_model("deepseek-v4-flash"), 64) == window_tokens(load_model("qwen3-30b-a3b"), 16) == 0
+
+
+@pytest.mark.parametrize("window,admitted", [(0, 5), (144, 2)])
+def test_decode_admission_counts_the_window(window, admitted):
+    """A decode rank of 40 blocks of 16 admits sequences arriving at context 100: each needs ceil((100 + 1) / 16)
+    = 7 blocks (5 fit: 35, 5 left), or with the window's 144 tokens ceil(245 / 16) = 16 blocks (2 fit: 32, 8 left)."""
+    core = EngineCore("decode", 1, 8192, 64, 40, 16, [100] * 20, [50] * 20, [0] * 20, window=window)
+    for rid in range(20):
+        core.add(rid)
+    assert len(core.schedule().admitted) == admitted
+
+
+def test_longest_admitted_leaves_the_window():
+    assert longest_admitted(1600.0, 16, 1, 144) == 1600 - 1 - 144
