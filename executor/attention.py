@@ -92,7 +92,10 @@ def causal_attention(q, k, v, seq_lens: list[int], span: int | None = None, sink
 
 def _banded(q, k, v, span: int, sinks=None) -> torch.Tensor:
     """Causal attention where query i sees keys (i - span, i]; q, k, v [h, n, d]; sinks [h] or None."""
-    n, chunk, parts = q.shape[1], max(span, 256), []
+    # query rows per chunk: the band's width (at least 256); a band as wide as the sequence (full causal
+    # attention with sinks) 512 rows, so memory stays O(512 x n) per head
+    n, parts = q.shape[1], []
+    chunk = max(span, 256) if span < n else 512
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         k0 = max(0, s - span + 1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rackplan.executor.attention import Attention, KVCache
+from rackplan.executor.attention import Attention, KVCache, causal_attention
 from rackplan.executor.timing import NullTimer
 from rackplan.executor.tp import shard_attention
 from rackplan.specs.hf_config import load_config_spec
@@ -109,3 +109,14 @@ def test_tp_keeps_the_sinks_of_its_heads(spec):
     attn = _layer(spec, 0)
     shard_attention(attn, 2, 1)
     torch.testing.assert_close(attn.sinks, full[2:4])
+
+
+@pytest.mark.parametrize("span", [None, 16])
+def test_long_prompt_in_chunks_matches_reference(span):
+    """600 tokens: past one 512-row chunk of the full-causal path with sinks, and many chunks of a 16-token band."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(600, 4, 8, generator=g)
+    k, v = torch.randn(600, 2, 8, generator=g), torch.randn(600, 2, 8, generator=g)
+    sinks = torch.randn(4, generator=g)
+    got = causal_attention(q, k, v, [600], span, sinks)
+    torch.testing.assert_close(got, _reference(q, k, v, span, sinks), rtol=1e-4, atol=1e-5)
