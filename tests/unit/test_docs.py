@@ -1,12 +1,12 @@
 """The README a newcomer reads in ten minutes, and the docs it points to: at most 150 lines, its two
 set-up-and-go commands the ones CI runs (.ci/run runs the README's test command in a fresh clone), and
 every relative link of README.md and docs/*.md naming a file and heading that exist."""
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from bench_scripts import script
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,10 +58,7 @@ def test_every_relative_link_names_a_file_and_heading_that_exist(page):
 
 def _current():
     """benchmarks/current.py as a module (benchmarks/ is no package)."""
-    spec = importlib.util.spec_from_file_location("current", ROOT / "benchmarks" / "current.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("current.py")
 
 
 def test_current_md_is_what_headline_yaml_renders_and_each_figure_is_in_its_results_section():
@@ -82,3 +79,14 @@ def test_a_headline_entry_that_does_not_hold_is_one_line_naming_it(edit, field):
     edit(entries[0])
     with pytest.raises(cur.HeadlineError, match=f"entry {entries[0]['id']}: {field}"):
         cur.load(yaml.safe_dump(entries), cur.RESULTS.read_text())
+
+
+def test_the_investigations_index_names_every_script_and_a_results_section_that_exists():
+    cur = _current()
+    index = (ROOT / "benchmarks" / "investigations" / "README.md").read_text()
+    rows = [line.split(" | ") for line in index.splitlines() if line.startswith("| `")]
+    listed = [row[0].removeprefix("| `").removesuffix("`") for row in rows]
+    assert sorted(listed) == sorted(p.name for p in (ROOT / "benchmarks" / "investigations").glob("*.py"))
+    secs = cur.sections(cur.RESULTS.read_text())
+    for row in rows:
+        assert row[-1].removesuffix(" |") in secs, f"{row[0]}: no results section {row[-1]!r}"
