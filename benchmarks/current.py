@@ -1,14 +1,17 @@
 """benchmarks/CURRENT.md: every headline figure with its command, commit and date, from one small file.
 
 The figures are not re-measured here: each was measured by its command and logged in a dated section
-of benchmarks/RESULTS.md. benchmarks/headline.yaml names, per figure, that section and text copied
-verbatim from it (`evidence`); this script checks that the evidence is in its section and renders the
-table. The commit and date of a figure are those of the commit that added its evidence to RESULTS.md
-(`--stamp` asks git for entries that lack them).
+of the results log: benchmarks/RESULTS.md holds the current month's sections, benchmarks/results/YYYY-MM.md
+each earlier month's, moved there verbatim (`--archive`), and RESULTS.md's head indexes them.
+benchmarks/headline.yaml names, per figure, that section and text copied verbatim from it (`evidence`);
+this script checks that the evidence is in its section, wherever the section now is, and renders the table.
+The commit and date of a figure are those of the commit that added its evidence to RESULTS.md, where every
+section is first logged (`--stamp` asks git for entries that lack them).
 
-    python benchmarks/current.py            # write benchmarks/CURRENT.md
-    python benchmarks/current.py --check    # exit 1 when CURRENT.md is not what headline.yaml renders
+    python benchmarks/current.py            # write benchmarks/CURRENT.md and RESULTS.md's index
+    python benchmarks/current.py --check    # exit 1 when either is not what the files render
     python benchmarks/current.py --stamp    # fill missing commit / date from git, then write
+    python benchmarks/current.py --archive 2026-11   # move a month's sections to results/2026-11.md
 """
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 HEADLINE, RESULTS, CURRENT = HERE / "headline.yaml", HERE / "RESULTS.md", HERE / "CURRENT.md"
+ARCHIVE = HERE / "results"  # earlier months' sections, one file a month: YYYY-MM.md
+INDEX = "Index by month"  # the heading of RESULTS.md's index of the results log
+MONTH = re.compile(r"^## (\d{4}-\d{2})-\d{2}\b")  # a dated section's heading -> its month
 FIELDS = ("id", "what", "figure", "source", "command", "section", "evidence")  # required in every entry
 STAMP = ("commit", "date")  # filled by --stamp
 
@@ -31,18 +37,72 @@ class HeadlineError(Exception):
 
 
 def sections(results: str) -> dict[str, str]:
-    """RESULTS.md's `## ` sections: heading (without the hashes) -> its text up to the next `## `."""
+    """A results file's `## ` sections: heading (without the hashes) -> its text up to the next `## `."""
     parts = re.split(r"^## (.+)$", results, flags=re.M)
     return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
-def load(text: str, results: str, stamped: bool = True) -> list[dict]:
-    """The entries of headline.yaml, each checked against RESULTS.md; `stamped`: commit and date required."""
+def log_sections() -> dict[str, str]:
+    """Every section of the results log: RESULTS.md's and each archived month's (benchmarks/results/)."""
+    out = sections(RESULTS.read_text())
+    for path in sorted(ARCHIVE.glob("*.md")):
+        out.update(sections(path.read_text()))
+    return out
+
+
+def chunks(results: str) -> tuple[str, list[str]]:
+    """(the text before the first `## ` heading, each section verbatim from its heading line on)."""
+    parts = re.split(r"^(?=## )", results, flags=re.M)
+    return parts[0], parts[1:]
+
+
+def index() -> str:
+    """RESULTS.md's index section: each archived month's file with its section titles, in log order."""
+    lines = [f"## {INDEX}", "",
+             "The current month's sections are below, in the order they were logged; each earlier month's are in",
+             "`benchmarks/results/YYYY-MM.md`, moved there verbatim once the month is over",
+             "(`python benchmarks/current.py --archive YYYY-MM`). Headline figures (`headline.yaml`) may cite a",
+             "section of any of them.", "",
+             "- the current month: this file, the sections below"]
+    for path in sorted(ARCHIVE.glob("*.md"), reverse=True):
+        lines.append(f"- {path.stem}: [results/{path.name}](results/{path.name})")
+        lines += [f"  - {title}" for title in sections(path.read_text())]
+    return "\n".join(lines) + "\n\n"
+
+
+def with_index(results: str) -> str:
+    """RESULTS.md's text with its index section rendered afresh, right after the first section (the
+    current figures)."""
+    head, secs = chunks(results)
+    secs = [c for c in secs if not c.startswith(f"## {INDEX}\n")]
+    secs.insert(min(1, len(secs)), index())
+    return head + "".join(secs)
+
+
+def archive(month: str) -> int:
+    """Moves RESULTS.md's sections dated `month` (YYYY-MM) to the end of results/`month`.md, verbatim and in
+    order, and renders the index again. Returns the number of sections moved."""
+    head, secs = chunks(RESULTS.read_text())
+    dated = [(m := MONTH.match(c)) is not None and m.group(1) == month for c in secs]
+    if any(dated):
+        ARCHIVE.mkdir(exist_ok=True)
+        path = ARCHIVE / f"{month}.md"
+        text = path.read_text() if path.exists() else (
+            f"# Results log, {month}\n\nThe sections of benchmarks/RESULTS.md dated {month}, moved here verbatim "
+            "(`python benchmarks/current.py --archive`);\nRESULTS.md's head indexes them.\n\n")
+        path.write_text(text + "".join(c for c, d in zip(secs, dated) if d))
+        RESULTS.write_text(with_index(head + "".join(c for c, d in zip(secs, dated) if not d)))
+    return sum(dated)
+
+
+def load(text: str, secs: dict[str, str], stamped: bool = True) -> list[dict]:
+    """The entries of headline.yaml, each checked against the results log's sections `secs` (log_sections);
+    `stamped`: commit and date required."""
     try:
         entries = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise HeadlineError(f"headline.yaml: not YAML: {' '.join(str(err).split())}") from None
-    secs, seen = sections(results), set()
+    seen = set()
     if not isinstance(entries, list):
         raise HeadlineError("headline.yaml: a list of entries expected")
     for e in entries:
@@ -54,7 +114,7 @@ def load(text: str, results: str, stamped: bool = True) -> list[dict]:
             raise HeadlineError(f"headline.yaml: entry {name}: id given twice")
         seen.add(name)
         if e["section"] not in secs:
-            raise HeadlineError(f"headline.yaml: entry {name}: section is no '## ' heading of RESULTS.md")
+            raise HeadlineError(f"headline.yaml: entry {name}: section is no '## ' heading of the results log")
         for ev in e["evidence"]:
             if ev not in secs[e["section"]]:
                 raise HeadlineError(f"headline.yaml: entry {name}: evidence not in its section: {ev!r}")
@@ -111,25 +171,37 @@ def stamp(text: str, entries: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if CURRENT.md is out of date; write nothing")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if CURRENT.md or RESULTS.md's index is out of date; write nothing")
     p.add_argument("--stamp", action="store_true", help="fill missing commit / date from git first")
+    p.add_argument("--archive", metavar="YYYY-MM", help="move that month's sections of RESULTS.md to results/")
     args = p.parse_args(argv)
-    text, results = HEADLINE.read_text(), RESULTS.read_text()
+    if args.archive is not None:
+        if not re.fullmatch(r"\d{4}-\d{2}", args.archive):
+            print(f"--archive: a month YYYY-MM expected, got {args.archive!r}", file=sys.stderr)
+            return 2
+        print(f"moved {archive(args.archive)} sections to {ARCHIVE / (args.archive + '.md')}")
+    text, secs = HEADLINE.read_text(), log_sections()
     try:
         if args.stamp:
-            text = stamp(text, load(text, results, stamped=False))
+            text = stamp(text, load(text, secs, stamped=False))
             HEADLINE.write_text(text)
-        want = render(load(text, results))
+        want = render(load(text, secs))
     except HeadlineError as err:
         print(err, file=sys.stderr)
         return 2
+    results = RESULTS.read_text()
+    indexed = with_index(results)
     if args.check:
-        current = CURRENT.read_text() if CURRENT.exists() else ""
-        print("CURRENT.md is up to date" if current == want else "CURRENT.md is out of date: run "
-              "python benchmarks/current.py")
-        return 0 if current == want else 1
+        stale = [name for name, ok in (("CURRENT.md", CURRENT.exists() and CURRENT.read_text() == want),
+                                       ("RESULTS.md's index", indexed == results)) if not ok]
+        print(f"{' and '.join(stale)} out of date: run python benchmarks/current.py" if stale
+              else "CURRENT.md and RESULTS.md's index are up to date")
+        return 1 if stale else 0
     CURRENT.write_text(want)
-    print(f"wrote {CURRENT}")
+    if indexed != results:
+        RESULTS.write_text(indexed)
+    print(f"wrote {CURRENT}" + (f" and the index of {RESULTS}" if indexed != results else ""))
     return 0
 
 

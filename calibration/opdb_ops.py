@@ -304,7 +304,7 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows) -> l
     """experts.<dtype>: one EP rank's routed experts for balanced routing (no MoE TP), priced as
     step.py's moe.experts: T tokens enter, T top_k / ep pairs land on the rank's E / ep experts.
     `pick(kernel_sources) -> kernel_source` chooses the kernel whose rows a dtype's class takes (the one
-    with most rows; benchmarks/opdb_dropped_kernels.py passes others, to price the rows left out)."""
+    with most rows; benchmarks/investigations/opdb_dropped_kernels.py passes others, to price the rows left out)."""
     t = tables.get("moe_perf")
     if t is None:
         return []

@@ -89,6 +89,7 @@ class A2APhase:
         so_bytes = tokens * self.so_bytes_per_token
         if so_bytes > 0:
             so = self.so
+            assert so is not None  # (so_bytes > 0: some EP peer is outside the NVLink domain)
             t = max(t, so.floor_s, so.alpha_s + so_bytes / (self.scaleout_bw * so.bw_eff))
         return t
 

@@ -123,7 +123,8 @@ class Component:
         self.qkv = comp.qk_dim + comp.v_dim
         self.prefill_qkv = (comp.prefill_qk_dim or comp.qk_dim) + (comp.prefill_v_dim or comp.v_dim)
         self.indexer = comp.has_indexer
-        self.two_indexer = 2.0 * comp.indexer_heads * comp.indexer_dim if comp.has_indexer else 0.0
+        self.two_indexer = 2.0 * comp.indexer_heads * comp.indexer_dim if comp.indexer_heads and comp.indexer_dim \
+            else 0.0  # (has_indexer: the indexer's fields are all set or all unset, KVComponent)
         self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype)
         self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
 
@@ -144,6 +145,7 @@ class Component:
         nbytes = batch * attended(comp, avg) * comp.entry_bytes / self.kv_split
         if self.indexer:
             idx = indexed(comp, avg)
+            assert comp.indexer_heads and comp.indexer_dim and comp.indexer_key_bytes  # (has_indexer: all set)
             flops = flops + 2.0 * batch * queries_per_seq * comp.indexer_heads * comp.indexer_dim * idx
             nbytes = nbytes + batch * idx * comp.indexer_key_bytes
         return flops, nbytes
@@ -168,6 +170,7 @@ class Component:
         nbytes = read * comp.entry_bytes / self.kv_split
         if has_indexer:
             flops += self.two_indexer * idx_pairs
+            assert comp.indexer_key_bytes  # (has_indexer: set)
             nbytes += idx_read * comp.indexer_key_bytes
         eff = self.prefill_eff(seqs, longest, flops, self.prefill_heads)
         sec = price(flops, nbytes, self.peak, eff, self.hw, self.prof)

@@ -125,7 +125,7 @@ class RankBatch:
         """The same work as a Step: each rank's chunks one by one, identical ranks merged."""
         works: dict[RankWork, int] = {}
         for r in range(self.ranks):
-            chunks = ()
+            chunks: tuple[tuple[int, float, float], ...] = ()
             if self.pre_new:
                 chunks = tuple((1, float(n), float(p)) for n, p in zip(self.pre_new[r], self.pre_prefix[r]))
             w = RankWork(float(self.dec_batch[r]), float(self.dec_ctx[r]), chunks)

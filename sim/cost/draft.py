@@ -69,12 +69,13 @@ class Drafter:
 def drafter(model: ModelSpec, layout: Layout, passes: int, all_to_all: bool) -> Drafter:
     """The drafter of `model` as `layout` runs it (`passes` forwards per step; `all_to_all`: the step's op
     list has an all-to-all, which the drafter's routed rows go through too)."""
-    d, tp, ep = model.draft, layout.tp, layout.ep_size
+    d, tp, ep, spec = model.draft, layout.tp, layout.ep_size, layout.speculation
+    assert d is not None and spec is not None, "a drafter needs the model's drafter and the layout's speculation"
     wb = DTYPE_BYTES[d.weight_dtype]
     moe_tp = layout.moe_tp
     return Drafter(
         # a block drafter's stages each propose the whole block; an MTP pass one token per sequence
-        passes=passes, rows_per_seq=float(layout.speculation.num_tokens if d.kind == "draft_model" else 1),
+        passes=passes, rows_per_seq=float(spec.num_tokens if d.kind == "draft_model" else 1),
         dense_params=d.dense_active_params / tp, experts_per_rank=d.num_experts / ep,
         expert_bytes=d.expert_params * wb / moe_tp, expert_flops_per_pair=2.0 * d.expert_params / moe_tp,
         pair_frac=d.top_k / d.num_experts if d.num_experts else 0.0, top_k=d.top_k, weight_bytes=wb,

@@ -9,6 +9,7 @@ the activation element size (ModelSpec.dtypes.activations).
 from __future__ import annotations
 
 from functools import partial
+from typing import cast
 
 from rackplan.specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Profile
 
@@ -60,7 +61,7 @@ def rope_bytes(model: ModelSpec, tokens: float, tp: int) -> float:
     if att.kind == "gqa":
         dim, key_heads = att.head_dim, max(att.num_kv_heads / tp, 1.0)
     else:
-        dim, key_heads = att.qk_rope_head_dim, 1.0
+        dim, key_heads = cast(int, att.qk_rope_head_dim), 1.0  # (set for MLA and CSA: their model specs)
     return 2.0 * tokens * act * dim * (att.num_heads / tp + key_heads)
 
 

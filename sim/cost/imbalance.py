@@ -28,10 +28,14 @@ import tempfile
 from bisect import bisect_right
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rackplan.specs import SpecError
+
+if TYPE_CHECKING:  # (for annotations only; _popularity imports sim/expert_load.py when it runs)
+    from ..expert_load import ExpertLoad
 
 GRID_LOG2 = tuple(float(x) for x in np.arange(0.0, 21.5, 0.5))  # tokens_global from 1 to 2M, half-octave steps
 NUM_LAYERS = 16  # sampled layers, each with its own permutation of the popularity
@@ -141,6 +145,7 @@ def factor_table(ep: int, redundant_experts: int, policy: str, skew: float, top_
                  num_experts: int, gpus_per_node: int = 8, num_groups: int = 1) -> tuple[tuple, tuple]:
     """(log2 tokens_global grid, factor at each point) of one configuration, all points sampled."""
     curve = imbalance_curve(top_k, num_experts, ep, skew, redundant_experts, policy, None, gpus_per_node, num_groups)
+    assert isinstance(curve, Curve), "factor_table of a configuration without a sampled curve (ep <= 1)"
     return GRID_LOG2, tuple(curve.point(i) for i in range(len(GRID_LOG2)))
 
 
@@ -152,7 +157,7 @@ def placement(ep: int, redundant_experts: int, policy: str, skew: float, top_k: 
 
 
 # -- routing loads: a power-law exponent (cached by its value) or an ExpertLoad (by its key) ---------
-_LOADS: dict[str, object] = {}  # key -> the ExpertLoad it names, registered when a curve is asked for
+_LOADS: dict[str, ExpertLoad] = {}  # key -> the ExpertLoad it names, registered when a curve is asked for
 
 
 def _key(skew) -> float | str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Callable
 
 from rackplan.specs import HardwareSpec, Profile, ops
 
@@ -130,11 +131,11 @@ class LayerPricer:
     def __init__(self, cx, q: float):
         m, lay, hw, prof = cx.model, cx.layout, cx.hw, cx.prof
         self.cx, self.q = cx, q
-        full = m.layers_in("decode")
-        self.groups_decode = (self._group(*full, True, False),)
-        self.groups_prefill = (self._group(*full, True, True),)
+        full: tuple[int, int] = m.layers_in("decode")
+        self.groups_decode: tuple[Group, ...] = (self._group(*full, True, False),)
+        self.groups_prefill: tuple[Group, ...] = (self._group(*full, True, True),)
         if m.prefill_layers is not None:  # V4.1: prompt tokens run only the encoder half
-            enc = m.layers_in("prefill")
+            enc: tuple[int, int] = m.layers_in("prefill")
             self.groups_prefill = (self._group(*enc, True, True),
                                    self._group(full[0] - enc[0], full[1] - enc[1], False, False))
         step_ops = ops.model_ops(m, lay, "decode")
@@ -262,7 +263,7 @@ class LayerPricer:
         return nbytes / (cx.hw.scaleup_bw * efficiency.memory(cx.prof, nbytes)) + cx.prof.op_fixed_s
 
 
-def _at_site(listed: tuple[ops.ModelOp, ...], site: str) -> tuple[tuple[ops.ModelOp, object], ...]:
+def _at_site(listed: tuple[ops.ModelOp, ...], site: str) -> tuple[tuple[ops.ModelOp, Callable], ...]:
     """(op, its price function) of the ops in `listed` priced at `site` (prices.Price.site)."""
     return tuple((op, PRICES[op.name].fn) for op in listed if PRICES[op.name].site == site)
 

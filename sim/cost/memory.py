@@ -22,9 +22,8 @@ def weight_bytes_per_rank(model: ModelSpec, layout: Layout) -> dict[str, float]:
     """Bytes of weights one rank holds, by part (offloaded ones included). Prefill instances hold
     only the layers they run."""
     phase = "prefill" if layout.role == "prefill" else "decode"
-    n_dense, n_moe = model.layers_in(phase)
     pp = layout.pp
-    n_dense, n_moe = n_dense / pp, n_moe / pp
+    n_dense, n_moe = (n / pp for n in model.layers_in(phase))  # a stage's layers (float)
     n_layers = n_dense + n_moe
     h, tp, dt = model.hidden_size, layout.tp, model.dtypes
     moe = model.moe
@@ -47,6 +46,7 @@ def weight_bytes_per_rank(model: ModelSpec, layout: Layout) -> dict[str, float]:
 def draft_bytes_per_rank(model: ModelSpec, layout: Layout) -> float:
     """The drafter's weights on one rank: dense parts TP-split, routed experts split like the target's."""
     d = model.draft
+    assert d is not None, "draft_bytes_per_rank of a model without a drafter"
     wb = DTYPE_BYTES[d.weight_dtype]
     if not d.num_experts:
         return d.total_params * wb / layout.tp

@@ -234,12 +234,14 @@ def route_seconds(hw: HardwareSpec, prof: Profile, dtype: str, nbytes, rows, hid
 @priced("ep", "moe.dispatch")
 def moe_dispatch(ep: EPSide, w: EPWork) -> tuple[float, float, float]:
     """The all-to-all dispatch of the rank's token copies (sim/cost/alltoall.py)."""
+    assert ep.dispatch is not None  # (priced where the op list has the all-to-all, which sets it)
     return ep.dispatch.seconds(w.send), 0.0, 0.0
 
 
 @priced("ep", "moe.combine")
 def moe_combine(ep: EPSide, w: EPWork) -> tuple[float, float, float]:
     """The all-to-all combine of the expert outputs back to their tokens (sim/cost/alltoall.py)."""
+    assert ep.combine is not None  # (priced where the op list has the all-to-all, which sets it)
     return ep.combine.seconds(w.send), 0.0, 0.0
 
 

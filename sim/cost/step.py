@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class CostContext:
 
 
 STAGE = {name: op.stage for name, op in ops.BY_NAME.items()}  # op name -> where it runs in a layer (DBO)
-HOST_ONLY = {"api_servers": None, "stream_interval": 1, "async_scheduling": True, "cuda_graphs": True}
+HOST_ONLY: dict[str, Any] = {"api_servers": None, "stream_interval": 1, "async_scheduling": True, "cuda_graphs": True}
 
 
 def host_only(layout: Layout) -> Layout:
@@ -300,6 +300,7 @@ class StepModel:
         """Seconds of one step on the instance (slowest rank), with its op breakdown."""
         ev = self._evaluate(step, z)
         dev = ev.device
+        assert dev is not None  # (priced with the breakdown)
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in dev.rank_ops.items()]
         for n_moe, t_exp, t_route, t_disp, t_comb, flops, nbytes, r_bytes in dev.moe:
             ops_ += [Op("moe.route", "mem", t_route, 0.0, r_bytes, n_moe),
@@ -338,7 +339,7 @@ class StepModel:
         a draw moves the step by under 0.1% of its experts' time; prompt steps of 1,000+ tokens)."""
         if self.ep_size <= 1:
             return False
-        t = 0  # (a loop: sum() over a generator costs more, per priced step)
+        t: float = 0  # (a loop: sum() over a generator costs more, per priced step)
         for w, r in zip(step.works, step.ranks):
             t += (w.dec_seqs * self.q + w.pre_tokens) * r
         hit = self._varies_at.get(t)  # (full prompt steps repeat their token count)
@@ -381,6 +382,7 @@ class StepModel:
             if dev is not None:
                 adjust.append(("dbo.overlap", gpu - dev.seconds))
         else:
+            assert dev is not None  # (not split: priced whole)
             gpu = dev.seconds
         graphs = lay.cuda_graphs and not step.has_prefill
         if not graphs:

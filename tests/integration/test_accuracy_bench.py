@@ -1,15 +1,14 @@
 """The accuracy benchmark end to end on two cheap cases: a cost-model step and a real simulation."""
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import script
+
+from rackplan.accuracy import command as accuracy
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from rackplan.accuracy import command as accuracy  # noqa: E402
 
 pytestmark = pytest.mark.integration
 CHEAP = ["--case", "h100-decode-ep72", "--case", "r1-gb300-prefill-ep2"]
@@ -57,7 +56,7 @@ def test_closed_loop_rates_count_every_request_whole():
     """`vllm bench serve` divides all tokens by the run's duration, so at fixed ISL 2048 / OSL 1024
     input tok/s is exactly twice output tok/s. At concurrency 512 of 1000 requests (two waves) the
     steady-state window counted decode steps of the first wave against fewer prompts (ratio ~1.25)."""
-    import accuracy_sweep
+    accuracy_sweep = script("accuracy_sweep.py")
 
     (row,) = accuracy_sweep.sweep("v32-gb300-mixed-tp4-fp8", [512], None, 1000, 0)
     out_tps = row["output_tps_per_gpu"] * 4  # TP4: 4 GPUs

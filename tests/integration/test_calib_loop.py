@@ -1,17 +1,16 @@
 """Reduced closed loop on this machine: execute a small sweep -> calibrate -> validate (< 60 s)."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import script
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quick_loop(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import calibration_loop
+    calibration_loop = script("calibration_loop.py")
 
     code = calibration_loop.main(["--quick", "--out", str(tmp_path), "--max-mape", "1000"])
     rep = json.loads((tmp_path / "validate.json").read_text())

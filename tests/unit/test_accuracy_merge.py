@@ -1,11 +1,8 @@
 """benchmarks helpers of the accuracy benchmark: model_overrides merging (accuracy_cases.deep_merge), the sweep CLI."""
-import sys
-from pathlib import Path
-
 import pytest
+from bench_scripts import script
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from rackplan.accuracy.cases import deep_merge  # noqa: E402
+from rackplan.accuracy.cases import deep_merge
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +19,7 @@ def test_other_lists_are_replaced():
 
 
 def test_sweep_rejects_an_unknown_case(capsys):
-    import accuracy_sweep
+    accuracy_sweep = script("accuracy_sweep.py")
 
     assert accuracy_sweep.main(["--case", "no-such-case", "--concurrency", "1"]) == 2
     assert "--case" in capsys.readouterr().err
@@ -42,7 +39,7 @@ def test_kv_capacity_replicates_the_latent_over_tp():
     """V3.2 FP8 at TP4 on GB300 (vLLM v0.14.1's `auto`: a BF16 latent): every rank holds 61 x (1,152
     latent + 132 indexer) = 78,324 B per token (TP does not divide it), in the HBM (279 GB) its weights
     and reserve leave; with vLLM's fp8_ds_mla latent (--latent-bytes 656): 61 x 788 = 48,068."""
-    import kv_capacity
+    kv_capacity = script("kv_capacity.py")
 
     from rackplan.accuracy import cases as accuracy_cases
 
@@ -57,7 +54,7 @@ def test_kv_capacity_replicates_the_latent_over_tp():
 
 def test_sweep_override_merges_case_fields():
     # --override deep-merges into the case: the named KV component gets the new field, the rest stays
-    import accuracy_sweep
+    accuracy_sweep = script("accuracy_sweep.py")
 
     from rackplan.accuracy.cases import load_cases
 
@@ -72,7 +69,7 @@ def test_sweep_override_merges_case_fields():
 @pytest.mark.parametrize("override, field", [('{"workload": {}}', "workload"), ("[1]", "JSON mapping"),
                                              ("{oops", "JSON mapping")])
 def test_sweep_rejects_bad_overrides(capsys, override, field):
-    import accuracy_sweep
+    accuracy_sweep = script("accuracy_sweep.py")
 
     assert accuracy_sweep.main(["--case", "v32-gb300-mixed-tp2", "--concurrency", "1", "--override", override]) == 2
     assert field in capsys.readouterr().err
@@ -80,7 +77,7 @@ def test_sweep_rejects_bad_overrides(capsys, override, field):
 
 def test_decode_ops_prices_cases_side_by_side(capsys):
     # the V3.2 GB300 TP2 and TP4 instances at one sequence per rank: every op of both steps printed
-    import decode_ops
+    decode_ops = script("decode_ops.py")
 
     assert decode_ops.main(["--case", "v32-gb300-mixed-tp2", "--case", "v32-gb300-mixed-tp4-fp8", "--batch", "1"]) == 0
     out = capsys.readouterr().out
@@ -91,7 +88,7 @@ def test_decode_ops_prices_cases_side_by_side(capsys):
 
 def test_decode_ops_prices_a_plan_at_several_nvlink_bandwidths(capsys):
     # the reference plan's DEP64 decode at 450 and 900 GB/s: the all-to-all moves with the link, the experts do not
-    import decode_ops
+    decode_ops = script("decode_ops.py")
 
     assert decode_ops.main(["--plan", "v41-flash-gb300-nvl72", "--scaleup-gbps", "450", "900", "--batch", "8"]) == 0
     rows = {line.split()[0]: [float(x) for x in line.split()[1:]] for line in capsys.readouterr().out.splitlines()
@@ -103,7 +100,7 @@ def test_decode_ops_prices_a_plan_at_several_nvlink_bandwidths(capsys):
 
 def test_moe_tp_check_runs_on_the_op_database(capsys):
     pytest.importorskip("aiconfigurator_core")
-    import moe_tp_check
+    moe_tp_check = script("investigations/moe_tp_check.py")
 
     assert moe_tp_check.main(["--dtype", "nvfp4", "--tokens", "512", "--moe-tp", "4"]) == 0
     assert "moe_tp 4" in capsys.readouterr().out
@@ -116,7 +113,7 @@ def test_admission_whatif_rules_agree_with_room_and_differ_without():
     # prompt (3 x 32 blocks) and must preempt once the three grow past 96 blocks.
     from dataclasses import replace
 
-    import admission_whatif
+    admission_whatif = script("investigations/admission_whatif.py")
 
     from rackplan.accuracy.cases import load_cases
 

@@ -1,12 +1,12 @@
 """The README a newcomer reads in ten minutes, and the docs it points to: at most 150 lines, its two
 set-up-and-go commands the ones CI runs (.ci/run runs the README's test command in a fresh clone), and
 every relative link of README.md and docs/*.md naming a file and heading that exist."""
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from bench_scripts import script
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,15 +58,12 @@ def test_every_relative_link_names_a_file_and_heading_that_exist(page):
 
 def _current():
     """benchmarks/current.py as a module (benchmarks/ is no package)."""
-    spec = importlib.util.spec_from_file_location("current", ROOT / "benchmarks" / "current.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("current.py")
 
 
 def test_current_md_is_what_headline_yaml_renders_and_each_figure_is_in_its_results_section():
     cur = _current()
-    entries = cur.load(cur.HEADLINE.read_text(), cur.RESULTS.read_text())
+    entries = cur.load(cur.HEADLINE.read_text(), cur.log_sections())
     assert cur.CURRENT.read_text() == cur.render(entries), "run python benchmarks/current.py"
     assert len(entries) == cur.CURRENT.read_text().count("\n| ") - 1  # one row each, below the header row
 
@@ -81,4 +78,50 @@ def test_a_headline_entry_that_does_not_hold_is_one_line_naming_it(edit, field):
     entries = yaml.safe_load(cur.HEADLINE.read_text())
     edit(entries[0])
     with pytest.raises(cur.HeadlineError, match=f"entry {entries[0]['id']}: {field}"):
-        cur.load(yaml.safe_dump(entries), cur.RESULTS.read_text())
+        cur.load(yaml.safe_dump(entries), cur.log_sections())
+
+
+def test_the_investigations_index_names_every_script_and_a_results_section_that_exists():
+    cur = _current()
+    index = (ROOT / "benchmarks" / "investigations" / "README.md").read_text()
+    rows = [line.split(" | ") for line in index.splitlines() if line.startswith("| `")]
+    listed = [row[0].removeprefix("| `").removesuffix("`") for row in rows]
+    assert sorted(listed) == sorted(p.name for p in (ROOT / "benchmarks" / "investigations").glob("*.py"))
+    secs = cur.log_sections()
+    for row in rows:
+        assert row[-1].removesuffix(" |") in secs, f"{row[0]}: no results section {row[-1]!r}"
+
+
+def test_the_results_log_index_is_current_and_each_archived_month_holds_only_its_own_sections():
+    cur = _current()
+    results = cur.RESULTS.read_text()
+    assert cur.with_index(results) == results, "run python benchmarks/current.py"
+    for path in sorted(cur.ARCHIVE.glob("*.md")):
+        titles = list(cur.sections(path.read_text()))
+        assert titles and all(t.startswith(path.stem + "-") for t in titles), path.name
+        assert not set(titles) & set(cur.sections(results)), f"{path.name}: a section also in RESULTS.md"
+
+
+def test_a_headline_entry_may_cite_an_archived_section():
+    cur = _current()
+    title = "2026-11-30: imbalance tables sampled lazily per grid point"
+    assert title not in cur.sections(cur.RESULTS.read_text())
+    entry = yaml.safe_load(cur.HEADLINE.read_text())[0]
+    entry.update(section=title, evidence=[cur.log_sections()[title].strip().splitlines()[0]])
+    assert cur.load(yaml.safe_dump([entry]), cur.log_sections())[0]["section"] == title
+
+
+def test_archive_moves_a_months_sections_verbatim_and_indexes_them(tmp_path, monkeypatch):
+    cur = _current()
+    monkeypatch.setattr(cur, "RESULTS", tmp_path / "RESULTS.md")
+    monkeypatch.setattr(cur, "ARCHIVE", tmp_path / "results")
+    a, b, c = "## 2026-11-30: a\n\nA.\n\n", "## 2026-12-01: b\n\nB.\n\n", "## 2026-11-30 \u2014 c\n\nC.\n"
+    cur.RESULTS.write_text("# Results log\n\n## Current figures\n\nF.\n\n" + a + b + c)
+    assert cur.archive("2026-11") == 2
+    assert (tmp_path / "results" / "2026-11.md").read_text().endswith(a + c)
+    assert cur.RESULTS.read_text() == "# Results log\n\n## Current figures\n\nF.\n\n" + cur.index() + b
+    assert cur.index().endswith("- 2026-11: [results/2026-11.md](results/2026-11.md)\n  - 2026-11-30: a\n"
+                                "  - 2026-11-30 \u2014 c\n\n")
+    assert cur.archive("2026-11") == 0 and set(cur.log_sections()) == {"Current figures", cur.INDEX,
+                                                                        "2026-12-01: b", "2026-11-30: a",
+                                                                        "2026-11-30 \u2014 c"}

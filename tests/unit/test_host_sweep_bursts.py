@@ -2,19 +2,17 @@
 instant each, every burst size) that the trace reader takes as it is, with prompts short and long
 enough that the token budget chunks some."""
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_scripts import script
+
+from rackplan.sim.workload import make_requests
+from rackplan.specs import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import host_sweep as hs  # noqa: E402
-
-from rackplan.sim.workload import make_requests  # noqa: E402
-from rackplan.specs import load_workload  # noqa: E402
+hs = script("host_sweep.py")
 
 pytestmark = pytest.mark.unit
 

@@ -1,11 +1,9 @@
 """benchmarks' checks of the cost model against the op database's kernel tables: moe_tp_check.py (routed experts
 under TP) and dsa_module_check.py (DeepSeek-V3.2's decode attention layer), with hand-derived bounds."""
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_scripts import script
 
 pytestmark = pytest.mark.unit
 
@@ -13,7 +11,7 @@ HBM_BW = 8.0e12  # gb300-nvl72 hbm_bw, B/s
 
 
 def test_moe_tp_check_prices_one_layer_in_seconds():
-    import moe_tp_check
+    moe_tp_check = script("investigations/moe_tp_check.py")
 
     # DeepSeek-V3 block-FP8 experts at TP4, 512 tokens x top-8 of 256: every expert is hit (256 (1 - (1 - 8/256)^512)
     # = 256.0), so the rank reads all 256 shards of 3 x 7168 x (2048 / 4) FP8 weights = 2,818,572,288 B, >= 352.3 us
@@ -25,7 +23,7 @@ def test_moe_tp_check_prices_one_layer_in_seconds():
 
 
 def test_moe_tp_check_reads_another_models_shape():
-    import moe_tp_check
+    moe_tp_check = script("investigations/moe_tp_check.py")
 
     # Qwen3-235B-A22B BF16 experts at TP4, 512 tokens x top-8 of 128: 128 (1 - (1 - 8/128)^512) = 128.0 experts hit,
     # 128 shards of 3 x 4096 x (1536 / 4) BF16 weights = 1,207,959,552 B, >= 151.0 us at 8 TB/s
@@ -37,7 +35,7 @@ def test_moe_tp_check_reads_another_models_shape():
 
 
 def _v32_tp4_fp8():
-    import dsa_module_check
+    dsa_module_check = script("investigations/dsa_module_check.py")
 
     from rackplan.accuracy.cases import load_cases, resolve
     from rackplan.sim.cost.step import CostContext
@@ -98,7 +96,7 @@ def test_dsa_module_check_compares_the_case_with_its_table_row(tmp_path, capsys)
 
 def test_dsa_module_check_refuses_what_it_cannot_compare(tmp_path, capsys):
     _table(tmp_path, [_row("deepseek-ai/DeepSeek-V3.2", 0.5)])
-    import dsa_module_check as mod
+    mod = script("investigations/dsa_module_check.py")
 
     root = ["--op-database-root", str(tmp_path)]
     assert mod.main(root + ["--case", "no-such-case"]) == 2

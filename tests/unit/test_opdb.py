@@ -694,7 +694,8 @@ def test_versions_whose_numbers_tie_do_not_take_the_listing_order(tmp_path, monk
 
 def test_expert_rows_take_the_kernel_with_most_rows_unless_picked(tmp_path):
     """A moe_perf table holding two kernels of one dtype: the class takes the kernel with most rows (20 of
-    32 here), and `pick` (benchmarks/opdb_dropped_kernels.py) selects the other one's 12 rows instead."""
+    32 here), and `pick` (benchmarks/investigations/opdb_dropped_kernels.py) selects the other one's 12 rows
+    instead."""
     t = np.array([2.0 ** i for i in range(4, 20)])  # [16] tokens
     n = len(t)
     cols = {"kernel_source": ["a_trtllm"] * 20 + ["b_cutlass"] * 12, "moe_dtype": ["fp8"] * 32,

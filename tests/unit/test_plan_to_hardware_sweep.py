@@ -1,15 +1,13 @@
 """benchmarks/plan_to_hardware.py's sweep: which sizes it measures and holds out for a plan, and what a
 re-plan with the fitted profile adds when it runs shapes beyond them."""
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
+from bench_scripts import script
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import plan_to_hardware as p2h  # noqa: E402
+from rackplan.specs import load_plan
 
-from rackplan.specs import load_plan  # noqa: E402
+p2h = script("plan_to_hardware.py")
 
 pytestmark = pytest.mark.unit
 

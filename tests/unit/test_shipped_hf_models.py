@@ -10,17 +10,17 @@ with derived ends, and the published figure must fall within it widened by 1%:
   GLM neither).
 """
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import script
 
 from rackplan.specs import load_model
 from rackplan.specs.hf_config import load_config_spec, param_ranges
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from hf_models import DATA, SHIPPED  # noqa: E402  (the published figures, printed by benchmarks/hf_models.py)
+HF = script("hf_models.py")  # the published figures, printed by benchmarks/hf_models.py
+DATA, SHIPPED = HF.DATA, HF.SHIPPED
 
 pytestmark = pytest.mark.unit
 

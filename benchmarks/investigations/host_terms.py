@@ -2,8 +2,8 @@
 benchmarks/host_sweep.py refitted with each term of host.schedule, host.prepare and host.output
 left out in turn (held at 0), side by side with the full model, fit and held-out MAPE per part.
 
-    python benchmarks/host_terms.py --out runs/host_sweep    # the sweep's runs; a few minutes on 2 cores
-    python benchmarks/host_terms.py --out runs/a runs/b      # two sweeps' runs together
+    python benchmarks/investigations/host_terms.py --out runs/host_sweep    # the sweep's runs; a few minutes on 2 cores
+    python benchmarks/investigations/host_terms.py --out runs/a runs/b      # two sweeps' runs together
 
 Rows: `full` (calibration/host_fit.py's PART_PARAMS); `fixed x DP` (the form before the per-rank
 term: the central scheduler's fixed part paid once per DP rank, schedule_step_s held at 0 so

@@ -3,7 +3,7 @@ experts take (efficiency.kernel_dtype: DeepSeek-V4.1's MXFP4 weights -> experts.
 FlashInfer kernel) against another dtype's (default fp4: the NVFP4 kernel's experts.fp4, what main priced
 them with before 2026-12-02), at the seed plans' operating points.
 
-Run:  python benchmarks/expert_kernels.py [--model deepseek-v4.1-flash] [--hardware gb300-nvl72]
+Run:  python benchmarks/investigations/expert_kernels.py [--model deepseek-v4.1-flash] [--hardware gb300-nvl72]
       [--profile gb300-nvl72-vllm] [--other fp4]
 Efficiency columns: FLOPs / (the compute dtype's peak x seconds); HBM share: the memory side's seconds over the
 price (below 1: compute-bound).

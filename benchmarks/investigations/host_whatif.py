@@ -11,7 +11,7 @@
    Writes whatif.csv, whatif.png (changes), whatif_step.png (stacked split) and host_whatif.png
    (both, one row per setting) to --out.
 
-    python benchmarks/host_whatif.py --out runs/host_whatif [--decode-batch 128]
+    python benchmarks/investigations/host_whatif.py --out runs/host_whatif [--decode-batch 128]
 """
 from __future__ import annotations
 

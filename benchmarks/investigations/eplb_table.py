@@ -6,7 +6,7 @@ gb200-nvl72 (one NVLink domain). Per cell: predicted max/mean expert load of the
 (sim/cost/imbalance.py), decode step time (sim.cost.step.decode_step) and tokens/s/GPU
 (batch / step time). "none" = contiguous experts, no EPLB; "r=N" = global EPLB policy (DeepSeek's
 choice for decode) with N redundant experts; "-" = 256 + N slots not divisible by the EP size.
-Run: python benchmarks/eplb_table.py
+Run: python benchmarks/investigations/eplb_table.py
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """How stable is the op-database fit of the expert classes? Refit them under a perturbation that must
 not matter and print fit / held-out MAPE and a digest of the fitted curves.
 
-    python benchmarks/opdb_stability.py --op-database-root $R [--perturb data-ulp] [--starts 0,-1,1,-0.5,0.5]
+    python benchmarks/investigations/opdb_stability.py --op-database-root $R [--perturb data-ulp]
+        [--starts 0,-1,1,-0.5,0.5]
 
 Perturbations: `none`; `data-ulp`, every measured time moved up by one ulp (np.nextafter); `start-ulp`, the
 first multi-start point moved by 1e-15 decades. Each class is fitted as calibrate fits it

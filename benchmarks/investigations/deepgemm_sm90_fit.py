@@ -15,7 +15,8 @@ curves' ranges hold):
   padded  groups, and each curve's pad term the work the chosen tiles do over the useful work
           (ceil(m / block_m) block_m ceil(n / block_n) block_n / (m n)), its weight pad_cost fitted
 
-  .venv/bin/python benchmarks/deepgemm_sm90_fit.py --variant padded [--op-database-root R] h200_sxm h100_sxm
+  .venv/bin/python benchmarks/investigations/deepgemm_sm90_fit.py --variant padded [--op-database-root R]
+      h200_sxm h100_sxm
 """
 from __future__ import annotations
 

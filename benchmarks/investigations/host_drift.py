@@ -1,7 +1,7 @@
 """How much of the host-part fits' held-out error is a whole run running faster or slower (the VM's speed
 drift) and how much is the model's form, and what the executor's CPU-speed probe (executor/probe.py) removes.
 
-    python benchmarks/host_drift.py /tmp/lead/hs3 /tmp/lead/hs4     # sweeps of benchmarks/host_sweep.py
+    python benchmarks/investigations/host_drift.py /tmp/lead/hs3 /tmp/lead/hs4     # sweeps of benchmarks/host_sweep.py
 
 Decode grid runs only (the closed-loop runs; the burst runs' decode instance is another regime). Per sweep
 given (and all of them together), rows of held-out MAPE % per part (the shapes of 3, 6, 12, 24 sequences on

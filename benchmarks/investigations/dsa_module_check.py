@@ -13,8 +13,8 @@ priced as one op for all of a layer's GEMMs and is left out: at most ~0.02 ms pe
 layers, and prints it against the table row of the case's (heads, KV dtype, projection dtype), with the
 kernel the table's vLLM ran. Needs the `opdb` extra (aiconfigurator-core).
 
-Run:  python benchmarks/dsa_module_check.py [--system gb300] [--batch 64 256 512] [--context 2048 4096]
-      python benchmarks/dsa_module_check.py --case v32-gb300-mixed-tp4-fp8
+Run:  python benchmarks/investigations/dsa_module_check.py [--system gb300] [--batch 64 256 512] [--context 2048 4096]
+      python benchmarks/investigations/dsa_module_check.py --case v32-gb300-mixed-tp4-fp8
 """
 from __future__ import annotations
 

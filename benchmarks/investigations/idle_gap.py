@@ -2,7 +2,7 @@
 
 A lightly loaded prefill instance steps once per arrival; between steps its caches (and, on a VM,
 its vCPU) go cold. This prints the median step at each gap side by side, so the calibration
-sweep's `--step-gap` can be judged. Usage: python benchmarks/idle_gap.py [--core 1] [--steps 15]
+sweep's `--step-gap` can be judged. Usage: python benchmarks/investigations/idle_gap.py [--core 1] [--steps 15]
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ under both rules at a given KV capacity, for bounding how much the simulator's r
 case is KV-bound. It is a what-if beside the simulator, not a second simulator: no arrivals, one DP
 rank, no host time, no prefix cache.
 
-Run:  python benchmarks/admission_whatif.py --case v32-gb300-mixed-tp4-fp8 --kv-tokens 1008846 \
+Run:  python benchmarks/investigations/admission_whatif.py --case v32-gb300-mixed-tp4-fp8 --kv-tokens 1008846 \
           [--override '{"model_overrides": {...}}']
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: accuracy_sweep, the tool it reuses
 
 from accuracy_sweep import overridden  # noqa: E402
 

@@ -1,7 +1,7 @@
 """The MoE rows the op-database importer leaves out, priced by the curve it keeps.
 
-    python benchmarks/opdb_dropped_kernels.py --op-database-root $R [--system h200_sxm --hardware h200-sxm
-        --profile h200-sxm-vllm]
+    python benchmarks/investigations/opdb_dropped_kernels.py --op-database-root $R [--system h200_sxm
+        --hardware h200-sxm --profile h200-sxm-vllm]
 
 calibration/opdb_ops.expert_rows fits each experts.<dtype> class on one kernel_source of the moe_perf table (the
 one with most rows). Where a table holds other kernels (Triton at EP 1 on Hopper, FlashInfer CUTLASS or TRT-LLM

@@ -10,7 +10,7 @@ simulator does (sim/cost/step.py `StepModel._price_moe`: moe.experts + moe.route
 every token entering the rank) with the system's measured profile, and prints measured, priced and
 their ratio. Needs the `opdb` extra (aiconfigurator-core).
 
-Run:  python benchmarks/moe_tp_check.py [--system gb300] [--hardware gb300-nvl72] [--tokens 64 512 2048]
+Run:  python benchmarks/investigations/moe_tp_check.py [--system gb300] [--hardware gb300-nvl72] [--tokens 64 512 2048]
       [--model qwen3-235b-a22b --dtype bfloat16 fp8]  (another model's MoE shape, where the table has it)
 """
 from __future__ import annotations
