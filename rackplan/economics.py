@@ -271,16 +271,19 @@ class OnBudget:
     power_budget_w: float | None = None  # facility W the copies and the idle rest must stay within
 
 
-def on_budget(hw: HardwareSpec, eco: Economics, budget: int, power_budget_w: float | None = None) -> OnBudget:
+def on_budget(hw: HardwareSpec, eco: Economics, budget: int, power_budget_w: float | None = None,
+              idle_w: float | None = None) -> OnBudget:
     """`budget // eco.gpus` copies of the deployment and the idle rest: tokens/s, facility power, $/h,
     $/M output tokens, output tokens/s per MW (the cost and power objectives rank by these). With a
     facility power budget, as many copies as keep copies x the deployment's facility draw + the idle
-    rest x idle draw x PUE within it (0 copies: the deployment does not fit the power at all)."""
+    rest x idle draw x PUE within it (0 copies: the deployment does not fit the power at all). `idle_w`:
+    W per left-over GPU (default `hw.power_idle_w`; a mixed-hardware pair's mean, sim/search/pairs.py)."""
     copies = max(1, budget // eco.gpus)
     pue = eco.prices.pue
+    idle = hw.power_idle_w if idle_w is None else idle_w
 
     def facility_w(k: int) -> float:
-        return (k * eco.it_power_w + max(0, budget - k * eco.gpus) * hw.power_idle_w) * pue
+        return (k * eco.it_power_w + max(0, budget - k * eco.gpus) * idle) * pue
 
     if power_budget_w is not None:
         while copies > 0 and facility_w(copies) > power_budget_w:

@@ -40,7 +40,7 @@ from rackplan.specs import (
 
 from ..expert_load import EXPERT_LOAD_HELP, with_expert_load
 from ..request_classes import class_lines, search_slo
-from . import economy, planner, schedule_command, spares
+from . import economy, pairs, pareto_axis, planner, schedule_command, spares
 from .eplb_note import eplb_line
 from .space import SearchSpace
 
@@ -112,6 +112,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     economics.add_arguments(p)
     economy.add_arguments(p)
+    pairs.add_arguments(p)
+    pareto_axis.add_arguments(p)
     spares.add_arguments(p)
     schedule_command.add_arguments(p)
 
@@ -177,17 +179,24 @@ class _Bar:
 def run(args) -> int:
     check_writable("--out", args.out)
     if args.schedule:  # a plan for a day (sim/search/schedule.py)
+        refuse_unused("plan --schedule", {"--hardware-pairs": args.hardware_pairs, "--pareto-axis": None
+                                          if args.pareto_axis == "gpu" else args.pareto_axis},
+                      "a single plan (--hardware-pairs compares kinds; --pareto-axis draws one plan's front)")
         return schedule_command.run_plan(args)
     refuse_unused("plan", {"--trace": args.trace, "--trace-scale": args.trace_scale, "--base-plan": args.base_plan,
                            "--start-s": args.start_s, "--interval-requests": args.interval_requests},
                   "unset without --schedule INTERVAL (a plan for a day)")
-    if "," in args.hardware:
+    if "," in args.hardware or args.hardware_pairs:  # kinds (and pairs, sim/search/pairs.py) compared
         return _compare(args)
     if args.report and Path(args.report).resolve() == Path(args.out).resolve():
         raise SpecError("", "--report", "a folder other than the --out file", args.report)
     if args.report:
         prepare_folder(args.report, "--report", args.force, owned=REPORT_FILES)
     req = build_request(args)
+    if args.pareto_axis != "gpu":  # refused before the search: no report to draw on, or no figures for it
+        refuse_unused(f"plan --pareto-axis {args.pareto_axis}", {"--pareto-axis": None if args.report else
+                      args.pareto_axis}, "--report DIR (the axis pareto.png and pareto.csv are drawn on)")
+        pareto_axis.axis(req, args.pareto_axis)
     n_spare, target = spares.check(args, req)
     with _Bar(not args.quiet and sys.stderr.isatty()) as bar:
         req.progress = bar.stage
@@ -198,7 +207,7 @@ def run(args) -> int:
         if args.report:
             from .report import write_all
 
-            write_all(res, out.folder(args.report, replace=args.force))
+            write_all(res, out.folder(args.report, replace=args.force), args.pareto_axis)
         dump_yaml(res.plan, out.file(args.out), header=f"# {res.plan.description}\n# accuracy: {band.line()}\n"
                   + "".join(f"# {line}\n" for line in economy.lines(res)))
     if args.timings:
@@ -249,11 +258,14 @@ def run(args) -> int:
 
 
 def _compare(args) -> int:
-    """--hardware A,B,C: one plan per hardware and one comparison table (sim/search/compare.py)."""
+    """--hardware A,B,C (and --hardware-pairs): one plan per hardware kind (and pair) and one comparison table
+    (sim/search/compare.py)."""
     from . import compare
 
     refuse_unused("plan --hardware A,B", {"--spares": args.spares or None, "--availability": args.availability},
                   "one hardware (spare nodes are whole nodes of one kind)")
+    refuse_unused("plan --hardware A,B", {"--pareto-axis": None if args.pareto_axis == "gpu" else args.pareto_axis},
+                  "one hardware kind (the comparison draws compare.png; each kind's front: plan it alone)")
     if args.report:
         prepare_folder(args.report, "--report", args.force, owned=("compare.md", "compare.json", "compare.png"))
     arrival = load_workload(args.workload).arrival

@@ -6,6 +6,8 @@ that copies of each plan need to serve the target rate.
 Each hardware gets its own plan file (`plan-<hardware>.yaml` beside --out) and is verified in the
 simulator as a single-hardware `rackplan plan` run would be; the GPU count for the target rate
 is copies of the verified deployment (one deployment simulated, its copies an extrapolation).
+`--hardware-pairs` adds mixed prefill/decode pairs as rows (sim/search/pairs.py; plan files
+`plan-<prefill>-to-<decode>.yaml`), and the objective chooses one row across kinds and pairs.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pathlib import Path
 from rackplan.accuracy_band import headline_band
 from rackplan.specs import SpecError, dump_yaml
 
-from . import economy, planner
+from . import economy, pairs, planner
 
 
 @dataclass
@@ -42,10 +44,20 @@ class Row:
             d.update(eco.to_dict())
         if target_rps:
             copies = math.ceil(target_rps / w.rate_rps - 1e-9)
-            d.update(target_rps=target_rps, copies_for_target=copies, gpus_for_target=copies * w.cand.gpus,
-                     domains_for_target=math.ceil(copies * w.cand.gpus / req.hw.domain_size),
-                     domain_size=req.hw.domain_size)
+            d.update(target_rps=target_rps, copies_for_target=copies, gpus_for_target=copies * w.cand.gpus)
+            d.update(_domains(req, w, copies))
         return d
+
+
+def _domains(req, w, copies: int) -> dict:
+    """NVLink domains the copies fill (a pair: of each kind, its prefill GPUs and its decode GPUs)."""
+    s = req.prefill_side
+    g_p, g_d = pairs.pool_gpus(w.cand) if s is not None else (0, w.cand.gpus)
+    out = {"domains_for_target": math.ceil(copies * g_d / req.hw.domain_size), "domain_size": req.hw.domain_size}
+    if s is not None:
+        out.update(prefill_domains_for_target=math.ceil(copies * g_p / s.hw.domain_size),
+                   prefill_domain_size=s.hw.domain_size)
+    return out
 
 
 def hardware_list(text: str) -> list[str]:
@@ -57,22 +69,27 @@ def hardware_list(text: str) -> list[str]:
 
 
 def plan_each(args, build_request, progress=None) -> list[Row]:
-    """One planning run per hardware of --hardware (a hardware with no feasible layout keeps its reason)."""
+    """One planning run per hardware of --hardware, then per pair of --hardware-pairs (a row with no
+    feasible layout keeps its reason)."""
     from argparse import Namespace
 
     names = hardware_list(args.hardware)
     # --rate is the comparison's target; the throughput objective's plans take none (bad input before work)
-    rate = None if args.objective == "throughput" else args.rate
-    reqs = [build_request(Namespace(**{**vars(args), "hardware": n, "rate": rate})) for n in names]
+    a = Namespace(**{**vars(args), "rate": None if args.objective == "throughput" else args.rate})
+    runs = [(build_request(Namespace(**{**vars(a), "hardware": n})), Path(n).stem) for n in names]
+    if getattr(args, "hardware_pairs", None):
+        pairs.check_args(args)
+        runs += [(pairs.request(a, build_request, p, d), f"{Path(p).stem}-to-{Path(d).stem}")
+                 for p, d in pairs.parse(args.hardware_pairs)]
     rows = []
     stem = Path(args.out)
-    for name, req in zip(names, reqs):
+    for req, tag in runs:
         req.progress = progress
-        out = str(stem.with_name(f"{stem.stem}-{Path(name).stem}{stem.suffix or '.yaml'}"))
+        out = str(stem.with_name(f"{stem.stem}-{tag}{stem.suffix or '.yaml'}"))
         try:
-            rows.append(Row(req.hw.name, planner.plan(req, name=Path(out).stem), out=out))
+            rows.append(Row(pairs.label(req), planner.plan(req, name=Path(out).stem), out=out))
         except planner.NoFeasiblePlan as exc:
-            rows.append(Row(req.hw.name, None, str(exc)))
+            rows.append(Row(pairs.label(req), None, str(exc)))
         req.progress = None
     return rows
 
@@ -80,7 +97,8 @@ def plan_each(args, build_request, progress=None) -> list[Row]:
 def table(rows: list[Row], target_rps: float | None) -> str:
     """The side-by-side table (plain text; report's compare.md has the same in markdown)."""
     cells = _cells(rows, target_rps)
-    return "\n".join(f"{r[0]:<14s}" + "".join(f"{c:>15s}" for c in r[1:]) for r in cells)
+    width = max(14, *(len(r[0]) + 1 for r in cells))  # a pair's 'prefill:decode' label is longer
+    return "\n".join(f"{r[0]:<{width}s}" + "".join(f"{c:>15s}" for c in r[1:]) for r in cells)
 
 
 def markdown(rows: list[Row], target_rps: float | None) -> str:
@@ -103,9 +121,16 @@ def _cells(rows: list[Row], target_rps: float | None) -> list[list[str]]:
         out.append([r.hardware, f"{d['output_tps_per_gpu']:,.0f}", _money(d.get("usd_per_m_output_tokens")),
                     _money(d.get("usd_per_m_input_tokens")), _num(d.get("output_tps_per_mw"), ",.0f"),
                     _num(d.get("joules_per_output_token"), ".2f"), str(d["gpus"]), f"{d['request_rate']:.4g}",
-                    str(d.get("gpus_for_target", "-")),
-                    f"{d['domains_for_target']} x {d['domain_size']}" if "domains_for_target" in d else "-"])
+                    str(d.get("gpus_for_target", "-")), _domain_cell(d)])
     return out
+
+
+def _domain_cell(d: dict) -> str:
+    if "domains_for_target" not in d:
+        return "-"
+    pre = (f"{d['prefill_domains_for_target']} x {d['prefill_domain_size']} + " if "prefill_domains_for_target" in d
+           else "")
+    return f"{pre}{d['domains_for_target']} x {d['domain_size']}"
 
 
 def _money(x) -> str:
@@ -131,7 +156,63 @@ def notes(rows: list[Row], target_rps: float | None) -> list[str]:
         how = "verified in the simulator at steady state" if w.check is not None and w.passed else "estimate only"
         out.append(f"{r.hardware}: {r.res.plan.summary} ({how}) -> {r.out}")
         out += [f"  - {x}" for x in economy.lines(r.res)]
-    return out
+    return out + choice_lines(rows)
+
+
+def _rank(r: Row) -> tuple:
+    """The larger the better across rows, by the run's objective: the cost and power objectives' own
+    ranking on the GPU budget (sim/search/economy.rank_key: every row plans on the same --gpus), else
+    the objective's headline figure of the chosen deployment."""
+    req, w = r.res.request, r.res.winner
+    if req.objective in ("cost", "power"):
+        return economy.rank_key(req, w)
+    head = {"min-gpus": -w.cand.gpus, "latency": w.tps_user, "goodput": planner.goodput_per_gpu(w)}
+    return (round(head.get(req.objective, w.tps_gpu), 9), round(w.tps_gpu, 6), -w.cand.gpus, r.hardware)
+
+
+HEADLINE = {"throughput": "most output tok/s/GPU", "cost": "lowest $/M output tokens on the GPU budget",
+            "power": "most output tok/s per MW on the GPU budget", "min-gpus": "fewest GPUs at the target rate",
+            "latency": "most tokens/s/user at the target rate", "goodput": "most requests/s within SLO per GPU"}
+
+
+def choice(rows: list[Row]) -> Row | None:
+    """The row the run's objective chooses across hardware kinds and pairs (None: no row has a plan)."""
+    ok = [r for r in rows if r.res is not None]
+    return max(ok, key=_rank) if ok else None
+
+
+def choice_lines(rows: list[Row]) -> list[str]:
+    """The objective's choice across the rows and the figure it chose on, the runner-up beside it."""
+    best = choice(rows)
+    if best is None or len(rows) < 2:
+        return []
+    req = best.res.request
+    what = HEADLINE[req.objective]
+    if req.objective in ("cost", "power") and req.power_mw is not None:
+        what = ("lowest $/M output tokens" if req.objective == "cost" else "most output tok/s") + \
+            f" within {req.power_mw:g} MW"
+    ranked = sorted((r for r in rows if r.res is not None), key=_rank, reverse=True)
+    return [f"chosen ({req.objective}: {what}): {best.hardware}: {best.res.plan.summary} -> {best.out}; "
+            + "; ".join(f"{r.hardware} {_headline(r)}" for r in ranked)]
+
+
+def _headline(r: Row) -> str:
+    """The figure a row is ranked on, in words."""
+    req, w = r.res.request, r.res.winner
+    if req.objective in ("cost", "power"):
+        b = economy.budget_of(req, w)
+        if req.objective == "cost":
+            return f"${b.usd_per_m_output:,.3f}/M output tokens ({b.copies} x {w.cand.gpus} GPUs on {req.num_gpus})"
+        if b.power_budget_w is not None:
+            return f"{b.output_tps:,.0f} output tok/s ({b.facility_power_w / 1e3:,.1f} kW)"
+        return f"{b.output_tps_per_mw:,.0f} output tok/s/MW ({b.copies} x {w.cand.gpus} GPUs on {req.num_gpus})"
+    if req.objective == "min-gpus":
+        return f"{w.cand.gpus} GPUs"
+    if req.objective == "latency":
+        return f"{w.tps_user:,.1f} tokens/s/user"
+    if req.objective == "goodput":
+        return f"{planner.goodput_per_gpu(w):.4g} req/s/GPU within SLO"
+    return f"{w.tps_gpu:,.0f} tok/s/GPU"
 
 
 def write(rows: list[Row], target_rps: float | None, folder: str | None) -> None:

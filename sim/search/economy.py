@@ -23,6 +23,7 @@ from rackplan import availability
 from rackplan import economics as ec
 from rackplan.specs import SpecError
 
+from . import pairs
 from .estimate import traffic_of
 
 # pareto.csv columns (the figures of one deployment; *_budget: its copies on the GPU budget)
@@ -36,23 +37,27 @@ def prices(req) -> ec.Prices:
 
 
 def check_objective(req) -> None:
-    """The cost objective needs a price, the power objective power figures (SpecError: exit 2)."""
-    if req.objective == "cost" and prices(req).per_gpu_hour is None:
-        raise SpecError(req.hw.name, "price_per_gpu_hour", "a price for --objective cost (the hardware YAML's, "
-                        "--price-per-gpu-hour or --cost)")
-    if req.objective in ("cost", "power") and req.hw.power_loaded_w <= 0:
-        raise SpecError(req.hw.name, "power_loaded_w", f"power figures for --objective {req.objective}")
+    """The cost objective needs a price, the power objective power figures, on every kind the run plans
+    on (a mixed-hardware pair: both; SpecError: exit 2)."""
+    for side, _ in pairs.sides(req):
+        if req.objective == "cost" and prices(side).per_gpu_hour is None:
+            raise SpecError(side.hw.name, "price_per_gpu_hour", "a price for --objective cost (the hardware YAML's, "
+                            "--price-per-gpu-hour or --cost)")
+        if req.objective in ("cost", "power") and side.hw.power_loaded_w <= 0:
+            raise SpecError(side.hw.name, "power_loaded_w", f"power figures for --objective {req.objective}")
 
 
 def of_point(req, v) -> ec.Economics | None:
-    """One front point's figures (simulated where it ran)."""
+    """One front point's figures (simulated where it ran; a mixed-hardware pair's per pool, sim/search/pairs.py)."""
+    if req.prefill_side is not None:
+        return pairs.figures(req, prices(req), v, traffic_of(req.workload).isl)
     return ec.of_verified(req.hw, prices(req), v, traffic_of(req.workload).isl)
 
 
 def budget_of(req, v) -> ec.OnBudget | None:
     """The point's copies on the run's GPU budget (and its facility power budget, where given)."""
     eco = of_point(req, v)
-    return None if eco is None else ec.on_budget(req.hw, eco, req.num_gpus, power_budget_w(req))
+    return None if eco is None else ec.on_budget(req.hw, eco, req.num_gpus, power_budget_w(req), pairs.idle_w(req, v))
 
 
 def power_budget_w(req) -> float | None:
@@ -80,12 +85,18 @@ def choose(req, ok: list):
     b = budget_of(req, best)
     if b is not None and b.copies == 0:
         least = min(budget_of(req, v).facility_power_w for v in ok if budget_of(req, v) is not None)
-        need = min(of_point(req, v).facility_power_w + (req.num_gpus - v.cand.gpus) * req.hw.power_idle_w
+        need = min(of_point(req, v).facility_power_w + (req.num_gpus - v.cand.gpus) * _idle_w(req, v)
                    * prices(req).pue for v in ok)
         raise SpecError("", "--power-mw", f"at least {need / 1e6:.4g} MW: one copy of the smallest-drawing "
                         f"deployment with the idle rest of the {req.num_gpus} GPUs (idle alone {least / 1e6:.4g} MW)",
                         req.power_mw)
     return best
+
+
+def _idle_w(req, v) -> float:
+    """W per left-over GPU of the budget (a mixed-hardware pair's mean over its kinds)."""
+    idle = pairs.idle_w(req, v)
+    return req.hw.power_idle_w if idle is None else idle
 
 
 def add_arguments(p) -> None:
@@ -144,8 +155,9 @@ def _budget_text(b: ec.OnBudget, v) -> str:
 def lines(res) -> list[str]:
     """Sourced lines on the chosen deployment (console, report.md, plan.yaml's header): cost, power and
     availability."""
-    w = res.winner
-    return (ec.lines(of_point(res.request, w), res.request.hw, simulated=w.check is not None)
+    w, req = res.winner, res.request
+    kinds = (req.prefill_side.hw, req.hw) if req.prefill_side is not None else req.hw
+    return (ec.lines(of_point(req, w), kinds, simulated=w.check is not None)
             + availability.lines(res.plan, res.request.hw))
 
 
@@ -154,7 +166,7 @@ def csv_row(req, v) -> dict[str, str]:
     eco = of_point(req, v)
     if eco is None:
         return {}
-    b = ec.on_budget(req.hw, eco, req.num_gpus, power_budget_w(req))
+    b = budget_of(req, v)
     row = {"output_tps_per_mw": f"{eco.output_tps_per_mw:.4g}", "joules_per_output_token":
            f"{eco.joules_per_output_token:.4g}", "busy_share": f"{eco.busy_share:.3f}",
            "output_tps_per_mw_budget": f"{b.output_tps_per_mw:.4g}"}
@@ -169,7 +181,7 @@ def to_dict(res) -> dict | None:
     eco = of_point(res.request, res.winner)
     if eco is None:
         return None
-    b = ec.on_budget(res.request.hw, eco, res.request.num_gpus, power_budget_w(res.request))
+    b = budget_of(res.request, res.winner)
     out = eco.to_dict() | {"copies_on_budget": float(b.copies), "output_tps_per_mw_budget": b.output_tps_per_mw}
     if b.usd_per_m_output is not None:
         out["usd_per_m_output_tokens_budget"] = b.usd_per_m_output

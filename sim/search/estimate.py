@@ -74,8 +74,10 @@ class Pricer:
     use StepCost.period_s (the step plus the engine loop around it), as the simulator does. `ops`:
     whether step costs carry their op breakdown (the pricing stage reads periods only)."""
 
-    def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0, ops: bool = True):
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, prof: Profile, skew: float = 0.0, ops: bool = True,
+                 link: KVLink | None = None):
         self.model, self.hw, self.prof, self.skew, self.ops = model, hw, prof, skew, ops
+        self.link = link  # the KV link between two hardware kinds (sim/search/pairs.py); None: NVLink or the NIC
         self._pricers: dict[Layout, StepPricer] = {}
         self._links: dict[bool, KVLink] = {}
 
@@ -101,6 +103,8 @@ class Pricer:
 
     def transfer_s(self, context_tokens: float, same_domain: bool) -> float:
         """KV transfer seconds of one sequence (sim/cost/transfer.py)."""
+        if self.link is not None:
+            return self.link.seconds(context_tokens)
         link = self._links.get(same_domain)
         if link is None:
             link = self._links[same_domain] = kv_link(self.model, self.hw, self.prof, same_domain)

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Literal
 from rackplan.interrupts import process_map
 from rackplan.specs import SLO, HardwareSpec, Layout, ModelSpec, Plan, Profile, Scenario, Workload
 
-from . import combine, economy, front
+from . import combine, economy, front, pairs
 from . import space as sp
 from .combine import Candidate, Setting
 from .estimate import Pricer, price_aggregated, price_decode, price_prefill, traffic_of
@@ -66,6 +66,7 @@ class Request:
     progress: Callable | None = None  # progress(stage, total) -> advance() callable, or None
     prices: object = None  # rackplan.economics.Prices (None: the hardware's list price; sim/search/economy.py)
     power_mw: float | None = None  # cost / power objectives: facility power budget (sim/search/economy.py)
+    prefill_side: object = None  # a mixed-hardware pair's prefill kind (sim/search/pairs.PrefillSide), else None
 
 
 @dataclass
@@ -165,7 +166,7 @@ def candidates(req: Request, priced: list) -> Iterator[Candidate]:
     """Every estimated deployment that meets the SLOs (with margin), as a stream."""
     tr = traffic_of(req.workload, req.model)
     st = Setting(req.num_gpus, req.slo, tr, target_rate(req))
-    pr = Pricer(req.model, req.hw, req.profile, tr.skew)
+    pr = Pricer(req.model, req.hw, req.profile, tr.skew, link=pairs.kv_link(req))
     budget = combine.SLO_MARGIN * req.slo.ttft_p90_s - req.slo.tpot_p90_s
     prefills = combine.best_prefill_per_size([u for k, u in priced if k == "prefill"], budget)
     for kind, unit in priced:
@@ -208,6 +209,8 @@ def to_plan(req: Request, cand: Candidate, name: str, predicted: dict) -> Plan:
     return Plan(name=name, model=req.model_ref, hardware=req.hw_ref, num_gpus=req.num_gpus,
                 prefill=cand.prefill, decode=cand.decode, aggregated=cand.aggregated,
                 slo=req.slo, workload=req.workload_ref, profile=req.profile_ref,
+                prefill_hardware=req.prefill_side.hw_ref if req.prefill_side else None,
+                prefill_profile=req.prefill_side.profile_ref if req.prefill_side else None,
                 predicted={k: float(v) for k, v in predicted.items()},
                 description=f"rackplan plan ({req.objective}): {cand.summary}")
 
@@ -322,9 +325,13 @@ def closest_estimate(req: Request) -> str:
 
 
 def price_all(req: Request) -> list[tuple[str, object]]:
-    """(kind, priced unit or None) for every instance shape that fits in memory."""
-    tasks = _tasks(req)
-    return list(zip([k for k, _ in tasks], _pmap(_price, tasks, req, _init_args(req), "price layouts"), strict=False))
+    """(kind, priced unit or None) for every instance shape that fits in memory (a mixed-hardware pair's
+    prefill shapes on its prefill kind, sim/search/pairs.py)."""
+    out: list[tuple[str, object]] = []
+    for side, kinds in pairs.sides(req):
+        tasks = [t for t in _tasks(side) if t[0] in kinds]
+        out += zip([k for k, _ in tasks], _pmap(_price, tasks, side, _init_args(side), "price layouts"), strict=False)
+    return out
 
 
 def _init_args(req: Request) -> tuple:
@@ -340,7 +347,10 @@ def plan(req: Request, name: str = "plan") -> Result:
               file=sys.stderr)
         req = replace(req, num_gpus=req.hw.rank_capacity)
     economy.check_objective(req)
-    sp.check_budget(req.model, req.hw, req.num_gpus, not req.space.aggregated)
+    if req.prefill_side is not None:
+        pairs.check_budget(req)
+    else:
+        sp.check_budget(req.model, req.hw, req.num_gpus, not req.space.aggregated)
     priced = price_all(req)
     t1 = time.perf_counter()
     search = estimate(req, priced)

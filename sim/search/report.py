@@ -10,23 +10,25 @@ from rackplan.specs import SpecError
 
 from ..cost.step import StepCost
 from ..request_classes import class_lines
-from . import economy
+from . import economy, pareto_axis
 from .eplb_note import eplb_line
 from .estimate import Pricer, price_prefill, traffic_of
 from .front import Verified
 from .planner import AT_CAPACITY, Result, target_rate
 
 
-def write_all(res: Result, folder: str | Path) -> list[Path]:
+def write_all(res: Result, folder: str | Path, axis: str = "gpu") -> list[Path]:
     """Write every report file into `folder` (launch files under launch/); returns their paths.
-    The launch files are built first, so a plan vLLM cannot run fails before anything is written."""
+    The launch files are built first, so a plan vLLM cannot run fails before anything is written.
+    `axis`: the figure the Pareto front is drawn on (sim/search/pareto_axis.py)."""
     launch, why_not = _launch_files(res)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "pareto.csv", folder / "pareto.png", folder / "report.md", folder / "report.html"]
-    write_csv(res, paths[0])
-    write_png(res, paths[1])
-    paths[2].write_text(markdown(res, sorted(launch), why_not))
+    ax = None if axis == "gpu" else pareto_axis.axis(res.request, axis)
+    write_csv(res, paths[0], ax)
+    write_png(res, paths[1], ax)
+    paths[2].write_text(markdown(res, sorted(launch), why_not, ax))
     from ..htmlreport import plan_page
 
     paths[3].write_text(plan_page(res))
@@ -58,15 +60,17 @@ def _status(v: Verified | None) -> str:
     return "estimate only" if v.check is None else ("verified" if v.passed else v.verdict().split(":")[0])
 
 
-def write_csv(res: Result, path: Path) -> None:
+def write_csv(res: Result, path: Path, ax: pareto_axis.Axis | None = None) -> None:
     """The front and a deterministic sample of the other deployments (planner.SAMPLE). request_rate,
     tps_gpu and tps_user are the simulator's steady-state figures where verified (blank elsewhere);
     est_* are the analytic estimate, gap the verified tokens/s/GPU against it; the cost and power
-    columns (sim/search/economy.py) are the simulator's figures where verified, else the estimate's at full load."""
+    columns (sim/search/economy.py) are the simulator's figures where verified, else the estimate's at full load.
+    With an axis (`--pareto-axis cost|power`), `on_<axis>_front` marks the front on that figure."""
     checks = {id(v.cand): v for v in res.verified}
     front = {id(c) for c in res.front}
+    extra = {} if ax is None else {id(v.cand): 1 for v in pareto_axis.front(ax, pareto_axis.points(res))}
     with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS + (() if ax is None else (f"on_{ax.name}_front",)))
         w.writeheader()
         for c in res.candidates:
             v = checks.get(id(c))
@@ -85,45 +89,64 @@ def write_csv(res: Result, path: Path) -> None:
                 "batch_per_rank": f"{c.batch_per_rank:.3g}", "on_front": int(id(c) in front),
                 "winner": int(c is res.winner.cand),
                 **economy.csv_row(res.request, v if ok else Verified(c, None)),
+                **({} if ax is None else {f"on_{ax.name}_front": extra.get(id(c), 0)}),
             })
 
 
-def write_png(res: Result, path: Path) -> None:
+def write_png(res: Result, path: Path, axis: pareto_axis.Axis | None = None) -> None:
     """Where the simulator put the front points (verified: green, failed: red), each joined to its
-    analytic estimate, which is drawn lighter with the estimated front and a sample of the others."""
+    analytic estimate, which is drawn lighter with the estimated front and a sample of the others;
+    against tokens/s per GPU, or `axis`'s figure with the front on it (sim/search/pareto_axis.py)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    y = axis.value if axis is not None else (lambda v: v.tps_gpu)
+
+    def est(c):  # a candidate's estimate on the axis
+        return y(Verified(c, None))
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    ax.scatter([c.tps_user for c in res.candidates], [c.tps_gpu for c in res.candidates], s=5, c="0.88",
+    ax.scatter([c.tps_user for c in res.candidates], [est(c) for c in res.candidates], s=5, c="0.88",
                label="estimated deployments (sample)")
-    fr = sorted(res.front, key=lambda c: c.tps_user)
-    ax.plot([c.tps_user for c in fr], [c.tps_gpu for c in fr], "-", c="C0", alpha=0.3, lw=1,
-            label="Pareto front (estimate)")
+    if axis is None:
+        fr = sorted(res.front, key=lambda c: c.tps_user)
+        ax.plot([c.tps_user for c in fr], [c.tps_gpu for c in fr], "-", c="C0", alpha=0.3, lw=1,
+                label="Pareto front (estimate)")
+    else:
+        on = pareto_axis.front(axis, pareto_axis.points(res))
+        ax.plot([v.tps_user for v in on], [y(v) for v in on], "-", c="C0", alpha=0.5, lw=1,
+                label=f"Pareto front on {axis.name} (simulator where verified)")
     sims = [v for v in res.verified if v.check is not None]
     ok = [v for v in sims if v.passed]
     for v in ok:
-        ax.plot([v.cand.tps_user, v.tps_user], [v.cand.tps_gpu, v.tps_gpu], "-", c="0.6", lw=0.6, zorder=2)
-    ax.scatter([v.cand.tps_user for v in ok], [v.cand.tps_gpu for v in ok], s=18, facecolors="none",
+        ax.plot([v.cand.tps_user, v.tps_user], [est(v.cand), y(v)], "-", c="0.6", lw=0.6, zorder=2)
+    ax.scatter([v.cand.tps_user for v in ok], [est(v.cand) for v in ok], s=18, facecolors="none",
                edgecolors="C0", alpha=0.45, label="estimate of a verified point", zorder=2)
     if ok:
-        ax.scatter([v.tps_user for v in ok], [v.tps_gpu for v in ok], c="C2", label="simulator: verified", zorder=3)
+        ax.scatter([v.tps_user for v in ok], [y(v) for v in ok], c="C2", label="simulator: verified", zorder=3)
     bad = [v for v in sims if not v.passed]  # no verified figure: marked at the estimate
     if bad:
-        ax.scatter([v.cand.tps_user for v in bad], [v.cand.tps_gpu for v in bad], marker="x", c="C3", alpha=0.7,
+        ax.scatter([v.cand.tps_user for v in bad], [est(v.cand) for v in bad], marker="x", c="C3", alpha=0.7,
                    label="estimate the simulator refutes", zorder=3)
     w = res.winner
-    ax.scatter([w.tps_user], [w.tps_gpu], marker="*", s=220, c="gold", edgecolors="k", zorder=4,
+    ax.scatter([w.tps_user], [y(w)], marker="*", s=220, c="gold", edgecolors="k", zorder=4,
                label="chosen (verified)" if w.check is not None else "chosen (estimate only)")
     tpot = res.request.slo.tpot_p90_s
     ax.axvline(1.0 / tpot, ls="--", c="0.5", lw=0.8, label=f"TPOT SLO {tpot * 1e3:g} ms (1 / TPOT)")
     ax.set_xlabel("output tokens/s per user")
-    ax.set_ylabel("output tokens/s per GPU")
     r = res.request
-    ax.set_title(f"{r.model.name} on {r.num_gpus} x {r.hw.name}: simulator at steady state vs estimate", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    title = f"{r.model.name} on {r.num_gpus} x {r.hw.name}: simulator at steady state vs estimate"
+    if axis is None:
+        ax.set_ylabel("output tokens/s per GPU")
+    else:  # '$' escaped: matplotlib reads $...$ as maths
+        import textwrap
+
+        ax.set_ylabel(axis.label.replace("$", r"\$") + " (log scale)", fontsize=7)
+        ax.set_yscale("log")  # a budget one copy barely fills costs many times the front's figure
+        title += "\n" + "\n".join(textwrap.wrap(f"{axis.label}: {axis.source}", 150)).replace("$", r"\$")
+    ax.set_title(title, fontsize=9 if axis is None else 6)
+    ax.legend(fontsize=7, loc="upper right" if axis is None else "best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -267,7 +290,7 @@ def _front_section(res: Result) -> list[str]:
     return lines
 
 
-def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> str:
+def markdown(res: Result, launch_files: list[str] = (), why_not: str = "", ax: pareto_axis.Axis | None = None) -> str:
     r = res.request
     n_sim = sum(v.check is not None for v in res.verified)
     sim_note = (f"{n_sim} of them simulated at steady state (each one's highest rate that holds the SLOs, by "
@@ -288,10 +311,33 @@ def markdown(res: Result, launch_files: list[str] = (), why_not: str = "") -> st
     lines += [f"- {eplb_line(r, res.plan)}."] + [f"- {x} (simulated)." for x in _class_lines(res)] + [""]
     lines += ["## Cost and power", ""] + [f"- {x}" for x in economy.lines(res)] + [""]
     lines += ([fill, ""] if fill else []) + _probes(res) + _why(res) + economy.why(res) + _front_section(res)
+    lines += _axis_section(res, ax)
     lines += _space_notes(res)
     lines += ["## Where the winner's time goes (op by op; analytic estimate, the cost model)", ""] + _winner_steps(res)
     lines += _profile_section(r.profile)
     return "\n".join(lines + _files_section(res, launch_files, why_not))
+
+
+def _axis_section(res: Result, ax: pareto_axis.Axis | None, top: int = 12) -> list[str]:
+    """Which figure pareto.png and pareto.csv draw the front on, where it comes from, and its points."""
+    if ax is None:
+        return []
+    on = pareto_axis.front(ax, pareto_axis.points(res))
+    planner_front = {id(c) for c in res.front}
+    lines = [f"## Pareto front on {ax.name}", "", f"`pareto.png` and `pareto.csv` (column `on_{ax.name}_front`) draw "
+             f"the front on **{ax.label}** against tokens/s per user: {ax.source}. The figures are the simulator's "
+             "where it verified a point, the analytic estimate at full load elsewhere; the planner simulated the "
+             "points of its tokens/s/GPU front.", "",
+             f"| deployment | GPUs | tok/s/user | {ax.label} | tok/s/GPU | on the tok/s/GPU front | figures |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for v in on[:top]:
+        val = f"${ax.value(v):,.3f}" if ax.name == "cost" else f"{ax.value(v):,.0f}"
+        name = v.cand.summary.replace("|", "&#124;")  # a bare | would split the markdown cell
+        lines.append(f"| {name} | {v.cand.gpus} | {v.tps_user:,.1f} | {val} | {v.tps_gpu:,.0f} | "
+                     f"{'yes' if id(v.cand) in planner_front else 'no'} | "
+                     f"{'simulated' if v.check is not None else 'estimate'} |")
+    more = f"{len(on) - top} more in `pareto.csv`." if len(on) > top else ""
+    return lines + ([more] if more else []) + [""]
 
 
 def _class_lines(res: Result) -> list[str]:

@@ -218,6 +218,9 @@ def probe(sc: Scenario, rate_rps: float, slo: SLO,
                              most=most, run=run)
     work = run.work - before if run is not None else _work(res)
     m = dict(res.metrics)
+    if sc.plan.prefill_hardware:  # mixed hardware: each pool's draw at its own busy share (sim/search/pairs.py)
+        from rackplan.economics import pool_busy_shares
+        m.update({f"busy_share.{pool}": u for pool, (_, u) in pool_busy_shares(sc.plan, res.utilisation).items()})
     return Probe(rate_rps, m, res.stable, res.stability.saturated, slo_misses(m, slo), int(m["num_requests"]),
                  work, settled, run=run)
 
