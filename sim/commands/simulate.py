@@ -233,8 +233,8 @@ def planner_choice(sc: Scenario) -> dict:
 
     plan, model, hw, workload, profile = sc.plan, sc.model, sc.hw, sc.workload, sc.profile
     if plan.prefill_hardware:
-        return {"error": "not compared with the planner's choice: the planner searches one hardware kind per plan "
-                "(this plan's prefill pool runs on other hardware)"}
+        return {"error": "not compared with the planner's choice: this plan's prefill pool runs on other hardware "
+                "(compare hardware pairs with `rackplan plan --hardware-pairs PREFILL:DECODE`)"}
     objective = "latency" if workload.arrival.kind == "concurrency" else "throughput"
     kind = "disaggregated" if plan.disaggregated else "aggregated"
     space = replace(SearchSpace(), disaggregated=plan.disaggregated, aggregated=not plan.disaggregated)
