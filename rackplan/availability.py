@@ -59,7 +59,15 @@ def spare_free_probability(in_use_gpus: int, hw: HardwareSpec, spares: int) -> f
     if spares <= 0:
         return 0.0
     m = in_use_gpus * hw.failures_per_gpu_year / HOURS_PER_YEAR * _replace(hw)
-    return sum(math.exp(-m) * m ** i / math.factorial(i) for i in range(spares))
+    return sum(_poisson_pmf(m, i) for i in range(spares))
+
+
+def _poisson_pmf(m: float, i: int) -> float:
+    """P(Poisson(m) = i); past 170! (the largest factorial a float holds) in logs, where the direct form
+    overflowed (`plan --gpus 10000` leaves hundreds of spare nodes)."""
+    if i <= 170:
+        return math.exp(-m) * m ** i / math.factorial(i)
+    return math.exp(-m + i * math.log(m) - math.lgamma(i + 1)) if m > 0 else 0.0
 
 
 def down_hours(in_use_gpus: int, hw: HardwareSpec, spares: int) -> float:

@@ -7,7 +7,7 @@ again twice as long to decide). `max_rate` finds the highest rate that passes by
 rate, as capacity studies do: it starts at the analytic estimate (a short pilot run first), and a
 probe whose pool saturates (its queue grows, or the prefill pool serves fewer prompts per busy
 second than arrive) bounds the search at UTIL_MAX of what that pool served. `confirm` runs a verified rate
-again twice as long, and bisects below it if that fails.
+again twice as long, and bisects below it if that fails (from `within_tol` of it).
 
 `run_simulation` is the single call site of the simulator, so what-if studies can hand it
 modified model / hardware / profile objects (`rackplan.sim.simulator.simulate_specs`).
@@ -341,9 +341,19 @@ def confirm(sc: Scenario, chk: Check, slo: SLO, seed: int | None,
     p.release()
     if p.passed:
         return Check(p.rate_rps, p.metrics, True, {}, chk.probes + [p], True, p.requests, chk.ceiling_rps)
-    below = max_rate(sc, UTIL_MAX * p.rate_rps, slo, None, seed, p.requests, pilot=1, ceiling_rps=p.rate_rps)
+    below = max_rate(sc, within_tol(p.rate_rps), slo, None, seed, p.requests, pilot=1, ceiling_rps=p.rate_rps)
     below.probes[:0] = chk.probes + [p]
     return below
+
+
+def within_tol(ceiling_rps: float, tol: float = RATE_TOL) -> float:
+    """The lowest rate a bisection under a failing `ceiling_rps` may end on: a pass there ends it (the
+    passing and failing rates are within `tol`), so a confirmation that fails bisects below it with
+    one probe when that passes (UTIL_MAX x the ceiling, a hair below, took a second probe every time)."""
+    r = ceiling_rps / (1.0 + tol)
+    while ceiling_rps > r * (1.0 + tol):  # (the division rounds down for some rates)
+        r = math.nextafter(r, math.inf)
+    return r
 
 
 def check_at(sc: Scenario, rate_rps: float, slo: SLO,

@@ -65,3 +65,11 @@ def test_no_failure_rate_no_line():
     # 3 one-GPU instances, no replace_hours (so repair_hours, 10 h, either way): each down 1 x 8.76 / 8760 x 10
     # = 1%; prefill (2) loses 1/2, decode (1) all
     assert expected_capacity(plan, hw) == pytest.approx(1 - 2 * 0.01 * 0.5 - 0.01)
+
+
+def test_hundreds_of_spare_nodes_do_not_overflow():
+    hw = load_hardware("gb300-nvl72")
+    # past 170 spares the direct m^i / i! overflows a float (plan --gpus 10000 raised OverflowError); with
+    # about one node out on average, P(Poisson(m) <= 199) and P(<= 149) are both 1 within rounding
+    assert spare_free_probability(9556, hw, 200) == pytest.approx(1.0)
+    assert spare_free_probability(9556, hw, 200) == pytest.approx(spare_free_probability(9556, hw, 150), abs=1e-15)

@@ -82,3 +82,22 @@ def test_latency_probes_the_fastest_bound_first_and_stops_when_no_bound_reaches_
     # 100 fails; 90 passes at 88 tok/s/user; 80 and 60 cannot reach 88
     assert [v.check is not None for v in out] == [True, True, False, False]
     assert [v.passed for v in out] == [False, True, False, False]
+
+
+@pytest.mark.parametrize("ceiling", [438.11892, 25.78826688808922, 1.0])
+def test_a_failed_confirmation_bisects_from_the_lowest_rate_a_pass_ends_the_search_at(ceiling):
+    import math
+
+    from rackplan.sim.search.verify import RATE_TOL, UTIL_MAX, within_tol
+
+    r = within_tol(ceiling)
+    assert ceiling <= r * (1.0 + RATE_TOL)  # a pass at r ends max_rate's bisection (hi <= lo * (1 + tol))
+    assert not ceiling <= math.nextafter(r, 0.0) * (1.0 + RATE_TOL)  # ... and at no lower rate
+    assert UTIL_MAX * ceiling < r < ceiling  # (UTIL_MAX x the ceiling, the old start, did not end it)
+
+
+def test_the_tolerance_start_survives_a_division_that_rounds_down():
+    from rackplan.sim.search.verify import RATE_TOL, within_tol
+
+    assert not 438.11892 <= 438.11892 / (1.0 + RATE_TOL) * (1.0 + RATE_TOL)  # the plain quotient misses by an ulp
+    assert 438.11892 <= within_tol(438.11892) * (1.0 + RATE_TOL)

@@ -238,3 +238,18 @@ def test_whatif_pool_key_that_adds_gpus_grows_the_budget():
     assert [lay.replicas for lay in more.decode] == [2] * len(plan.decode)
     assert more.num_gpus == more.gpus_used == plan.gpus_used + sum(lay.total_gpus for lay in plan.decode)
     assert whatif.apply(base, "decode.max_batch_per_rank", 4).plan.num_gpus == plan.num_gpus  # no GPUs: as was
+
+
+def test_fit_rate_bisects_to_the_highest_dyadic_rate_within_the_limit_evaluating_each_rate_once():
+    calls = []
+
+    def ttft_at(rate: float) -> float:  # TTFT equal to the rate: the limit is the answer
+        calls.append(rate)
+        return rate
+
+    rate, ttft = combine.fit_rate(ttft_at, 1.0, 0.3)
+    assert rate == 314572 / 2**20  # floor(0.3 * 2^20) / 2^20: 20 halvings of [0, 1]
+    assert ttft == rate  # the TTFT the bisection evaluated there, not evaluated again
+    assert len(calls) == 21 and len(set(calls)) == 21  # rate_hi, then one per halving
+    assert combine.fit_rate(ttft_at, 0.2, 0.3) == (0.2, 0.2)  # rate_hi within the limit: one call
+    assert combine.fit_rate(lambda r: 1.0 + r, 1.0, 0.3) == (0.0, float("inf"))  # none within it
