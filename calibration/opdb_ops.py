@@ -16,7 +16,7 @@ from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.collective import allreduce_seconds
 from rackplan.sim.cost.deepgemm import GROUPS, rule_at
-from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, route_bytes, stream_seconds
+from rackplan.sim.cost.elementwise import mhc_bytes, quantize_bytes, rope_bytes, route_bytes, stream_seconds
 from rackplan.sim.cost.moe import expert_work, tile_load
 from rackplan.sim.cost.prices import experts_seconds, route_seconds
 from rackplan.sim.cost.roofline import price, price_gemm
@@ -469,11 +469,13 @@ def _mla_rows(t: Table, phase: str, hw, prof: Profile) -> ClassRows | None:
         rows = heads == h
         shapes[rows] = _core_shapes(model, comp, phase, batch[rows], ctx[rows], model.attention.num_heads / h, hw)
     tokens = batch * ctx if phase == "prefill" else batch
-    proj = projection_seconds(model, tokens, model.attention.num_heads / heads, "bf16", hw, prof)
+    tp = model.attention.num_heads / heads
+    proj = projection_seconds(model, tokens, tp, "bf16", hw, prof) + module_elementwise_seconds(model, tokens, tp,
+                                                                                                hw, prof)
     return ClassRows(f"attn.{phase}.mla.bf16", t, c["seconds"][sel], _core_predict("mla", phase, shapes, hw, proj),
                      ATTN_START, ATTN_FIELDS,
                      "DeepSeek-V3, all 128 heads on the rank (DP attention), BF16 MLA, KV and projections; "
-                     "module = attn.proj (gemm curves) + attn.core"
+                     "module = attn.proj (gemm curves) + latent norms + RoPE (as layer.py prices them) + attn.core"
                      + ("; one curve per backend vLLM runs by isl (" + ", ".join(
                          f"{k} ({lo:g}, {hi or math.inf:g}]" for lo, hi, k in dispatch) + ")" if ranges else ""),
                      kernel, configs=2, optional=("z_half",), ranges=ranges, x=ctx if ranges else None,
@@ -514,6 +516,20 @@ def dispatched_rows(kernels: np.ndarray, x: np.ndarray, base: np.ndarray, dispat
     for lo, hi, k in dispatch:
         sel |= base & (kernels == k) & (x > lo) & ((x <= hi) if hi else True)
     return sel, tuple((lo, hi, 0.0) for lo, hi, _ in dispatch), ", ".join(k for *_, k in dispatch)
+
+
+def module_elementwise_seconds(model: ModelSpec, tokens, tp, hw, prof: Profile) -> np.ndarray:
+    """Seconds per layer of the elementwise kernels vLLM's MLA module runs besides its projections and the
+    attention kernel, priced as sim/cost/prices.py prices them in a step (so a module-table fit does not
+    leave them in attn.core, which a step prices again beside its own `norm` and `rope`): the q_a and kv_a
+    latent RMSNorms (DeepseekV2MLAAttention's q_a_layernorm, kv_a_layernorm: two kernels reading and writing
+    [tokens, q_lora_rank + kv_lora_rank]; the latent share of elementwise.norm_bytes) and the rotary
+    embedding (elementwise.rope_bytes) at `tokens` rows and TP `tp` (arrays)."""
+    tokens, tp = np.asarray(tokens, float), np.asarray(tp, float)
+    att, act = model.attention, model.dtypes.activation_bytes
+    latent = 2.0 * tokens * act * ((att.q_lora_rank or 0) + (att.kv_lora_rank or 0))
+    norms = stream_seconds(hw, prof, "norm", latent, tokens, model.hidden_size) + prof.op_fixed_s  # 2 kernels
+    return norms + stream_seconds(hw, prof, "rope", rope_bytes(model, tokens, tp), tokens, model.hidden_size)
 
 
 def projection_seconds(model: ModelSpec, tokens, tp, dtype: str, hw, prof: Profile) -> np.ndarray:

@@ -191,39 +191,43 @@ def test_power_budget_refused_where_it_cannot_act(capsys):
     assert "--power-mw" in capsys.readouterr().err
 
 
+SPARE_GPUS = 36  # nine 4-GPU trays: the seed's throughput point (36 GPUs since the MLA decode refit) fills them
+
+
 @pytest.fixture(scope="module")
-def seed_on_40():
-    """The seed scenario on 40 GB300 GPUs (ten 4-GPU trays) with --availability 0.999."""
+def seed_on_trays():
+    """The seed scenario on SPARE_GPUS GB300 GPUs (4-GPU trays) with --availability 0.999."""
     from rackplan.cli import build_parser
     from rackplan.sim.search import spares
     from rackplan.sim.search.command import build_request
 
-    args = build_parser("plan").parse_args(["plan", "--gpus", "40", "--availability", "0.999", "--workers", "1"])
+    args = build_parser("plan").parse_args(["plan", "--gpus", str(SPARE_GPUS), "--availability", "0.999",
+                                                  "--workers", "1"])
     req = build_request(args)
     n, target = spares.check(args, req)
     return req, spares.plan(req, "p", n, target)
 
 
 @pytest.mark.slow
-def test_availability_chooses_a_plan_with_a_spare_node(seed_on_40):
-    """Throughput's choice leaves no whole tray of the 40 GPUs: no spare, a failure keeps its instance
+def test_availability_chooses_a_plan_with_a_spare_node(seed_on_trays):
+    """Throughput's choice leaves no whole tray of the GPUs: no spare, a failure keeps its instance
     down 24 h, expected capacity 1 - (GPUs of one prefill + one decode instance) x 0.173 x 24 / 8760 below 99.9%; the
     availability floor chooses a deployment leaving a spare tray (1 h down per failure while one is free)."""
     from rackplan import availability
     from rackplan.sim.search import spares
 
-    req, res = seed_on_40
+    req, res = seed_on_trays
     hw = req.hw
     tp = planner.choose(req, res.verified)
     tp_plan = spares.to_plan(req, tp, "tp")
-    assert 40 - tp_plan.gpus_used < 4 and availability.spare_nodes(tp_plan, hw) == 0
+    assert SPARE_GPUS - tp_plan.gpus_used < 4 and availability.spare_nodes(tp_plan, hw) == 0
     g = tp_plan.prefill[0].gpus + tp_plan.decode[0].gpus  # one instance of each pool (identical instances)
     assert len(tp_plan.prefill) == len(tp_plan.decode) == 1
     assert availability.expected_capacity(tp_plan, hw) == pytest.approx(1 - g * 0.173 * 24 / 8760)
     assert 1 - g * 0.173 * 24 / 8760 < 0.999
     chosen = res.plan
-    k = (40 - chosen.gpus_used) // 4
-    assert k >= 1 and chosen.num_gpus == 40 and chosen.summary != tp_plan.summary
+    k = (SPARE_GPUS - chosen.gpus_used) // 4
+    assert k >= 1 and chosen.num_gpus == SPARE_GPUS and chosen.summary != tp_plan.summary
     m = chosen.gpus_used * 0.173 / 8760 * 24
     p_free = sum(math.exp(-m) * m ** i / math.factorial(i) for i in range(k))
     d = p_free * 1.0 + (1 - p_free) * 24.0
