@@ -181,6 +181,8 @@ def _ranged(c: Curve) -> bool:
 def _one(c: Curve, fixed: tuple, x, work, load=0.0):
     """One curve's efficiency at x, work and load, its y and z terms `fixed` (see rackplan.specs.Curve)."""
     b, tiles_y, y, z, ranged, sms, row = fixed
+    if ranged != 2 and x.__class__ is float and work.__class__ is float and load.__class__ is float:
+        return _one_scalar(c, b, tiles_y, y, z, ranged, sms, row, x, work, load)
     scalar = ranged == 1 and isinstance(x, (int, float)) and isinstance(work, (int, float)) \
         and isinstance(load, (int, float))
     if scalar and not in_ranges(c, x, work, y, load, z, sms):
@@ -196,6 +198,33 @@ def _one(c: Curve, fixed: tuple, x, work, load=0.0):
     if ranged and not scalar:
         eff = np.where(in_ranges(c, np.asarray(x, float), np.asarray(work, float), np.asarray(y, float),
                                  np.asarray(load, float), np.asarray(z, float), sms), eff, 0.0)
+    return eff
+
+
+def _one_scalar(c: Curve, b: float, tiles_y, y, z, ranged: int, sms: int, row, x: float, work: float,
+                load: float) -> float:
+    """_one at float x, work and load (y, z scalars): the same operations in the same order, without
+    the array cases' type tests (_term, _pad and _tiles written out; per priced op of every new step)."""
+    if ranged and not in_ranges(c, x, work, y, load, z, sms):
+        return 0.0
+    half = c.x_half
+    a = (half / x if x > 0 else 0.0) if half else 0.0
+    q = c.sharpness
+    tile = c.x_tile
+    if tile:
+        if x <= 0:
+            p = 1.0
+        else:
+            padded = math.ceil(x / tile) * tile
+            p = (padded + c.pad_cost * (padded - x)) / x
+    else:
+        p = _rule_pad(c, x, y, z, sms) if c.tile_rule else 1.0
+    base = p + a + b if q == 1.0 else (p ** q + a ** q + b ** q) ** (1.0 / q)
+    half = c.work_half
+    eff = c.eff_max / (base + ((half / work if work > 0 else 0.0) if half else 0.0) + row)
+    if c.tiles_half:
+        tiles = max(math.ceil(x / TILE), 1) * tiles_y
+        eff = eff * tiles / (tiles + c.tiles_half)
     return eff
 
 
