@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rackplan.specs import SLO, Workload
+from rackplan.specs import SLO, Workload, sample_lengths
 from rackplan.specs.slo import RequestClass, Target
 
 from .metrics import _percentiles
@@ -54,8 +54,6 @@ def mean_lengths(wl: Workload) -> tuple[float, float]:
 def with_class_lengths(wl: Workload, isl: np.ndarray, osl: np.ndarray, first: int,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The lengths with each class's own distributions drawn for its requests ([n] each)."""
-    from .workload import sample_lengths
-
     klass = class_index(wl, first, len(isl))
     isl, osl = isl.copy(), osl.copy()
     for i, c in enumerate(wl.classes):
