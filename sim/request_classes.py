@@ -91,7 +91,7 @@ def class_metrics(wl: Workload, osl: np.ndarray, ttft: np.ndarray, tpot: np.ndar
     window's) and the goodput over the classes; ITL targets read the run's ITL percentiles.
     `tpot_running`: [n] TPOT so far of requests still decoding when the run stopped (NaN elsewhere):
     they are judged on it, their E2E projected as TTFT + (osl - 1) x that TPOT (a run measured while
-    its longest outputs still run, sim/continued.py)."""
+    its longest outputs still run, sim/simulator.Run.result)."""
     if tpot_running is not None:
         going = np.isnan(e2e) & np.isfinite(tpot_running)
         tpot = np.where(going, tpot_running, tpot)

@@ -89,7 +89,7 @@ STREAM_SALT = 16  # salt of a stream's chunk generators (a stream apart from mak
 class RequestStream:
     """The open-loop requests of a steady-state run, drawn STREAM_CHUNK at a time, chunk k from its
     own generator seeded [salt, seed, k]: the first n requests never depend on how many are drawn
-    after them, so a run continued from n to 2n requests is the run of 2n (sim/continued.py). A
+    after them, so a run continued from n to 2n requests is the run of 2n (sim/simulator.Run). A
     trace workload is one chunk: the trace itself, up to `limit` requests."""
 
     def __init__(self, wl: Workload, seed: int | None, limit: int):
