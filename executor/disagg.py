@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from rackplan.policy import EngineCore
-from rackplan.sim.simulator import validate_plan
+from rackplan.sim.deployment import validate_plan
 from rackplan.sim.workload import make_requests
 from rackplan.specs import load_workload
 from rackplan.specs.ops import HOST_PARTS
@@ -499,7 +499,7 @@ class Engine:
 
     def core(self, inst) -> EngineCore:
         """The serving policy of instance `inst` (rackplan/policy), KV blocks per rank from the memory
-        model (the simulator's capacity, sim/simulator.validate_plan)."""
+        model (the simulator's capacity, sim/deployment.validate_plan)."""
         pool = inst.name.split(".")[0]
         return EngineCore.for_layout(inst.layout, self.caps[pool], self.me.plan_spec.attention.kind, self.isl,
                                      self.osl, self.cached)

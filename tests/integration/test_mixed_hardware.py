@@ -15,9 +15,10 @@ import simpy
 from rackplan import economics
 from rackplan.cli import main
 from rackplan.sim.cost.memory import kv_capacity_tokens
+from rackplan.sim.deployment import Deployment, validate_plan
 from rackplan.sim.metrics import RequestLog
 from rackplan.sim.mixed import plan_kv_link, prefill_side
-from rackplan.sim.simulator import Deployment, simulate_specs, validate_plan
+from rackplan.sim.simulator import simulate_specs
 from rackplan.sim.workload import make_requests
 from rackplan.specs import Scenario, SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
 from rackplan.specs.layout import Layout, Plan

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from rackplan.sim.cost.step import CostContext
+from rackplan.sim.deployment import validate_plan
 from rackplan.sim.pricer import StepPricer
-from rackplan.sim.simulator import Run, simulate_requests, validate_plan
+from rackplan.sim.simulator import Run, simulate_requests
 from rackplan.sim.warm import steady_occupancy, warm_sequences
 from rackplan.sim.workload import make_requests
 from rackplan.specs import Scenario

@@ -85,8 +85,8 @@ def _record(core: EngineCore, name: str, log: dict, kv_blocks: int | None) -> No
 
 
 def _simulated(plan: Plan, wl: Workload, kv_blocks: int | None) -> dict:
+    from rackplan.sim.deployment import Deployment
     from rackplan.sim.metrics import RequestLog
-    from rackplan.sim.simulator import Deployment
     from rackplan.sim.workload import make_requests
 
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
@@ -130,7 +130,7 @@ def _disaggregated(plan: Plan, wl: Workload, kv_blocks: int | None) -> dict:
 
     from rackplan.executor.control import Control
     from rackplan.executor.serving import DecodeLeader, DecodeSeats, PrefillLeader, PrefillQueue
-    from rackplan.sim.simulator import validate_plan
+    from rackplan.sim.deployment import validate_plan
     from rackplan.sim.workload import make_requests
 
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
