@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from rackplan.sim.simulator import simulate_specs, validate_plan
+from rackplan.sim.deployment import validate_plan
+from rackplan.sim.simulator import simulate_specs
 from rackplan.specs import (
     Arrival,
     Layout,

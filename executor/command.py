@@ -137,7 +137,7 @@ def check_plan(args, fields: bool = True):
     --ranks against the plan's instances, the output folder; with `fields`, the plan fields the executor
     would not run (check_fields)."""
     from rackplan.outputs import prepare_folder
-    from rackplan.sim.simulator import validate_plan
+    from rackplan.sim.deployment import validate_plan
     from rackplan.specs import SpecError, load_hardware, load_model, load_plan, load_workload
     prepare_folder(args.out, "--out", args.force, owned=RUN_FILES)
     plan = load_plan(args.plan)
@@ -228,7 +228,7 @@ def _check_serving(plan, workload, args) -> None:
     if plan.colocated or not plan.disaggregated:
         from .serve import check_plan
         check_plan(plan, str(args.plan))  # the time-shared engine: one instance per pool, no TP / PP / speculation
-    from rackplan.sim.simulator import check_requests_fit
+    from rackplan.sim.deployment import check_requests_fit
     from rackplan.sim.workload import make_requests
     from rackplan.specs import load_hardware, load_model
     check_requests_fit(plan, load_model(plan.model), load_hardware(plan.hardware), workload,  # one that never fits

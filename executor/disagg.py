@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from rackplan.policy import EngineCore
 from rackplan.policy.kv import block_tokens, window_tokens
-from rackplan.sim.simulator import validate_plan
+from rackplan.sim.deployment import validate_plan
 from rackplan.sim.workload import make_requests
 from rackplan.specs import load_workload
 from rackplan.specs.ops import HOST_PARTS
@@ -500,7 +500,7 @@ class Engine:
 
     def core(self, inst) -> EngineCore:
         """The serving policy of instance `inst` (rackplan/policy), KV blocks per rank from the memory
-        model (the simulator's capacity, sim/simulator.validate_plan)."""
+        model (the simulator's capacity, sim/deployment.validate_plan)."""
         pool = inst.name.split(".")[0]
         spec = self.me.plan_spec
         return EngineCore.for_layout(inst.layout, self.caps[pool], spec.attention.kind, self.isl, self.osl, self.cached,

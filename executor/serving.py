@@ -310,8 +310,8 @@ class Scheduler:
 def engines(plan: Plan, model: ModelSpec, hw: HardwareSpec, isl: list[int], osl: list[int], cached: list[int],
             ) -> tuple[PrefillQueue | None, DecodeSeats]:
     """The policy of a plan's first prefill and decode (or aggregated) instance, KV blocks per rank
-    from the memory model (sim/simulator.validate_plan: the simulator's capacity)."""
-    from rackplan.sim.simulator import validate_plan
+    from the memory model (sim/deployment.validate_plan: the simulator's capacity)."""
+    from rackplan.sim.deployment import validate_plan
 
     caps, kind = validate_plan(plan, model, hw), model.attention.kind
     window = window_tokens(model, block_tokens(kind))

@@ -284,7 +284,7 @@ def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, os
         window_start_s=win.start_s,
         window_end_s=win.end_s,
         window_requests=float(win.requests),
-        # of them still running when measured (a continued run's longest outputs: sim/continued.py)
+        # of them still running when measured (a continued run's longest outputs: simulator.Run.result)
         window_unfinished=float(np.isnan(log.finish[inw]).sum()),
         last_arrival_s=win.last_arrival_s,
         stable=float(stab.stable),

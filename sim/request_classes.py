@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rackplan.specs import SLO, Workload
+from rackplan.specs import SLO, Workload, sample_lengths
 from rackplan.specs.slo import RequestClass, Target
 
 from .metrics import _percentiles
@@ -54,8 +54,6 @@ def mean_lengths(wl: Workload) -> tuple[float, float]:
 def with_class_lengths(wl: Workload, isl: np.ndarray, osl: np.ndarray, first: int,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The lengths with each class's own distributions drawn for its requests ([n] each)."""
-    from .workload import sample_lengths
-
     klass = class_index(wl, first, len(isl))
     isl, osl = isl.copy(), osl.copy()
     for i, c in enumerate(wl.classes):
@@ -93,7 +91,7 @@ def class_metrics(wl: Workload, osl: np.ndarray, ttft: np.ndarray, tpot: np.ndar
     window's) and the goodput over the classes; ITL targets read the run's ITL percentiles.
     `tpot_running`: [n] TPOT so far of requests still decoding when the run stopped (NaN elsewhere):
     they are judged on it, their E2E projected as TTFT + (osl - 1) x that TPOT (a run measured while
-    its longest outputs still run, sim/continued.py)."""
+    its longest outputs still run, sim/simulator.Run.result)."""
     if tpot_running is not None:
         going = np.isnan(e2e) & np.isfinite(tpot_running)
         tpot = np.where(going, tpot_running, tpot)

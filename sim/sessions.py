@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rackplan.specs import SpecError, Workload
+from rackplan.specs import SpecError, Workload, sample_lengths
 from rackplan.specs.reading import read_jsonl
 
-from .workload import Requests, sample_lengths
+from .workload import Requests
 
 SESSION_SALT = 19  # salt of the session draws (a stream apart from the workload's other draws)
 

@@ -1,8 +1,29 @@
-"""The discrete-event simulator of a (disaggregated or aggregated) serving deployment.
+"""The discrete-event simulator of a (disaggregated or aggregated) serving deployment: its one run
+driver.
 
-SimPy processes: prefill instances, decode instances, or aggregated instances; the router's
-arrivals (open loop: a chain of timeouts; closed loop: a submit per finished request) and KV
-transfers are timeouts with callbacks. Events are per batch step, never per token.
+SimPy processes: prefill instances, decode instances, or aggregated instances (sim/deployment.py
+builds them, routes requests and moves KV); the router's arrivals (open loop: a chain of timeouts;
+closed loop: a submit per finished request; sessions: a later turn when the turn before it ends)
+and KV transfers are timeouts with callbacks. Events are per batch step, never per token.
+
+`Run` is the one driver: it builds the pools (a `Deployment`), feeds the arrivals (`OpenLoop`, the
+one arrivals generator, or the closed loop / sessions), runs SimPy to the end condition and
+measures (`summary`). Every simulation goes through it: `simulate*` here, the planner's verify
+probes, what-if, sweep, schedules and the accuracy harness (through `simulate_specs` and
+`simulate_steady`). A run of given requests drains them (`Run.drain`).
+
+Continued runs. A steady-state run that has not settled, or a verified rate run again longer,
+does not restart from empty with twice the requests. Drawn from a RequestStream (sim/workload.py:
+the first n requests never depend on how many come after them), the run of 2n requests repeats
+the run of n event for event, so the driver goes on from there instead. `Run.result(n)` runs until
+the first n requests have arrived (stopping at an unstable verdict), then on, with arrivals going
+on meanwhile (no drain: the last measured requests see the same load as the rest), until every
+request of the measurement window (sim/steady.py) has its first token, and measures the first n: a
+request still decoding has its TPOT so far (seconds per token since its first, from the steps it
+has left), an E2E longer than any finished one (+inf in percentiles), and counts in
+`window_unfinished`. A later `result(2n)` continues the same SimPy environment: the same figures as
+a fresh run of 2n, unless the first result's tail ran past the 2n-th arrival. Rids: the warm
+sequences (sim/warm.py) first, then the requests in arrival order.
 """
 from __future__ import annotations
 
@@ -17,11 +38,8 @@ import numpy as np
 import simpy
 
 from rackplan.economics import busy_share
-from rackplan.policy import EngineCore, Router, block_tokens
-from rackplan.policy.kv import longest_admitted, window_tokens
+from rackplan.policy import block_tokens
 from rackplan.specs import (
-    HardwareSpec,
-    ModelSpec,
     Plan,
     Profile,
     Scenario,
@@ -29,26 +47,15 @@ from rackplan.specs import (
     Workload,
     load_hardware,
     load_model,
-    pool_hardware,
 )
-from rackplan.specs.layout import Layout
 
-from .aggregated import AggregatedInstance
-from .cost.cores import core_share
-from .cost.memory import check_fits
-from .cost.step import CostContext
-from .cost.transfer import kv_link
-from .decode import DecodeInstance
-from .expert_load import routing_load
+from .deployment import Deployment, check_requests_fit, validate_plan
 from .metrics import Pools, RequestLog, SimResult, summarise
-from .mixed import plan_kv_link, prefill_side
-from .prefill import PrefillInstance
-from .prefix_cache import InstancePrefixes
-from .pricer import StepPricer
 from .request_classes import class_metrics
 from .sessions import NextTurns, session_figures, with_blocks
 from .steady import GROWTH_TOL, Window, median
-from .workload import Requests, make_requests
+from .warm import Warm, seat, warm_sequences
+from .workload import Requests, RequestStream, make_requests
 
 # Peak RSS growth per simulated request (request table, log, per-request state in the instances):
 # 1.08 kB measured for tiny-cpu, 1,000 vs 40,000 requests (/usr/bin/time, 2026-12-01, benchmarks/RESULTS.md),
@@ -71,238 +78,48 @@ def check_request_budget(num_requests: int, memory_gib: float = MEMORY_GIB, flag
                         f"{BYTES_PER_REQUEST} B per request; raise it with --memory-gib)", num_requests)
 
 
-ROUTING_SEED = 14  # salt of the per-step routing draws (a stream apart from the workload's)
+class OpenLoop:
+    """The router's open loop, the one arrivals generator: request `first_rid + i` submitted at
+    `arrivals[i]` (times read a chunk at a time: no list of N floats; NaN: a session's later turn,
+    issued when the turn before it ends, sim/sessions.py). `more()`, when given, draws further
+    arrivals into `arrivals` (an array that grows: a continued run's stream) once those drawn are
+    submitted, and says whether it drew any. One timeout per arrival, whose callback submits the
+    request and sets the next: the events a generator process would make, in the same order,
+    without a process resumed per request."""
 
-
-def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict[str, float]:
-    """Check every layout fits in HBM; returns KV capacity (tokens per rank) per pool entry."""
-    return {f"{pool}[{i}]": validate_layout(lay, model, pool_hardware(plan, hw, pool), f"{pool}[{i}]")
-            for pool in ("prefill", "decode", "aggregated") for i, lay in enumerate(getattr(plan, pool))}
-
-
-def validate_layout(lay: Layout, model: ModelSpec, hw: HardwareSpec, where: str) -> float:
-    """One layout's checks (EPLB slots split evenly over its EP ranks, fits in HBM); its KV capacity."""
-    slots = model.moe.num_experts + lay.eplb.redundant_experts
-    if slots % lay.ep_size:
-        raise SpecError("", f"{where}.eplb.redundant_experts",
-                        f"a count that makes experts + redundant ({model.moe.num_experts} + "
-                        f"{lay.eplb.redundant_experts}) divisible by the EP size {lay.ep_size}")
-    return check_fits(model, hw, lay, where)
-
-
-def check_requests_fit(plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, reqs: Requests) -> None:
-    """A request whose prompt + output KV (in whole blocks, with a step's queries) exceeds every
-    decode (aggregated) rank's KV blocks could never finish: refuse it before simulating
-    (SpecError naming the workload's lengths)."""
-    caps = validate_plan(plan, model, hw)
-    if not len(reqs):
-        return
-    block = block_tokens(model.attention.kind)
-    lays = {f"{pool}[{i}]": lay for pool in ("prefill", "decode", "aggregated")
-            for i, lay in enumerate(getattr(plan, pool))}
-    # a prefill rank holds the prompt's KV blocks while it runs (rackplan/policy/engine.py), a decode or
-    # aggregated rank the prompt's and the output's
-    for pools, need, field, what in (([k for k in caps if not k.startswith("prefill")], reqs.isl + reqs.osl,
-                                      "isl + osl", "decode"),
-                                     ([k for k in caps if k.startswith("prefill")], reqs.isl, "isl", "prefill")):
-        if not pools:
-            continue
-        room = max(longest_admitted(caps[k], block, lays[k].queries_per_step, window_tokens(model, block))
-                   for k in pools)
-        worst = int(np.argmax(need))
-        if need[worst] > room:
-            raise SpecError(workload.name, field, f"at most {int(room)} tokens, the largest KV capacity of a "
-                            f"{what} rank in {block}-token blocks ({', '.join(pools)})",
-                            f"{int(reqs.isl[worst])} + {int(reqs.osl[worst])}" if field != "isl"
-                            else int(reqs.isl[worst]))
-
-
-class _Deployment:
-    """Builds the instances of a plan inside one SimPy environment and routes requests."""
-
-    def __init__(self, env, sc: Scenario, reqs: Requests, log: RequestLog, seed: int = 0):
-        plan, model, hw, prof, wl = sc.plan, sc.model, sc.hw, sc.profile, sc.workload
-        self.env, self.plan, self.reqs, self.log = env, plan, reqs, log
-        self.model, self.hw, self.prof = model, hw, prof
-        self.kv_link = plan_kv_link(plan, model, hw, prof)  # (mixed hardware: sim/mixed.py)
-        self.kv_local = kv_link(model, hw, prof, True)  # colocated hand-off between ranks of one domain
-        self.caps = validate_plan(plan, model, hw)
-        self.router = Router(plan.router)
-        self.homes: dict[int, int] = {}  # session -> the front instance its last turn went to (session_affine)
-        self.dest: dict[int, object] = {}  # rid -> the decoder its KV goes to (bound when its last chunk is scheduled)
-        self.on_request_done = None
-        # [N] ints read per request, per step: arrays of machine ints (8 bytes a request, not a list's 36)
-        isl, osl = _ints(reqs.isl), _ints(reqs.osl)
-        # [N] prefix-cache hits: the workload's flat rate, or (block hashes) set by the caches as requests run
-        self.cached = _ints(reqs.cached)
-        self.isl, self.osl = isl, osl
-        self.priority = _ints(reqs.priority) if reqs.priority is not None else None  # [N] class priority
-        self.kv_s = self._transfer_seconds(reqs)  # [N] KV transfer seconds (KVLink's formula over the array)
-        self.front, self.decoders = [], []
-        # each pool's steps draw their routing imbalance from its own seeded stream (sim/pricer.py)
-        pools = iter(range(1 << 20))
-        share = core_share(hw, plan)  # CPU rigs: more busy ranks than cores run each slower (sim/cost/cores.py)
-        pre_hw, pre_prof = prefill_side(plan, hw, prof)  # the prefill pool's own (mixed hardware), else hw, prof
-        load = routing_load(wl, model)  # a power law or expert load from data (sim/expert_load.py)
-        mk = lambda lay, hw=hw, prof=prof: StepPricer.shared(CostContext(model, hw, lay, prof, load, share),
-                                                             np.random.default_rng([ROUTING_SEED, seed, next(pools)]))
-        # colocated: the k-th prefill and the k-th decode instance take turns on the same GPUs
-        n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
-        shared = [simpy.Resource(env, capacity=1) for _ in range(n_shared)] if plan.colocated else None
-        pricers = {}  # one pricer (and routing stream) per layout, made in plan order
-        for inst in plan.instances():
-            lay, entry = inst.layout, inst.entry
-            if entry not in pricers:
-                pricers[entry] = mk(lay, pre_hw, pre_prof) if inst.pool == "prefill" else mk(lay)
-            pr = pricers[entry]
-            if inst.pool == "decode":
-                turn = shared[len(self.decoders)] if shared else None
-                self.decoders.append(DecodeInstance(env, inst.name, pr, self._core(entry, lay), log, self._done, turn))
-                continue
-            prefix = self._prefixes(entry, lay)
-            if inst.pool == "aggregated":
-                self.front.append(AggregatedInstance(env, inst.name, pr, self._core(entry, lay, prefix), log,
-                                                     self._done, prefix))
-                continue
-            k = len(self.front)
-            turn = shared[k] if shared else None
-            to_decode = (lambda rid, k=k: self._to_paired(rid, k)) if shared else self._to_transfer
-            self.front.append(PrefillInstance(env, inst.name, pr, self._core(entry, lay, prefix), to_decode, turn,
-                                              self._handoff_s if shared else None, prefix,
-                                              None if shared else self._bind_decode))
-
-    def _core(self, pool: str, lay: Layout, prefix: InstancePrefixes | None = None) -> EngineCore:
-        """The serving policy of one instance of `pool` (rackplan/policy): its ranks, budget, seats,
-        KV blocks per rank, and the prefix cache that decides a prompt's hit when it first runs."""
-        m = self.model
-        return EngineCore.for_layout(lay, self.caps[pool], m.attention.kind, self.isl, self.osl, self.cached,
-                                     prefix.schedule if prefix is not None else None, self.priority,
-                                     window_tokens(m, block_tokens(m.attention.kind)))
-
-    def extend(self, reqs: Requests) -> None:
-        """Requests of a continued run (sim/continued.py) take the next rids."""
-        self.isl.extend(_ints(reqs.isl))
-        self.osl.extend(_ints(reqs.osl))
-        self.cached.extend(_ints(reqs.cached))
-        if self.priority is not None:
-            self.priority.extend(_ints(reqs.priority))
-        self.kv_s.extend(self._transfer_seconds(reqs))
-
-    def _transfer_seconds(self, reqs: Requests) -> array:
-        """Each request's KV transfer seconds, prefill to decode (the same floats as one at a time)."""
-        return array("d", self.kv_link.seconds(np.asarray(reqs.isl, dtype=np.float64)).tolist())
-
-    def _prefixes(self, pool: str, lay) -> InstancePrefixes | None:
-        """[prefix cache] With block hashes, an instance's cache holds its KV capacity (all DP ranks)."""
-        if self.reqs.blocks is None:
-            return None
-        return InstancePrefixes(self.caps[pool] * lay.dp, self.reqs.blocks, self.reqs.block_size, self.reqs.isl,
-                                self.cached)
-
-    def _pick(self, instances, rid: int | None = None):
-        """The instance a request goes to (the plan's router, rackplan/policy/route.py); prefix_aware
-        weighs each instance's queued prompt tokens less this request's prefix-cache hit there."""
-        if len(instances) == 1:  # (a one-instance pool's turn is never read: only the router's count moves)
-            self.router.decisions += 1
-            return instances[0]
-        uncached = [inst.queued_tokens - self._hit(inst, rid) for inst in instances] \
-            if rid is not None and self.plan.router == "prefix_aware" else None
-        if rid is None or self.reqs.sessions is None:
-            return instances[self.router.pick(id(instances), [inst.load for inst in instances], uncached)]
-        session = int(self.reqs.sessions.session[rid])  # [sessions] where the session's last turn ran
-        k = self.homes[session] = self.router.pick(id(instances), [inst.load for inst in instances], uncached,
-                                                   self.homes.get(session))
-        return instances[k]
-
-    @staticmethod
-    def _hit(inst, rid: int) -> int:
-        return inst.prefix.hit_tokens(rid) if inst.prefix is not None else 0
-
-    def submit(self, rid: int) -> None:
-        self.log.arrive(rid, self.env.now)
-        self._pick(self.front, rid).submit(rid)
-
-    def _bind_decode(self, rid: int) -> None:
-        """A prompt's last chunk is scheduled: its decoder (the router) and DP rank there, as the
-        executor's prefill leader picks them when it forms the step (its KV is pushed to that rank)."""
-        dest = self.dest[rid] = self._pick(self.decoders)
-        dest.core.bind(rid)
-
-    def _to_transfer(self, rid: int) -> None:
-        """KV transfer to the decoder bound at scheduling: a timeout whose callback delivers."""
-        self.log.prefilled(rid, self.env.now)
-        dest = self.dest.pop(rid)
-        self.env.timeout(self.kv_s[rid]).callbacks.append(lambda _ev: dest.deliver(rid))
-
-    def _to_paired(self, rid: int, k: int) -> None:
-        """Colocated: the hand-off ran inside prefill k's turn; the decoder on the same GPUs seats it
-        (the k-th one, or the least loaded when the decode pool has fewer instances)."""
-        self.log.prefilled(rid, self.env.now)
-        dest = self.decoders[k] if k < len(self.decoders) else self._pick(self.decoders)
-        dest.deliver(rid)
-
-    def _handoff_s(self, rids: list[int]) -> float:
-        """Colocated: one KV exchange per step carries every finished prompt; the longest decides."""
-        return self.kv_local.seconds(max(float(self.isl[r]) for r in rids))
-
-    def _done(self, rid: int) -> None:
-        self.log.done(rid, self.env.now)
-        if self.on_request_done:
-            self.on_request_done(rid)
-
-    def usage(self) -> dict[str, tuple]:
-        """Per instance: its step end times, busy seconds up to each (utilisation over a window) and,
-        for prefill instances, the prompts each step finished."""
-        return {inst.name: (inst.step_ends, inst.busy_upto, getattr(inst, "prompts_done", None))
-                for inst in self.front + self.decoders}
-
-    def close(self) -> None:
-        """After a run: stop every main loop and drop the instances (they hold the deployment's
-        bound methods), so the run's state is freed by reference counting, not by a collection
-        that would rescan everything the run allocated."""
-        for inst in self.front + self.decoders:
-            inst.stop()
-        self.front, self.decoders, self.on_request_done, self.dest = [], [], None, {}
-
-    def steps(self) -> dict[str, int]:
-        return {inst.name: inst.steps for inst in self.front + self.decoders}
-
-    def result(self) -> "_Run":
-        """What the run left so far besides the request log."""
-        return _Run(self.steps(), self.usage(), np.frombuffer(self.cached, dtype=np.int64).copy())
-
-
-def _ints(a: np.ndarray) -> array:
-    out = array("q")
-    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
-    return out
-
-
-class _OpenLoop:
-    """The router's open loop: each request submitted at its arrival time (times read a chunk at a
-    time: no list of N floats). One timeout per arrival, whose callback submits the request and sets
-    the next: the events a generator process would make, in the same order, without a process
-    resumed per request."""
-
-    def __init__(self, env, dep: _Deployment, arrivals: np.ndarray, chunk: int = 4096):
-        self.env, self.dep = env, dep
-        self._times = (pair for lo in range(0, len(arrivals), chunk)  # (rid, arrival s)
-                       for pair in enumerate(arrivals[lo:lo + chunk].tolist(), lo))
+    def __init__(self, env, submit, arrivals, first_rid: int = 0, more=None, chunk: int = 4096):
+        self.env, self.submit = env, submit
+        self._times = _pairs(arrivals, first_rid, more, chunk)  # (rid, arrival s)
         self._due = -1  # the request the pending timeout submits
         self._next()
 
     def _next(self, _event=None) -> None:
         env = self.env
         if _event is not None:
-            self.dep.submit(self._due)
+            self.submit(self._due)
         for rid, t in self._times:
-            if t != t:  # NaN: a session's later turn, issued when the turn before it ends (sim/sessions.py)
+            if t != t:  # NaN: issued by the sessions' loop
                 continue
             if t > env.now:
                 self._due = rid
                 env.timeout(t - env.now).callbacks.append(self._next)
                 return
-            self.dep.submit(rid)
+            self.submit(rid)
+
+    def close(self) -> None:
+        """Stop the arrivals (a continued run's close): the pending timeout, held by the environment,
+        then holds no run state (the stream's frame, the deployment's submit) and submits nothing."""
+        self._times.close()
+        self._times, self.submit = iter(()), lambda _rid: None
+
+
+def _pairs(arrivals, first_rid: int, more, chunk: int):
+    """(rid, arrival s) of every arrival, in order, `chunk` at a time, drawing more when all are read."""
+    lo = 0
+    while lo < len(arrivals) or (more is not None and more()):
+        hi = min(lo + chunk, len(arrivals))
+        yield from enumerate(arrivals[lo:hi].tolist(), first_rid + lo)
+        lo = hi
 
 
 @contextmanager
@@ -323,18 +140,186 @@ def _no_cyclic_gc():
             gc.enable()
 
 
+TAIL_STEP = 0.5  # a continued run's tail runs on this share of the cool-down (p90 E2E) at a time
+
+
+class Run:
+    """One deployment of a scenario in one SimPy environment, fed its requests and simulated as far
+    as asked: the one run driver (module docstring). Fed either
+    - `reqs`, requests drawn elsewhere (a workload's, a schedule's interval, a trace, sessions), from
+      empty pools: open loop (each at its arrival time), closed loop (`arrival.kind: concurrency`, a
+      submit per finished request) or sessions (a later turn when the turn before it ends); `drain()`
+      runs every one to the end; or
+    - (`reqs` None) the open-loop RequestStream of a steady-state run (at most `limit` requests), the
+      decode pools seated with warm sequences (sim/warm.py); `result(n)` measures the first n,
+      going on from what was simulated so far (continued runs, module docstring).
+    `seed` (default: the workload's) seeds the requests and the pools' routing-imbalance draws
+    (sim/pricer.py). `close()` frees the run (a continued run's caller closes it)."""
+
+    def __init__(self, sc: Scenario, seed: int | None = None, reqs: Requests | None = None,
+                 limit: int | None = None):
+        self.sc, self.plan, self.workload = sc, sc.plan, sc.workload
+        seed = sc.workload.seed if seed is None else seed
+        self.stream = RequestStream(sc.workload, seed, limit or MAX_STEADY) if reqs is None else None
+        warm = warm_sequences(sc, validate_plan(sc.plan, sc.model, sc.hw), seed) if reqs is None else None
+        self.warm = len(warm) if warm is not None else 0
+        self.reqs = reqs = self._next() if reqs is None else self._check(reqs)
+        head = _with_warm(reqs, warm) if warm is not None else reqs
+        self.isl, self.osl = [head.isl], [head.osl]  # [R] per rid, in chunks
+        self.log = RequestLog(len(head))
+        self.env = simpy.Environment()
+        if reqs.sessions is not None:  # [sessions] the prompts' blocks at the engine's block size
+            head = with_blocks(head, block_tokens(sc.model.attention.kind))
+        self.dep = Deployment(self.env, sc, head, self.log, seed)
+        self.work = 0  # requests + steps simulated so far (the run's CPU cost, deterministically)
+        if warm is not None:
+            seat(self.dep.decoders, warm, 0, self.log)
+        self.arrival = array("d", reqs.arrival_s.tolist()) if self.stream is not None else reqs.arrival_s  # [N] s
+        self._arrivals = self._feed(head)
+
+    def _check(self, reqs: Requests) -> Requests:
+        """`reqs`, refused (SpecError) when one could never finish (check_requests_fit)."""
+        check_requests_fit(self.plan, self.sc.model, self.sc.hw, self.workload, reqs)
+        return reqs
+
+    def _next(self) -> Requests | None:
+        chunk = self.stream.next()
+        return self._check(chunk) if chunk is not None else None
+
+    def _feed(self, reqs: Requests) -> OpenLoop | None:
+        """Start the arrivals: the closed loop's first `concurrency` requests (the rest one per finished
+        request), or the open loop's arrivals (sessions: the first turns; the later ones follow)."""
+        dep = self.dep
+        if reqs.sessions is not None:
+            dep.on_request_done = NextTurns(self.env, dep.submit, reqs.sessions)
+        if self.workload.arrival.kind == "concurrency":
+            nxt = iter(range(len(reqs)))
+            dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]
+            for _ in range(min(self.workload.arrival.concurrency, len(reqs))):
+                dep.submit(next(nxt))
+            return None
+        more = self._draw if self.stream is not None else None
+        return OpenLoop(self.env, dep.submit, self.arrival, self.warm, more)
+
+    def _draw(self) -> bool:
+        """The stream's next chunk into the deployment and the log (False: the stream is done)."""
+        chunk = self._next()
+        if chunk is None:
+            return False
+        self.dep.extend(chunk)
+        self.log.grow(len(chunk))
+        self.isl.append(chunk.isl)
+        self.osl.append(chunk.osl)
+        self.arrival.extend(chunk.arrival_s.tolist())
+        return True
+
+    def drain(self) -> SimResult:
+        """Every given request run to its end, measured over the steady-state window (sim/steady.py);
+        the run is closed afterwards."""
+        with _no_cyclic_gc():
+            self.env.run()
+            unfinished = int(np.isnan(self.log.finish).sum())
+            if unfinished:
+                self.close()
+                raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
+                                   "than any rank's KV capacity?)")
+            ran = _record(self.dep)
+            reqs, log = self.reqs, self.log
+            self.close()
+        res = summary(self.plan, self.workload, log, reqs.isl, reqs.osl, ran, 0)
+        if reqs.sessions is not None:
+            figures = session_figures(reqs, ran.cached, log.first_token - log.arrival, log.finish - log.arrival)
+            res = dataclasses.replace(res, sessions=figures)
+        return res
+
+    def result(self, n: int) -> SimResult:
+        """The run of the stream's first `n` requests (fewer when the stream ends first), continued
+        from what was simulated so far: unstable when a pool's queue grows by their last arrival
+        (_settles), else run on until the window's requests have their first token (_tail)."""
+        if self.stream is None:
+            raise ValueError("result(n) measures a stream's run; a run of given requests drains (drain())")
+        while len(self.arrival) < n and self._draw():
+            pass
+        n = min(n, len(self.arrival))
+        rows = self.warm + n
+        with _no_cyclic_gc():  # (the log's arrays grow as chunks are drawn: a fresh view each time)
+            stable = _settles(self.env, lambda: self.log.head(rows), np.asarray(self.arrival[:n]),
+                              self.plan.disaggregated)
+            if stable:
+                self._tail(rows)
+        isl, osl = (np.concatenate(x)[:rows] for x in (self.isl, self.osl))
+        ran = _record(self.dep)
+        self.work = n + sum(ran.steps.values())
+        head = self.log.head(rows)
+        return summary(self.plan, self.workload, head, isl, osl, ran, self.warm, self._tpot_so_far(head, osl))
+
+    def _tpot_so_far(self, head: RequestLog, osl: np.ndarray) -> np.ndarray:
+        """[R] Of each request still decoding: seconds per output token since its first, so far
+        (tokens emitted: its output less the steps it has left; NaN for every other request)."""
+        out = np.full(len(osl), np.nan)
+        now = self.env.now
+        for inst in self.dep.decoders + self.dep.front:
+            core = inst.core
+            for rid, left in core.steps_left().items():
+                if rid < len(osl) and rid >= self.warm:
+                    emitted = osl[rid] - left * core.tps
+                    if emitted > 1 and not np.isnan(head.first_token[rid]):
+                        out[rid] = (now - head.first_token[rid]) / (emitted - 1)
+        return out
+
+    def _tail(self, rows: int) -> None:
+        """After the n-th arrival, go on (arrivals going on too) until every request of the window
+        has its first token, TAIL_STEP of the cool-down at a time. Requests still decoding then
+        are measured so far (_tpot_so_far): waiting for the longest outputs to finish would
+        simulate as many more arrivals as they live."""
+        while True:
+            head = self.log.head(rows)
+            win, _ = head.measure(self.plan.disaggregated, False)
+            inw = win.holds(head.arrival)
+            if not np.isnan(head.first_token[inw]).any():
+                return
+            span = win.last_arrival_s - win.start_s
+            self.env.run(until=self.env.now + TAIL_STEP * max(win.last_arrival_s - win.end_s, 0.05 * span, 1e-3))
+
+    def close(self) -> None:
+        """Stop the deployment's main loops and the arrivals, and drop the run's state (once): a
+        continued run's pending arrival is held by the environment, which is cyclic (its bound event
+        classes refer to it), so without closing them the whole run (deployment, request arrays)
+        would wait for a full cyclic collection, rare after a run (_no_cyclic_gc); closed, it is
+        freed by reference counting (576-GPU plan: peak RSS 240 -> 186 MB, benchmarks/RESULTS.md)."""
+        if self.env is None:
+            return
+        self.dep.close()
+        if self._arrivals is not None:
+            self._arrivals.close()
+        self.env = self.log = self.dep = self.stream = self._arrivals = self.reqs = None
+        self.isl = self.osl = self.arrival = None
+
+
+def _with_warm(reqs: Requests, warm: Warm) -> Requests:
+    """`reqs` after W rows standing for the seated sequences (their prompt and remaining output;
+    they never arrive)."""
+    w = len(warm)
+    cat = lambda a, b: np.concatenate([np.asarray(a, dtype=b.dtype), b])  # noqa: E731
+    blocks = ((),) * w + tuple(reqs.blocks) if reqs.blocks is not None else None
+    priority = cat(np.zeros(w), reqs.priority) if reqs.priority is not None else None
+    return Requests(cat(np.full(w, np.nan), reqs.arrival_s), cat(warm.isl, reqs.isl), cat(warm.left, reqs.osl),
+                    cat(np.zeros(w), reqs.cached), blocks, reqs.block_size, priority=priority)
+
+
 def simulate_requests(sc: Scenario, reqs: Requests, seed: int | None = None) -> SimResult:
     """Simulate `sc.plan` serving the given requests (drawn elsewhere: a schedule's interval, sim/search/schedule.py),
     every one run to the end; `sc.workload` names them and says whether the loop is closed."""
-    return _simulate(sc, reqs, False, seed)
+    with _no_cyclic_gc():  # (the deployment built without the cyclic collector, as it runs: drain)
+        run = Run(sc, seed, reqs)
+    return run.drain()
 
 
 def simulate_specs(sc: Scenario, num_requests: int | None = None, seed: int | None = None) -> SimResult:
     """Simulate `plan` serving `num_requests` requests of `workload` (default: the workload's count)
     with explicit spec objects (what-if studies pass edited ones); every request runs to the end,
     and the summary is measured over the steady-state window (sim/steady.py)."""
-    workload = sc.workload
-    return _simulate(sc, make_requests(workload, num_requests, seed), False, seed)
+    return simulate_requests(sc, make_requests(sc.workload, num_requests, seed), seed)
 
 
 MIN_STEADY = 1000  # requests of a steady-state run at least (closed loop: MIN_CLOSED, 10 per concurrent)
@@ -359,25 +344,23 @@ def simulate_steady(sc: Scenario, seed: int | None = None, first: int | None = N
     requests. With `precision`, also until the standard error of each PRECISE figure is at most
     `precision` x its scale of it (sim/metrics.py: batch means, floored by independent samples).
     An unstable run stops there: its growing queue is the verdict. Open-loop runs are continued,
-    not restarted (sim/continued.py; `run`: a ContinuedRun to go on with, which the caller
-    closes); closed loops rerun from empty. Every run is seeded alike, so a run of the same
+    not restarted (Run.result; `run`: a stream's Run to go on with, which the caller closes);
+    closed loops rerun from empty. Every run is seeded alike, so a run of the same
     `first` and `most` repeats exactly."""
     workload = sc.workload
-    from .continued import ContinuedRun
-
     if workload.sessions is not None:  # later turns arrive as earlier ones end: one run, drained
         n = min(first or workload.num_requests, most)
-        return _simulate(sc, make_requests(workload, n, seed), False, seed)
+        return simulate_requests(sc, make_requests(workload, n, seed), seed)
     closed = workload.arrival.kind == "concurrency"  # no arrival noise: fewer requests show its steady state
     n = max(max(MIN_CLOSED, 10 * workload.arrival.concurrency) if closed else MIN_STEADY,
             first or workload.num_requests)
     own = run is None and not closed
     if own:
-        run = ContinuedRun(sc, seed)
+        run = Run(sc, seed)
     try:
         while True:
             if closed:
-                res = _simulate(sc, make_requests(workload, min(n, most), seed), True, seed)
+                res = simulate_requests(sc, make_requests(workload, min(n, most), seed), seed)
             else:
                 res = run.result(min(n, most))
             if res.metrics["num_requests"] < min(n, most) or n >= most:
@@ -421,7 +404,7 @@ TIMELINE_BINS = 100  # intervals of the run over which each pool's busy share is
 
 
 @dataclass(frozen=True)
-class _Run:
+class _Record:
     """What a run leaves besides the request log."""
 
     steps: dict[str, int]
@@ -471,6 +454,11 @@ class _Run:
         return out
 
 
+def _record(dep: Deployment) -> _Record:
+    """What the deployment's run left so far besides the request log."""
+    return _Record(dep.steps(), dep.usage(), np.frombuffer(dep.cached, dtype=np.int64).copy())
+
+
 def pools_of(plan: Plan) -> Pools:
     """GPUs of the whole plan and of each pool (aggregated: one pool of every GPU)."""
     if not plan.disaggregated:
@@ -479,23 +467,7 @@ def pools_of(plan: Plan) -> Pools:
                  sum(lay.total_gpus for lay in plan.decode))
 
 
-def _simulate(sc: Scenario, reqs: Requests, settle: bool, seed: int | None = None) -> SimResult:
-    """One run of `reqs` from empty pools; with `settle`, an open-loop run judged unstable when
-    arrivals end is not drained (its latencies mean nothing; its throughput window is complete)."""
-    plan, model, hw, workload = sc.plan, sc.model, sc.hw, sc.workload
-    check_requests_fit(plan, model, hw, workload, reqs)
-    log = RequestLog(len(reqs))
-    closed = workload.arrival.kind == "concurrency"
-    with _no_cyclic_gc():
-        run = _run(sc, reqs, log, settle and not closed, workload.seed if seed is None else seed)
-    res = summary(plan, workload, log, reqs.isl, reqs.osl, run, 0)
-    if reqs.sessions is not None:
-        figures = session_figures(reqs, run.cached, log.first_token - log.arrival, log.finish - log.arrival)
-        res = dataclasses.replace(res, sessions=figures)
-    return res
-
-
-def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, osl: np.ndarray, run: _Run,
+def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, osl: np.ndarray, run: _Record,
             warm: int, tpot_running: np.ndarray | None = None) -> SimResult:
     """The steady-state result of a run's log: [R] `isl`, `osl` in rid order, the first `warm` rids
     sequences seated at t = 0 (sim/warm.py: they never arrive, so only the running series and the
@@ -518,36 +490,6 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
     res.metrics["prefill_capacity_rps"] = run.prefill_capacity_rps(win)
     res.metrics["gpu_busy_share"] = busy_share(plan, res.utilisation)  # power at the operating point
     return res
-
-
-def _run(sc: Scenario, reqs: Requests, log: RequestLog, settle: bool, seed: int = 0) -> _Run:
-    """The SimPy run, the deployment closed afterwards; `seed` seeds the pools' routing-imbalance
-    draws (sim/pricer.py)."""
-    plan, workload = sc.plan, sc.workload
-    env = simpy.Environment()
-    if reqs.sessions is not None:  # [sessions] the prompts' blocks at the engine's block size
-        reqs = with_blocks(reqs, block_tokens(sc.model.attention.kind))
-    dep = _Deployment(env, sc, reqs, log, seed)
-    if reqs.sessions is not None:
-        dep.on_request_done = NextTurns(env, dep.submit, reqs.sessions)
-    if workload.arrival.kind == "concurrency":
-        nxt = iter(range(len(reqs)))
-        dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]
-        for _ in range(min(workload.arrival.concurrency, len(reqs))):
-            dep.submit(next(nxt))
-    else:
-        _OpenLoop(env, dep, reqs.arrival_s)
-    drain = not settle or _settles(env, lambda: log, reqs.arrival_s, plan.disaggregated)
-    if drain:
-        env.run()
-        unfinished = int(np.isnan(log.finish).sum())
-        if unfinished:
-            dep.close()
-            raise RuntimeError(f"simulation ended with {unfinished} unfinished requests (a request larger "
-                               "than any rank's KV capacity?)")
-    out = dep.result()
-    dep.close()
-    return out
 
 
 EARLY_CHECKS = (16, 8, 4, 2)  # settling runs: look at the queues after 1/16 ... 1/2 of the arrivals

@@ -183,7 +183,7 @@ def measure(arrival, prefill_done, first_token, finish, disaggregated: bool,
 
 def _cooldown(arrival, finish, after: np.ndarray, mid_s: float) -> float:
     """COOLDOWN_Q percentile of E2E of the requests after the warm-up. In a run measured while
-    arrivals go on (sim/continued.py) the latest ones are still running: then of those that
+    arrivals go on (sim/simulator.Run.result) the latest ones are still running: then of those that
     arrived before `mid_s` (half-way), the ones still running counting as longer than any
     finished one (+inf when they reach the percentile: no cool-down leaves them out)."""
     e2e = finish - arrival

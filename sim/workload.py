@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from rackplan.specs import LengthDist, SpecError, Workload
+from rackplan.specs import SpecError, Workload, sample_lengths
 
 if TYPE_CHECKING:
     from .sessions import SessionTable
@@ -32,20 +32,6 @@ class Requests:
 
     def __len__(self) -> int:
         return len(self.isl)
-
-
-def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
-    if dist.kind == "fixed":
-        out = np.full(n, dist.value)
-    elif dist.kind == "uniform":
-        out = rng.integers(dist.low, dist.high + 1, size=n)
-    else:  # lognormal with the given mean: mu = ln(mean) - sigma^2 / 2
-        mu = np.log(dist.mean) - dist.sigma ** 2 / 2.0
-        out = np.rint(rng.lognormal(mu, dist.sigma, size=n))
-    out = np.maximum(out, 1)
-    if dist.max is not None:
-        out = np.minimum(out, dist.max)
-    return out.astype(np.int64)
 
 
 def make_requests(wl: Workload, num_requests: int | None = None, seed: int | None = None) -> Requests:
@@ -103,7 +89,7 @@ STREAM_SALT = 16  # salt of a stream's chunk generators (a stream apart from mak
 class RequestStream:
     """The open-loop requests of a steady-state run, drawn STREAM_CHUNK at a time, chunk k from its
     own generator seeded [salt, seed, k]: the first n requests never depend on how many are drawn
-    after them, so a run continued from n to 2n requests is the run of 2n (sim/continued.py). A
+    after them, so a run continued from n to 2n requests is the run of 2n (sim/simulator.Run). A
     trace workload is one chunk: the trace itself, up to `limit` requests."""
 
     def __init__(self, wl: Workload, seed: int | None, limit: int):

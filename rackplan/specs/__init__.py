@@ -27,7 +27,7 @@ from .model import (
 from .profile import A2AParams, Curve, HostParams, Profile, check_hardware
 from .reading import read_yaml
 from .scenario import Scenario
-from .workload import Arrival, LengthDist, Workload
+from .workload import Arrival, LengthDist, Workload, sample_lengths
 
 
 def _config_dir() -> Path:
@@ -58,7 +58,7 @@ __all__ = [
     "EPLBConfig", "HardwareSpec", "HostParams", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
     "Plan", "PlanInstance", "Scenario", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
     "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml", "pool_hardware",
-    "plan_hash", "from_dict", "to_dict", "resolve_path", "spec_ref",
+    "plan_hash", "from_dict", "to_dict", "resolve_path", "sample_lengths", "spec_ref",
 ]
 
 

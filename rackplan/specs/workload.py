@@ -5,6 +5,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional, cast
 
+import numpy as np
+
 from .fields import check, non_negative, positive
 
 # The fields each kind reads; one given to another kind would do nothing, so it is refused.
@@ -59,6 +61,28 @@ class LengthDist:
         if self.kind == "lognormal":
             return float(cast(float, self.mean))
         raise ValueError("trace lengths have no closed-form mean; read the trace")
+
+
+def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
+    """[n] token lengths (int64) drawn from `dist` with `rng`, each at least 1 and at most `dist.max`:
+    the one length sampler of the simulator's requests (sim/workload.py, sessions, request classes)
+    and the executor's batch shapes (executor/workload.py), so one seed gives both the same lengths.
+    Lognormal: mu = ln(mean) - sigma^2 / 2, so that the mean (before rounding and clipping) is `mean`.
+    Trace lengths are read from the trace, never drawn (ValueError)."""
+    if dist.kind == "fixed":
+        out = np.full(n, dist.value)
+    elif dist.kind == "uniform":
+        out = rng.integers(cast(int, dist.low), cast(int, dist.high) + 1, size=n)
+    elif dist.kind == "lognormal":
+        sigma = cast(float, dist.sigma)
+        mu = np.log(cast(float, dist.mean)) - sigma ** 2 / 2.0
+        out = np.rint(rng.lognormal(mu, sigma, size=n))
+    else:
+        raise ValueError("trace lengths are read from the trace, not drawn")
+    out = np.maximum(out, 1)
+    if dist.max is not None:
+        out = np.minimum(out, dist.max)
+    return out.astype(np.int64)
 
 
 @dataclass(frozen=True)

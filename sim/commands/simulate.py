@@ -164,7 +164,7 @@ def print_table(plan, workload, profile, result, origin: str = "", eco_lines: tu
                         cell(m.get(f"{name}_p90_se_s", math.nan)), cell(m[f"{name}_p99_s"]))
         con.print(lat)
         unfinished = int(m.get("window_unfinished", 0))
-        if unfinished:  # their E2E is unknown, longer than any finished one (sim/continued.py)
+        if unfinished:  # their E2E is unknown, longer than any finished one (simulator.Run.result)
             con.print(f"E2E: {unfinished} of the window's {w.requests} requests were still decoding when the run "
                       "stopped (it stops once each has its first token), so E2E percentiles that need them are "
                       "not known (-); --requests N runs every request to the end")

@@ -174,7 +174,7 @@ def _keep_best_run(points: list[Candidate], out: dict) -> None:
     """The best passing points keep their verified runs live (what verify.confirm goes on with;
     the runner-up is confirmed when the best falls below it), best first while their requests
     stay within LIVE_REQUEST_GPUS (memory); every other point's run is dropped (a confirmation then
-    runs afresh: the same figures, sim/continued.py)."""
+    runs afresh: the same figures, sim/simulator.Run.result)."""
     ok = [c for c in points if id(c) in out and out[id(c)].check is not None and out[id(c)].passed]
     ok.sort(key=lambda c: (-round(out[id(c)].tps_gpu, 6), c.sort_key()))
     keep, held = set(), 0

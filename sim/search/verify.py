@@ -37,7 +37,7 @@ Z_SE = 2.0
 LONGER = 1  # a probe whose p90 is within its noise of the SLO runs again this many times, 2x longer each
 SETTLE_E2E = 2.0  # a first probe's arrivals span this many estimated p90 E2E (a warm-started run settles fast)
 # ... and hold at most this many requests: p90s of 100k requests have standard errors near 1%, and a run
-# that has not settled or not decided by then goes on (sim/continued.py), paying only for what it adds
+# that has not settled or not decided by then goes on (sim/simulator.Run.result), paying only for what it adds
 FIRST_MAX = 100_000
 # requests of a probe's run at most (576 GPUs: ~100 MB of run state, 2 minutes of arrivals, ~8 lifetimes);
 # `simulate` and `whatif` runs go on to simulator.MAX_STEADY
@@ -54,7 +54,7 @@ def run_simulation(sc: Scenario, num_requests: int | None = None, seed: int | No
     """A steady-state simulation of `plan` on `workload` (the one call site): a SimResult.
     `num_requests`: exactly that many requests, drained; None: as many as steady state needs
     (sim/simulator.simulate_steady), from `first` up to `most`, to `precision` when given,
-    continuing `run` (a sim/continued.ContinuedRun of this plan and workload) when given."""
+    continuing `run` (a stream's sim/simulator.Run of this plan and workload) when given."""
     from ..simulator import MAX_STEADY, simulate_specs, simulate_steady
 
     if num_requests is not None:
@@ -65,12 +65,11 @@ def run_simulation(sc: Scenario, num_requests: int | None = None, seed: int | No
 def open_run(sc: Scenario, seed: int | None):
     """A run of `plan` on `workload` that later probes at the same rate continue (None for closed
     loops, which rerun)."""
-    workload = sc.workload
-    from ..continued import ContinuedRun
+    from ..simulator import Run
 
-    if workload.arrival.kind == "concurrency":
+    if sc.workload.arrival.kind == "concurrency":
         return None
-    return ContinuedRun(sc, seed)
+    return Run(sc, seed)
 
 
 def at_rate(workload: Workload, rate_rps: float) -> Workload:
@@ -366,5 +365,5 @@ def check_at(sc: Scenario, rate_rps: float, slo: SLO,
 
 def first_requests(rate_rps: float, e2e_p90_s: float) -> int:
     """Requests of a first probe: arrivals over SETTLE_E2E estimated p90 E2E, at most FIRST_MAX
-    (a run that needs more goes on: sim/continued.py)."""
+    (a run that needs more goes on: sim/simulator.Run.result)."""
     return min(int(math.ceil(rate_rps * SETTLE_E2E * e2e_p90_s)), FIRST_MAX)

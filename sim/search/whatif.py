@@ -174,7 +174,7 @@ def _apply_pool(specs: Scenario, pool: str, name: str, value, key: str) -> Scena
             if exc.where == "--set":
                 raise
             raise SpecError("--set", key, exc.expected, value) from None
-    from ..simulator import validate_layout
+    from ..deployment import validate_layout
 
     for i, lay in enumerate(lays):  # EPLB slots that split over EP, fits in HBM
         try:

@@ -1,4 +1,4 @@
-"""A steady-state run continued from n to 2n requests (sim/continued.py) is the run of 2n: the
+"""A steady-state run continued from n to 2n requests (sim/simulator.Run.result) is the run of 2n: the
 request stream's first n never depend on what follows, so the simulation repeats event for event
 and the figures are identical, not only close. Explicit datasheet profile, tiny seeded runs."""
 import gc
@@ -7,8 +7,7 @@ import weakref
 import numpy as np
 import pytest
 
-from rackplan.sim.continued import ContinuedRun
-from rackplan.sim.simulator import simulate_steady
+from rackplan.sim.simulator import Run, simulate_steady
 from rackplan.sim.workload import STREAM_CHUNK, RequestStream
 from rackplan.specs import Scenario
 
@@ -33,11 +32,11 @@ def test_a_streams_first_requests_do_not_depend_on_how_many_follow():
 
 
 def test_a_continued_run_measures_exactly_what_a_fresh_longer_run_does():
-    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
+    live = Run(Scenario(PLAN, MODEL, HW, WL, PROF))
     short = live.result(1500)
     go_on = live.result(3000)
     live.close()
-    fresh = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
+    fresh = Run(Scenario(PLAN, MODEL, HW, WL, PROF))
     long = fresh.result(3000)
     fresh.close()
     assert short.metrics["num_requests"] == 1500 and go_on.metrics["num_requests"] == 3000
@@ -54,7 +53,7 @@ def test_a_continued_run_measures_exactly_what_a_fresh_longer_run_does():
 
 
 def test_simulate_steady_goes_on_with_a_given_run():
-    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
+    live = Run(Scenario(PLAN, MODEL, HW, WL, PROF))
     simulate_steady(Scenario(PLAN, MODEL, HW, WL, PROF), first=1200, most=1200, run=live)
     before = live.work
     res = simulate_steady(Scenario(PLAN, MODEL, HW, WL, PROF), first=2400, run=live)
@@ -66,10 +65,11 @@ def test_simulate_steady_goes_on_with_a_given_run():
 
 def test_a_closed_run_is_freed_by_reference_counting():
     """close() frees the run's deployment and request log without the cyclic collector (the
-    arrivals' process and its pending timeout hold each other: left suspended, they kept the whole
-    run until a rare full collection; 576-GPU plan: peak RSS 240 -> 186 MB). The SimPy environment
-    itself stays cyclic (its bound event classes refer to it); its queue holds no run state then."""
-    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
+    pending arrival's timeout, held by the SimPy environment, held the arrivals' stream and the
+    deployment: left so, they kept the whole run until a rare full collection; 576-GPU plan: peak
+    RSS 240 -> 186 MB). The environment itself stays cyclic (its bound event classes refer to it);
+    its queue holds no run state then."""
+    live = Run(Scenario(PLAN, MODEL, HW, WL, PROF))
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -110,7 +110,7 @@ def test_a_full_decode_kv_cache_preempts_recomputes_and_still_matches_the_refere
     the serving policy preempts running sequences and the decode rank recomputes their context
     (prompt + tokens so far) before they decode on; every request's tokens still equal the
     single-process reference."""
-    from rackplan.sim.simulator import validate_plan
+    from rackplan.sim.deployment import validate_plan
     from rackplan.specs import SpecError, load_hardware, load_model
 
     plan = load_plan("tiny-disagg")

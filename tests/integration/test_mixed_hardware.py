@@ -15,9 +15,10 @@ import simpy
 from rackplan import economics
 from rackplan.cli import main
 from rackplan.sim.cost.memory import kv_capacity_tokens
+from rackplan.sim.deployment import Deployment, validate_plan
 from rackplan.sim.metrics import RequestLog
 from rackplan.sim.mixed import plan_kv_link, prefill_side
-from rackplan.sim.simulator import _Deployment, simulate_specs, validate_plan
+from rackplan.sim.simulator import simulate_specs
 from rackplan.sim.workload import make_requests
 from rackplan.specs import Scenario, SpecError, load_hardware, load_model, load_plan, load_profile, load_workload
 from rackplan.specs.layout import Layout, Plan
@@ -65,7 +66,7 @@ def test_each_pool_on_its_own_hardware(specs):
     # every request's transfer seconds in the simulator are the link's (same floats)
     wl = load_workload("agentic-chat")
     reqs = make_requests(wl, 50)
-    dep = _Deployment(simpy.Environment(), Scenario(plan, model, hw, wl, prof), reqs, RequestLog(50))
+    dep = Deployment(simpy.Environment(), Scenario(plan, model, hw, wl, prof), reqs, RequestLog(50))
     assert dep.front[0].pricer.cx.hw.name == "h200-sxm" and dep.decoders[0].pricer.cx.hw.name == "gb300-nvl72"
     want = 1e-3 + (np.asarray(reqs.isl, dtype=float) * 890.0 + 2_621_440) / 35e9
     assert np.allclose(np.asarray(dep.kv_s), want, rtol=1e-12)

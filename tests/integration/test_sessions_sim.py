@@ -6,7 +6,8 @@ import json
 import pytest
 
 from rackplan.cli import main
-from rackplan.sim.simulator import simulate_specs, validate_plan
+from rackplan.sim.deployment import validate_plan
+from rackplan.sim.simulator import simulate_specs
 from rackplan.specs import (
     Arrival,
     LengthDist,

@@ -3,10 +3,10 @@ same steady-state figures as a cold start, with a shorter warm-up. Explicit data
 import numpy as np
 import pytest
 
-from rackplan.sim.continued import ContinuedRun
 from rackplan.sim.cost.step import CostContext
+from rackplan.sim.deployment import validate_plan
 from rackplan.sim.pricer import StepPricer
-from rackplan.sim.simulator import _simulate, validate_plan
+from rackplan.sim.simulator import Run, simulate_requests
 from rackplan.sim.warm import steady_occupancy, warm_sequences
 from rackplan.sim.workload import make_requests
 from rackplan.specs import Scenario
@@ -17,11 +17,11 @@ pytestmark = pytest.mark.integration
 
 
 def run(n: int, warm: bool):
-    """A cold run from empty pools, or a warm-started steady-state run (sim/continued.py seats them)."""
+    """A cold run from empty pools, or a warm-started steady-state run (a stream's Run seats them)."""
     if not warm:
-        return _simulate(Scenario(PLAN, MODEL, HW, WL, PROF), make_requests(WL, n), True, None), None
+        return simulate_requests(Scenario(PLAN, MODEL, HW, WL, PROF), make_requests(WL, n)), None
     w = warm_sequences(Scenario(PLAN, MODEL, HW, WL, PROF), validate_plan(PLAN, MODEL, HW), 0)
-    live = ContinuedRun(Scenario(PLAN, MODEL, HW, WL, PROF))
+    live = Run(Scenario(PLAN, MODEL, HW, WL, PROF))
     try:
         return live.result(n), w
     finally:

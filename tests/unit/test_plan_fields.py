@@ -135,7 +135,7 @@ def test_gpu_memory_utilization_sizes_the_executors_kv():
     """The executor's serving policy takes its KV blocks from the memory model the simulator uses,
     so gpu_memory_utilization moves them."""
     from rackplan.executor.serving import engines
-    from rackplan.sim.simulator import validate_plan
+    from rackplan.sim.deployment import validate_plan
 
     model, hw = load_model("tiny-moe"), load_hardware("cpu-local")
     got = []

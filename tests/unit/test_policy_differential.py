@@ -85,14 +85,14 @@ def _record(core: EngineCore, name: str, log: dict, kv_blocks: int | None) -> No
 
 
 def _simulated(plan: Plan, wl: Workload, kv_blocks: int | None) -> dict:
+    from rackplan.sim.deployment import Deployment
     from rackplan.sim.metrics import RequestLog
-    from rackplan.sim.simulator import _Deployment
     from rackplan.sim.workload import make_requests
 
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     reqs = make_requests(wl)
     env, log = simpy.Environment(), {}
-    dep = _Deployment(env, Scenario(plan, model, hw, wl, load_profile("cpu-local")), reqs, RequestLog(len(reqs)))
+    dep = Deployment(env, Scenario(plan, model, hw, wl, load_profile("cpu-local")), reqs, RequestLog(len(reqs)))
     dep.kv_s = array("d", [0.0] * len(reqs))  # the hand-off is instant on the fixed clock
     for inst in dep.front + dep.decoders:
         inst.pricer = FixedSteps(P_S if inst.name.startswith("prefill") else D_S)
@@ -130,7 +130,7 @@ def _disaggregated(plan: Plan, wl: Workload, kv_blocks: int | None) -> dict:
 
     from rackplan.executor.control import Control
     from rackplan.executor.serving import DecodeLeader, DecodeSeats, PrefillLeader, PrefillQueue
-    from rackplan.sim.simulator import validate_plan
+    from rackplan.sim.deployment import validate_plan
     from rackplan.sim.workload import make_requests
 
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
