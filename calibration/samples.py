@@ -60,6 +60,24 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
     """Collapse measured records (not request records) into median step samples per shape.
     Records may carry `_run` (which file they came from, see io.read_runs): step numbers restart
     in every run."""
+    return samples_of(raw_steps(records, plan))
+
+
+def samples_of(raw: list[StepSample]) -> list[StepSample]:
+    """Median step samples per shape of the steps `raw` (raw_steps)."""
+    return [_median(g) for g in shape_groups(raw).values()]
+
+
+def shape_groups(raw: list[StepSample]) -> dict[tuple, list[StepSample]]:
+    """Steps (one sample each) grouped by shape: a sweep point's steps over all its runs; a serving step alone."""
+    groups: dict[tuple, list[StepSample]] = {}
+    for s in raw:
+        groups.setdefault(_shape_key(s), []).append(s)
+    return groups
+
+
+def raw_steps(records: list[dict], plan: Plan) -> list[StepSample]:
+    """One sample per measured step (all its ranks' records), in (run, role, instance, step) order."""
     by_step: dict[tuple, list[dict]] = {}
     for r in records:
         if r["op"] == "request" or r["source"] != "measured":
@@ -67,11 +85,7 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
         key = (r.get("_run", 0), r["plan_hash"], r["role"], r["shape"].get("instance", ""), r["step"])
         by_step.setdefault(key, []).append(r)  # steps of one instance (replicas number theirs apart)
     raw = [_one_step(run, role, step, recs, plan) for (run, _, role, _, step), recs in sorted(by_step.items())]
-    raw = [s for s in raw if s is not None]
-    groups: dict[tuple, list[StepSample]] = {}
-    for s in raw:
-        groups.setdefault(_shape_key(s), []).append(s)
-    return [_median(g) for g in groups.values()]
+    return [s for s in raw if s is not None]
 
 
 def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> StepSample | None:
