@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibration_loop  # noqa: E402 - the sibling script
 
 from rackplan.sim.steady import measure  # noqa: E402
-from rackplan.specs import load_plan, load_workload, resolve_path  # noqa: E402
+from rackplan.specs import load_plan, load_profile, load_workload, resolve_path  # noqa: E402
 
 RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
 RATES = (1.0, 0.8, 0.5)
@@ -214,7 +214,8 @@ def main(argv=None) -> int:
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"load: {uptime()}", flush=True)
+    load_start = uptime()
+    print(f"load: {load_start}", flush=True)
     # 1. the plan priced with the shipped profile: it sets the shapes the sweep must cover
     first_path = out / "plan-shipped.yaml"
     plan_with(args.profile, args.gpus, first_path, "any")
@@ -246,6 +247,10 @@ def main(argv=None) -> int:
         if uncovered(plan, cfg):
             print(f"note: the re-fitted plan runs {uncovered(plan, cfg)}, beyond the sweep", flush=True)
     verified = plan.predicted["request_rate"]
+    fitted = load_profile(prof)
+    spread = {k: (fitted.step_time_spread[k], fitted.step_time_corr.get(k, 0.0)) for k in fitted.step_time_spread}
+    print("fitted step-time spread (log sd, lag-1 corr): " + (", ".join(f"{k} {sd:.3f} / {c:.2f}" for k, (sd, c) in
+                                                                       spread.items()) or "none"), flush=True)
     print(f"re-planned with the fitted profile: {plan.description}: verified {verified:.2f} req/s, "
           f"{plan.predicted['output_tps_per_gpu']:.0f} tok/s/GPU", flush=True)
     meas = [x for r in runs for x in ("--measurements", str(r))]
@@ -294,12 +299,15 @@ def main(argv=None) -> int:
             for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s"):
                 e = err(ex[k], sm[k])
                 gates[f"{int(frac * 100)}%: {k[:-2]} vs sim %"] = (e, abs(e) <= GATE_LAT)
-    print()
+    load_end = uptime()
+    print(f"\nplan {plan.description}, verified {verified:.2f} req/s; held-out step MAPE {step_mape:.1f}%; "
+          f"step-time spread {spread or 'none'}\nload at start: {load_start}\nload at end:   {load_end}")
     for name, (val_, ok) in gates.items():
         print(f"  {'pass' if ok else 'FAIL'}  {name}: {val_:.1f}" if isinstance(val_, float) else
               f"  {'pass' if ok else 'FAIL'}  {name}: {val_}")
     report = {"plan_shipped_profile": {"plan": first.description, "verified_rps": first.predicted["request_rate"]},
-              "plan": plan.description, "verified_rps": verified, "load_end": uptime(), "sweep": {k: cfg[k] for k in
+              "plan": plan.description, "verified_rps": verified, "load_start": load_start, "load_end": load_end,
+              "step_time_spread": spread, "sweep": {k: cfg[k] for k in
               ("decode", "prefill", "holdout", "covers")}, "rates": {str(k): v for k, v in rows.items()},
               "gates": {k: {"value": v, "pass": ok} for k, (v, ok) in gates.items()},
               "wall_s": round(time.time() - t0, 1)}
