@@ -239,7 +239,8 @@ def _from_measurements(args, base, name):
     if iteration is not None:
         prof = dataclasses.replace(prof, host=dataclasses.replace(prof.host, schedule_step_s=_sig(iteration)))
     fit_shapes = {(s.role, s.size) for s in fit}
-    sd, corr, spread_info = step_spread([s for s in raw if (s.role, s.size) in fit_shapes])
+    sd, corr, spread_info = step_spread([s for s in raw if s.serve or (s.role, s.size) in fit_shapes],
+                                        lambda s: fx.step_seconds(prof, s.alone(hw)))
     prof = dataclasses.replace(prof, step_time_spread=sd, step_time_corr=corr)
     first = records[0]
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
@@ -250,7 +251,8 @@ def _from_measurements(args, base, name):
              "method": "per op: op_fixed x layers + op_scale x roofline (shared curves), soft-L1 relative "
                        "least squares on medians of per-run medians; a2a alpha + bytes/bw; host by step time",
              "note": "fit_error: MAPE % on the fit set; `rackplan validate` reports held-out error",
-             "step_time_spread": {"method": "per kind over the fit set's sweep steps: r = log(step / its shape's "
+             "step_time_spread": {"method": "per kind, serving steps (>= 10) r = log(step / fitted price) less "
+                                            "its median, else the fit set's sweep steps r = log(step / its shape's "
                                             "median); sd = (q90 - q10) / 2.563 of r, corr = lag-1 correlation of r "
                                             "within a run (calibration/spread.py)", **spread_info}}
     return prof, extra, {"fit_error": dict(prof.fit_error), "fit_steps": len(fit), "held_out_steps": len(held),

@@ -1,4 +1,8 @@
-"""Step-time spread from a sweep's steps: how far one measured step's time lies from its shape's median.
+"""Step-time spread from measured steps: how far one step's time lies from its price.
+
+Serving-mode steps, where the measurements have at least MIN_STEPS of a kind (a serving run beside the
+sweep): r = log(step_s / the fitted profile's price of that step), less the median of r over the kind;
+the series in step order gives the correlation. Otherwise the sweep's steps, as follows.
 
 The fit prices a shape's median step (calibration/samples.py: the median over each run's median); the
 steps behind it scatter about it. Per step kind (prefill, decode), over the fit set's sweep shapes:
@@ -37,10 +41,30 @@ def residuals(raw: list[StepSample]) -> dict[str, list[tuple[int, tuple, int, fl
     return out
 
 
-def step_spread(raw: list[StepSample]) -> tuple[dict[str, float], dict[str, float], dict[str, dict]]:
-    """(sd per kind, lag-1 correlation per kind, what each came from) of the sweep steps `raw`."""
+def serving_residuals(raw: list[StepSample], price) -> dict[str, list[tuple[int, tuple, int, float]]]:
+    """Per kind: (run, ("serve", kind), step, log(step_s / price(step)) less its median over the kind) of every
+    serving-mode step; `price(sample)` is the fitted profile's seconds for it (the median removed: the spread
+    is about the price, what the price misses is the fit's error, validate's to report)."""
+    out: dict[str, list] = {"prefill": [], "decode": []}
+    for s in raw:
+        if s.serve:
+            out[s.role].append((s.run, ("serve", s.role), s.steps[0], float(np.log(s.step_s / price(s)))))
+    for kind, rows in out.items():
+        med = float(np.median([x for *_, x in rows])) if rows else 0.0
+        out[kind] = [(run, key, step, x - med) for run, key, step, x in rows]
+    return out
+
+
+def step_spread(raw: list[StepSample], price=None) -> tuple[dict[str, float], dict[str, float], dict[str, dict]]:
+    """(sd per kind, lag-1 correlation per kind, what each came from) of the steps `raw`: a kind's serving-mode
+    steps where there are MIN_STEPS of them and `price` (sample -> fitted seconds) is given (serving is what
+    the spread describes: the sweep runs one instance at a time, each run after the cores quieten), else
+    its sweep steps."""
     sd, corr, info = {}, {}, {}
+    served = serving_residuals(raw, price) if price is not None else {}
     for kind, rows in residuals(raw).items():
+        source = "serving" if len(served.get(kind, ())) >= MIN_STEPS else "sweep"
+        rows = served[kind] if source == "serving" else rows
         if len(rows) < MIN_STEPS:
             continue
         r = np.array([x for *_, x in rows])
@@ -50,7 +74,7 @@ def step_spread(raw: list[StepSample]) -> tuple[dict[str, float], dict[str, floa
         c = float(np.corrcoef(a, b)[0, 1]) if len(a) >= MIN_PAIRS and np.std(a) > 0 and np.std(b) > 0 else 0.0
         if c > 0:
             corr[kind] = _sig(min(c, 0.95))
-        info[kind] = {"steps": len(rows), "pairs": len(a), "p10_p50_p90": [_sig(v) for v in
+        info[kind] = {"source": source, "steps": len(rows), "pairs": len(a), "p10_p50_p90": [_sig(v) for v in
                                                                               np.percentile(r, [10, 50, 90])]}
     return sd, corr, info
 

@@ -61,3 +61,17 @@ def test_calibrate_writes_the_spread_and_its_provenance(tmp_path):
     prov = prof.provenance["step_time_spread"]
     assert prov["decode"]["steps"] == 3 * 21 and prov["prefill"]["steps"] == 3 * 21  # the fit set's shapes only
     assert "calibration/spread.py" in prov["method"]
+
+
+def test_serving_steps_give_the_spread_about_the_fitted_price_when_there_are_enough():
+    # 21 serving steps at 2 x exp(0.1 k) times a price of 0.01 s: r = log 2 + 0.1 k, less its median: 0.1 k
+    rising = [StepSample("decode", 4, s.rb, {}, 2 * s.step_s, 0.0, steps=s.steps, serve=True)
+              for s in _steps("decode", 4, [0.1 * k for k in range(-10, 11)])]
+    sweep = _steps("decode", 8, [0.8 * (-1) ** i for i in range(20)])  # the sweep alone would give corr -1
+    sd, corr, info = step_spread(rising + sweep, price=lambda s: 0.01)
+    assert sd == {"decode": pytest.approx(SD, rel=1e-3)} and corr == {"decode": 0.95}
+    assert info["decode"]["source"] == "serving" and info["decode"]["p10_p50_p90"][1] == pytest.approx(0.0, abs=1e-9)
+    # fewer than 10 serving steps: the sweep's
+    sd, corr, info = step_spread(rising[:9] + sweep, price=lambda s: 0.01)
+    assert info["decode"]["source"] == "sweep" and sd["decode"] == pytest.approx(0.8 / 1.2815516, rel=1e-3)
+    assert corr == {}
