@@ -7,7 +7,8 @@ enough to reach steady state -> compare with the simulator over each side's stea
   2. a sweep of that plan's layouts up to its decode batch cap and prefill token budget (powers of two; the
      prefill sweep stops at the tokens its steps fill, max_batch_per_rank x the mean prompt; --max-batch /
      --max-tokens cap them to what the machine can measure), every other interior size held out, two repeats
-     interleaved in time; a serving run of tiny-chunked for the engine-loop overhead; `rackplan calibrate` with
+     interleaved in time; a serving run of tiny-chunked (48 requests) for the engine-loop overhead and the
+     step-time spread; `rackplan calibrate` with
      those hold-outs (it refuses a fit without any);
   3. `rackplan plan` again with the profile just fitted (OUT/plan.yaml): the plan served is the one this
      machine's measurements verify, at the rate they verify (shapes it runs beyond the sweep are swept first);
@@ -46,6 +47,7 @@ from rackplan.specs import load_plan, load_profile, load_workload, resolve_path 
 RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
 RATES = (1.0, 0.8, 0.5)
 GATE_TPS, GATE_LAT, GATE_STEP = 10.0, 20.0, 10.0  # % (the issue's "what it must show")
+LOOP_REQUESTS = 48  # requests of the engine-loop run (8x tiny-chunked's 6, whose run had 16 decode steps)
 
 
 def powers(lo: int, hi: int) -> tuple[int, ...]:
@@ -151,6 +153,17 @@ def fit(plan_path: Path, runs: list[Path], loop_run: Path, cfg: dict, prof: Path
                                     *hold, "--name", "cpu-local", "--out", str(prof)])
 
 
+def loop_workload(out: Path) -> Path:
+    """tiny-chunked with LOOP_REQUESTS requests: the engine-loop run calibrate reads the loop overhead from and,
+    with >= 10 serving steps of a kind, the step-time spread (calibration/spread.py). tiny-chunked's own 6
+    requests ran 16 decode steps, too few to meet a slow stretch of the shared cores (RESULTS.md session 16)."""
+    d = yaml.safe_load(resolve_path("workloads", "tiny-chunked").read_text())
+    d["name"], d["num_requests"] = f"tiny-chunked-{LOOP_REQUESTS}", LOOP_REQUESTS
+    path = out / f"{d['name']}.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
 def workload_at(plan, rate: float, seconds: float, out: Path) -> Path:
     """The plan's workload at a Poisson `rate` with `seconds` of arrivals (at least 200 requests)."""
     d = yaml.safe_load(resolve_path("workloads", plan.workload).read_text())
@@ -228,7 +241,7 @@ def main(argv=None) -> int:
     runs = run_sweep(first_path, cfg, out)
     loop_run = out / "serve-fit"
     calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(first_path), "--device", "cpu", "--out",
-                                    str(loop_run), "--workload", "tiny-chunked"])
+                                    str(loop_run), "--workload", str(loop_workload(out))])
     prof = out / "cpu-local.yaml"
     fit(first_path, runs, loop_run, cfg, prof)
     # 3. re-plan with the profile this machine's measurements just gave (the same kind of deployment the sweep
