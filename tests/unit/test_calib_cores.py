@@ -21,13 +21,17 @@ ONE_CORE = dataclasses.replace(load_hardware("cpu-local"), cores=1)
 TWO_CORES = dataclasses.replace(load_hardware("cpu-local"), cores=2)
 
 
-def _fit(hw, scale: float):
+def _samples(scale: float):
     recs = synth_records(PLAN, TRUE, decode_batches=(1, 2, 4, 8, 16), repeats=1, noise=0.0)
     for r in recs:
         r["seconds"] *= scale  # every op and the step: the rank ran `scale` times slower
     samples = step_samples(recs, PLAN)
     assert {s.busy_ranks for s in samples} == {2}  # both DEP2 ranks recorded every step
-    fit, _ = split_holdout(samples, {"decode": {4}})
+    return samples
+
+
+def _fit(hw, scale: float):
+    fit, _ = split_holdout(_samples(scale), {"decode": {4}})
     return fit_profile(Fitter(PLAN, MODEL, hw, fit), TRUE, "fitted"), fit
 
 
@@ -36,7 +40,7 @@ def _decode_s(prof, hw, share: float = 1.0) -> float:
 
 
 def test_a_sample_alone_divides_by_the_share():
-    s = _fit(TWO_CORES, 1.0)[1][0]
+    s = _samples(1.0)[0]
     assert s.alone(TWO_CORES) is s  # 2 ranks on 2 cores: nothing shared
     a = s.alone(ONE_CORE)
     assert a.step_s == pytest.approx(s.step_s / 2, rel=1e-12) and a.busy_ranks == 1
