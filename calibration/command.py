@@ -217,13 +217,15 @@ def _with_status(fn, benches: int):
 
 def _from_measurements(args, base, name):
     from .fit import Fitter, fit_iteration, fit_profile
-    from .samples import split_holdout, step_samples
+    from .samples import raw_steps, samples_of, split_holdout
+    from .spread import step_spread
 
     if not args.plan:
         raise SpecError("calibrate", "--plan", "the plan the measurements ran")
     plan = load_plan(args.plan)
     records = io.read_runs(args.measurements, plan)
-    samples = step_samples(records, plan)
+    raw = raw_steps(records, plan)
+    samples = samples_of(raw)
     fit, held = split_holdout(samples, parse_holdout(args.holdout))
     if not held and not args.no_holdout:
         sizes = {r: sorted({s.size for s in samples if s.role == r}) for r in ("decode", "prefill")}
@@ -236,6 +238,10 @@ def _from_measurements(args, base, name):
     iteration = fit_iteration(records)
     if iteration is not None:
         prof = dataclasses.replace(prof, host=dataclasses.replace(prof.host, schedule_step_s=_sig(iteration)))
+    fit_shapes = {(s.role, s.size) for s in fit}
+    sd, corr, spread_info = step_spread([s for s in raw if s.serve or (s.role, s.size) in fit_shapes],
+                                        lambda s: fx.step_seconds(prof, s.alone(hw)))
+    prof = dataclasses.replace(prof, step_time_spread=sd, step_time_corr=corr)
     first = records[0]
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
              "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"],
@@ -244,8 +250,13 @@ def _from_measurements(args, base, name):
              "held_out_sizes": {r: sorted({s.size for s in held if s.role == r}) for r in ("decode", "prefill")},
              "method": "per op: op_fixed x layers + op_scale x roofline (shared curves), soft-L1 relative "
                        "least squares on medians of per-run medians; a2a alpha + bytes/bw; host by step time",
-             "note": "fit_error: MAPE % on the fit set; `rackplan validate` reports held-out error"}
-    return prof, extra, {"fit_error": dict(prof.fit_error), "fit_steps": len(fit), "held_out_steps": len(held)}
+             "note": "fit_error: MAPE % on the fit set; `rackplan validate` reports held-out error",
+             "step_time_spread": {"method": "per kind, serving steps (>= 10) r = log(step / fitted price) less "
+                                            "its median, else the fit set's sweep steps r = log(step / its shape's "
+                                            "median); sd = (q90 - q10) / 2.563 of r, corr = lag-1 correlation of r "
+                                            "within a run (calibration/spread.py)", **spread_info}}
+    return prof, extra, {"fit_error": dict(prof.fit_error), "fit_steps": len(fit), "held_out_steps": len(held),
+                         "step_time_spread": sd, "step_time_corr": corr}
 
 
 def _from_host_sweep(args, base, name):

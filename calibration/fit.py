@@ -44,7 +44,8 @@ class Fitter:
         if len({(s.role, s.size) for s in samples}) < MIN_SAMPLES:
             raise SpecError("measurements", "steps", f"at least {MIN_SAMPLES} distinct step shapes to fit",
                             len({(s.role, s.size) for s in samples}))
-        self.plan, self.model, self.hw, self.samples = plan, model, hw, samples
+        # measured on cores its busy ranks shared: fitted as one rank alone (the cost model applies a plan's share)
+        self.plan, self.model, self.hw, self.samples = plan, model, hw, [s.alone(hw) for s in samples]
 
     def price(self, prof: Profile, s: StepSample):
         cx = CostContext(self.model, self.hw, layout_for(self.plan, s.role), prof)

@@ -13,13 +13,13 @@ budget when the budget is filled; the chunk mix of the median step is the sample
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from rackplan.executor.step_shape import StepShape
 from rackplan.sim.cost.step import RankBatch
-from rackplan.specs import Layout, Plan, SpecError
+from rackplan.specs import HardwareSpec, Layout, Plan, SpecError
 
 # host parts a step record's wall time covers unless its shape says (shape["host_parts"]): input
 # preparation, launches and sampling (the executor's loop times scheduling apart)
@@ -43,9 +43,20 @@ class StepSample:
     run: int = 0
 
     parts: tuple[str, ...] = ()  # host parts its wall time covers (records' shape["host_parts"])
+    busy_ranks: int = 1  # ranks that ran at once while it was measured (a sweep step: its instance's; serving: all)
 
     def __post_init__(self):
         self.parts = tuple(self.parts) or IN_STEP_PARTS
+
+    def alone(self, hw: HardwareSpec) -> "StepSample":
+        """This step as one rank alone would run it: on a CPU rig whose cores its busy ranks shared, every
+        measured second / HardwareSpec.core_share(busy_ranks) (the cost model prices a rank alone and applies
+        the share of the plan it prices: sim/cost/cores.py). Itself where no core was shared."""
+        share = hw.core_share(self.busy_ranks)
+        if share == 1.0:
+            return self
+        return replace(self, ops={k: v / share for k, v in self.ops.items()}, step_s=self.step_s / share,
+                       host_s=self.host_s / share, busy_ranks=1)
 
 
 def layout_for(plan: Plan, role: str) -> Layout:
@@ -60,6 +71,24 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
     """Collapse measured records (not request records) into median step samples per shape.
     Records may carry `_run` (which file they came from, see io.read_runs): step numbers restart
     in every run."""
+    return samples_of(raw_steps(records, plan))
+
+
+def samples_of(raw: list[StepSample]) -> list[StepSample]:
+    """Median step samples per shape of the steps `raw` (raw_steps)."""
+    return [_median(g) for g in shape_groups(raw).values()]
+
+
+def shape_groups(raw: list[StepSample]) -> dict[tuple, list[StepSample]]:
+    """Steps (one sample each) grouped by shape: a sweep point's steps over all its runs; a serving step alone."""
+    groups: dict[tuple, list[StepSample]] = {}
+    for s in raw:
+        groups.setdefault(_shape_key(s), []).append(s)
+    return groups
+
+
+def raw_steps(records: list[dict], plan: Plan) -> list[StepSample]:
+    """One sample per measured step (all its ranks' records), in (run, role, instance, step) order."""
     by_step: dict[tuple, list[dict]] = {}
     for r in records:
         if r["op"] == "request" or r["source"] != "measured":
@@ -67,11 +96,7 @@ def step_samples(records: list[dict], plan: Plan) -> list[StepSample]:
         key = (r.get("_run", 0), r["plan_hash"], r["role"], r["shape"].get("instance", ""), r["step"])
         by_step.setdefault(key, []).append(r)  # steps of one instance (replicas number theirs apart)
     raw = [_one_step(run, role, step, recs, plan) for (run, _, role, _, step), recs in sorted(by_step.items())]
-    raw = [s for s in raw if s is not None]
-    groups: dict[tuple, list[StepSample]] = {}
-    for s in raw:
-        groups.setdefault(_shape_key(s), []).append(s)
-    return [_median(g) for g in groups.values()]
+    return [s for s in raw if s is not None]
 
 
 def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> StepSample | None:
@@ -108,7 +133,9 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
         rb = RankBatch(np.zeros(ranks), np.zeros(ranks), pre_new, pre_pre)
     size = int(max(float(np.sum(n)) for n in pre_new)) if role == "prefill" else int(np.max(dec_b))
     parts = next((tuple(r["shape"]["host_parts"]) for r in recs if r["shape"].get("host_parts")), ())
-    return StepSample(role, size, rb, ops, step_s, host_s, 1, [step], serve=serve, run=run, parts=parts)
+    busy = max(r["world_size"] for r in recs) if serve else len({r["rank"] for r in recs})
+    return StepSample(role, size, rb, ops, step_s, host_s, 1, [step], serve=serve, run=run, parts=parts,
+                      busy_ranks=busy)
 
 
 def _shape_key(s: StepSample) -> tuple:
@@ -145,7 +172,8 @@ def _median(group: list[StepSample]) -> StepSample:
         work = sorted(group, key=_attn_work)
         rb = work[len(work) // 2].rb
     return StepSample(first.role, first.size, rb, ops, med(lambda s: s.step_s), med(lambda s: s.host_s),
-                      len(group), [n for s in group for n in s.steps], len(runs), first.serve, first.run, first.parts)
+                      len(group), [n for s in group for n in s.steps], len(runs), first.serve, first.run, first.parts,
+                      max(s.busy_ranks for s in group))
 
 
 def split_holdout(samples: list[StepSample], holdout: dict[str, set[int]]) -> tuple[list, list]:

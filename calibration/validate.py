@@ -64,6 +64,7 @@ def compare_steps(plan: Plan, samples: list[StepSample], prof: Profile) -> Repor
     steps, one step each, are compared as their own set)."""
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     fitted = fit_sizes_of(prof)
+    samples = [s.alone(hw) for s in samples]  # priced as a rank alone, like the fit (StepSample.alone)
     served = [s for s in samples if s.serve]
     samples = [s for s in samples if not s.serve]
     held = [s for s in samples if fitted and s.size not in fitted.get(s.role, set())]

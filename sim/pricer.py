@@ -17,7 +17,9 @@ Given a random generator (the simulator's, seeded), `decode` and `step` also dra
 routing imbalance: a cached step keeps its period at the mean imbalance and its change per
 standard deviation of the per-step imbalance (StepModel.period_spread), and a call returns the
 first plus a standard normal draw (truncated at 3 sigma) times the second. `price` and `uniform`
-stay at the mean, as the planner's estimate prices steps.
+stay at the mean, as the planner's estimate prices steps. With a profile's measured step-time spread
+(sim/step_spread.py), `decode` and `step` multiply each period by that step's seeded log-normal factor
+(decode-only steps by the decode series, steps with prompt tokens by the prefill one).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from .cost.roofline import StepCost
 from .cost.step import CostContext, RankWork, Step, StepModel, price_key
+from .step_spread import StepSpread
 
 LOG_STEP = math.log(1.01)  # 1% buckets for the global batch and mean contexts
 LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention pairs
@@ -70,6 +73,8 @@ class StepPricer:
         self._z: list[float] = []  # pre-drawn per-step imbalance draws, used from the end
         self.turnover = self.model.host.turnover  # admitted / finished requests change a step's price
         self._slow: np.ndarray | None = None  # decode: the slowest-rank buffer
+        # measured step-time variance (the profile's step_time_spread; None: every step at its price)
+        self._spread = StepSpread.of(cx.prof, rng)
 
     @classmethod
     def shared(cls, cx: CostContext, rng: np.random.Generator | None = None) -> "StepPricer":
@@ -142,10 +147,12 @@ class StepPricer:
             if self._rng is None:  # (_value, inlined)
                 return hit
             if not hit[1]:
-                return hit[0]
-            if not self._z:
-                self._z = np.clip(self._rng.standard_normal(4096), -3.0, 3.0).tolist()
-            return hit[0] + hit[1] * self._z.pop()
+                v = hit[0]
+            else:
+                if not self._z:
+                    self._z = np.clip(self._rng.standard_normal(4096), -3.0, 3.0).tolist()
+                v = hit[0] + hit[1] * self._z.pop()
+            return v if self._spread is None else v * self._spread.decode()
         self.misses += 1
         rep_ctx, tot = _unq(key[1], LOG_STEP), _unq(key[2], LOG_STEP)
         # the other ranks' mean batch, never above the slowest rank's: the quantised total can exceed the
@@ -159,7 +166,8 @@ class StepPricer:
         if self.turnover:
             step = Step(step.works, step.ranks, admitted=float(admitted), finished=float(finished))
         hit = self._cache[key] = self._period(step)
-        return self._value(hit)
+        v = self._value(hit)
+        return v if self._spread is None else v * self._spread.decode()
 
     def step(self, chunks, batch=None, ctx=None) -> float:
         """Period of a prefill or mixed step: per rank, chunks as (rid, new tokens, prefix tokens),
@@ -184,17 +192,21 @@ class StepPricer:
         # the step is symmetric in its ranks (slowest rank, sum and max of tokens): sort them
         key = tuple(sorted(key))
         hit = self._cache.get(key)
-        if hit is not None:
-            return self._value(hit)
-        self.misses += 1
+        if hit is None:
+            self.misses += 1
+            hit = self._cache[key] = self._period(_merged(self._rank_works(key)))
+        v = self._value(hit)
+        return v if self._spread is None else v * self._spread.prefill()
+
+    def _rank_works(self, key: tuple) -> list[tuple[RankWork, int]]:
+        """A prefill / mixed step's representative rank works, one per rank key."""
         works = []
         for rank_key in key:
             w = self._works.get(rank_key)
             if w is None:
                 w = self._works[rank_key] = _rank_work(*rank_key)
             works.append((w, 1))
-        hit = self._cache[key] = self._period(_merged(works))
-        return self._value(hit)
+        return works
 
 
 def _rank_work(dec_b: int, dec_c: int, qt: int, nseq: int, qp: int) -> RankWork:

@@ -41,6 +41,8 @@ REGIME_EFF_MAX = 2.0
 # fit_error keys a `calibrate --vllm-bench` fit adds: |simulated / measured - 1| % per latency percentile of
 # the bench (vllm.ttft_p50, ...), beside the op classes' MAPE (calibration/command.py)
 BENCH_ERROR_PREFIX = "vllm."
+# step kinds a profile's step-time spread is given for: a step that runs prompt tokens, a decode-only step
+STEP_KINDS = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,14 @@ class Profile:
     # op class -> where it comes from when this profile has no curve for it: another curve's key
     # (efficiency.py then uses that curve) or a description of the source (datasheet scalars, a table)
     fallbacks: dict[str, str] = field(default_factory=dict)
+    # step-time variance, from measurement (`rackplan calibrate --measurements` writes it, provenance under
+    # `step_time_spread`): per step kind (prefill: a step with prompt tokens; decode), the log-normal sd of a
+    # measured step's time about its price, and the lag-1 correlation of consecutive steps' log deviations
+    # (a shared machine's slowdowns last several steps). The simulator draws each step as price x exp(x),
+    # x an AR(1) series with that sd and correlation (sim/step_spread.py). Empty (the shipped profiles: the
+    # public op tables are means, no step-level spread is published): every step at its price.
+    step_time_spread: dict[str, float] = field(default_factory=dict)
+    step_time_corr: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)
 
@@ -269,6 +279,10 @@ class Profile:
             non_negative(v, f"fit_error.{name}")
         for name, cs in self.curves.items():
             check(len(cs) > 0, f"curves.{name}", "at least one curve")
+        for table, lo, hi in (("step_time_spread", 0.0, 2.0), ("step_time_corr", 0.0, 0.99)):
+            for kind, v in getattr(self, table).items():
+                check(kind in STEP_KINDS, f"{table}.{kind}", f"a step kind, one of {', '.join(STEP_KINDS)}", kind)
+                check(lo <= v <= hi, f"{table}.{kind}", f"a number in [{lo:g}, {hi:g}]", v)
 
     def host_for(self, role: str) -> HostParams:
         """The host block that prices steps of an instance of `role` (prefill, decode, both)."""
