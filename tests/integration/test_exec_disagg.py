@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rackplan.executor.schema import read_measurements
-from rackplan.specs import Layout, dump_yaml, load_plan
+from rackplan.specs import Arrival, Layout, dump_yaml, load_plan, load_workload
 
 from .test_exec_cli import _tagged_pids
 from .test_exec_serving import _reference
@@ -133,7 +133,13 @@ def test_a_full_decode_kv_cache_preempts_recomputes_and_still_matches_the_refere
     assert 192 <= cap(mid) < 256
     path = tmp_path / "plan.yaml"
     dump_yaml(kv(mid), path)
-    res = _serve(path, tmp_path / "out", "--requests", "10", timeout=300)
+    # all ten requests in flight from the start (tiny-chat's lengths, closed loop at concurrency 10):
+    # ~700 tokens of KV wanted against <256 held, however fast or loaded the host (at tiny-chat's
+    # Poisson 8 req/s a fast host finished each request before the next came, and nothing preempted)
+    burst = dataclasses.replace(load_workload("tiny-chat"), arrival=Arrival("concurrency", concurrency=10))
+    dump_yaml(burst, tmp_path / "burst.yaml")
+    res = _serve(path, tmp_path / "out", "--requests", "10", "--workload", str(tmp_path / "burst.yaml"),
+                 timeout=300)
     assert res.returncode == 0, res.stderr
     recs = read_measurements(tmp_path / "out")
     assert any(r["shape"].get("recompute") for r in recs if r["role"] == "decode" and r["op"] == "step")
