@@ -59,9 +59,39 @@ def indexed(comp: KVComponent, ctx: float) -> float:
 # pads a rank's heads up to 64 when TP leaves fewer)
 SPARSE_DECODE_HEAD_TILE = 64
 
+# The most FlashMLA's own README ("Performance") reports for its sparse kernels, as a share of the
+# test GPU's dense BF16 peak (H800 SXM5 989 TFLOP/s, B200 2,250: configs/hardware), keyed by kernel
+# and architecture (Blackwell = the 128-head prefill tile, hw.sparse_prefill_head_tile):
+#   decode (FP8 cache, BF16 math): "410 TFLOPS ... on H800 SXM5", "up to 350 TFlops on B200 (which
+#     is not really optimized yet)";  prefill (BF16): "up to 640 TFlops ... on H800 SXM5, and ... up
+#     to 1450 TFlops on B200".
+# No curve may price the kernel's math faster than that (`sparse_floor`): the profiles' attention
+# curves were fitted on dense MLA kernels (trtllm-gen / FlashInfer MLA decode reach far more on SM100).
+SPARSE_KERNEL_CEILING = {
+    ("decode", False): 410.0 / 989.0, ("decode", True): 350.0 / 2250.0,
+    ("prefill", False): 640.0 / 989.0, ("prefill", True): 1450.0 / 2250.0,
+}
+
 
 def _heads_per_rank(model: ModelSpec, tp: int) -> float:
     return model.attention.num_heads / tp
+
+
+def _runs_prefill_kernel(model: ModelSpec, phase: str) -> bool:
+    """Whether a FlashMLA sparse component runs on the BF16 prefill kernel in `phase`: prefill always,
+    decode too with a BF16 cache (vLLM flashmla_sparse.py: `forward` calls `_forward_bf16_kv` ->
+    `flash_mla_sparse_prefill` unless the cache is fp8_ds_mla)."""
+    return phase == "prefill" or model.dtypes.kv_cache == "bf16"
+
+
+def sparse_floor(model: ModelSpec, comp: KVComponent, phase: str, hw) -> float:
+    """Seconds per FLOP of a FlashMLA sparse component's attention math at the kernel's published
+    best (SPARSE_KERNEL_CEILING x the hardware's BF16 peak); 0 for a component not on those kernels."""
+    if not comp.padded_heads:
+        return 0.0
+    kernel = "prefill" if _runs_prefill_kernel(model, phase) else "decode"
+    blackwell = hw.sparse_prefill_head_tile == 128  # (the Blackwell FlashMLA tile, HardwareSpec)
+    return 1.0 / (hw.flops_for("bf16") * SPARSE_KERNEL_CEILING[(kernel, blackwell)])
 
 
 def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -> float:
@@ -74,8 +104,7 @@ def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -
     heads = _heads_per_rank(model, tp)
     if not comp.padded_heads:
         return heads
-    prefill_kernel = phase == "prefill" or model.dtypes.kv_cache == "bf16"
-    tile = hw.sparse_prefill_head_tile if prefill_kernel else SPARSE_DECODE_HEAD_TILE
+    tile = hw.sparse_prefill_head_tile if _runs_prefill_kernel(model, phase) else SPARSE_DECODE_HEAD_TILE
     return float(math.ceil(heads / tile) * tile)
 
 
@@ -111,7 +140,7 @@ class Component:
     (a layer pricer keeps one per component)."""
 
     __slots__ = ("comp", "hw", "prof", "peak", "kv_split", "heads", "prefill_heads", "two_prefill_heads", "qkv",
-                 "prefill_qkv", "indexer", "two_indexer", "decode_eff", "prefill_eff")
+                 "prefill_qkv", "indexer", "two_indexer", "decode_eff", "prefill_eff", "decode_floor", "prefill_floor")
 
     def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16"):
         self.comp, self.hw, self.prof = comp, hw, prof
@@ -127,6 +156,8 @@ class Component:
             else 0.0  # (has_indexer: the indexer's fields are all set or all unset, KVComponent)
         self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype)
         self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
+        self.decode_floor = sparse_floor(model, comp, "decode", hw)  # s / FLOP of the sparse math (0: none)
+        self.prefill_floor = sparse_floor(model, comp, "prefill", hw)
 
     def decode(self, batch: float, ctx_sum: float, queries_per_seq: float, layers: int) -> tuple[float, float, float]:
         """decode_component of this component."""
@@ -136,12 +167,19 @@ class Component:
         flops, nbytes = self.decode_work(batch, avg, queries_per_seq)
         eff = self.decode_eff(batch, curve_context(self.comp, avg), flops, self.heads)
         sec = price(flops, nbytes, self.peak, eff, self.hw, self.prof)
+        if self.decode_floor:  # the sparse kernel's math at its published best, at the least
+            floor = self.core_flops(batch, avg, queries_per_seq) * self.decode_floor + self.prof.op_fixed_s
+            sec = floor if floor > sec else sec
         return sec * layers, flops * layers, nbytes * layers
+
+    def core_flops(self, batch: float, avg: float, queries_per_seq: float) -> float:
+        """FLOPs of one layer's attention math over this component in decode (the indexer's apart)."""
+        return 2.0 * batch * queries_per_seq * self.heads * computed(self.comp, avg) * self.qkv
 
     def decode_work(self, batch: float, avg: float, queries_per_seq: float) -> tuple[float, float]:
         """(FLOPs, bytes) of one layer's decode over this component: `batch` sequences at mean context `avg`."""
         comp = self.comp
-        flops = 2.0 * batch * queries_per_seq * self.heads * computed(comp, avg) * self.qkv
+        flops = self.core_flops(batch, avg, queries_per_seq)
         nbytes = batch * attended(comp, avg) * comp.entry_bytes / self.kv_split
         if self.indexer:
             idx = indexed(comp, avg)
@@ -166,7 +204,7 @@ class Component:
                 longest = p + n
         if pairs <= 0:
             return 0.0, 0.0, 0.0
-        flops = self.two_prefill_heads * pairs * self.prefill_qkv
+        core = flops = self.two_prefill_heads * pairs * self.prefill_qkv
         nbytes = read * comp.entry_bytes / self.kv_split
         if has_indexer:
             flops += self.two_indexer * idx_pairs
@@ -174,6 +212,9 @@ class Component:
             nbytes += idx_read * comp.indexer_key_bytes
         eff = self.prefill_eff(seqs, longest, flops, self.prefill_heads)
         sec = price(flops, nbytes, self.peak, eff, self.hw, self.prof)
+        if self.prefill_floor:  # the sparse kernel's math at its published best, at the least
+            floor = core * self.prefill_floor + self.prof.op_fixed_s
+            sec = floor if floor > sec else sec
         return sec * layers, flops * layers, nbytes * layers
 
 
