@@ -101,4 +101,5 @@ def test_gb200_decode_cases_price_the_logged_batch(cases, cid, running, figure):
     assert case.published == pytest.approx(figure, abs=0.5)
     # the runs' attention kernel (fmhaSm100fKernel_QkvE4m3...): FP8 Q and FP8 KV cache
     assert (sc.model.dtypes.kv_cache, sc.model.dtypes.attention_compute_dtype) == ("fp8", "fp8")
+    assert sc.instance.all2all == "allgather_reducescatter"  # the runs' --all2all-backend
 
