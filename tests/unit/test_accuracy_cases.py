@@ -103,3 +103,11 @@ def test_gb200_decode_cases_price_the_logged_batch(cases, cid, running, figure):
     assert (sc.model.dtypes.kv_cache, sc.model.dtypes.attention_compute_dtype) == ("fp8", "fp8")
     assert sc.instance.all2all == "allgather_reducescatter"  # the runs' --all2all-backend
 
+
+
+def test_gb200_prefill_case_prices_the_logged_step(cases):
+    # the prefill log's line is the figure: one engine at "Running: 32 reqs" of 2,000 tokens (26,214.3 tok/s)
+    case = next(c for c in cases if c.id == "vllm-gb200-prefill-dep2")
+    sc = ac.resolve(case)
+    assert case.tokens_per_rank == 32 * sc.workload.isl.value <= sc.instance.max_tokens_per_step == 65536
+    assert (sc.instance.all2all, sc.instance.cuda_graphs) == ("allgather_reducescatter", False)
