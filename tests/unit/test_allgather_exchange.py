@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from rackplan.deploy import engine
+from rackplan.sim.cost.alltoall import RingPhase, a2a_phase
+from rackplan.sim.cost.step import CostContext, decode_step
 from rackplan.specs import Layout, SpecError, load_hardware, load_model, load_profile
-from sim.cost.alltoall import RingPhase, a2a_phase
-from sim.cost.step import CostContext, decode_step
 
 pytestmark = pytest.mark.unit
 
