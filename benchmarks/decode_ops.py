@@ -11,8 +11,9 @@ speculation). Default: the H200 case of docs/plan.md (DeepSeek-V3, decode DEP16 
 
 With --case (repeatable) it prices accuracy cases instead (benchmarks/cases/*.yaml: the case's
 model with its `model_overrides`, its first decode or aggregated layout, its workload's mean
-decode context), side by side, under one profile (the first case hardware's default, or
---profile): e.g. the V3.2 GB300 TP2 and TP4 instances of the vLLM post.
+decode context; a decode_step case: its instance at its context_tokens), side by side, under one
+profile (the first case hardware's default, or --profile): e.g. the V3.2 GB300 TP2 and TP4
+instances of the vLLM post, or vllm-gb200-decode-dep8 at --batch 1024.
 
 With --plan it prices a plan's first decode (or aggregated) layout under its own model, hardware, profile
 and workload, one column per NVLink bandwidth of --scaleup-gbps (the hardware's scaleup_bw replaced), so
@@ -56,13 +57,17 @@ def _case_columns(ids: list[str], profile: str | None) -> tuple[str, list[tuple[
     cases = {c.id: c for c in load_cases()}
     cols, prof = [], None
     for cid in ids:
-        if cid not in cases or not cases[cid].plan:
-            raise SpecError("", "--case", "the id of a case with a plan in benchmarks/cases", cid)
-        sc = resolve(cases[cid])
-        lay = (sc.plan.decode or sc.plan.aggregated)[0]
+        case = cases.get(cid)
+        if case is None or not (case.plan or case.method == "decode_step"):
+            raise SpecError("", "--case", "the id of a case with a plan or a decode_step case in benchmarks/cases", cid)
+        sc = resolve(case)
         prof = prof or load_profile(profile or sc.hw.default_profile)
-        ctx = sc.workload.isl.expected + sc.workload.osl.expected / 2
-        cx = CostContext(sc.model, sc.hw, lay, prof, sc.workload.routing_skew)
+        if case.plan:
+            lay = (sc.plan.decode or sc.plan.aggregated)[0]
+            ctx = sc.workload.isl.expected + sc.workload.osl.expected / 2
+        else:  # a decode_step case: its instance at its own context per sequence
+            lay, ctx = sc.instance, float(sc.context_tokens)
+        cx = CostContext(sc.model, sc.hw, lay, prof, sc.workload.routing_skew if sc.workload else 0.0)
         cols.append((f"{cid} (tp{lay.tp} dp{lay.dp})", cx, ctx))
     return f"decode step under {prof.name}, each case at its mean decode context", cols
 

@@ -3,7 +3,8 @@
 Each flag mirrors what the simulator priced for that layout, so the deployment runs the plan:
 - EP: `--enable-expert-parallel` when the MoE is expert-parallel over the instance (DEPn, TPxDP-EP);
   all-to-all kernels of the class the cost model prices (DeepEP high-throughput for prefill steps,
-  low-latency for decode steps);
+  low-latency for decode steps), or NCCL all-gather / reduce-scatter where the layout says
+  `all2all: allgather_reducescatter`;
 - EPLB: `--enable-eplb` + `--eplb-config` with the planned redundant experts;
 - DBO: `--enable-dbo` with the layout's token thresholds, the ones the cost model priced the split
   with (vLLM splits a step only when every DP rank reaches them);
@@ -152,7 +153,10 @@ def parallel_flags(lay: Layout) -> list[str]:
     if lay.ep_size != lay.stage_gpus:
         raise SpecError("", f"{lay.role}.ep", f"1 or dp*tp ({lay.gpus}): vLLM's expert-parallel group spans "
                         "the whole instance", lay.ep_size)
-    kernel = "deepep_high_throughput" if lay.role == "prefill" else "deepep_low_latency"
+    if lay.all2all == "allgather_reducescatter":
+        kernel = lay.all2all
+    else:
+        kernel = "deepep_high_throughput" if lay.role == "prefill" else "deepep_low_latency"
     f += ["--enable-expert-parallel", "--all2all-backend", kernel]
     if lay.eplb.redundant_experts or lay.eplb.policy != "none":
         f += ["--enable-eplb", "--eplb-config", _json({"num_redundant_experts": lay.eplb.redundant_experts})]

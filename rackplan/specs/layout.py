@@ -78,6 +78,12 @@ class Layout:
     # fraction of HBM the engine may use for weights, activations and KV cache (vLLM
     # --gpu-memory-utilization); None: memory.py's reserve model (5% + a full step's activations)
     gpu_memory_utilization: Optional[float] = None
+    # how the EP group exchanges tokens around the routed experts (vLLM --all2all-backend): DeepEP's kernels
+    # (deepep_high_throughput for prompt steps, deepep_low_latency for decode; what rackplan deploys), or
+    # NCCL all-gather of every DP rank's tokens before the experts and reduce-scatter after
+    # (allgather_reducescatter, vLLM's default backend): every rank's MoE kernel then takes all gathered tokens.
+    # None: deepep (left out of written plans, so earlier plans and their hashes are unchanged)
+    all2all: Optional[Literal["deepep", "allgather_reducescatter"]] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "replicas", "max_tokens_per_step", "max_batch_per_rank", "stream_interval"):
@@ -100,6 +106,14 @@ class Layout:
                   self.gpu_memory_utilization)
         if self.moe_imbalance is not None:
             check(self.moe_imbalance >= 1.0, "moe_imbalance", "a factor >= 1", self.moe_imbalance)
+        check(self.all2all != "allgather_reducescatter" or self.exchanges_tokens, "all2all",
+              "deepep or unset unless the layout's EP group exchanges tokens (ep > 1 over DP ranks)", self.all2all)
+
+    @property
+    def exchanges_tokens(self) -> bool:
+        """Whether the EP group moves tokens between ranks around the experts (not under TP MoE, where every
+        rank holds the step's tokens, nor without EP): the op list's moe.dispatch / moe.combine."""
+        return self.ep_size > 1 and not (self.dp == 1 and self.tp > 1)
 
     @property
     def stage_gpus(self) -> int:

@@ -186,10 +186,10 @@ def step_ops(model: "ModelSpec", layout: "Layout", n_dense: int, n_moe: int) -> 
                        dt.expert_compute_dtype)
         out.append(ModelOp("moe.route", n_moe))
         out += [gemms["shared_expert"]] if "shared_expert" in gemms else []
-        if layout.ep_size > 1 and not (layout.dp == 1 and layout.tp > 1):  # TP ranks hold every token
+        if layout.exchanges_tokens:  # (TP ranks hold every token)
             out.append(ModelOp("moe.dispatch", n_moe))
         out.append(ModelOp("moe.experts", n_moe, (experts,)))
-        if layout.ep_size > 1 and not (layout.dp == 1 and layout.tp > 1):
+        if layout.exchanges_tokens:
             out.append(ModelOp("moe.combine", n_moe))
     if layout.tp > 1:
         out.append(ModelOp("ffn.allreduce", n))

@@ -14,6 +14,14 @@ How many copies of a token cross each link depends on the kernel (DeepEP, deepse
   scale-out network and k (dom - 1) / ep over NVLink. DeepEP's LL test counts its bandwidth the
   same way (bytes x selections, tests/legacy/test_low_latency.py).
 Both links run at once, so a phase takes alpha + max(nvlink bytes / bw, scale-out bytes / bw).
+
+Under vLLM's `--all2all-backend allgather_reducescatter` (Layout.all2all) there is no all-to-all: the
+dispatch is an NCCL all-gather of every DP rank's tokens (each rank ends with all of them) and the combine a
+reduce-scatter of every rank's expert outputs for all tokens (each rank keeps its own rows, summed). A ring
+moves (n - 1)/n of the gathered tensor per GPU in each (NCCL's bus bandwidth convention); a ring all-reduce
+is exactly a reduce-scatter then an all-gather, so each is priced at the link fraction the profile's
+all-reduce curve gives at the gathered tensor's size (efficiency.allreduce, sim/cost/collective.py), over
+NVLink inside the domain, over the scale-out NIC when the group spans domains.
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ from dataclasses import dataclass
 
 from rackplan.specs import DTYPE_BYTES, A2AParams, HardwareSpec, Layout, ModelSpec, Profile
 
+from . import efficiency
 from .moe import holder_hit_probability
 
 LL_HEADER_BYTES = 16.0  # per LL dispatch message: source index and layout info (DeepEP test_low_latency.py)
@@ -94,12 +103,34 @@ class A2APhase:
         return t
 
 
+@dataclass(frozen=True)
+class RingPhase:
+    """The all-gather (dispatch) or reduce-scatter (combine) of allgather_reducescatter for one layout: every
+    rank's `tokens` x `bytes_per_token` gathered over `ranks` ranks (`seconds` per step, as A2APhase)."""
+
+    bytes_per_token: float
+    ranks: int
+    link_bw: float  # B/s per GPU of the slowest link the ring crosses
+    prof: Profile
+
+    def seconds(self, tokens: float) -> float:
+        """Seconds of this collective for one layer when each rank holds `tokens` tokens."""
+        gathered = self.ranks * tokens * self.bytes_per_token  # the whole tensor, B
+        if gathered <= 0:
+            return 0.0
+        per_gpu = (self.ranks - 1) / self.ranks * gathered
+        return per_gpu / (self.link_bw * efficiency.allreduce(self.prof, self.ranks, gathered)) + self.prof.op_fixed_s
+
+
 def a2a_phase(model: ModelSpec, layout: Layout, hw: HardwareSpec, prof: Profile, phase: str,
-              kernel: str) -> A2APhase | None:
+              kernel: str) -> A2APhase | RingPhase | None:
     """The dispatch ('dispatch') or combine ('combine') phase of `layout`; None without EP."""
     if layout.ep_size <= 1:
         return None
     dtype = model.dtypes.dispatch if phase == "dispatch" else model.dtypes.combine
+    if layout.all2all == "allgather_reducescatter":
+        link = hw.scaleup_bw if layout.ep_size <= hw.domain_size else min(hw.scaleup_bw, hw.scaleout_bw)
+        return RingPhase(bytes_per_token(model, dtype), layout.ep_size, link, prof)
     nv_bytes, so_bytes = a2a_bytes(model, layout, hw, 1.0, dtype, kernel)
     so = prof.a2a_params(kernel, "scaleout", layout.ep_size, phase) if so_bytes > 0 else None
     return A2APhase(nv_bytes, so_bytes, prof.a2a_params(kernel, "nvlink", layout.ep_size, phase), so,

@@ -24,7 +24,7 @@ from rackplan.specs import HardwareSpec, ModelSpec, Profile, ops
 
 from . import attention as attn
 from . import efficiency
-from .alltoall import A2APhase
+from .alltoall import A2APhase, RingPhase
 from .collective import allreduce_seconds
 from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, route_bytes, sample_bytes, stream_seconds_at
 from .moe import expert_work, tile_load
@@ -177,8 +177,8 @@ class EPSide(NamedTuple):
     local_experts: float  # experts the kernel holds on the rank (moe.tile_load)
     experts_curve: Callable | None = None  # efficiency.experts_at of the layout's expert GEMM
     route_stream: Callable | None = None  # stream_seconds_at of the routing's op class over the hidden width
-    dispatch: A2APhase | None = None  # the step kernel's all-to-all phases (None: no all-to-all)
-    combine: A2APhase | None = None
+    dispatch: A2APhase | RingPhase | None = None  # the step kernel's exchange phases (None: no all-to-all)
+    combine: A2APhase | RingPhase | None = None
 
     def kernel_dtype(self) -> str:
         """The experts kernel's dtype (the curves it runs: block-scaled FP8 weights -> fp8_block)."""

@@ -28,7 +28,7 @@ from rackplan.specs import HardwareSpec, Layout, ModelSpec, Profile, ops
 
 from . import dbo as dbo_
 from . import efficiency
-from .alltoall import A2APhase, a2a_phase
+from .alltoall import A2APhase, RingPhase, a2a_phase
 from .batch import RankBatch, RankWork, Step
 from .draft import drafter
 from .elementwise import stream_seconds_at
@@ -106,12 +106,13 @@ class StepModel:
         # (not under TP, where every rank holds the step's tokens, nor without EP)
         self._ep_ops = tuple((name, PRICES[name].fn) for name in step_ops if PRICES[name].site == "ep")
         self.all_to_all = "moe.dispatch" in step_ops
+        self.gathered = self.all_to_all and lay.all2all == "allgather_reducescatter"  # NCCL AG/RS, not DeepEP
         self._step_ops = tuple((op, PRICES[op.name].fn) for op in step_ops.values() if PRICES[op.name].site == "step")
         self.drafter = drafter(m, lay, step_ops["draft"].layers, self.all_to_all) if "draft" in step_ops else None
         self.imbalance = imbalance_curve(m.moe.top_k, m.moe.num_experts, lay.ep_size, cx.skew,
                                          lay.eplb.redundant_experts, lay.eplb.policy, lay.moe_imbalance,
                                          hw.gpus_per_node, m.moe.num_groups)
-        self._a2a: dict[tuple[str, str], A2APhase | None] = {}
+        self._a2a: dict[tuple[str, str], A2APhase | RingPhase | None] = {}
         self._sides: dict[str, EPSide] = {}  # all-to-all kernel -> what the EP ops are priced with
         # high-throughput dispatch: copies a rank receives per token-expert pair (one per rank hit)
         self.copies_per_pick = lay.ep_size * holder_hit_probability(m, 1.0 / lay.ep_size) / m.moe.top_k
@@ -145,7 +146,7 @@ class StepModel:
                              hw.host_overlap)
         return new
 
-    def a2a(self, kernel: str, phase: str) -> A2APhase | None:
+    def a2a(self, kernel: str, phase: str) -> A2APhase | RingPhase | None:
         """The all-to-all's dispatch or combine phase with `kernel` (None: the op list has none)."""
         key = (kernel, phase)
         if key not in self._a2a:
@@ -196,10 +197,14 @@ class StepModel:
         f = self.imbalance_at(t_global, n_moe, z)
         busiest = t_global * m.moe.top_k / ep * f  # token-expert pairs on the busiest rank
         distinct = max(distinct_experts_busiest(m, lay, t_global), 1.0)
-        tokens_in = self._tokens_in(t_max, busiest, kernel)  # token copies the rank's MoE layer takes in
-        send = max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
+        if self.gathered:  # allgather_reducescatter: every rank's MoE layer (routing, kernel) takes all the step's
+            tokens_in = rows = t_global  # tokens, and the ring gathers ep x the mean rank's tokens = t_global
+            send = t_global / ep
+        else:
+            tokens_in = self._tokens_in(t_max, busiest, kernel)  # token copies the rank's MoE layer takes in
+            rows, send = t_max, max(t_max / (1 if lay.dp == 1 else lay.tp), t_global / ep * f)
         side = self._sides.get(kernel) or self.ep_side(kernel)
-        w = EPWork(busiest, distinct, tokens_in, t_max, send)
+        w = EPWork(busiest, distinct, tokens_in, rows, send)
         got = {name: fn(side, w) for name, fn in self._ep_ops}
         t_exp, flops, nbytes = got["moe.experts"]
         t_route, _, r_bytes = got["moe.route"]

@@ -84,3 +84,30 @@ def test_summary_counts_sign_by_direction_of_better(cases):
     assert (s.rows, s.over_share, s.beyond_2x) == (2, 0.5, 0)  # the faster-than-published ITL is pessimistic
     assert s.median_abs_error == pytest.approx(0.3) and s.max_abs_error == pytest.approx(0.5)
     assert not s.median_met and s.factor_met and s.share_met
+
+
+# The vLLM GB200 decode figures, read from the run's own logs (benchmarks/cases/vllm-gb200-dsr1.yaml): each is
+# one DP engine's "Avg generation throughput" averaged over the log lines whose batch is full ("Running: N
+# reqs", N = the run's --max-num-seqs). (case id, N, the run's figure)
+GB200_DECODE_RUNS = [("vllm-gb200-decode-dep8", 1024, 10108.4), ("vllm-gb200-decode-dep8-2k1k", 1220, 11035.4),
+                     ("vllm-gb200-decode-dep8-2k100", 1536, 11182.3), ("vllm-gb200-decode-dep8-1k1k", 1536, 12534.4)]
+
+
+@pytest.mark.parametrize("cid, running, figure", GB200_DECODE_RUNS)
+def test_gb200_decode_cases_price_the_logged_batch(cases, cid, running, figure):
+    case = next(c for c in cases if c.id == cid)
+    sc = ac.resolve(case)
+    assert case.batch_per_rank == sc.instance.max_batch_per_rank == running
+    assert case.published == pytest.approx(figure, abs=0.5)
+    # the runs' attention kernel (fmhaSm100fKernel_QkvE4m3...): FP8 Q and FP8 KV cache
+    assert (sc.model.dtypes.kv_cache, sc.model.dtypes.attention_compute_dtype) == ("fp8", "fp8")
+    assert sc.instance.all2all == "allgather_reducescatter"  # the runs' --all2all-backend
+
+
+
+def test_gb200_prefill_case_prices_the_logged_step(cases):
+    # the prefill log's line is the figure: one engine at "Running: 32 reqs" of 2,000 tokens (26,214.3 tok/s)
+    case = next(c for c in cases if c.id == "vllm-gb200-prefill-dep2")
+    sc = ac.resolve(case)
+    assert case.tokens_per_rank == 32 * sc.workload.isl.value <= sc.instance.max_tokens_per_step == 65536
+    assert (sc.instance.all2all, sc.instance.cuda_graphs) == ("allgather_reducescatter", False)

@@ -86,6 +86,21 @@ def test_decode_ops_prices_cases_side_by_side(capsys):
     assert decode_ops.main(["--case", "no-such-case"]) == 2
 
 
+
+def test_decode_ops_prices_a_decode_step_case_at_its_context(capsys):
+    # a decode_step case (no plan): its instance at its own context_tokens, the step the accuracy benchmark
+    # prices (the case's batch: 1024 per rank, output tok/s per GPU = 1024 / step)
+    from rackplan.accuracy.cases import load_cases
+    from rackplan.accuracy.predict import predict
+    from rackplan.specs import load_profile
+
+    decode_ops = script("decode_ops.py")
+    assert decode_ops.main(["--case", "vllm-gb200-decode-dep8", "--batch", "1024"]) == 0
+    out = capsys.readouterr().out
+    step_ms = float(out.split("/rank: step ")[1].split(" ms")[0])
+    case = next(c for c in load_cases() if c.id == "vllm-gb200-decode-dep8")
+    assert 1024 / (step_ms / 1e3) == pytest.approx(predict(case, load_profile("gb200-nvl72-vllm"), 0), rel=1e-3)
+
 def test_decode_ops_prices_a_plan_at_several_nvlink_bandwidths(capsys):
     # the reference plan's DEP64 decode at 450 and 900 GB/s: the all-to-all moves with the link, the experts do not
     decode_ops = script("decode_ops.py")

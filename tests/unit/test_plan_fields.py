@@ -79,6 +79,7 @@ REFUSED = [  # (layout edit, device, serving, field named)
     ({"pp": 2}, "cpu", False, "decode[0].pp"),
     ({"offload_gb": 1.0}, "cpu", True, "decode[0].offload_gb"),
     ({"moe_imbalance": 1.3}, "cpu", False, "decode[0].moe_imbalance"),
+    ({"all2all": "allgather_reducescatter", "dp": 2}, "cpu", False, "decode[0].all2all"),
     ({"api_servers": 2}, "cpu", True, "decode[0].api_servers"),
     ({"stream_interval": 4}, "cpu", True, "decode[0].stream_interval"),
 ]
