@@ -10,13 +10,18 @@ difference is what those misses cost, and cold / warm is the most that any cheap
 or not, compiled or vectorised, can speed the simulation up. Alternating, best of --reps, CPU seconds
 (time.process_time).
 
-    python benchmarks/pricing_share.py [--requests 20000] [--reps 3]
+--profile then profiles the all-filled run (cProfile, CPU timer): its self time by where it runs (the serving
+policy, SimPy, the simulator's modules) and its top functions: where the simulation goes besides pricing.
+
+    python benchmarks/pricing_share.py [--requests 20000] [--reps 3] [--profile]
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import os
+import pstats
 import time
 
 from rackplan.sim import pricer
@@ -53,6 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="then profile the all-filled run")
     args = ap.parse_args()
     pricer.StepPricer.shared = classmethod(_filled)  # type: ignore[method-assign]
     plan = load_plan("v41-flash-gb300-nvl72")
@@ -77,6 +83,44 @@ def main() -> None:
     for name in cases:
         print(f"{name:<24}{best[name]:>8.2f}{best[name] / n * 1e6:>12.1f}{best['cold'] / best[name]:>12.2f}x")
     print(f"same metrics in every run: {same}")
+    if args.profile:
+        profile_filled(plan, wl, prof, n, full)
+
+
+def _where(path: str, name: str) -> str:
+    """The group a profiled function's self time is counted in."""
+    if "/sim/cost/" in path or path.endswith("/sim/pricer.py"):
+        return "pricing (cache hits)"
+    for part, group in (("/simpy/", "simpy"), ("/rackplan/policy/", "rackplan/policy")):
+        if part in path:
+            return group
+    if "/sim/" in path:
+        return "sim/" + path.split("/sim/")[-1]
+    return f"C: {name}" if path == "~" else path.rsplit("/", 1)[-1]
+
+
+def profile_filled(plan, wl, prof, n: int, full: dict) -> None:
+    """cProfile (CPU timer) of the run with every step cache filled: self time by group, top functions."""
+    pricer._kept.clear()
+    FILL.clear()
+    FILL.update(full)
+    gc.collect()
+    prof_ = cProfile.Profile(time.process_time)
+    prof_.enable()
+    simulate(plan, wl, prof, num_requests=n)
+    prof_.disable()
+    stats = pstats.Stats(prof_).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in stats.values())
+    groups: dict[str, float] = {}
+    for (path, _, name), (_, _, tt, _, _) in stats.items():
+        groups[_where(path, name)] = groups.get(_where(path, name), 0.0) + tt
+    print(f"\nall filled, profiled (self time {total:.2f} s; the profiler inflates small Python calls)")
+    for group, t in sorted(groups.items(), key=lambda x: -x[1])[:12]:
+        print(f"{t / total:7.1%}  {group}")
+    print("top functions (self time, calls)")
+    top = sorted(((v[2], v[1], k) for k, v in stats.items()), key=lambda x: -x[0])[:12]
+    for tt, calls, (path, line, name) in top:
+        print(f"{tt / total:7.1%} {calls:>9}  {path.rsplit('/', 2)[-2:][-1]}:{line}({name})")
 
 
 if __name__ == "__main__":
