@@ -9,9 +9,10 @@ Whole process, start-up included (each case a `rackplan` subprocess; CPU from ge
 In process (the simulation alone): CPU seconds against requests (10k-80k) and cluster size
 (1, 2, 4, 8 racks of (a): instances, rate and requests scaled with the racks).
 --baseline PYTHON runs the whole-process cases with another checkout's interpreter too, side by
-side, with the ratio.
+side, with the ratio; the two take turns run by run, so a change of the machine's load falls on both.
 
-    python benchmarks/sim_speed.py [--requests-a N] [--baseline /path/to/other/.venv/bin/python]
+    python benchmarks/sim_speed.py [--requests-a N] [--baseline /path/to/other/.venv/bin/python] [--whole-only]
+        [--bytecode-cache]
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import math
 import os
 import resource
 import subprocess
@@ -37,7 +39,7 @@ TARGET_RPS_39 = 100_000  # the same, issue 39's target
 TARGET_HELP_S, TARGET_SIM10_S = 0.3, 0.6
 
 
-OUTPUTS: dict[str, str] = {}  # python -> stdout of its case (a) run (the --json report)
+OUTPUTS: dict[tuple, str] = {}  # command -> its stdout (the last run's; case (a): the --json report)
 
 
 def child_cpu(cmd: list[str], env: dict | None = None) -> float:
@@ -45,7 +47,7 @@ def child_cpu(cmd: list[str], env: dict | None = None) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    OUTPUTS[cmd[0]] = out
+    OUTPUTS[tuple(cmd)] = out
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -64,24 +66,44 @@ def case_b(folder: Path, requests: int) -> list[str]:
     return ["--plan", str(folder / "plan_b.yaml"), "--workload", str(folder / "wl_b.yaml"), "--requests", str(requests)]
 
 
-def whole_process(python: str, args, folder: Path) -> list[tuple[str, int, float]]:
-    """(case, requests, CPU s) of each whole-process case with this interpreter."""
-    rp = [python, "-m", "rackplan.cli"]
+def case_a(args) -> list[str]:
+    return ["simulate", "--requests", str(args.requests_a), "--json"]
+
+
+def whole_process(pythons: list[str], args, folder: Path) -> list[list[tuple[str, int, float]]]:
+    """(case, requests, CPU s) of each whole-process case, per interpreter in `pythons`: the interpreters
+    take turns run by run (each repeat of each case), so a change of the machine's load falls on all alike."""
     warm = os.environ.copy()
     warm.setdefault("RACKPLAN_CACHE_DIR", str(folder / "cache"))
-    cold = dict(warm, RACKPLAN_CACHE_DIR=tempfile.mkdtemp(dir=folder))
-    child_cpu(rp + ["simulate", "--requests", "200", "--json"], warm)  # fills the warm cache: case (a) ...
-    child_cpu(rp + ["simulate"] + case_b(folder, 200) + ["--json"], warm)  # ... and (b) (else the first side pays it)
+    if args.bytecode_cache:  # as an installed package runs: modules compiled once (in a folder of our own)
+        warm.pop("PYTHONDONTWRITEBYTECODE", None)
+        warm["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     b_args = case_b(folder, args.requests_b)
-    rows = [("rackplan --help", 0, child_cpu(rp + ["--help"], warm)),
-            ("rackplan simulate --requests 10", 10, child_cpu(rp + ["simulate", "--requests", "10", "--json"], warm)),
-            ("(a) default rack, cold imbalance cache", args.requests_a,
-             child_cpu(rp + ["simulate", "--requests", str(args.requests_a), "--json"], cold))]
-    rows.append(("(b) DEP64 decode, 256/rank, 1k/1k", args.requests_b,
-                 child_cpu(rp + ["simulate"] + b_args + ["--json"], warm)))
-    cpu_a = min(child_cpu(rp + ["simulate", "--requests", str(args.requests_a), "--json"], warm) for _ in range(3))
-    rows.insert(3, ("(a) default rack (best of 3)", args.requests_a, cpu_a))
-    return rows
+
+    def turns(args_: list[str], env: dict | None = None, reps: int = 1) -> list[float]:
+        """Best CPU s of `reps` runs of `rackplan args_` per interpreter, the interpreters alternating."""
+        best = [math.inf] * len(pythons)
+        for _ in range(reps):
+            for i, python in enumerate(pythons):
+                best[i] = min(best[i], child_cpu([python, "-m", "rackplan.cli"] + args_, env))
+        return best
+
+    turns(["simulate", "--requests", "200", "--json"], warm)  # fills the warm cache: case (a) ...
+    turns(["simulate"] + case_b(folder, 200) + ["--json"], warm)  # ... and (b) (else the first side pays it)
+    a = case_a(args)
+
+    def cold() -> dict:  # an empty cache folder
+        return dict(warm, RACKPLAN_CACHE_DIR=tempfile.mkdtemp(dir=folder))
+
+    # start-up rows: best of 5 (a few tens of ms, where one run on a shared machine moves by as much)
+    cases = [("rackplan --help", 0, turns(["--help"], warm, 5)),
+             ("rackplan simulate --requests 10", 10, turns(["simulate", "--requests", "10", "--json"], warm, 5)),
+             ("(a) default rack, cold imbalance cache", args.requests_a,
+              [child_cpu([python, "-m", "rackplan.cli"] + a, cold())
+               for python in pythons]),
+             ("(a) default rack (best of 3)", args.requests_a, turns(a, warm, 3)),
+             ("(b) DEP64 decode, 256/rank, 1k/1k", args.requests_b, turns(["simulate"] + b_args + ["--json"], warm))]
+    return [[(name, n, cpu[i]) for name, n, cpu in cases] for i in range(len(pythons))]
 
 
 def same_report(ours: str, base: str) -> str:
@@ -116,12 +138,20 @@ def main() -> None:
     ap.add_argument("--requests-a", type=int, default=40000)
     ap.add_argument("--requests-b", type=int, default=60000)
     ap.add_argument("--baseline", help="python of another checkout, run side by side (e.g. before a change)")
+    ap.add_argument("--bytecode-cache", action="store_true",
+                    help="let the processes keep compiled modules (a folder of this run's; by default the environment "
+                    "decides: PYTHONDONTWRITEBYTECODE=1 compiles every module of every process)")
+    ap.add_argument("--whole-only", action="store_true", help="the whole-process cases only (no in-process tables)")
     args = ap.parse_args()
+    print(f"bytecode: {'cached (--bytecode-cache)' if args.bytecode_cache else 'as the environment has it'} "
+          f"(PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')})")
+    print(f"load average at the start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1 / 5 / 15 min)")
     with tempfile.TemporaryDirectory(prefix="rackplan-sim-speed-") as tmp:
         folder = Path(tmp)
-        ours = whole_process(sys.executable, args, folder)
-        base = whole_process(args.baseline, args, folder) if args.baseline else None
-    report_a = OUTPUTS[sys.executable], OUTPUTS.get(args.baseline or "")
+        ours, *rest = whole_process([sys.executable] + ([args.baseline] if args.baseline else []), args, folder)
+        base = rest[0] if rest else None
+    report_a = [OUTPUTS.get((python, "-m", "rackplan.cli", *case_a(args)), "")
+                for python in (sys.executable, args.baseline)]
     print("Whole process (CPU s, start-up included)")
     head = f"{'case':<42}{'requests':>9}{'CPU s':>8}{'req/CPU-s':>11}"
     print(head + (f"{'baseline CPU s':>16}{'speed-up':>10}" if base else ""))
@@ -137,6 +167,9 @@ def main() -> None:
           f"(< {TARGET_HELP_S}); simulate --requests 10 {ours[1][2]:.2f} s (< {TARGET_SIM10_S})")
     if base:
         print(f"(a) --json report against the baseline's (same seed): {same_report(*report_a)}")
+    print(f"load average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if args.whole_only:
+        return
     prof = load_profile("datasheet")
     plan, wl, _ = racks(1, 1)
     in_process(plan, wl, prof, 500)  # warm the imbalance points used below

@@ -8,17 +8,24 @@ here and check their own fields with `number` / `count`; none opens a file its o
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import marshal
 import math
 import re
+import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import yaml
 
+from rackplan.diskcache import entry, read_bytes, store
+
 from .fields import SpecError
 
 MAX_DEPTH = 64  # nesting levels any input may have (the deepest shipped spec has 5)
+PARSE_CACHE_MIN = 4096  # characters: shorter texts are parsed each time (parse_yaml)
 
 
 class _UniqueKeys:
@@ -107,9 +114,17 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 def parse_yaml(text: str, where: str = "", shipped: bool = False) -> Any:
     """YAML text (safe) -> data; parse errors, duplicate keys and deep nesting are SpecErrors.
-    `shipped`: one of the package's own configs (parsed by libyaml where available)."""
+    `shipped`: one of the package's own configs (parsed by libyaml where available).
+    A text parsed before is read back from the disk cache (_parsed_entry), as the parser built it."""
+    cached = _parsed_entry(text, shipped)
+    blob = read_bytes(cached)
+    if blob is not None:
+        try:
+            return marshal.loads(blob)
+        except (ValueError, EOFError, TypeError):
+            pass  # corrupt: parsed again (and overwritten)
     try:
-        return yaml.load(text, Loader=_ShippedLoader if shipped else _Loader)
+        data = yaml.load(text, Loader=_ShippedLoader if shipped else _Loader)
     except _Refused as exc:
         raise SpecError(where, "(yaml)", str(exc)) from None
     except yaml.YAMLError as exc:
@@ -118,6 +133,31 @@ def parse_yaml(text: str, where: str = "", shipped: bool = False) -> Any:
         raise SpecError(where, "(yaml)", f"well-formed YAML (parse error at {line})") from None
     except RecursionError:
         raise SpecError(where, "(yaml)", f"at most {MAX_DEPTH} nesting levels") from None
+    if cached is not None:
+        try:
+            store(cached, marshal.dumps(data))
+        except ValueError:  # a value marshal cannot write (a YAML timestamp): parsed each time
+            pass
+    return data
+
+
+def _parsed_entry(text: str, shipped: bool) -> Path | None:
+    """The disk cache file (rackplan/diskcache.py) of a text's parsed data: named by a hash of the text,
+    the loader and what the parse depends on besides (this module's source, PyYAML's version, libyaml's
+    presence, the Python version, whose marshal format the file is in). Only texts of a few KB and
+    more are cached (the shipped profiles, models, bands): below, parsing costs about what reading a
+    file back does. None: no disk cache, or a short text."""
+    if len(text) < PARSE_CACHE_MIN:
+        return None
+    key = hashlib.sha256(f"{_parser_version()}\0{int(shipped)}\0".encode() + text.encode()).hexdigest()
+    return entry("yaml", key[:32])
+
+
+@lru_cache(maxsize=1)
+def _parser_version() -> str:
+    source = Path(__file__).read_bytes()
+    return hashlib.sha256(source + repr((yaml.__version__, yaml.__with_libyaml__, sys.version_info)).encode()
+                          ).hexdigest()
 
 
 def read_yaml(path: str | Path, shipped: bool = False) -> dict:

@@ -9,7 +9,7 @@ latency percentiles.
 
 Beside the simulation, the planner's analytic estimate of the layout it would choose on the same inputs
 (`planner_choice`, one line where it differs; "planner_estimate" in --json). It costs seconds, so it is
-kept in the cache folder (sim/cost/imbalance.cache_dir, keyed by a hash of the inputs and the package's
+kept in the cache folder (rackplan/diskcache.py, keyed by a hash of the inputs and the package's
 code) and a later run on the same inputs reads it instead of computing it again.
 
 With no arguments: the seed scenario, DeepSeek-V4.1-Flash on one GB300 NVL72 rack
@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from contextlib import nullcontext
 
-from rackplan import availability, economics
+from rackplan import economics
 from rackplan.accuracy_band import headline_band
 from rackplan.args import non_negative_int, positive_float, positive_int
 from rackplan.interrupts import in_background
@@ -255,21 +256,47 @@ def planner_choice(sc: Scenario) -> dict:
 
 def code_version() -> str:
     """Hash of the package's code and shipped specs (its .py and .yaml files): what a remembered planner
-    estimate was computed with (a change to any of them is a new estimate)."""
+    estimate was computed with (a change to any of them is a new estimate). Remembered in the cache folder
+    (rackplan/diskcache.py) under a hash of every file's path, size and modification time, what Python's
+    own bytecode cache trusts: a run stats ~170 files instead of reading and hashing all of them."""
     import hashlib
-    from pathlib import Path
 
+    from rackplan.diskcache import entry, read_bytes, store
+
+    files = _package_files()
+    stamp = hashlib.sha256()
+    for _, path in files:
+        st = os.stat(path)
+        stamp.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    where = entry("code-version", stamp.hexdigest()[:32])
+    known = read_bytes(where)
+    if known is not None and len(known) == 64:
+        return known.decode()
+    h = hashlib.sha256()
+    for rel, path in files:
+        with open(path, "rb") as fh:
+            h.update("/".join(rel).encode() + b"\0" + fh.read())
+    store(where, h.hexdigest())
+    return h.hexdigest()
+
+
+def _package_files() -> list[tuple[tuple[str, ...], str]]:
+    """(path parts under its package, path) of the .py and .yaml files of rackplan, rackplan.sim and
+    rackplan.configs, each package's in the order of their parts (as sorted pathlib paths)."""
     import rackplan
     import rackplan.configs
     import rackplan.sim
 
-    h = hashlib.sha256()
+    out = []
     for pkg in (rackplan, rackplan.sim, rackplan.configs):
-        root = Path(pkg.__file__).parent
-        for path in sorted(root.rglob("*")):
-            if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
-                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
+        root = os.path.dirname(pkg.__file__)
+        found = []
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            rel = tuple(os.path.relpath(folder, root).split(os.sep)) if folder != root else ()
+            found += [(rel + (n,), os.path.join(folder, n)) for n in names if n.endswith((".py", ".yaml"))]
+        out += sorted(found)
+    return out
 
 
 def _choice_file(sc: Scenario):
@@ -278,7 +305,7 @@ def _choice_file(sc: Scenario):
     and the code."""
     import hashlib
 
-    from ..cost.imbalance import cache_dir
+    from rackplan.diskcache import cache_dir
 
     folder = cache_dir()
     if folder is None:
@@ -304,21 +331,10 @@ def remembered_choice(sc: Scenario) -> tuple[object, dict | None]:
 
 
 def remember_choice(path, choice: dict) -> None:
-    """Keep a planner estimate in its cache file (atomic replace; best effort: a read-only or full cache
-    folder only costs computing it again next time)."""
-    import os
-    import tempfile
+    """Keep a planner estimate in its cache file (rackplan/diskcache.store: atomic, best effort)."""
+    from rackplan.diskcache import store
 
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".estimate-", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(choice, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    store(path, json.dumps(choice, sort_keys=True))
 
 
 def choice_line(plan, result, choice: dict) -> str:
@@ -351,6 +367,13 @@ def write_report(path: str, sc: Scenario, result) -> None:
         steps = []
     with Outputs() as out:
         out.file(path).write_text(simulate_page(plan, workload, profile, result, steps))
+
+
+def _availability_lines(plan, hw) -> list[str]:
+    """rackplan/availability.py's lines of the table (imported here: --json does not print them)."""
+    from rackplan import availability
+
+    return availability.lines(plan, hw)
 
 
 def run(args) -> int:
@@ -413,7 +436,7 @@ def run(args) -> int:
         sys.stdout.write(json.dumps({**doc, "planner_estimate": chosen}, sort_keys=True) + "\n")
     else:
         print_table(plan, workload, profile, result, origin,
-                    tuple(economics.lines(eco, kinds(plan, hw)) + availability.lines(plan, hw)))
+                    tuple(economics.lines(eco, kinds(plan, hw)) + _availability_lines(plan, hw)))
         if line := choice_line(plan, result, chosen):
             print(line)
     if args.timings:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from bisect import bisect_right
 from functools import lru_cache
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rackplan.diskcache import CACHE_ENV, cache_dir, store  # noqa: F401  (CACHE_ENV: tests set it here)
 from rackplan.specs import SpecError
 
 if TYPE_CHECKING:  # (for annotations only; _popularity imports sim/expert_load.py when it runs)
@@ -41,7 +40,6 @@ GRID_LOG2 = tuple(float(x) for x in np.arange(0.0, 21.5, 0.5))  # tokens_global 
 NUM_LAYERS = 16  # sampled layers, each with its own permutation of the popularity
 SAMPLES_PER_LAYER = 32  # multinomial draws per layer and grid point
 SEED = 0
-CACHE_ENV = "RACKPLAN_CACHE_DIR"
 _SAMPLING_CODE = ("cost/imbalance.py", "routing.py", "expert_load.py", "eplb/model.py", "eplb/policy.py")  # under sim/
 
 
@@ -214,18 +212,6 @@ def _sample_point(cfg: tuple, i: int) -> tuple[float, float]:
 
 
 # -- the disk cache ---------------------------------------------------------------------------------
-def cache_dir() -> Path | None:
-    """Where sampled points are kept (None: no disk cache)."""
-    env = os.environ.get(CACHE_ENV)
-    if env is not None:
-        return None if env.strip() in ("", "off") else Path(env)
-    try:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    except RuntimeError:  # no home directory: sample in memory only
-        return None
-    return Path(base) / "rackplan"
-
-
 @lru_cache(maxsize=1)
 def sampling_version() -> str:
     """Hash of the code and numpy version that sample a point: a change to either is a new cache."""
@@ -273,17 +259,9 @@ def _store(cfg: tuple, points: dict[int, tuple[float, float]]) -> None:
     path = _cache_file(cfg)
     if path is None:
         return
-    try:
-        merged = {**_read(path, cfg), **points}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        body = json.dumps({"cfg": list(cfg), "version": sampling_version(),
-                           "points": {str(k): list(merged[k]) for k in sorted(merged)}})
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".imbalance-", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(body)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only or full cache folder only costs re-sampling next time
+    merged = {**_read(path, cfg), **points}
+    store(path, json.dumps({"cfg": list(cfg), "version": sampling_version(),
+                            "points": {str(k): list(merged[k]) for k in sorted(merged)}}))
 
 
 def _clear_caches() -> None:

@@ -87,7 +87,7 @@ def test_every_command_in_the_table_imports_and_has_help(name, capsys):
     assert f"usage: rackplan {name}" in capsys.readouterr().out
 
 
-HEAVY = ("scipy", "torch", "matplotlib")
+HEAVY = ("scipy", "torch", "triton", "matplotlib", "pandas", "pyarrow", "ray", "rich")
 
 
 @pytest.mark.parametrize("argv", [
@@ -96,8 +96,9 @@ HEAVY = ("scipy", "torch", "matplotlib")
      "--ttft-p90", "1s", "--tpot-p90", "200ms", "--workers", "1", "--sim-requests", "32", "--quiet", "--json"],
 ])
 def test_simulate_and_plan_import_no_heavy_module(argv, tmp_path):
-    """scipy (calibration), torch (executor) and matplotlib (the plan report's PNG) stay out of
-    `simulate` and `plan` (without --report): a run, not only --help, in a fresh interpreter."""
+    """scipy (calibration), torch and triton (executor), matplotlib (the plan report's PNG), pandas and
+    pyarrow (tables), ray (sweeps) and rich (tables on a terminal) stay out of `simulate` and `plan`
+    with --json (without --report): a run, not only --help, in a fresh interpreter."""
     if argv[0] == "plan":
         argv = argv + ["--out", str(tmp_path / "plan.yaml")]
     code = (f"import sys, io, contextlib; from rackplan.cli import main; buf = io.StringIO()\n"
