@@ -12,7 +12,9 @@ points are sampled again); by default they share the user's cache, warm after a 
 keeps no planner estimate between runs: only `simulate` does, keyed by the code's hash.)
 Prints a markdown block for benchmarks/RESULTS.md.
 
-    python benchmarks/search_speed.py [--workers K] [--seed-cases [--scale]] [--cold]
+`--baseline TREE`: each case first from another source tree (`git archive COMMIT | tar -x -C TREE`), side by side.
+
+    python benchmarks/search_speed.py [--workers K] [--seed-cases [--scale]] [--cold] [--baseline TREE]
 """
 from __future__ import annotations
 
@@ -37,12 +39,13 @@ AIC_ARGS = ["cli", "default", "--model", "deepseek-ai/DeepSeek-V3", "--total-gpu
 COLD = False  # --cold: each rackplan run with an empty cache folder
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, subprocess.CompletedProcess]:
+def timed(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, float,
+                                                                                    subprocess.CompletedProcess]:
     """(wall s, CPU s of the child and its children, completed process with `max_rss_mb`)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, cwd=cwd)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - t0
         out.seek(0)
@@ -54,15 +57,19 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, subpro
     return wall, cpu, proc
 
 
-def run_rackplan(workers: int, args: list[str] | None = None) -> dict:
+BASELINE: str | None = None  # --baseline TREE: each case also run from that source tree first (PYTHONPATH)
+
+
+def run_rackplan(workers: int, args: list[str] | None = None, tree: str | None = None) -> dict:
     if args is None:
         args = ["--model", CASE["model"], "--hardware", CASE["hardware"], "--gpus", str(CASE["gpus"]),
                 "--workload", CASE["workload"], "--ttft-p90", CASE["ttft"], "--tpot-p90", CASE["tpot"]]
     with tempfile.TemporaryDirectory() as d:
         cmd = [sys.executable, "-m", "rackplan.cli", "plan"] + args + ["--out", f"{d}/plan.yaml", "--workers",
                                                                        str(workers), "--json", "--quiet", "--timings"]
-        env = {**os.environ, "RACKPLAN_CACHE_DIR": f"{d}/cache"} if COLD else None
-        wall, cpu, proc = timed(cmd, env)
+        env = {**os.environ, **({"RACKPLAN_CACHE_DIR": f"{d}/cache"} if COLD else {}),
+               **({"PYTHONPATH": tree} if tree else {})}
+        wall, cpu, proc = timed(cmd, env, cwd=d)  # (not the checkout: `-m` would import from the cwd first)
     if proc.returncode != 0:
         raise SystemExit(f"rackplan failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout)
@@ -83,12 +90,16 @@ def seed_cases(workers: int, scale: bool = False) -> list[str]:
     lines = ["| planner case (`rackplan plan ... --workers 1`) | CPU s | target | peak RSS MB | target | "
              "chosen | stages (wall s) |", "|---|---:|---:|---:|---:|---|---|"]
     for name, args, cpu_max, rss_max in SEED_CASES + ((SCALE_CASE,) if scale else ()):
-        r = run_rackplan(workers, args)
-        stages = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in r["timings"].items())
-        chosen = r["layout"].replace("|", "&#124;")  # a bare | would split the markdown cell
-        lines.append(f"| {name} `{' '.join(args) or '(no arguments)'}` | {r['cpu_s']:.2f} | "
-                     f"{f'<= {cpu_max:g}' if cpu_max else '-'} | {r['rss_mb']:.0f} | "
-                     f"{f'< {rss_max:g}' if rss_max else '-'} | {chosen} on {r['gpus']} GPUs | {stages} |")
+        for tree in ([BASELINE] if BASELINE else []) + [None]:
+            r = run_rackplan(workers, args, tree)
+            stages = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in r["timings"].items())
+            chosen = r["layout"].replace("|", "&#124;")  # a bare | would split the markdown cell
+            label = f"{name} `{' '.join(args) or '(no arguments)'}`" + (
+                f" ({'baseline' if tree else 'this tree'})" if BASELINE else "")
+            lines.append(f"| {label} | {r['cpu_s']:.2f} | "
+                         f"{f'<= {cpu_max:g}' if cpu_max else '-'} | {r['rss_mb']:.0f} | "
+                         f"{f'< {rss_max:g}' if rss_max else '-'} | {chosen} on {r['gpus']} GPUs, "
+                         f"{r['tps_gpu']:,.2f} tok/s/GPU | {stages} |")
     return lines
 
 
@@ -119,11 +130,19 @@ def main() -> None:
                     "latency objective")
     ap.add_argument("--scale", action="store_true", help="with --seed-cases: also 10,000 GPUs")
     ap.add_argument("--cold", action="store_true", help="each rackplan run with an empty cache folder")
+    ap.add_argument("--baseline", metavar="TREE", help="a source tree of the package (e.g. `git archive` of "
+                    "another commit) whose runs precede this tree's, case by case, on PYTHONPATH")
     args = ap.parse_args()
-    global COLD
-    COLD = args.cold
+    global COLD, BASELINE
+    COLD, BASELINE = args.cold, args.baseline and str(Path(args.baseline).resolve())
+    lines = []
+    if BASELINE:
+        base = run_rackplan(args.workers, tree=BASELINE)
+        lines.append(f"baseline ({BASELINE}): CPU {base['cpu_s']:.2f} s, wall {base['wall_s']:.2f} s, chosen "
+                     f"{base['layout']} on {base['gpus']} GPUs, {base['tps_gpu']:.2f} tokens/s/GPU; ratio to the "
+                     f"recorded aiconfigurator {base['cpu_s'] / AIC_RECORDED_CPU_S:.3f}")
     ours = run_rackplan(args.workers)
-    lines = [f"rackplan: `{ours['cmd']}`",
+    lines += [f"rackplan: `{ours['cmd']}`",
              f"- wall {ours['wall_s']:.2f} s, CPU {ours['cpu_s']:.2f} s, peak RSS {ours['rss_mb']:.0f} MB (stages: "
              + ", ".join(f"{k} {v:.2f}" for k, v in ours["timings"].items()) + ")",
              f"- chosen: {ours['layout']} on {ours['gpus']} GPUs, {ours['tps_gpu']:.0f} tokens/s/GPU, "

@@ -176,23 +176,57 @@ def decode_wait_p90(rate_rps: float, slots: float, service_s: float) -> float:
     return WAIT_TAIL * service_s * rho ** (math.sqrt(2.0 * (slots + 1.0)) - 1.0) / (slots * (1.0 - rho))
 
 
+FIT_HALVINGS = 20  # the rate's resolution: 2^-20 of [0, rate_hi], by halving
+FIT_NARROW = 10  # regula falsi evaluations at most before the halvings (fewer once they bracket a halving)
+
+
 def fit_rate(ttft_at, rate_hi: float, limit_s: float) -> tuple[float, float]:
-    """(highest rate <= rate_hi whose TTFT stays within limit_s, its TTFT) by bisection (TTFT grows
-    with rate); (0, inf) if none. The TTFT returned is the one the bisection evaluated at that rate
-    (ttft_at is a pure function: the estimate calls it ~14 times a candidate, 7 million times at
-    10,000 GPUs, so no rate is evaluated twice)."""
+    """(highest rate <= rate_hi whose TTFT stays within limit_s, its TTFT) by FIT_HALVINGS halvings of
+    [0, rate_hi] (TTFT grows with rate); (0, inf) if none. A halving's rate at or below a rate already
+    seen to pass, or at or above one seen to fail, is decided without evaluating it (TTFT is
+    non-decreasing in rate), and regula falsi (Illinois) first narrows that bracket to about the
+    halvings' resolution: the result is the plain bisection's, bit for bit, from ~8 evaluations instead
+    of ~17 (the estimate fits every candidate: 519,208 at 10,000 GPUs). The TTFT returned is one
+    evaluated at that rate (ttft_at is pure: no rate is evaluated twice)."""
     top = ttft_at(rate_hi)
     if top <= limit_s:
         return rate_hi, top
-    lo, hi, at_lo = 0.0, rate_hi, math.inf
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        t = ttft_at(mid)
+    seen = {rate_hi: top}
+    inv = 1.0 / limit_s  # regula falsi on 1/limit_s - 1/TTFT: near linear where a queue's wait blows up, finite at inf
+    a, b = 0.0, rate_hi  # a passes (0.0: none seen yet), b fails
+    fa, fb = math.nan, inv - 1.0 / top  # an end kept twice in a row has its value halved (Illinois)
+    width, kept = rate_hi * 2.0 ** -FIT_HALVINGS, 0  # kept: +1 a kept last time, -1 b kept
+    for _ in range(FIT_NARROW):
+        if b - a <= width:
+            break
+        r = (a + b) / 2 if a == 0.0 else a - fa * (b - a) / (fb - fa)
+        if not a < r < b:
+            r = (a + b) / 2
+        t = seen[r] = ttft_at(r)
         if t <= limit_s:
-            lo, at_lo = mid, t
+            a, fa = r, inv - 1.0 / t  # (a TTFT is a positive time)
+            if kept == -1:
+                fb /= 2
+            kept = -1
         else:
+            b, fb = r, inv - 1.0 / t
+            if kept == 1:
+                fa /= 2
+            kept = 1
+    lo, hi = 0.0, rate_hi
+    for _ in range(FIT_HALVINGS):
+        mid = (lo + hi) / 2
+        if mid <= a:
+            lo = mid
+        elif mid >= b:
             hi = mid
-    return (lo, at_lo) if lo > 0 else (0.0, math.inf)
+        elif (t := seen.setdefault(mid, ttft_at(mid))) <= limit_s:
+            lo = a = mid
+        else:
+            hi = b = mid
+    if lo <= 0.0:
+        return 0.0, math.inf
+    return lo, seen[lo] if lo in seen else ttft_at(lo)
 
 
 def _disagg_candidate(pr, pu: PrefillUnit, n_p: int, dec: DecodeUnit, n_d: int, top: int,

@@ -4,7 +4,9 @@ simulator checks, how hard, and in what order.
 Front points go best cost-model capacity bound first; each one's highest rate that holds the SLOs
 is found by bisection (verify.max_rate), and a point whose bound (BOUND_SLACK over the cost
 model's pool capacity) cannot beat the best verified tokens/s/GPU so far is not simulated (branch
-and bound; the report says so), nor is a bisection pursued once it cannot. The best verified
+and bound; the report says so), nor is a bisection pursued once it cannot: once its ceiling at the
+workload's mean tokens per request, or its capacity bound at the tokens per request its passing probe
+measured, is at most the best (a probe's figure is what the choice compares). The best verified
 point then runs again twice as long (verify.confirm); a skipped point whose bound that moved the
 best below is verified after all. Up to COVER of the skipped points, spread
 over the front, are verified more coarsely while their simulated work stays under COVER_WORK (and under
@@ -78,7 +80,8 @@ class Verified:
         if self.check is None:
             return "estimate only"
         if self.check.passed:
-            return "verified"
+            return "verified" if not self.check.given_up else \
+                f"verified at {self.check.rate_rps:.4g} req/s, not refined higher: it cannot beat the winner"
         last = self.check.probes[-1]
         if self.check.given_up:
             return f"not refined: {last.verdict()} at {self.check.rate_rps:.4g} req/s, so it cannot beat the winner"
@@ -98,7 +101,7 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
         if _bound(c) <= best:
             out[id(c)] = Verified(c, None, "skipped")
         else:
-            out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=best * c.gpus / c.osl))
+            out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, best))
             if out[id(c)].passed:
                 best = max(best, out[id(c)].tps_gpu)
             _keep_best_run(points, out)
@@ -106,8 +109,7 @@ def verify_front(req, points: list[Candidate], plan_of) -> list[Verified]:
     _confirm_best(req, plan_of, points, out, done)
     while redo := [c for c in order if out[id(c)].skipped and _bound(c) > _best(points, out)]:
         for c in redo:  # the confirmation moved the best below their bound: they may win after all
-            give_up = _best(points, out) * c.gpus / c.osl
-            out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, give_up_rps=give_up))
+            out[id(c)] = Verified(c, _max_rate(req, plan_of, c, osl_p90, _best(points, out)))
             _keep_best_run(points, out)
         _confirm_best(req, plan_of, points, out, done)
     best = _best(points, out)
@@ -224,10 +226,14 @@ def _confirm_best(req, plan_of, points: list[Candidate], out: dict, done: set) -
                                          out[id(c)].check, req.slo, req.seed))
 
 
-def _max_rate(req, plan_of, c: Candidate, osl_p90: float, give_up_rps: float = 0.0, **kw) -> Check:
+def _max_rate(req, plan_of, c: Candidate, osl_p90: float, beat_tps: float = 0.0, **kw) -> Check:
+    """verify.max_rate of `c`, given up once it cannot beat `beat_tps` (the best verified tokens/s/GPU):
+    its ceiling at the workload's mean tokens per request, or its capacity bound (BOUND_SLACK over
+    the cost model's, the rate branch and bound trusts) at the tokens per request it was measured at."""
     return max_rate(Scenario(plan_of(c), req.model, req.hw, req.workload, req.profile), min(c.rate_rps, c.capacity_rps),
                     req.slo, req.sim_requests, req.seed, first_probe(c, c.rate_rps, osl_p90), bound_rps=c.capacity_rps,
-                    give_up_rps=give_up_rps, **kw)
+                    give_up_rps=beat_tps * c.gpus / c.osl, give_up_tps=beat_tps,
+                    most_rps=c.capacity_rps * (1.0 + BOUND_SLACK), **kw)
 
 
 def p90_output_length(workload: Workload) -> float:

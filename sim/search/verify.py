@@ -243,7 +243,8 @@ def max_rate(sc: Scenario, est_rps: float, slo: SLO,
              num_requests: int | None = None, seed: int | None = None, first: int | None = None,
              bound_rps: float = math.inf, give_up_rps: float = 0.0, tol: float = RATE_TOL,
              longer: int = LONGER, max_probes: int = MAX_PROBES, pilot: int = PILOT,
-             ceiling_rps: float | None = None, max_work: float = math.inf) -> Check:
+             ceiling_rps: float | None = None, max_work: float = math.inf,
+             give_up_tps: float = 0.0, most_rps: float = math.inf) -> Check:
     """The highest rate at which the simulator holds the SLOs, by bisection from `est_rps` until the
     passing and failing rates are within `tol`; `bound_rps` (the cost model's pool capacity) caps
     the first steps up. It stops early once the failing bound is at or below `give_up_rps` (a
@@ -252,7 +253,10 @@ def max_rate(sc: Scenario, est_rps: float, slo: SLO,
     first probe; later ones span as many seconds of arrivals as the last passing probe did;
     `ceiling_rps`: a rate already known to fail. No rate above UTIL_MAX of what a saturated pool
     served passes. `max_work`: no probe starts once the work so far and the last probe's again would
-    exceed it (a coarser bisection)."""
+    exceed it (a coarser bisection). `most_rps`: the highest rate the caller lets the simulator pass
+    (sim/search/front.py: its capacity bound); once a passing probe's output tokens/s/GPU per req/s
+    times that rate is at most `give_up_tps`, no rate can reach it and the bisection stops there
+    (given up: the measured tokens per request, not the workload's mean, decide it)."""
     plan, workload = sc.plan, sc.workload
     lo, hi, probes, rate, given_up, cap = None, ceiling_rps, [], est_rps, False, math.inf
     span_s = (first or 0) / max(est_rps, 1e-12)
@@ -287,6 +291,10 @@ def max_rate(sc: Scenario, est_rps: float, slo: SLO,
         if lo is not None and hi is not None and hi <= lo.rate_rps * (1.0 + tol):
             break
         if hi is not None and hi <= give_up_rps:
+            given_up = True
+            break
+        if lo is not None and lo.metrics["output_tps_per_gpu"] / lo.rate_rps * min(most_rps, hi or math.inf) \
+                <= give_up_tps:
             given_up = True
             break
         if sum(q.work for q in probes) + p.work > max_work:

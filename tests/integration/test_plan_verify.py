@@ -66,3 +66,35 @@ def test_headline_is_verified_and_simulate_reproduces_it(req, tmp_path, capsys):
     assert {"tps_gpu", "est_tps_gpu", "gap", "status"} <= set(header)
     winner = [r for r in rows[1:] if r.endswith(",1")]
     assert len(winner) == 1 and ",verified," in winner[0]
+
+
+def test_a_bisection_gives_up_once_its_capacity_bound_at_the_measured_tokens_per_request_cannot_win(req):
+    """verify.max_rate with `most_rps` (the front's capacity bound) and `give_up_tps` (the best verified
+    tokens/s/GPU): after a passing probe, the tokens/s/GPU it measured per req/s times most_rps is the
+    most the point can reach; at or below give_up_tps it stops there (given up, passed at that rate),
+    above it the same bisection goes on exactly as without the bound."""
+    from rackplan.sim.search import front
+    from rackplan.sim.search.verify import max_rate
+    from rackplan.specs import Scenario
+
+    for good in planner.estimate(req, planner.price_all(req)).front:  # one whose bisection goes on past a pass
+        sc = Scenario(planner.to_plan(req, good, "check", {}), req.model, req.hw, req.workload, req.profile)
+        first = front.first_probe(good, good.rate_rps, front.p90_output_length(req.workload))
+        est = min(good.rate_rps, good.capacity_rps)
+        plain = max_rate(sc, est, req.slo, None, req.seed, first, bound_rps=good.capacity_rps)
+        assert plain.passed and not plain.given_up
+        j = next(i for i, p in enumerate(plain.probes) if p.passed)  # the first passing probe
+        if j + 1 < plain.runs:
+            break
+    else:
+        raise AssertionError("no front point bisects on past its first pass")
+    per_rps = plain.probes[j].metrics["output_tps_per_gpu"] / plain.probes[j].rate_rps
+    most = 1.05 * good.capacity_rps
+    stop = max_rate(sc, est, req.slo, None, req.seed, first, bound_rps=good.capacity_rps,
+                    give_up_tps=per_rps * most, most_rps=most)  # at best exactly reachable: cannot beat it
+    assert stop.given_up and stop.passed and stop.runs == j + 1 and stop.rate_rps == plain.probes[j].rate_rps
+    assert stop.metrics == plain.probes[j].metrics
+    go_on = max_rate(sc, est, req.slo, None, req.seed, first, bound_rps=good.capacity_rps,
+                     give_up_tps=0.99 * per_rps * plain.probes[j].rate_rps, most_rps=most)  # beatable there: as plain
+    assert not go_on.given_up and [p.rate_rps for p in go_on.probes] == [p.rate_rps for p in plain.probes]
+    assert go_on.metrics == plain.metrics

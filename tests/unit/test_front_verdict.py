@@ -22,6 +22,12 @@ def test_a_failing_last_probe_is_a_failure():
     assert Verified(None, chk).verdict() == "fails: misses ttft_p90_s"
 
 
+def test_a_passing_point_given_up_says_its_rate_was_not_refined():
+    chk = Check(90.0, {}, True, {}, [probe(90.0)], given_up=True)
+    assert Verified(None, chk).verdict() == "verified at 90 req/s, not refined higher: it cannot beat the winner"
+    assert Verified(None, Check(90.0, {}, True, {}, [probe(90.0)])).verdict() == "verified"
+
+
 def capacity_probe(served_per_busy_s: float, offered: float, window_requests: float) -> Probe:
     m = {"prefill_capacity_rps": served_per_busy_s, "offered_rps": offered, "window_requests": window_requests}
     return Probe(offered, m, True, (), {}, int(window_requests))
