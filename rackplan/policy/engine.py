@@ -8,7 +8,8 @@ Per DP rank (vLLM: one engine core per rank; a request stays on the rank it was 
   1. running decode sequences first: each needs KV for its context plus this step's queries
      (1 + draft tokens); a rank short of blocks preempts its newest running sequence (vLLM V1's
      recompute preemption: its blocks freed, it goes back to the head of the rank's queue and
-     recomputes its context as prefill when readmitted), until the rest fit;
+     recomputes its context as prefill when readmitted, from the full blocks the prefix cache still
+     holds: `keep_preempted`), until the rest fit;
   2. prompts part-way through prefill, in order, chunked to what is left of the rank's token
      budget (decode queries count against it), blocks for each chunk allocated (preempting as in 1);
   3. the rank's waiting queue, FIFO, unless the rank preempted this step (as vLLM's scheduler): a
