@@ -357,8 +357,8 @@ class EngineCore:
             self.pblocks[r] -= self.held.pop(rid)
             if rid not in self.resume:
                 self.queued_tokens += self.progress[rid] - self.cached[rid]
-                if self.keep_preempted:
-                    self.kept[rid] = self.progress[rid] // self.block * self.block
+            if self.keep_preempted:  # (a recompute preempted again keeps what it recomputed too)
+                self.kept[rid] = self.progress[rid] // self.block * self.block
             del self.progress[rid], self.target[rid]
         self.waiting[r].appendleft(rid)
         self.num_waiting += 1
