@@ -15,9 +15,15 @@ curves those stages fitted (the projections' GEMM curves, the streaming efficien
 them as the importer did; a per-kernel class (above) that replaces a module class on the profile's architecture is
 kept (its key is skipped).
 
+`--expert-class KEY` (repeatable) does the same for a routed-experts class (experts.mxfp4_bf16: a kernel dtype added to
+opdb_ops.TABLE_DTYPE after the profile was fitted): its rows from the profile's vLLM moe_perf table
+(opdb_ops.expert_rows, which fits its moe.route.<dtype> beside it), refitted alone; the other classes do not read it.
+
 Run:  python benchmarks/opdb_per_kernel_splice.py --profile gb200-nvl72-vllm --op-database gb200 [--dry-run]
       python benchmarks/opdb_per_kernel_splice.py --profile h200-sxm-vllm --op-database h200_sxm \
           --module-class attn.decode.mla.bf16 --module-class attn.prefill.mla.bf16
+      python benchmarks/opdb_per_kernel_splice.py --profile h100-sxm-vllm --op-database h100_sxm \
+          --expert-class experts.mxfp4_bf16
 """
 from __future__ import annotations
 
@@ -36,12 +42,22 @@ from rackplan.specs import SpecError, load_hardware, load_profile
 PROFILES = Path(__file__).resolve().parents[1] / "configs" / "profiles"
 
 
-def splice(profile: str, system: str, module_classes: tuple[str, ...] = ()) -> tuple[object, list[str]]:
-    """(the profile with its per-kernel classes, or else the `module_classes` named, refitted; the keys refitted)."""
+def splice(profile: str, system: str, module_classes: tuple[str, ...] = (),
+           expert_classes: tuple[str, ...] = ()) -> tuple[object, list[str]]:
+    """(the profile with its per-kernel classes, or else the `module_classes` / `expert_classes` named, refitted;
+    the keys refitted)."""
     prof = load_profile(profile)
     hw = load_hardware(prof.hardware)
     per_kernel = [k for (k, arch) in PER_KERNEL_SOURCE if arch == opdb_ops.ARCH.get(hw.name, "")]
     done = []
+    for key in expert_classes:
+        got = _experts(key, system, hw, prof)
+        if got is not None:
+            prof = _replaced(prof, key, *got)
+            prof = dataclasses.replace(prof, fallbacks={k: v for k, v in prof.fallbacks.items() if k != key})
+            done.append(key)
+    if expert_classes:
+        return prof, done
     for key in module_classes:
         if key in per_kernel:
             continue
@@ -68,6 +84,17 @@ def _module(key: str, system: str, hw, prof):
     return (g, refit, None) if _kept(g) else None
 
 
+def _experts(key: str, system: str, hw, prof):
+    """(fit, profile, None) of routed-experts class `key` from the system's vLLM moe_perf table, or None (no rows, or
+    the fit missed: the profile stays as it is)."""
+    tables = opdb.locate(opdb.data_root(None), system, "vllm")
+    rows = [r for r in opdb_ops.expert_rows(tables, hw) if r.key == key]
+    if not rows:
+        return None
+    g, refit = fit_class(rows[0], prof)
+    return (g, refit, None) if _kept(g) else None
+
+
 def _replaced(prof, key: str, g, refit, note: str | None):
     """`refit` with class `key`'s fit_error, provenance (and fallback note, where one is given) replaced by g's."""
     classes = {**prof.provenance["classes"], key: g.record()}  # (in its place: a diff shows only what moved)
@@ -83,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op-database", required=True, metavar="SYSTEM", help="the op database system it was fitted on")
     p.add_argument("--module-class", action="append", default=[], metavar="KEY",
                    help="refit this module-table class instead (repeatable), e.g. attn.decode.mla.bf16")
+    p.add_argument("--expert-class", action="append", default=[], metavar="KEY",
+                   help="refit this routed-experts class instead (repeatable), e.g. experts.mxfp4_bf16")
     p.add_argument("--dry-run", action="store_true", help="print the refitted classes, write nothing")
     args = p.parse_args(argv)
     path = PROFILES / f"{args.profile}.yaml"
     try:
-        prof, done = splice(args.profile, args.op_database, tuple(args.module_class))
+        prof, done = splice(args.profile, args.op_database, tuple(args.module_class), tuple(args.expert_class))
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -96,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if not done or args.dry_run:
         return 0
     head = [ln for ln in path.read_text().splitlines() if ln.startswith("#")]
-    step = "module-table fit" if args.module_class else "per-kernel step"
+    step = "expert-table fit" if args.expert_class else "module-table fit" if args.module_class else "per-kernel step"
     head.append(f"# {', '.join(done)} refitted on {utc_date()} by the importer's {step} alone "
                 "(benchmarks/opdb_per_kernel_splice.py); the command above gives the same class.")
     write_spec(compact(prof), str(path), "profiles", flow_leaves=True, header="\n".join(head) + "\n")

@@ -36,11 +36,12 @@ SCALAR_SOURCES = {
                     "layer (gpt-oss) is priced by its kind's full-attention curve at its windowed work, decode read at "
                     "context min(context, window), prefill at the prompt length with the FLOPs of the windowed pairs "
                     "(sim/cost/attention.py curve_context)"),
-    "experts.mxfp4_bf16": ("MXFP4 experts computed in BF16 (gpt-oss; vLLM's default MXFP4 MoE, quantization/mxfp4.py "
-                           "get_mxfp4_backend: triton_kernels or Marlin on SM90, FlashInfer MXFP4 x BF16 on SM100) "
-                           "have no table: the experts.bf16 curve at the BF16 peak, with the MXFP4 weight bytes (4.25 "
-                           "bits per parameter)"),
 }
+# written only where the system's moe_perf table has no w4a16_mxfp4 rows (opdb_ops.TABLE_DTYPE: experts.mxfp4_bf16)
+MXFP4_BF16_FALLBACK = ("MXFP4 experts computed in BF16 (gpt-oss; vLLM's default MXFP4 MoE, quantization/mxfp4.py "
+                       "get_mxfp4_backend: triton_kernels or Marlin on SM90, FlashInfer MXFP4 x BF16 on SM100) have no "
+                       "w4a16_mxfp4 rows here: the experts.bf16 curve at the BF16 peak, with the MXFP4 weight bytes "
+                       "(4.25 bits per parameter)")
 REJECT = 1.5  # a class whose held-out MAPE exceeds this multiple of its target is left out of the profile
 # A GEMM table whose fastest row (a 256 x 256 GEMM at m = 1 is among them) is slower than this measures something
 # besides the kernel: the per-tensor FP8 and BF16 tables of every system have their fastest rows at
@@ -265,6 +266,8 @@ def _fallbacks(prof: Profile, tables: dict, base: Profile, have_a2a: bool) -> di
             out[f"table.{name}"] = f"not in the database for this system ({op}/): its op classes use the base " \
                                    f"profile {base.name!r}"
     out.update(SCALAR_SOURCES)
+    if "experts.mxfp4_bf16" not in prof.curves:
+        out["experts.mxfp4_bf16"] = MXFP4_BF16_FALLBACK
     if have_a2a:
         ep = sorted({e.ep for e in prof.a2a if e not in base.a2a})
         inputs = ", ".join(i.get("path", "") for i in base.provenance.get("inputs", [])) or "its datasheet entries"

@@ -28,8 +28,10 @@ from .opdb_fit import ClassRows
 
 # table dtype -> rackplan compute dtype (curve key) and the storage format its weights are read in
 TABLE_DTYPE = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4",
-               "w4a8_mxfp4_mxfp8": "mxfp4"}
-WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4", "mxfp4": "mxfp4"}
+               "w4a8_mxfp4_mxfp8": "mxfp4", "w4a16_mxfp4": "mxfp4_bf16"}
+WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4", "mxfp4": "mxfp4",
+           "mxfp4_bf16": "mxfp4"}
+COMPUTE = {"mxfp4_bf16": "bf16"}  # a weight-only kernel's compute dtype (sim/cost/efficiency.py WEIGHT_ONLY_KERNELS)
 # per-rank (heads, KV heads) of the embedded GQA model (Qwen3-235B: 64 q, 4 KV heads) at TP 1, 2, 4, 8,
 # encoded heads * 100 + kv_heads
 GQA_SHAPES = (6404, 3202, 1601, 801)
@@ -296,7 +298,7 @@ def _moe_model(h: int, inter: int, topk: int, experts: int, dt: str) -> ModelSpe
     base = load_model("deepseek-v3")
     moe = dataclasses.replace(base.moe, num_experts=experts, top_k=topk, expert_intermediate=inter,
                               num_groups=1, topk_groups=1)
-    dts = dataclasses.replace(base.dtypes, expert_weights=WEIGHTS[dt], expert_compute=dt)
+    dts = dataclasses.replace(base.dtypes, expert_weights=WEIGHTS[dt], expert_compute=COMPUTE.get(dt, dt))
     return dataclasses.replace(base, hidden_size=h, moe=moe, dtypes=dts)
 
 

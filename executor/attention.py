@@ -163,6 +163,23 @@ class KVCache:
                      for _ in range(num_layers)]
         self.lens = torch.zeros(slots, dtype=torch.long, device=device)
         self.max_ctx = max_ctx
+        self.kept: dict[int, list[torch.Tensor]] = {}  # rid -> per layer [tokens, D] set aside (keep)
+
+    def keep(self, preempted, chunks) -> None:
+        """Before a step (its installs and chunks): set aside the KV that each sequence preempted in it
+        keeps cached (serving.Kept: its old slot's full blocks), then copy into a readmitted sequence's
+        new slot the first `start` positions of its chunk, which the policy counts as cached (vLLM V1's
+        prefix cache keeps a preempted request's freed blocks: no copy there, so none is timed; this
+        padded per-slot cache needs one)."""
+        for k in preempted:
+            self.kept.pop(k.rid, None)
+            if k.tokens:
+                self.kept[k.rid] = [d[k.slot, :k.tokens].clone() for d in self.data]
+        for c in chunks:
+            kv = self.kept.pop(c.rid, None)
+            if kv is not None and c.start:
+                for d, x in zip(self.data, kv, strict=True):
+                    d[c.slot, :c.start] = x[:c.start]
 
     def read(self, layer: int, slots: torch.Tensor | None, upto: int) -> torch.Tensor:
         """[B, upto, D]: a view when `slots` is None (slots 0..B-1 in order), else gathered."""

@@ -67,6 +67,7 @@ class Tick:
     extra: dict = field(default_factory=dict)  # prefill: rid -> (decode instance, dp); decode: rid -> header
     accepted: dict = field(default_factory=dict)  # decode + speculation: rid -> drafts kept
     chunks: list = field(default_factory=list)  # decode: per DP rank, recompute chunks of preempted sequences
+    kept: list = field(default_factory=list)  # per DP rank: serving.Kept of the sequences preempted this step
     admitted: int = 0  # requests the scheduler took in this step (claimed prompts, newly seated decodes)
     waiting: int = 0  # requests it left waiting (queued prompts not scheduled, staged decodes without a seat)
     idle_s: float = 0.0  # wall seconds the leader waited idle (no work) since its previous step
@@ -242,7 +243,8 @@ class PrefillLoop(Loop):
             if ch.last:
                 with self.aside():  # the router's choice, on the control plane's counts
                     targets[ch.rid] = self.sched.target()
-        return Tick(self.ticks, chunks, targets, admitted=len(taken), waiting=core.num_waiting)
+        return Tick(self.ticks, chunks, targets, admitted=len(taken), waiting=core.num_waiting,
+                    kept=self.sched.queue.kept)
 
     @staticmethod
     def _dp_of(chunks, ch) -> int:
@@ -253,6 +255,7 @@ class PrefillLoop(Loop):
 
     def step(self, tick: Tick) -> float:
         me, chunks = self.me, tick.work[self.rg.dp_rank]
+        self.inst.cache.keep(tick.kept[self.rg.dp_rank], chunks)  # preempted: KV set aside; readmitted: back
         # the chunks' token ids: the request's input (a tokenizer's output in an engine), drawn here as a
         # stand-in: no input preparation (drawing a whole prompt per chunk priced its full length, not the chunk's)
         parts = [self.eng.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
@@ -336,7 +339,7 @@ class DecodeLoop(Loop):
                 accepted = dict(zip(flat, draw_accepted(self.rng, len(flat), sp.num_tokens,
                                                         self.me.acceptance(self.lay)), strict=True))
         return Tick(self.ticks, seats, handoffs, accepted, admitted=len(handoffs),
-                    waiting=self.sched.seats.core.num_waiting, chunks=chunks)
+                    waiting=self.sched.seats.core.num_waiting, chunks=chunks, kept=self.sched.seats.kept)
 
     def book(self, tick: Tick) -> None:
         emitted = {rid: 1 + a for rid, a in tick.accepted.items()} or None
@@ -344,6 +347,7 @@ class DecodeLoop(Loop):
 
     def step(self, tick: Tick) -> float:
         me, seats = self.me, tick.work[self.rg.dp_rank]
+        self.inst.cache.keep(tick.kept[self.rg.dp_rank], tick.chunks[self.rg.dp_rank] if tick.chunks else [])
         for s in seats:
             if s.new:
                 self._install(s, tick.extra[s.rid])
@@ -393,7 +397,8 @@ class DecodeLoop(Loop):
     def _recompute(self, chunks, rank_tokens: list[int]) -> float:
         """Recompute preempted sequences' KV on this rank (vLLM V1's recompute preemption): their
         tokens so far (prompt, the prefill's token, what this rank emitted) as prefill chunks in
-        their new slots; the last chunk restores the sequence's last token. Returns the step's seconds."""
+        their new slots, from what stayed cached (KVCache.keep copied it in); the last chunk restores
+        the sequence's last token. Returns the step's seconds."""
         me = self.me
         seqs = {c.rid: self._sequence(c.rid) for c in chunks}
         parts = [seqs[c.rid][c.start:c.start + c.take] for c in chunks]

@@ -160,8 +160,9 @@ class Engine:
 
     def prefill_step(self, tick: Tick) -> None:
         if self.pre is not None:
-            t0 = time.perf_counter()
             chunks = tick.prefill[self.rank]
+            self.pre.cache.keep(tick.prefill_kept[self.rank], chunks)  # preempted: KV set aside; readmitted: back
+            t0 = time.perf_counter()
             parts = [self.prompt(c.rid)[c.start:c.start + c.take] for c in chunks]
             toks = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
             batch = Batch.prefill(toks.to(self.me.device), [c.take for c in chunks],
@@ -218,6 +219,7 @@ class Engine:
 
     def decode_step(self, tick: Tick) -> None:
         if self.dec is not None:
+            self.dec.cache.keep(tick.decode_kept[self.rank], tick.decode_chunks[self.rank])
             if any(tick.decode_chunks):  # every rank of the instance steps (EP collectives), chunks or not
                 self._decode_chunks(tick.decode_chunks[self.rank],
                                     [sum(c.take for c in per) for per in tick.decode_chunks])

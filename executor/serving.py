@@ -69,6 +69,16 @@ class Seat:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """A sequence preempted this step: the KV of its full blocks, its old slot's first `tokens`
+    positions, stays cached (the policy's `EngineCore.kept`) until it is readmitted."""
+
+    rid: int
+    slot: int  # the cache slot it gave back
+    tokens: int
+
+
+@dataclass(frozen=True)
 class Tick:
     """What every rank runs this tick, in order: prefill step, transfers, decode step."""
 
@@ -78,6 +88,8 @@ class Tick:
     decode: list[list[Seat]]  # [decode rank] -> seats
     decode_chunks: list[list[Chunk]] = field(default_factory=list)  # [decode rank] -> prefill chunks on it
     # (an aggregated instance's prompts, a preempted sequence's recompute)
+    prefill_kept: list[list[Kept]] = field(default_factory=list)  # [prefill rank] -> preempted this step
+    decode_kept: list[list[Kept]] = field(default_factory=list)  # [decode rank] -> preempted this step
 
     @property
     def has_prefill(self) -> bool:
@@ -120,6 +132,18 @@ class Slots:
             self.free[r].sort()
 
 
+def give_preempted(slots: Slots, core: EngineCore, preempted: list[int]) -> list[list[Kept]]:
+    """Give back the slots of this step's preempted sequences; per rank what each keeps cached
+    (the ranks set it aside before the slot is reused: attention.KVCache.keep)."""
+    kept: list[list[Kept]] = [[] for _ in range(core.ranks)]
+    for rid in preempted:
+        r = core.rank_of[rid]
+        if rid in slots.of:
+            kept[r].append(Kept(rid, slots.of[rid], core.kept.get(rid, 0)))
+        slots.give(r, rid)
+    return kept
+
+
 class PrefillQueue:
     """One prefill instance: the policy's prefill engine (rackplan/policy EngineCore) and a cache
     slot per prompt in flight (max_seqs per rank)."""
@@ -143,10 +167,10 @@ class PrefillQueue:
         return self.core.num_waiting == 0
 
     def form(self) -> list[list[Chunk]]:
-        """This step's chunks per rank (a prompt's first chunk takes its cache slot)."""
+        """This step's chunks per rank (a prompt's first chunk takes its cache slot; `kept`: per rank
+        the preempted sequences' KV that stays cached)."""
         self.batch = self.core.schedule()
-        for rid in self.batch.preempted:
-            self.slots.give(self.core.rank_of[rid], rid)
+        self.kept = give_preempted(self.slots, self.core, self.batch.preempted)
         done = set(self.batch.completing)
         return [[Chunk(rid, self.slots.take(r, rid), start, take, rid in done) for rid, take, start in per]
                 for r, per in enumerate(self.batch.chunks)]
@@ -181,11 +205,11 @@ class DecodeSeats:
         return self.core.busy
 
     def seat(self) -> list[list[Seat]]:
-        """This step's decode seats per rank (`chunks`: its prefill chunks, set alongside)."""
+        """This step's decode seats per rank (`chunks`: its prefill chunks, `kept`: the preempted
+        sequences' KV that stays cached, both set alongside)."""
         core = self.core
         self.batch = b = core.schedule()
-        for rid in b.preempted:
-            self.slots.give(core.rank_of[rid], rid)
+        self.kept = give_preempted(self.slots, core, b.preempted)
         new, done = set(b.admitted), set(b.completing)
         self.chunks = [[Chunk(rid, self.slots.take(r, rid), start, take, rid in done) for rid, take, start in per]
                        for r, per in enumerate(b.chunks)]
@@ -278,7 +302,8 @@ class Scheduler:
         for ch in (c for per in chunks + self.decode.chunks for c in per):
             if math.isnan(self.times[ch.rid].prefill_start):
                 self.times[ch.rid].prefill_start = now
-        tick = Tick(self.ticks, chunks, transfers, seats, self.decode.chunks)
+        tick = Tick(self.ticks, chunks, transfers, seats, self.decode.chunks,
+                    self.prefill.kept if self.prefill is not None else [[]], self.decode.kept)
         self.ticks += 1
         return tick
 

@@ -8,7 +8,8 @@ Per DP rank (vLLM: one engine core per rank; a request stays on the rank it was 
   1. running decode sequences first: each needs KV for its context plus this step's queries
      (1 + draft tokens); a rank short of blocks preempts its newest running sequence (vLLM V1's
      recompute preemption: its blocks freed, it goes back to the head of the rank's queue and
-     recomputes its context as prefill when readmitted), until the rest fit;
+     recomputes its context as prefill when readmitted, from the full blocks the prefix cache still
+     holds: `keep_preempted`), until the rest fit;
   2. prompts part-way through prefill, in order, chunked to what is left of the rank's token
      budget (decode queries count against it), blocks for each chunk allocated (preempting as in 1);
   3. the rank's waiting queue, FIFO, unless the rank preempted this step (as vLLM's scheduler): a
@@ -85,8 +86,9 @@ class EngineCore:
     def __init__(self, role: Role, ranks: int, budget: int, max_seqs: int, kv_blocks: int, block: int,
                  isl: Sequence[int], osl: Sequence[int], cached: Sequence[int], queries: int = 1,
                  tokens_per_step: float = 1.0, on_start: Callable[[int], int] | None = None,
-                 priority: Sequence[int] | None = None, window: int = 0):
+                 priority: Sequence[int] | None = None, window: int = 0, keep_preempted: bool = True):
         self.role, self.ranks, self.budget, self.max_seqs = role, ranks, budget, max_seqs
+        self.keep_preempted = keep_preempted  # a preempted sequence's full blocks stay cached (`kept`); False: lost
         self.window = window  # KV tokens a sequence holds beside its context (0: none)
         # [rid] request class priority (rackplan/specs/slo.py; vLLM's priority policy: lower first, then
         # arrival); None: FIFO
@@ -104,6 +106,10 @@ class EngineCore:
         self.pblocks = [0] * ranks  # blocks held by prefilling sequences
         self.held: dict[int, int] = {}  # rid -> blocks of a prefilling sequence
         self.resume: dict[int, tuple[float, float]] = {}  # preempted decode: rid -> (context, tokens left)
+        # preempted sequence: rid -> context tokens in its full blocks, which stay in the prefix cache when freed
+        # (vLLM V1, prefix caching on by default: KVCacheManager.free returns a request's blocks to the free queue
+        # with their hashes, tail blocks first to be evicted; on readmission get_computed_blocks finds them)
+        self.kept: dict[int, int] = {}
         self.rank_of: dict[int, int] = {}
         self.incoming = [0] * ranks  # bound requests not yet added (their KV on its way)
         self._arrived: list[int] = []  # added since the last step, not bound yet
@@ -276,10 +282,18 @@ class EngineCore:
             if left <= 0:
                 break
             start, target = self._prompt(rid)
+            kept = self.kept.get(rid, 0)
+            if kept > start:  # its freed blocks not yet evicted: the free queue hands out the older free blocks first;
+                # a whole-context hit still computes its last token (vLLM: num_computed_tokens <= num_tokens - 1)
+                start = max(start, min(kept, self._free_blocks(r) * self.block, target - 1))
             take = min(target - start, left)
             if self._free_blocks(r) < blocks(start + take + self.window, self.block):
                 break
             self._pop(r)
+            if kept:
+                del self.kept[rid]
+                if rid not in self.resume:  # (a recompute's tokens never counted as queued)
+                    self.queued_tokens -= start - self._prompt(rid)[0]
             if self.on_start is not None and rid not in self.resume and rid not in self._started:
                 self._started.add(rid)
                 self.queued_tokens -= self.on_start(rid)  # [prefix cache] the hit is known once scheduled
@@ -336,11 +350,15 @@ class EngineCore:
             self._ctx[r] = max(self._ctx[r] - ctx, 0.0)
             self._ending[s.end].remove(rid)
             self.resume[rid] = (ctx, s.left0 - (self.step - s.step0) * self.tps)
-        else:  # prefilling: its chunks so far are lost
+            if self.keep_preempted:
+                self.kept[rid] = int(ctx) // self.block * self.block
+        else:  # prefilling: its blocks are freed, its full blocks' tokens stay cached until evicted (kept)
             self.prefilling[r].remove(rid)
             self.pblocks[r] -= self.held.pop(rid)
             if rid not in self.resume:
                 self.queued_tokens += self.progress[rid] - self.cached[rid]
+            if self.keep_preempted:  # (a recompute preempted again keeps what it recomputed too)
+                self.kept[rid] = self.progress[rid] // self.block * self.block
             del self.progress[rid], self.target[rid]
         self.waiting[r].appendleft(rid)
         self.num_waiting += 1

@@ -7,7 +7,8 @@ from typing import Literal
 from .fields import check, non_negative, positive
 
 # Compute dtypes that run on the same tensor-core rate (and fall back to each other's curves)
-DTYPE_FAMILY = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16"}
+DTYPE_FAMILY = {"mxfp4": "fp4", "nvfp4": "fp4", "mxfp8": "fp8", "fp8_block": "fp8", "fp16": "bf16",
+                "mxfp4_bf16": "bf16"}  # (a weight-only kernel: MXFP4 weights computed in BF16, sim/cost/efficiency.py)
 
 
 @dataclass(frozen=True)

@@ -173,9 +173,9 @@ def _classes(cx: CostContext, name: str, phase: str) -> tuple[str, ...]:
     dt = m.dtypes
     kd = efficiency.kernel_dtype
     if name == "moe.experts":
-        return (f"experts.{kd(dt.expert_weights, dt.expert_compute_dtype)}",)
+        return (f"experts.{kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof)}",)
     if name == "moe.route":
-        return (f"moe.route.{kd(dt.expert_weights, dt.expert_compute_dtype)}",)
+        return (f"moe.route.{kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof)}",)
     gemms = {op.name: op for op in ops.model_ops(m, lay, phase) if op.gemms}
     if name in gemms:
         return tuple(dict.fromkeys(f"gemm.{kd(g.weight_dtype, g.compute_dtype)}" for g in gemms[name].gemms))

@@ -82,6 +82,13 @@ TILE = 128.0  # output tile edge (rows, columns) the occupancy term counts in
 # measured from the graph-timed SGLang table: calibration/opdb_import.py GRAPH_TIMED_SOURCE; on SM90 through
 # DeepGEMM's configuration choice, sim/cost/deepgemm.py), not the per-tensor CUTLASS kernel.
 KERNEL_FORMATS = {"fp8_block": "fp8", "mxfp4": "fp4"}  # weight format -> the compute dtype it runs in
+# Weight-only kernels: 4-bit weights dequantised in the kernel and computed in BF16, timed apart from the BF16 kernel
+# (experts.<key>; a profile without that class prices them by the compute dtype's curve at the format's bytes, as
+# before). gpt-oss's MXFP4 experts on Hopper: vLLM runs OpenAI's Triton matmul_ogs MoE (vLLM blog 2025-08-05 "vLLM
+# Now Supports gpt-oss": "Hopper GPUs (e.g., H100, H200): Triton matmul_ogs"), which the op tables time as moe_dtype
+# w4a16_mxfp4 (kernel vllm_gptossmxfp4moe_triton_oaitritonmxfp4experts..., gpt-oss's own expert shapes); at 8 to
+# 2,048 tokens it runs 2-3x faster than the BF16 kernel's curve at MXFP4 bytes (benchmarks/gpustack_steps.py).
+WEIGHT_ONLY_KERNELS = {("mxfp4", "bf16"): "mxfp4_bf16"}
 
 
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:
@@ -331,10 +338,14 @@ def gemm_curve_streams(prof: Profile, dtype: str) -> bool:
     return dtype_curve(prof, "gemm", dtype) is not None
 
 
-def kernel_dtype(weights: str, compute: str) -> str:
+def kernel_dtype(weights: str, compute: str, prof: Profile | None = None) -> str:
     """The dtype whose curves price a GEMM of `weights` computed in `compute` (routed experts, sim/cost/step.py;
     dense weight GEMMs, sim/cost/layer.py): the weights' format where its kernel is measured apart
-    (KERNEL_FORMATS) and runs in `compute`, else the compute dtype."""
+    (KERNEL_FORMATS) and runs in `compute`, a weight-only kernel's key (WEIGHT_ONLY_KERNELS) where `prof` has its
+    experts curve, else the compute dtype."""
+    wo = WEIGHT_ONLY_KERNELS.get((weights, compute))
+    if wo is not None and prof is not None and curve(prof, f"experts.{wo}") is not None:
+        return wo
     return weights if KERNEL_FORMATS.get(weights) == compute else compute
 
 

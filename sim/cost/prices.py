@@ -183,7 +183,7 @@ class EPSide(NamedTuple):
     def kernel_dtype(self) -> str:
         """The experts kernel's dtype (the curves it runs: block-scaled FP8 weights -> fp8_block)."""
         dt = self.model.dtypes
-        return efficiency.kernel_dtype(dt.expert_weights, dt.expert_compute_dtype)
+        return efficiency.kernel_dtype(dt.expert_weights, dt.expert_compute_dtype, self.prof)
 
 
 class EPWork(NamedTuple):

@@ -78,3 +78,17 @@ def test_shipped_mla_decode_class_matches_the_module_rows_of_today(tables, monke
     assert held_mape() == pytest.approx(prof.fit_error["attn.decode.mla.bf16"], abs=0.1)
     monkeypatch.setattr(opdb_ops, "module_elementwise_seconds", lambda m, tokens, *_: np.zeros_like(tokens))
     assert held_mape() > 2 * prof.fit_error["attn.decode.mla.bf16"]
+
+
+@pytest.mark.profile_data
+def test_shipped_mxfp4_bf16_class_matches_its_kernel_rows():
+    """h100's experts.mxfp4_bf16 (gpt-oss's Triton MXFP4 MoE, the w4a16_mxfp4 rows; benchmarks/opdb_per_kernel_splice.py
+    --expert-class) prices today's held-out rows at its recorded error, on the kernel its provenance names."""
+    hw = load_hardware("h100-sxm")
+    prof = load_profile("h100-sxm-vllm")
+    rows = next(r for r in opdb_ops.expert_rows(opdb.locate(opdb.data_root(), "h100_sxm", "vllm"), hw)
+                if r.key == "experts.mxfp4_bf16")
+    assert rows.kernel == prof.provenance["classes"]["experts.mxfp4_bf16"]["kernel"]
+    _, held = split(len(rows.seconds))
+    assert mape(rows.predict(prof, held), rows.seconds[held]) == pytest.approx(prof.fit_error["experts.mxfp4_bf16"],
+                                                                              abs=0.1)

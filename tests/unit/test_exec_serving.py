@@ -92,3 +92,42 @@ def test_chunked_prefill_equals_whole_prompt(kind):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for a, b in zip(whole.data, cache.data, strict=True):
         torch.testing.assert_close(b[1, :23], a[0, :23], rtol=1e-4, atol=1e-4)
+
+
+def test_a_preempted_sequence_finds_its_kept_kv_in_its_new_slot():
+    """The policy's kept-blocks trace (test_policy.test_preempted_blocks_stay_cached: blocks of 4, 5 of them)
+    through DecodeSeats and a KVCache whose position p of request r holds 100 r + p: rids 1 and 2 are
+    preempted first with 8 and 4 tokens kept, their slots given back (and wiped: a free slot holds nothing the
+    policy counts on); readmitted, each recompute chunk starts at 7 and 3 in a slot that holds the request's
+    positions before it (KVCache.keep), and every seat's slot holds its whole context every step."""
+    from rackplan.executor.attention import KVCache
+
+    seats = DecodeSeats(EngineCore("decode", 1, 8, 4, 5, 4, [6, 5, 2], [4, 8, 8], [0] * 3))
+    for rid in range(3):
+        seats.stage(rid)
+    cache = KVCache(1, 4, 16, 1, torch.float32, "cpu")  # 1 layer, 4 slots, 16 positions, entry dim 1
+    d = cache.data[0][..., 0]  # [slots, positions]
+
+    def want(rid, n):
+        return torch.arange(n, dtype=torch.float32) + 100 * rid
+
+    kept, starts = {}, {}
+    for _ in range(20):
+        if not seats.busy:
+            break
+        per = seats.seat()
+        cache.keep(seats.kept[0], seats.chunks[0])
+        for k in seats.kept[0]:
+            kept.setdefault(k.rid, k.tokens)
+            d[k.slot] = -1
+        for c in seats.chunks[0]:
+            starts.setdefault(c.rid, c.start)
+            assert torch.equal(d[c.slot, :c.start], want(c.rid, c.start))
+            d[c.slot, c.start:c.start + c.take] = want(c.rid, c.start + c.take)[c.start:]  # the recompute
+        for s in per[0]:
+            if s.new:
+                d[s.slot, :s.ctx] = want(s.rid, s.ctx)  # the KV hand-off
+            assert torch.equal(d[s.slot, :s.ctx], want(s.rid, s.ctx))
+            d[s.slot, s.ctx] = 100 * s.rid + s.ctx  # this step's token
+        seats.book(per)
+    assert not seats.busy and kept == {1: 8, 2: 4} and starts == {1: 7, 2: 3} and cache.kept == {}

@@ -12,9 +12,12 @@ from rackplan.policy import EngineCore, Router, bind_rank, blocks, choose
 pytestmark = pytest.mark.unit
 
 
-def _core(role, ranks=2, budget=8, seqs=4, kv=100, block=4, isl=(), osl=(), cached=None, q=1, tps=1.0):
+def _core(role, ranks=2, budget=8, seqs=4, kv=100, block=4, isl=(), osl=(), cached=None, q=1, tps=1.0, keep=False):
+    """keep=False: a preempted sequence's blocks are lost (the recompute path these hand traces follow);
+    the engine's default keeps them cached (test_preempted_blocks_stay_cached)."""
     isl, osl = list(isl), list(osl)
-    return EngineCore(role, ranks, budget, seqs, kv, block, isl, osl, list(cached or [0] * len(isl)), q, tps)
+    return EngineCore(role, ranks, budget, seqs, kv, block, isl, osl, list(cached or [0] * len(isl)), q, tps,
+                      keep_preempted=keep)
 
 
 def _step(core, emitted=None):
@@ -78,6 +81,26 @@ def test_decode_kv_grows_in_blocks_and_the_newest_is_preempted():
     assert b.chunks == [[(1, 8, 0)]] and b.decoding == 0
     b, _ = _step(core)
     assert b.decoding == 1 and core.context(1) == (9.0, 4.0) and b.chunks == [[(2, 4, 0)]]  # (after the step)
+
+
+def test_preempted_blocks_stay_cached():
+    """The trace above with vLLM V1's default prefix caching: a preempted sequence's full blocks go back to the
+    free queue with their hashes and are found again on readmission (KVCacheManager.get_computed_blocks), so
+    the recompute runs only what they do not hold, and at least its last token. Step 5: rid 1 (context 8, two
+    full blocks kept) resumes from 7 (8 - 1: a whole-context hit computes its last token), 1 token in 2 blocks;
+    rid 2 (context 4, one block kept) from 3, 1 token in 1 block: 3 of 5 blocks, 2 of the 8-token budget, both
+    in one step where the lost-blocks trace spends the budget on rid 1's 8 tokens. Step 6: both decode."""
+    core = _core("decode", ranks=1, kv=5, isl=[6, 5, 2], osl=[4, 8, 8], keep=True)
+    for rid in range(3):
+        core.add(rid)
+    for _ in range(3):
+        _step(core)
+    b, d = _step(core)
+    assert b.preempted == [1] and d.finished == [0] and core.kept == {2: 4, 1: 8}
+    b, _ = _step(core)
+    assert b.chunks == [[(1, 1, 7), (2, 1, 3)]] and b.decoding == 0 and core.kept == {}
+    b, _ = _step(core)
+    assert b.decoding == 2 and core.context(1) == (9.0, 4.0) and core.context(2) == (5.0, 5.0)
 
 
 def test_lazy_block_count_equals_block_by_block_allocation():
