@@ -7,8 +7,8 @@ enough to reach steady state -> compare with the simulator over each side's stea
   2. a sweep of that plan's layouts up to its decode batch cap and prefill token budget (powers of two; the
      prefill sweep stops at the tokens its steps fill, max_batch_per_rank x the mean prompt; --max-batch /
      --max-tokens cap them to what the machine can measure), every other interior size held out, two repeats
-     interleaved in time; a serving run of tiny-chunked (48 requests) for the engine-loop overhead and the
-     step-time spread; `rackplan calibrate` with
+     interleaved in time; a serving run of the plan's workload (8 s at 30 req/s) for the engine loop's host
+     time (fixed and per request admitted / finished) and the step-time spread; `rackplan calibrate` with
      those hold-outs (it refuses a fit without any: OUT/cpu-local-heldout.yaml, scored by step 5), then on every
      shape measured (OUT/cpu-local.yaml: the profile the plan is priced with, step 3 on);
   3. `rackplan plan` again with the profile just fitted (OUT/plan.yaml): the plan served is the one this
@@ -48,7 +48,9 @@ from rackplan.specs import load_plan, load_profile, load_workload, resolve_path 
 RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
 RATES = (1.0, 0.8, 0.5)
 GATE_TPS, GATE_LAT, GATE_STEP = 10.0, 20.0, 10.0  # % (the issue's "what it must show")
-LOOP_REQUESTS = 48  # requests of the engine-loop run (8x tiny-chunked's 6, whose run had 16 decode steps)
+LOOP_SECONDS, LOOP_RATE = 8.0, 30.0  # the engine-loop run: the plan's workload, 8 s of Poisson arrivals at 30 req/s
+# (240 requests: hundreds of decode steps, most admitting or finishing a request, below the 70-130 req/s the
+# plans verified at on this machine in session 16)
 
 
 def powers(lo: int, hi: int) -> tuple[int, ...]:
@@ -173,23 +175,21 @@ def held_out_path(prof: Path) -> Path:
     return prof.with_name(prof.stem + "-heldout" + prof.suffix)
 
 
-def loop_workload(out: Path) -> Path:
-    """tiny-chunked with LOOP_REQUESTS requests: the engine-loop run calibrate reads the loop overhead from and,
-    with >= 10 serving steps of a kind, the step-time spread (calibration/spread.py). tiny-chunked's own 6
-    requests ran 16 decode steps, too few to meet a slow stretch of the shared cores (RESULTS.md session 16)."""
-    d = yaml.safe_load(resolve_path("workloads", "tiny-chunked").read_text())
-    d["name"], d["num_requests"] = f"tiny-chunked-{LOOP_REQUESTS}", LOOP_REQUESTS
-    path = out / f"{d['name']}.yaml"
-    path.write_text(yaml.safe_dump(d, sort_keys=False))
-    return path
+def loop_workload(plan, out: Path) -> Path:
+    """The plan's workload at LOOP_RATE for LOOP_SECONDS: the engine-loop run calibrate reads the decode loop's
+    host time (its fixed part and per request admitted / finished: calibration/fit.py fit_loop_host) and, with
+    >= 10 serving steps of a kind, the step-time spread (calibration/spread.py) from. The plan's own prompts:
+    a request's admission receives its KV, so its price follows the prompt length (tiny-chunked's ~400-token
+    prompts cost 1.3-1.8 ms an admission, tiny-chat's 56 tokens 0.5-0.9 ms: RESULTS.md session 17, loop)."""
+    return workload_at(plan, LOOP_RATE, LOOP_SECONDS, out, least=0)
 
 
-def workload_at(plan, rate: float, seconds: float, out: Path) -> Path:
-    """The plan's workload at a Poisson `rate` with `seconds` of arrivals (at least 200 requests)."""
+def workload_at(plan, rate: float, seconds: float, out: Path, least: int = 200) -> Path:
+    """The plan's workload at a Poisson `rate` with `seconds` of arrivals (at least `least` requests)."""
     d = yaml.safe_load(resolve_path("workloads", plan.workload).read_text())
     d["name"] = f"{d['name']}-at-{rate:.1f}rps"
     d["arrival"] = {"kind": "poisson", "rate": float(rate)}
-    d["num_requests"] = int(max(200, round(rate * seconds)))
+    d["num_requests"] = int(max(least, round(rate * seconds)))
     path = out / f"{d['name']}.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     return path
@@ -261,7 +261,7 @@ def main(argv=None) -> int:
     runs = run_sweep(first_path, cfg, out)
     loop_run = out / "serve-fit"
     calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(first_path), "--device", "cpu", "--out",
-                                    str(loop_run), "--workload", str(loop_workload(out))])
+                                    str(loop_run), "--workload", str(loop_workload(first, out))])
     prof = out / "cpu-local.yaml"
     fit(first_path, runs, loop_run, cfg, prof)
     # 3. re-plan with the profile this machine's measurements just gave (the same kind of deployment the sweep
