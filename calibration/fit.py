@@ -27,7 +27,7 @@ from rackplan.specs import A2AParams, HardwareSpec, ModelSpec, Plan, Profile, Sp
 from rackplan.specs.ops import COMPUTE_OPS, DEVICE_OPS
 
 from .robust import check_points, fit_relative, mape
-from .samples import StepSample, layout_for
+from .samples import StepSample, layout_for, plan_seconds
 
 # stage 1 shared-curve parameters: name, lower, upper
 SHARED_PARAMS = (("gemm_eff_max", 1e-3, 1.0), ("gemm_m_half", 0.0, 1e4), ("mem_bytes_half", 0.0, 1e8),
@@ -236,23 +236,23 @@ MIN_LOOP_STEPS = 20  # decode-leader steps of serving runs before the loop's per
 def loop_steps(records: list[dict]) -> list[tuple[float, int, int]]:
     """(host seconds, admitted, finished) of every decode-leader step of serving runs with separate
     instances: the loop's 'host' record (role 'serve': the loop's time outside the step, with the KV
-    receive of newly seated requests and the executor's booking) + the step's host.exposed (the plan
-    the step waited for: the scheduler and its control-plane round trips, executor/disagg.py
-    Loop.aside), against the requests the step admitted and finished (shape admitted_global /
-    finished_global)."""
+    receive of newly seated requests and the executor's booking) + the plan the step waited for
+    (samples.plan_seconds: the scheduler and its control-plane round trips, executor/disagg.py
+    Loop.aside; the fit's steps leave it out), against the requests the step admitted and finished
+    (shape admitted_global / finished_global)."""
     loops = {(r.get("_run", 0), r["shape"].get("instance"), r["step"]): r for r in records
              if r["op"] == "host" and r["role"] == "serve" and r["shape"].get("decode_steps")
              and r["shape"].get("time_shared") is False}
-    out = []
+    plans: dict[tuple, float] = {}  # the leader's plan seconds of each step (samples.plan_seconds)
+    counts: dict[tuple, tuple[int, int]] = {}
     for r in records:
-        if r["op"] != "host.exposed" or r["role"] != "decode":
-            continue
-        loop = loops.get((r.get("_run", 0), r["shape"].get("instance"), r["step"]))
-        if loop is None or loop["rank"] != r["rank"]:  # the leader's (its rank wrote the loop record)
-            continue
-        out.append((loop["seconds"] + r["seconds"], int(r["shape"].get("admitted_global", 0)),
-                    int(r["shape"].get("finished_global", 0))))
-    return out
+        key = (r.get("_run", 0), r["shape"].get("instance"), r["step"])
+        loop = loops.get(key) if r["role"] == "decode" else None
+        if loop is None or loop["rank"] != r["rank"] or r["op"] not in ("host.exposed", "host.sample"):
+            continue  # the leader's records (its rank wrote the loop record)
+        plans[key] = plans.get(key, loops[key]["seconds"]) + plan_seconds(r)
+        counts[key] = (int(r["shape"].get("admitted_global", 0)), int(r["shape"].get("finished_global", 0)))
+    return [(plans[k], *counts[k]) for k in sorted(plans, key=lambda k: (k[0], str(k[1]), k[2]))]
 
 
 def fit_loop_host(records: list[dict]) -> tuple[float, float, float] | None:
