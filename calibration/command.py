@@ -216,7 +216,7 @@ def _with_status(fn, benches: int):
 
 
 def _from_measurements(args, base, name):
-    from .fit import Fitter, fit_iteration, fit_profile
+    from .fit import Fitter, fit_iteration, fit_loop_host, fit_profile, loop_steps
     from .samples import raw_steps, samples_of, split_holdout
     from .spread import step_spread
 
@@ -235,8 +235,11 @@ def _from_measurements(args, base, name):
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     fx = Fitter(plan, model, hw, fit)
     prof = fit_profile(fx, base, name, getattr(args, "launch_s", None))
-    iteration = fit_iteration(records)
-    if iteration is not None:
+    iteration, loop = fit_iteration(records), fit_loop_host(records)
+    if loop is not None:  # the loop's fixed part and its per-request terms, from the serving steps
+        prof = dataclasses.replace(prof, host=dataclasses.replace(
+            prof.host, schedule_step_s=loop[0], schedule_per_admit_s=loop[1], output_per_finish_s=loop[2]))
+    elif iteration is not None:
         prof = dataclasses.replace(prof, host=dataclasses.replace(prof.host, schedule_step_s=_sig(iteration)))
     fit_shapes = {(s.role, s.size) for s in fit}
     sd, corr, spread_info = step_spread([s for s in raw if s.serve or (s.role, s.size) in fit_shapes],
@@ -251,6 +254,11 @@ def _from_measurements(args, base, name):
              "method": "per op: op_fixed x layers + op_scale x roofline (shared curves), soft-L1 relative "
                        "least squares on medians of per-run medians; a2a alpha + bytes/bw; host by step time",
              "note": "fit_error: MAPE % on the fit set; `rackplan validate` reports held-out error",
+             "loop_host": {"method": "serving runs' decode-leader steps: loop record + host.exposed = "
+                                     "schedule_step_s + schedule_per_admit_s x admitted + output_per_finish_s x "
+                                     "finished, soft-L1 relative least squares (calibration/fit.py fit_loop_host)",
+                           "steps": len(loop_steps(records))} if loop is not None else
+                          {"method": "median loop record per step (fit_iteration)"} if iteration is not None else None,
              "step_time_spread": {"method": "per kind, serving steps (>= 10) r = log(step / fitted price) less "
                                             "its median, else the fit set's sweep steps r = log(step / its shape's "
                                             "median); sd = (q90 - q10) / 2.563 of r, corr = lag-1 correlation of r "

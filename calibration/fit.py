@@ -27,7 +27,7 @@ from rackplan.specs import A2AParams, HardwareSpec, ModelSpec, Plan, Profile, Sp
 from rackplan.specs.ops import COMPUTE_OPS, DEVICE_OPS
 
 from .robust import check_points, fit_relative, mape
-from .samples import StepSample, layout_for
+from .samples import StepSample, layout_for, plan_seconds
 
 # stage 1 shared-curve parameters: name, lower, upper
 SHARED_PARAMS = (("gemm_eff_max", 1e-3, 1.0), ("gemm_m_half", 0.0, 1e4), ("mem_bytes_half", 0.0, 1e8),
@@ -228,6 +228,58 @@ def fit_iteration(records: list[dict]) -> float | None:
     per_step = [r["seconds"] / n for r in loops
                 for n in [r["shape"].get("prefill_steps", 0) + r["shape"].get("decode_steps", 0)] if n > 0]
     return float(np.median(per_step)) if per_step else None
+
+
+MIN_LOOP_STEPS = 20  # decode-leader steps of serving runs before the loop's per-request terms are fitted
+
+
+def loop_steps(records: list[dict]) -> list[tuple[float, int, int]]:
+    """(host seconds, admitted, finished) of every decode-leader step of serving runs with separate
+    instances: the loop's 'host' record (role 'serve': the loop's time outside the step, with the KV
+    receive of newly seated requests and the executor's booking) + the plan the step waited for
+    (samples.plan_seconds: the scheduler and its control-plane round trips, executor/disagg.py
+    Loop.aside; the fit's steps leave it out), against the requests the step admitted and finished
+    (shape admitted_global / finished_global)."""
+    loops = {(r.get("_run", 0), r["shape"].get("instance"), r["step"]): r for r in records
+             if r["op"] == "host" and r["role"] == "serve" and r["shape"].get("decode_steps")
+             and r["shape"].get("time_shared") is False}
+    plans: dict[tuple, float] = {}  # the leader's plan seconds of each step (samples.plan_seconds)
+    counts: dict[tuple, tuple[int, int]] = {}
+    for r in records:
+        key = (r.get("_run", 0), r["shape"].get("instance"), r["step"])
+        loop = loops.get(key) if r["role"] == "decode" else None
+        if loop is None or loop["rank"] != r["rank"] or r["op"] not in ("host.exposed", "host.sample"):
+            continue  # the leader's records (its rank wrote the loop record)
+        plans[key] = plans.get(key, loops[key]["seconds"]) + plan_seconds(r)
+        counts[key] = (int(r["shape"].get("admitted_global", 0)), int(r["shape"].get("finished_global", 0)))
+    return [(plans[k], *counts[k]) for k in sorted(plans, key=lambda k: (k[0], str(k[1]), k[2]))]
+
+
+def fit_loop_host(records: list[dict]) -> tuple[float, float, float] | None:
+    """(schedule_step_s, schedule_per_admit_s, output_per_finish_s) of the decode loop from serving runs:
+    host seconds per step (loop_steps) = fixed + per admitted request + per finished request, soft-L1
+    relative least squares, each term >= 0. None with fewer than MIN_LOOP_STEPS steps or no step that
+    admits or finishes a request (fit_iteration's median then stands alone).
+
+    Why per request: the executor's decode leader reads each newly arrived request's KV header and
+    receives its KV before the step, and books each finished one on the control plane after it; a
+    step that admits and finishes more requests takes longer (session 16's idle runs: 0.9-1.2 ms at none,
+    +0.4-0.6 ms per request admitted or finished at the verified rate, 2.3 of them a step). A median
+    over a light engine-loop run priced the loop at its light rate; the simulator's decode instances
+    pass each step's admitted and finished counts to these terms (sim/cost/host.py, HostModel.turnover)."""
+    rows = loop_steps(records)
+    if len(rows) < MIN_LOOP_STEPS or not any(a or f for _, a, f in rows):
+        return None
+    y = np.array([s for s, _, _ in rows])
+    a = np.array([[1.0, ad, fi] for _, ad, fi in rows])  # [N, 3]
+
+    def pred(p):
+        return a @ p
+
+    top = float(np.max(y))
+    p, _ = fit_relative(pred, [float(np.median(y)), 0.0, 0.0], [0.0, 0.0, 0.0], [top, top, top], y,
+                        "measurements", "decode loop host seconds", f_scale=SOFT_L1)
+    return _sig(p[0]), _sig(p[1]), _sig(p[2])
 
 
 def _sig(x: float) -> float:

@@ -109,14 +109,15 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
     pre_new = [np.zeros(0) for _ in range(ranks)]
     pre_pre = [np.zeros(0) for _ in range(ranks)]
     ops: dict[str, float] = {}
-    step_s = host_s = 0.0
+    host_s = 0.0
+    steps: dict[int, float] = {}  # per rank: its step record, less the plan it waited for (`plan_seconds`)
     for r in recs:
         shp = StepShape.from_record(r["shape"]) if r["role"] != "serve" else None
-        if r["op"] == "step":
-            step_s = max(step_s, r["seconds"])
-        elif r["op"] == "host":
+        steps[r["rank"]] = steps.get(r["rank"], 0.0) + (r["seconds"] if r["op"] == "step" else 0.0) \
+            - plan_seconds(r)
+        if r["op"] == "host":
             host_s = max(host_s, r["seconds"])
-        else:
+        elif r["op"] != "step":
             ops[r["op"]] = max(ops.get(r["op"], 0.0), r["seconds"])
         if shp is None:
             continue
@@ -126,6 +127,7 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
             pre_pre[k] = np.array([p for _, _, p in work.chunks])
         else:
             dec_b[k], dec_c[k] = work.dec_seqs, work.dec_ctx
+    step_s = max(steps.values(), default=0.0)
     if step_s <= 0:
         return None  # a step without its wall time cannot be compared
     rb = RankBatch(dec_b, dec_c, pre_new, pre_pre) if role == "prefill" else RankBatch(dec_b, dec_c)
@@ -136,6 +138,17 @@ def _one_step(run: int, role: str, step: int, recs: list[dict], plan: Plan) -> S
     busy = max(r["world_size"] for r in recs) if serve else len({r["rank"] for r in recs})
     return StepSample(role, size, rb, ops, step_s, host_s, 1, [step], serve=serve, run=run, parts=parts,
                       busy_ranks=busy)
+
+
+def plan_seconds(r: dict) -> float:
+    """A record's share of the plan its step waited for, where a separate instance's serving loop (shape
+    time_shared false) put that plan inside its step record (executor/disagg.py: step += the plan's
+    seconds, host.exposed = the plan + sampling): host.exposed counts +, host.sample - (their difference is
+    the plan: the scheduler and its control-plane round trips). The loop's host terms price that time
+    (calibration/fit.py fit_loop_host), so the step the fit sees is the forward, as a benchmark step's."""
+    if r["shape"].get("time_shared") is not False or r["op"] not in ("host.exposed", "host.sample"):
+        return 0.0
+    return r["seconds"] if r["op"] == "host.exposed" else -r["seconds"]
 
 
 def _shape_key(s: StepSample) -> tuple:

@@ -42,3 +42,20 @@ def test_the_prefill_sweep_stops_at_what_the_plans_steps_fill():
     cfg = p2h.sweep_cfg(_plan(16, 2048), quick=False, max_batch=None, max_tokens=None)
     assert cfg["prefill"] == (32, 64, 128, 256) and cfg["covers"]["prefill_tokens"] == [256, 2048]
     assert p2h.uncovered(_plan(16, 8192), cfg) == {}
+
+
+def test_the_plan_is_priced_with_every_shape_and_scored_on_the_held_out_fit(tmp_path, monkeypatch):
+    # two calibrate calls: the held-out fit (validate scores it: the MAPE gate) and the fit on every shape
+    # (the re-plan and the simulator price with it: the plan's batch cap, a held-out size, is in its fit)
+    calls = []
+    monkeypatch.setattr(p2h.calibration_loop, "sh", calls.append)
+    cfg = p2h.sweep_cfg(_plan(16, 256), quick=False, max_batch=None, max_tokens=None)
+    prof = tmp_path / "cpu-local.yaml"
+    held = p2h.fit(tmp_path / "plan.yaml", [tmp_path / "a", tmp_path / "b"], tmp_path / "loop", cfg, prof)
+    assert held == tmp_path / "cpu-local-heldout.yaml" == p2h.held_out_path(prof)
+    first, second = calls
+    assert first[first.index("--out") + 1] == str(held) and second[second.index("--out") + 1] == str(prof)
+    assert [first[i + 1] for i, a in enumerate(first) if a == "--holdout"] == ["decode:2,8", "prefill:64"]
+    assert "--holdout" not in second and "--no-holdout" in second and "--no-holdout" not in first
+    assert [a for a in first if a not in ("--holdout", "decode:2,8", "prefill:64")][:-2] == \
+        [a for a in second if a != "--no-holdout"][:-2]  # the same measurements, plan and name
