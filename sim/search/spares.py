@@ -59,6 +59,11 @@ def plan(req: planner.Request, name: str, spares: int, target: float | None) -> 
     if target is not None:
         caps = {id(v): capacity(full, v, name) for v in ok}
         reach = [v for v in ok if caps[id(v)] >= target]
+        if not reach:  # the search verified for the objective alone: verify the front points reaching the target
+            res = _verify_reaching(res, full, name, target)
+            ok = [v for v in res.verified if v.passed]
+            caps = {id(v): capacity(full, v, name) for v in ok}
+            reach = [v for v in ok if caps[id(v)] >= target]
         if not reach:
             best = max(ok, key=lambda v: caps[id(v)])
             nodes = availability.spare_nodes(to_plan(full, best, name), full.hw)
@@ -70,6 +75,20 @@ def plan(req: planner.Request, name: str, spares: int, target: float | None) -> 
     win = planner.choose(full, ok)
     full.progress = prog
     return replace(res, request=full, winner=win, plan=to_plan(full, win, name))
+
+
+def _verify_reaching(res: planner.Result, full: planner.Request, name: str, target: float) -> planner.Result:
+    """`res` with the front points whose plan reaches `target` verified among themselves (the search's
+    branch and bound, run on them alone: its bound compares only deployments the floor allows).
+    Availability depends on the layout, not on the verified rate, so it is known before simulating."""
+    from .front import Verified
+
+    done = {id(v.cand) for v in res.verified if v.check is not None}
+    reaching = [c for c in res.front if id(c) not in done and capacity(full, Verified(c, None), name) >= target]
+    if not reaching or not res.request.simulate:
+        return res
+    more = {id(v.cand): v for v in planner.verify(res.request, reaching)}
+    return replace(res, verified=[more.get(id(v.cand), v) for v in res.verified])
 
 
 def to_plan(req: planner.Request, v, name: str):
