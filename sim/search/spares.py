@@ -7,8 +7,9 @@ and plan.yaml keeps the whole budget, so its idle nodes are the spares a failed 
 (economics.on_budget). --availability A keeps, among the verified points, those whose expected
 capacity with the budget's idle nodes as spares reaches A, and the objective chooses among them: a
 pool of smaller instances loses less of the plan with one instance down, and idle nodes shorten
-each failure from replace_hours to repair_hours. None reaching A is refused in one line that names
-the best one's figure.
+each failure from replace_hours to repair_hours. Where the search verified none that reaches A (its
+branch and bound ranks by the objective alone), the front points reaching A are verified among
+themselves. None reaching A is refused in one line that names the best one's figure.
 """
 from __future__ import annotations
 
