@@ -281,8 +281,8 @@ class EngineCore:
                 continue
             if left <= 0:
                 break
-            start, target = self._prompt(rid)
-            kept = self.kept.get(rid, 0)
+            first, target = self._prompt(rid)
+            start, kept = first, self.kept.get(rid, 0)
             if kept > start:  # its freed blocks not yet evicted: the free queue hands out the older free blocks first;
                 # a whole-context hit still computes its last token (vLLM: num_computed_tokens <= num_tokens - 1)
                 start = max(start, min(kept, self._free_blocks(r) * self.block, target - 1))
@@ -293,7 +293,7 @@ class EngineCore:
             if kept:
                 del self.kept[rid]
                 if rid not in self.resume:  # (a recompute's tokens never counted as queued)
-                    self.queued_tokens -= start - self._prompt(rid)[0]
+                    self.queued_tokens -= start - first
             if self.on_start is not None and rid not in self.resume and rid not in self._started:
                 self._started.add(rid)
                 self.queued_tokens -= self.on_start(rid)  # [prefix cache] the hit is known once scheduled

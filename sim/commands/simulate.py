@@ -301,7 +301,7 @@ def _package_files() -> list[tuple[tuple[str, ...], str]]:
 
 def _choice_file(sc: Scenario):
     """Where the planner estimate of these inputs is remembered (None: no disk cache, see
-    sim/cost/imbalance.cache_dir): a file named by a hash of the inputs (with a CPU rig's detected cores)
+    rackplan/diskcache.py): a file named by a hash of the inputs (with a CPU rig's detected cores)
     and the code."""
     import hashlib
 

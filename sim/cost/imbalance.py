@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rackplan.diskcache import CACHE_ENV, cache_dir, store  # noqa: F401  (CACHE_ENV: tests set it here)
+from rackplan.diskcache import cache_dir, store
 from rackplan.specs import SpecError
 
 if TYPE_CHECKING:  # (for annotations only; _popularity imports sim/expert_load.py when it runs)

@@ -220,9 +220,11 @@ def fit_rate(ttft_at, rate_hi: float, limit_s: float) -> tuple[float, float]:
             lo = mid
         elif mid >= b:
             hi = mid
-        elif (t := seen.setdefault(mid, ttft_at(mid))) <= limit_s:
+        elif (t := ttft_at(mid)) <= limit_s:  # (undecided: never seen, as every seen rate is <= a or >= b)
+            seen[mid] = t
             lo = a = mid
         else:
+            seen[mid] = t
             hi = b = mid
     if lo <= 0.0:
         return 0.0, math.inf

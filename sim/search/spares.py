@@ -19,6 +19,7 @@ from rackplan import availability
 from rackplan.specs import SpecError
 
 from . import planner
+from .front import Verified
 
 
 def add_arguments(p) -> None:
@@ -82,8 +83,6 @@ def _verify_reaching(res: planner.Result, full: planner.Request, name: str, targ
     """`res` with the front points whose plan reaches `target` verified among themselves (the search's
     branch and bound, run on them alone: its bound compares only deployments the floor allows).
     Availability depends on the layout, not on the verified rate, so it is known before simulating."""
-    from .front import Verified
-
     done = {id(v.cand) for v in res.verified if v.check is not None}
     reaching = [c for c in res.front if id(c) not in done and capacity(full, Verified(c, None), name) >= target]
     if not reaching or not res.request.simulate:

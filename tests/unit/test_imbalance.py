@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from rackplan import diskcache
 from rackplan.sim.cost.imbalance import NUM_LAYERS, SEED, factor_table, imbalance_factor, random_routing_factor
 from rackplan.sim.eplb import placement_for, replay_factor
 from rackplan.sim.routing import layer_popularity, sample_counts
@@ -104,7 +105,7 @@ def test_disk_cache_round_trip_and_invalidation(tmp_path, monkeypatch):
     def factor():
         return imbalance_factor(3000.0, K, E, 8, 0.3, 8, "global")
 
-    monkeypatch.setenv(imb.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(diskcache.CACHE_ENV, str(tmp_path))
     factor_table.cache_clear()
     fresh = factor()
     files = list((tmp_path / "imbalance").glob("*.json"))
@@ -119,7 +120,7 @@ def test_disk_cache_round_trip_and_invalidation(tmp_path, monkeypatch):
             monkeypatch.setattr(imb, "sampling_version", lambda: "another-version")
         elif change == "corrupt":
             files[0].write_text("{not json")
-        monkeypatch.setenv(imb.CACHE_ENV, "off" if change == "off" else str(tmp_path))
+        monkeypatch.setenv(diskcache.CACHE_ENV, "off" if change == "off" else str(tmp_path))
         calls = []
         real = imb._sample_point
         monkeypatch.setattr(imb, "_sample_point", lambda *a, calls=calls, real=real: calls.append(a) or real(*a))
