@@ -111,3 +111,35 @@ def test_gb200_prefill_case_prices_the_logged_step(cases):
     sc = ac.resolve(case)
     assert case.tokens_per_rank == 32 * sc.workload.isl.value <= sc.instance.max_tokens_per_step == 65536
     assert (sc.instance.all2all, sc.instance.cuda_graphs) == ("allgather_reducescatter", False)
+
+
+# The SGLang GB200 runs' own settings (benchmarks/cases/sglang-gb200-part{1,2}.yaml): the decode batch is the
+# recipe's --max-running-requests over its 48 DP ranks (= its --cuda-graph-bs and DeepEP dispatch-token cap),
+# a prefill step's tokens per rank its --chunked-prefill-size over its --dp-size (= --max-prefill-tokens 16384),
+# the instance sizes the post's ("4 ranks per instance for high-precision and 2 for low-precision").
+# (case id, dp, sequences or tokens per rank, redundant experts, EP exchange)
+SGLANG_GB200_RUNS = [("sglang-gb200-p1-decode", 48, 36864 // 48, 32, None),
+                     ("sglang-gb200-p2-decode-fp8attn-nvfp4", 48, 67584 // 48, 32, None),
+                     ("sglang-gb200-p2-decode-bf16attn-fp8", 48, 36864 // 48, 32, None),
+                     ("sglang-gb200-p2-prefill-bf16attn-fp8", 4, 131072 // 8, 32, None),
+                     ("sglang-gb200-p2-prefill-fp8attn-nvfp4", 2, 65536 // 4, 0, "allgather_reducescatter")]
+
+
+@pytest.mark.parametrize("cid, dp, per_rank, redundant, all2all", SGLANG_GB200_RUNS)
+def test_sglang_gb200_cases_price_the_recipe(cases, cid, dp, per_rank, redundant, all2all):
+    case = next(c for c in cases if c.id == cid)
+    lay = ac.resolve(case).instance
+    assert (lay.dp, lay.eplb.redundant_experts, lay.all2all) == (dp, redundant, all2all)
+    if case.method == "decode_step":
+        assert case.batch_per_rank == lay.max_batch_per_rank == per_rank
+    else:
+        assert case.tokens_per_rank == lay.max_tokens_per_step == per_rank == 16384
+
+
+def test_sglang_gb200_low_precision_prefill_offloads_half_its_moe_layers(cases):
+    # --offload-group-size 2 --offload-num-in-group 1: one MoE layer in two. Per GPU at DEP2: 256 / 2 experts x 58
+    # MoE layers x (gate, up, down: 3 x 7168 x 2048 parameters) x 0.5625 B (NVFP4 with its scales) = 183.9 GB; half.
+    case = next(c for c in cases if c.id == "sglang-gb200-p2-prefill-fp8attn-nvfp4")
+    by_hand = 128 * 58 * 3 * 7168 * 2048 * 0.5625 / 2 / 1e9
+    assert by_hand == pytest.approx(91.96, abs=0.01)
+    assert ac.resolve(case).instance.offload_gb == pytest.approx(by_hand, abs=0.5)
