@@ -143,3 +143,13 @@ def test_sglang_gb200_low_precision_prefill_offloads_half_its_moe_layers(cases):
     by_hand = 128 * 58 * 3 * 7168 * 2048 * 0.5625 / 2 / 1e9
     assert by_hand == pytest.approx(91.96, abs=0.01)
     assert ac.resolve(case).instance.offload_gb == pytest.approx(by_hand, abs=0.5)
+
+
+@pytest.mark.parametrize("cid, dispatch", [("sglang-gb200-p2-decode-fp8attn-nvfp4", "nvfp4"),
+                                           ("sglang-gb200-p2-prefill-fp8attn-nvfp4", "bf16"),
+                                           ("sglang-gb200-p2-decode-bf16attn-fp8", "fp8")])
+def test_sglang_gb200_dispatch_dtypes(cases, cid, dispatch):
+    # decode: SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH=1 (NVFP4 in DeepEP); the 2-rank prefill gathers BF16 hidden states
+    # (no SGLANG_MOE_NVFP4_DISPATCH); the high-precision runs keep DeepEP's FP8 dispatch
+    case = next(c for c in cases if c.id == cid)
+    assert ac.resolve(case).model.dtypes.dispatch == dispatch
