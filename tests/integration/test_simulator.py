@@ -95,8 +95,11 @@ def test_shared_decode_steps_when_overlapping():
     b = np.zeros(8)
     b[:2] = 1  # least-loaded admission puts them on different ranks
     steps = [dec.decode(b, b * (1000 + i)) for i in range(3)]
-    assert res.ttft_s[0] == pytest.approx(p + kv + steps[0], rel=1e-12)
-    assert res.e2e_s[1] == pytest.approx(p + kv + sum(steps), rel=1e-12)
+    # the client sends both at t = 0; the prefill instance's 8 API-server processes (one per DP rank on an
+    # 8-GPU host) tokenise the two prompts side by side, so both reach the engine after one prompt's time
+    fe = PROF.host_for("prefill").api_per_prompt_token_s * 1000
+    assert res.ttft_s[0] == pytest.approx(fe + p + kv + steps[0], rel=1e-12)
+    assert res.e2e_s[1] == pytest.approx(fe + p + kv + sum(steps), rel=1e-12)
 
 
 def test_routing_imbalance_drawn_per_step_gives_itl_a_tail():
@@ -142,7 +145,8 @@ def test_low_load_ttft_is_unloaded_path():
     pre, dec = _prices(plan)
     b = np.zeros(8)
     b[0] = 1
-    expected = (pre.step([[(0, 2000, 0)]] + [[]] * 7) + kv_transfer_seconds(MODEL, HW, PROF, 2000, False)
+    fe = PROF.host_for("prefill").api_per_prompt_token_s * 2000  # the API server tokenises the prompt first
+    expected = (fe + pre.step([[(0, 2000, 0)]] + [[]] * 7) + kv_transfer_seconds(MODEL, HW, PROF, 2000, False)
                 + dec.decode(b, b * 2000))
     assert res.ttft_s == pytest.approx(np.full(5, expected), rel=1e-9)
 
