@@ -187,3 +187,29 @@ def test_colocated_prefill_and_decode_take_turns():
     shared = simulate_specs(Scenario(coloc, MODEL, HW, w, PROF)).metrics
     assert shared["tpot_p90_s"] > sep["tpot_p90_s"] * 1.2
     assert shared["output_tps_per_gpu"] > sep["output_tps_per_gpu"]
+
+
+def test_closed_loop_front_end_splits_the_next_step():
+    """Prefill-only closed loop (OSL 1), 4 in flight, 8 requests, a budget of 4 prompts, one API-server
+    process tokenising each 2,000-token prompt in tau = 2 ms. By hand: the first prompt enters at tau and
+    runs alone (the engine steps on the first queued request); the other three join the next step; each
+    finished request's replacement enters tau after its step, while the other step runs. So the steps carry
+    1, 3, 1, 3 prompts and the last ends at tau + p(1) + p(3) + p'(1) + p(3), where p(k) is a k-prompt step
+    (a run of k requests without the front end: one step) and p'(1) a 1-prompt step after another (the second
+    step of a 1-in-flight run of 2, less p(1)). Without the front end: two steps of 4."""
+    plan = Plan(name="fe", model="deepseek-v3", hardware="h200-sxm", num_gpus=8,
+                aggregated=(Layout(role="both", dp=1, tp=8, max_tokens_per_step=8000),))
+    tau = 2000 * 1e-6
+    with_fe = PROF.with_host(lambda h: dataclasses.replace(h, api_per_prompt_token_s=1e-6))
+    no_fe = PROF.with_host(lambda h: dataclasses.replace(h, api_per_prompt_token_s=0.0))
+
+    def run(prof, conc, n):
+        return simulate_specs(Scenario(plan, MODEL, HW, wl(conc=conc, isl=2000, osl=1, n=n), prof))
+
+    p1, p3 = (run(no_fe, k, k).metrics["duration_s"] for k in (1, 3))
+    p1_next = run(no_fe, 1, 2).metrics["duration_s"] - p1
+    res = run(with_fe, 4, 8)
+    assert sum(res.steps.values()) == 4
+    assert res.metrics["duration_s"] == pytest.approx(tau + p1 + p3 + p1_next + p3, rel=1e-9)
+    assert p1 > 3 * tau  # (the replacements of a 3-prompt step all enter while the 1-prompt step runs)
+    assert sum(run(no_fe, 4, 8).steps.values()) == 2
