@@ -18,6 +18,7 @@ from rackplan.specs.layout import Layout
 
 from .aggregated import AggregatedInstance
 from .cost.cores import core_share
+from .cost.host import front_end_servers
 from .cost.memory import check_fits
 from .cost.step import CostContext
 from .cost.transfer import kv_link
@@ -109,8 +110,14 @@ class Deployment:
         n_shared = max(sum(lay.replicas for lay in pool) for pool in (plan.prefill, plan.decode))
         shared = [simpy.Resource(env, capacity=1) for _ in range(n_shared)] if plan.colocated else None
         pricers = {}  # one pricer (and routing stream) per layout, made in plan order
+        # the API-server processes in front of the entry pool, and the host block that prices them
+        self.front_end_servers, self.front_end_host = 0, (pre_prof if plan.disaggregated else prof).host_for(
+            "prefill" if plan.disaggregated else "both")
         for inst in plan.instances():
             lay, entry = inst.layout, inst.entry
+            if inst.pool != "decode":
+                node = (pre_hw if inst.pool == "prefill" else hw).gpus_per_node
+                self.front_end_servers += front_end_servers(lay, node)
             if entry not in pricers:
                 pricers[entry] = mk(lay, pre_hw, pre_prof) if inst.pool == "prefill" else mk(lay)
             pr = pricers[entry]
@@ -178,7 +185,12 @@ class Deployment:
         return inst.prefix.hit_tokens(rid) if inst.prefix is not None else 0
 
     def submit(self, rid: int) -> None:
+        """Request `rid` arrives now and goes straight to an entry instance."""
         self.log.arrive(rid, self.env.now)
+        self.enter(rid)
+
+    def enter(self, rid: int) -> None:
+        """Request `rid` (its arrival logged) reaches an entry instance's engine now."""
         self._pick(self.front, rid).submit(rid)
 
     def _bind_decode(self, rid: int) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import heapq
 import math
 from array import array
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ from rackplan.specs import (
     load_model,
 )
 
+from .cost.host import prompt_seconds
 from .deployment import Deployment, check_requests_fit, validate_plan
 from .metrics import Pools, RequestLog, SimResult, summarise
 from .request_classes import class_metrics
@@ -140,6 +142,32 @@ def _no_cyclic_gc():
             gc.enable()
 
 
+class FrontEnd:
+    """The API-server processes a closed-loop client's requests pass before the engine sees them
+    (`vllm bench serve --max-concurrency`: the next request is sent when one finishes). Each process
+    takes in one request at a time (sim/cost/host.py prompt_seconds: it tokenises the prompt), a request
+    goes to the process that frees first, and its arrival is logged when the client sends it. So the
+    replacements of requests that finish in the same step reach an idle engine one after another, and
+    the engine starts a step with the first (vLLM's engine core steps as soon as a request is queued:
+    vllm-project/vllm issue #16373)."""
+
+    def __init__(self, env, dep: Deployment, isl):
+        self.env, self.dep, self.isl = env, dep, isl  # isl: [N] prompt tokens per request
+        self.free = [0.0] * dep.front_end_servers  # a heap: when each process is next free (s)
+
+    def send(self, rid: int) -> None:
+        """The client sends request `rid` now."""
+        env, dep = self.env, self.dep
+        dep.log.arrive(rid, env.now)
+        work = prompt_seconds(dep.front_end_host, float(self.isl[rid]))
+        if work <= 0 or not self.free:
+            dep.enter(rid)
+            return
+        done = max(env.now, heapq.heappop(self.free)) + work
+        heapq.heappush(self.free, done)
+        env.timeout(done - env.now).callbacks.append(lambda _ev: dep.enter(rid))
+
+
 TAIL_STEP = 0.5  # a continued run's tail runs on this share of the cool-down (p90 E2E) at a time
 
 
@@ -194,9 +222,10 @@ class Run:
             dep.on_request_done = NextTurns(self.env, dep.submit, reqs.sessions)
         if self.workload.arrival.kind == "concurrency":
             nxt = iter(range(len(reqs)))
-            dep.on_request_done = lambda _rid: [dep.submit(r) for r in [next(nxt, None)] if r is not None]
+            front = FrontEnd(self.env, dep, reqs.isl)
+            dep.on_request_done = lambda _rid: [front.send(r) for r in [next(nxt, None)] if r is not None]
             for _ in range(min(self.workload.arrival.concurrency, len(reqs))):
-                dep.submit(next(nxt))
+                front.send(next(nxt))
             return None
         more = self._draw if self.stream is not None else None
         return OpenLoop(self.env, dep.submit, self.arrival, self.warm, more)

@@ -186,6 +186,9 @@ class HostParams:
     output_spec_s: float = 0.0  # ... per speculative decode step (accepted counts; 0 where not measured)
     api_per_token_s: float = 15e-6  # API server (its own processes): detokenise one emitted token
     api_per_chunk_s: float = 10e-6  # ... send one streamed chunk (one request's tokens of a stream interval)
+    # ... tokenise one prompt token of a new request, one request at a time per API-server process
+    # (the front end a closed-loop client's next request passes before the engine sees it)
+    api_per_prompt_token_s: float = 0.78e-6
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -22,7 +22,9 @@ The API server (host.api_server) runs in its own processes beside the engine: it
 every emitted token and sends one chunk per request per stream interval, shared by the API-server
 processes of an endpoint (one endpoint per host the instance spans). It never delays the engine,
 but a step cannot deliver tokens faster than it streams them: the decode step period is
-max(engine step, API-server seconds per step).
+max(engine step, API-server seconds per step). It also tokenises each new request's prompt, one
+request at a time per process (prompt_seconds): a closed-loop client's next request reaches the
+engine only after that (sim/simulator.py FrontEnd).
 
 Two-stage pipeline. Synchronous scheduling runs host and device work one after the other; eager
 launches interleave with the kernels they start, so the step is host - launches + max(gpu,
@@ -166,6 +168,19 @@ def api_seconds(hp: HostParams, layout: Layout, gpus_per_node: int, dec_seqs: fl
     ranks = endpoint_ranks(layout, gpus_per_node)
     return _api_seconds(hp, ranks, _api_servers(layout, ranks), acceptance, _chunk_share(layout, acceptance),
                         dec_seqs, pre_seqs)
+
+
+def front_end_servers(layout: Layout, gpus_per_node: int) -> int:
+    """API-server processes of one instance: one endpoint per host it spans, each with its
+    processes (vLLM's default: one per DP rank the endpoint serves)."""
+    ranks = endpoint_ranks(layout, gpus_per_node)
+    return math.ceil(layout.dp / ranks) * _api_servers(layout, ranks)
+
+
+def prompt_seconds(hp: HostParams, prompt_tokens: float) -> float:
+    """API-server seconds to take in one new request: tokenise its prompt (one request at a time
+    per process)."""
+    return hp.api_per_prompt_token_s * prompt_tokens
 
 
 def _api_servers(layout: Layout, ranks: int) -> int:

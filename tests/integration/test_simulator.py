@@ -95,8 +95,11 @@ def test_shared_decode_steps_when_overlapping():
     b = np.zeros(8)
     b[:2] = 1  # least-loaded admission puts them on different ranks
     steps = [dec.decode(b, b * (1000 + i)) for i in range(3)]
-    assert res.ttft_s[0] == pytest.approx(p + kv + steps[0], rel=1e-12)
-    assert res.e2e_s[1] == pytest.approx(p + kv + sum(steps), rel=1e-12)
+    # the client sends both at t = 0; the prefill instance's 8 API-server processes (one per DP rank on an
+    # 8-GPU host) tokenise the two prompts side by side, so both reach the engine after one prompt's time
+    fe = PROF.host_for("prefill").api_per_prompt_token_s * 1000
+    assert res.ttft_s[0] == pytest.approx(fe + p + kv + steps[0], rel=1e-12)
+    assert res.e2e_s[1] == pytest.approx(fe + p + kv + sum(steps), rel=1e-12)
 
 
 def test_routing_imbalance_drawn_per_step_gives_itl_a_tail():
@@ -142,7 +145,8 @@ def test_low_load_ttft_is_unloaded_path():
     pre, dec = _prices(plan)
     b = np.zeros(8)
     b[0] = 1
-    expected = (pre.step([[(0, 2000, 0)]] + [[]] * 7) + kv_transfer_seconds(MODEL, HW, PROF, 2000, False)
+    fe = PROF.host_for("prefill").api_per_prompt_token_s * 2000  # the API server tokenises the prompt first
+    expected = (fe + pre.step([[(0, 2000, 0)]] + [[]] * 7) + kv_transfer_seconds(MODEL, HW, PROF, 2000, False)
                 + dec.decode(b, b * 2000))
     assert res.ttft_s == pytest.approx(np.full(5, expected), rel=1e-9)
 
@@ -183,3 +187,29 @@ def test_colocated_prefill_and_decode_take_turns():
     shared = simulate_specs(Scenario(coloc, MODEL, HW, w, PROF)).metrics
     assert shared["tpot_p90_s"] > sep["tpot_p90_s"] * 1.2
     assert shared["output_tps_per_gpu"] > sep["output_tps_per_gpu"]
+
+
+def test_closed_loop_front_end_splits_the_next_step():
+    """Prefill-only closed loop (OSL 1), 4 in flight, 8 requests, a budget of 4 prompts, one API-server
+    process tokenising each 2,000-token prompt in tau = 2 ms. By hand: the first prompt enters at tau and
+    runs alone (the engine steps on the first queued request); the other three join the next step; each
+    finished request's replacement enters tau after its step, while the other step runs. So the steps carry
+    1, 3, 1, 3 prompts and the last ends at tau + p(1) + p(3) + p'(1) + p(3), where p(k) is a k-prompt step
+    (a run of k requests without the front end: one step) and p'(1) a 1-prompt step after another (the second
+    step of a 1-in-flight run of 2, less p(1)). Without the front end: two steps of 4."""
+    plan = Plan(name="fe", model="deepseek-v3", hardware="h200-sxm", num_gpus=8,
+                aggregated=(Layout(role="both", dp=1, tp=8, max_tokens_per_step=8000),))
+    tau = 2000 * 1e-6
+    with_fe = PROF.with_host(lambda h: dataclasses.replace(h, api_per_prompt_token_s=1e-6))
+    no_fe = PROF.with_host(lambda h: dataclasses.replace(h, api_per_prompt_token_s=0.0))
+
+    def run(prof, conc, n):
+        return simulate_specs(Scenario(plan, MODEL, HW, wl(conc=conc, isl=2000, osl=1, n=n), prof))
+
+    p1, p3 = (run(no_fe, k, k).metrics["duration_s"] for k in (1, 3))
+    p1_next = run(no_fe, 1, 2).metrics["duration_s"] - p1
+    res = run(with_fe, 4, 8)
+    assert sum(res.steps.values()) == 4
+    assert res.metrics["duration_s"] == pytest.approx(tau + p1 + p3 + p1_next + p3, rel=1e-9)
+    assert p1 > 3 * tau  # (the replacements of a 3-prompt step all enter while the 1-prompt step runs)
+    assert sum(run(no_fe, 4, 8).steps.values()) == 2

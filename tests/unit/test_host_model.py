@@ -28,7 +28,7 @@ HP = HostParams(schedule_step_s=100e-6, schedule_per_seq_s=10e-6, prepare_step_s
                 prepare_per_token_s=1e-6, launch_s=4e-6, kernels_per_layer=24, graph_launch_s=50e-6,
                 dp_sync_s=50e-6, dp_jitter=0.0, sample_step_s=50e-6, sample_per_seq_s=2e-6, sample_per_draft_s=1e-6,
                 spec_sync_s=300e-6, output_step_s=50e-6, output_per_token_s=12e-6, api_per_token_s=15e-6,
-                api_per_chunk_s=10e-6)
+                api_per_chunk_s=10e-6, api_per_prompt_token_s=1e-6)
 PROF = dataclasses.replace(load_profile("datasheet"), host=HP)
 SPEC = Speculation(num_tokens=2, acceptance_length=2.5)
 
@@ -146,7 +146,7 @@ def test_overhead_scale_scales_every_part_and_part_scales_one():
     sched = whatif.apply(specs, "host.scheduler_scale", 0.5).profile.host
     assert sched == dataclasses.replace(HP, schedule_step_s=50e-6, schedule_per_seq_s=5e-6)
     api = whatif.apply(specs, "host.api_server_scale", 2).profile.host
-    assert api == dataclasses.replace(HP, api_per_token_s=30e-6, api_per_chunk_s=20e-6)
+    assert api == dataclasses.replace(HP, api_per_token_s=30e-6, api_per_chunk_s=20e-6, api_per_prompt_token_s=2e-6)
 
 
 def test_layout_knobs_change_every_instance():
