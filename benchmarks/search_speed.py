@@ -59,6 +59,27 @@ def timed(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> tu
 
 
 BASELINE: str | None = None  # --baseline TREE: each case also run from that source tree first (PYTHONPATH)
+# the installed package's folders that live outside rackplan/ in a source tree (pyproject.toml package-dir)
+MAPPED = {"sim": "sim", "executor": "executor", "calibration": "calibration", "configs": "configs"}
+
+
+def package_view(tree: str, folder: str) -> str:
+    """A folder to put on PYTHONPATH so that every module of the package comes from `tree`: rackplan/
+    with tree/sim, executor, calibration and configs linked in as the install maps them. (With tree
+    itself on PYTHONPATH only rackplan/ came from it: rackplan.sim and the other mapped subpackages
+    were imported from the editable install, i.e. this checkout.)"""
+    view = Path(folder) / "rackplan"
+    view.mkdir()
+    for entry in Path(tree, "rackplan").iterdir():
+        (view / entry.name).symlink_to(entry.resolve())
+    for name, src in MAPPED.items():
+        (view / name).symlink_to(Path(tree, src).resolve())
+    probe = subprocess.run([sys.executable, "-c", "import rackplan.sim.simulator as s, rackplan.policy as p; "
+                            "print(s.__file__); print(p.__file__)"], env={**os.environ, "PYTHONPATH": folder},
+                           capture_output=True, text=True, cwd=folder, check=True)
+    if any(not Path(f).resolve().is_relative_to(Path(tree).resolve()) for f in probe.stdout.split()):
+        raise SystemExit(f"--baseline {tree}: modules not imported from it: {probe.stdout.split()}")
+    return folder
 
 
 def run_rackplan(workers: int, args: list[str] | None = None, tree: str | None = None) -> dict:
@@ -136,11 +157,12 @@ def main() -> None:
                     "another commit) whose runs precede this tree's, case by case, on PYTHONPATH")
     args = ap.parse_args()
     global COLD, BASELINE
-    COLD, BASELINE = args.cold, args.baseline and str(Path(args.baseline).resolve())
+    COLD = args.cold
+    BASELINE = args.baseline and package_view(args.baseline, tempfile.mkdtemp(prefix="search_speed_base"))
     lines = []
     if BASELINE:
         base = run_rackplan(args.workers, tree=BASELINE)
-        lines.append(f"baseline ({BASELINE}): CPU {base['cpu_s']:.2f} s, wall {base['wall_s']:.2f} s, chosen "
+        lines.append(f"baseline ({args.baseline}): CPU {base['cpu_s']:.2f} s, wall {base['wall_s']:.2f} s, chosen "
                      f"{base['layout']} on {base['gpus']} GPUs, {base['tps_gpu']:.2f} tokens/s/GPU; ratio to the "
                      f"recorded aiconfigurator {base['cpu_s'] / AIC_RECORDED_CPU_S:.3f}")
     ours = run_rackplan(args.workers)
