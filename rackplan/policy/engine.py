@@ -25,6 +25,7 @@ bound (contexts + queries) / block + sequences says the rank could run out.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -491,3 +492,22 @@ class EngineCore:
         if self.on_load is not None:
             self.on_load()
         return True
+
+    def seat_many(self, rids: Sequence[int], ctxs: Sequence[float], lefts: Sequence[float]) -> list[int]:
+        """`seat` of each (rid, context, tokens left) in turn, the rank a new request would bind to found
+        in O(log ranks) (a heap of (score, rank): the lowest score, the first rank on ties, as `seat`'s
+        scan); returns the rids that found no seat or blocks (nothing of theirs is kept)."""
+        heap = [(score, r) for r, score in enumerate(self._score)]  # (seating only raises a seated rank's score)
+        heapq.heapify(heap)
+        refused, running, full, need = [], self.running, self.max_seqs, self.q + self.window
+        for rid, ctx, left in zip(rids, ctxs, lefts):
+            score, r = heap[0]
+            if len(running[r]) >= full or self._free_blocks(r) < blocks(ctx + need, self.block):
+                refused.append(rid)
+                continue
+            self.rank_of[rid] = r
+            self._decode(r, rid, ctx, left)
+            heapq.heapreplace(heap, (score + 1, r))
+        if self.on_load is not None:
+            self.on_load()
+        return refused

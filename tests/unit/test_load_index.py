@@ -116,3 +116,22 @@ def test_a_simulated_deployment_routes_as_the_scan(monkeypatch):
     sc = Scenario(plan, load_model(plan.model), load_hardware(plan.hardware), wl, load_profile("cpu-local"))
     simulate_specs(sc, num_requests=300, seed=3)
     assert checked.count(5) == 300 and checked.count(3) == 300  # every request's prefill and decode pick
+
+
+def test_seat_many_seats_as_seat_does_one_by_one():
+    """Warm seating in bulk (EngineCore.seat_many, a heap of rank scores) leaves the core as `seat`
+    called per sequence does: the same ranks, refusals (full seats, short blocks), sums and endings."""
+    rng = random.Random(11)
+    n = 300
+    ctx = [float(rng.randrange(1, 90)) for _ in range(n)]
+    left = [rng.randrange(1, 40) for _ in range(n)]
+    cores = [EngineCore("decode", 5, 64, 24, 200, 4, [0] * n, [0] * n, [0] * n) for _ in range(2)]
+    for core in cores:  # a core already running a few sequences (uneven scores)
+        for rid in range(3):
+            core.seat(n + rid, 10.0, 5)
+    one = [rid for rid in range(n) if not cores[0].seat(rid, ctx[rid], left[rid])]
+    assert cores[1].seat_many(range(n), ctx, left) == one and 0 < len(one) < n - 50  # (some refused: short of blocks)
+    a, b = cores
+    assert a.rank_of == b.rank_of and a.running == b.running and a.seqs == b.seqs and a._ending == b._ending
+    assert a._score == b._score and a.batch.tolist() == b.batch.tolist() and a.ctx.tolist() == b.ctx.tolist()
+    assert a._most_blocks == b._most_blocks and a.load == b.load == n + 3 - len(one)
