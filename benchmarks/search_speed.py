@@ -6,7 +6,8 @@ Runs a full `rackplan plan` (search + simulator check of the front) and, when it
 aiconfigurator CLI the ratio is taken against AIC_RECORDED_CPU_S, issue 39's measurement of it (said
 so in the output). With --seed-cases it also times issue 39's cases: the seed scenario (`rackplan
 plan`, no arguments), GB300 NVL72 at 144 and 576 GPUs, the latency objective on the single-user
-workload, and with --scale 10,000 GB300 GPUs (~10 minutes' wall on a loaded 2-core machine).
+workload, and with --scale 10,000 GB300 GPUs (~10 minutes' wall on a loaded 2-core machine; --scale alone:
+the H200 case and 10,000 GPUs only).
 `--cold`: every rackplan run gets an empty cache folder (RACKPLAN_CACHE_DIR; the routing-imbalance
 points are sampled again); by default they share the user's cache, warm after a first run. (`plan`
 keeps no planner estimate between runs: only `simulate` does, keyed by the code's hash.)
@@ -14,7 +15,7 @@ Prints a markdown block for benchmarks/RESULTS.md.
 
 `--baseline TREE`: each case first from another source tree (`git archive COMMIT | tar -x -C TREE`), side by side.
 
-    python benchmarks/search_speed.py [--workers K] [--seed-cases [--scale]] [--cold] [--baseline TREE]
+    python benchmarks/search_speed.py [--workers K] [--seed-cases] [--scale] [--cold] [--baseline TREE]
 """
 from __future__ import annotations
 
@@ -58,6 +59,27 @@ def timed(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> tu
 
 
 BASELINE: str | None = None  # --baseline TREE: each case also run from that source tree first (PYTHONPATH)
+# the installed package's folders that live outside rackplan/ in a source tree (pyproject.toml package-dir)
+MAPPED = {"sim": "sim", "executor": "executor", "calibration": "calibration", "configs": "configs"}
+
+
+def package_view(tree: str, folder: str) -> str:
+    """A folder to put on PYTHONPATH so that every module of the package comes from `tree`: rackplan/
+    with tree/sim, executor, calibration and configs linked in as the install maps them. (With tree
+    itself on PYTHONPATH only rackplan/ came from it: rackplan.sim and the other mapped subpackages
+    were imported from the editable install, i.e. this checkout.)"""
+    view = Path(folder) / "rackplan"
+    view.mkdir()
+    for entry in Path(tree, "rackplan").iterdir():
+        (view / entry.name).symlink_to(entry.resolve())
+    for name, src in MAPPED.items():
+        (view / name).symlink_to(Path(tree, src).resolve())
+    probe = subprocess.run([sys.executable, "-c", "import rackplan.sim.simulator as s, rackplan.policy as p; "
+                            "print(s.__file__); print(p.__file__)"], env={**os.environ, "PYTHONPATH": folder},
+                           capture_output=True, text=True, cwd=folder, check=True)
+    if any(not Path(f).resolve().is_relative_to(Path(tree).resolve()) for f in probe.stdout.split()):
+        raise SystemExit(f"--baseline {tree}: modules not imported from it: {probe.stdout.split()}")
+    return folder
 
 
 def run_rackplan(workers: int, args: list[str] | None = None, tree: str | None = None) -> dict:
@@ -86,10 +108,10 @@ SEED_CASES = (("seed scenario (72 x GB300, V4.1-Flash)", [], 3.0, None),  # CPU 
 SCALE_CASE = ("GB300 NVL72, 10,000 GPUs", ["--gpus", "10000"], 30.0, None)
 
 
-def seed_cases(workers: int, scale: bool = False) -> list[str]:
+def seed_cases(workers: int, scale: bool = False, others: bool = True) -> list[str]:
     lines = ["| planner case (`rackplan plan ... --workers 1`) | CPU s | target | peak RSS MB | target | "
              "chosen | stages (wall s) |", "|---|---:|---:|---:|---:|---|---|"]
-    for name, args, cpu_max, rss_max in SEED_CASES + ((SCALE_CASE,) if scale else ()):
+    for name, args, cpu_max, rss_max in (SEED_CASES if others else ()) + ((SCALE_CASE,) if scale else ()):
         for tree in ([BASELINE] if BASELINE else []) + [None]:
             r = run_rackplan(workers, args, tree)
             stages = ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in r["timings"].items())
@@ -128,17 +150,19 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--seed-cases", action="store_true", help="also time the seed scenario, 144 / 576 GPUs and the "
                     "latency objective")
-    ap.add_argument("--scale", action="store_true", help="with --seed-cases: also 10,000 GPUs")
+    ap.add_argument("--scale", action="store_true", help="also 10,000 GPUs (without --seed-cases: the H200 case "
+                    "and 10,000 GPUs only)")
     ap.add_argument("--cold", action="store_true", help="each rackplan run with an empty cache folder")
     ap.add_argument("--baseline", metavar="TREE", help="a source tree of the package (e.g. `git archive` of "
                     "another commit) whose runs precede this tree's, case by case, on PYTHONPATH")
     args = ap.parse_args()
     global COLD, BASELINE
-    COLD, BASELINE = args.cold, args.baseline and str(Path(args.baseline).resolve())
+    COLD = args.cold
+    BASELINE = args.baseline and package_view(args.baseline, tempfile.mkdtemp(prefix="search_speed_base"))
     lines = []
     if BASELINE:
         base = run_rackplan(args.workers, tree=BASELINE)
-        lines.append(f"baseline ({BASELINE}): CPU {base['cpu_s']:.2f} s, wall {base['wall_s']:.2f} s, chosen "
+        lines.append(f"baseline ({args.baseline}): CPU {base['cpu_s']:.2f} s, wall {base['wall_s']:.2f} s, chosen "
                      f"{base['layout']} on {base['gpus']} GPUs, {base['tps_gpu']:.2f} tokens/s/GPU; ratio to the "
                      f"recorded aiconfigurator {base['cpu_s'] / AIC_RECORDED_CPU_S:.3f}")
     ours = run_rackplan(args.workers)
@@ -163,8 +187,8 @@ def main() -> None:
                       f"- {aic['tps_gpu']:.0f} tokens/s/GPU, {aic['tps_user']:.1f} tokens/s/user",
                       f"CPU ratio rackplan / aiconfigurator: {ours['cpu_s'] / aic['cpu_s']:.3f} "
                       f"(target <= {RATIO_MAX})"]
-    if args.seed_cases:
-        lines += [""] + seed_cases(args.workers, args.scale)
+    if args.seed_cases or args.scale:
+        lines += [""] + seed_cases(args.workers, args.scale, args.seed_cases)
     print("\n".join(lines))
 
 

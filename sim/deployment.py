@@ -7,11 +7,12 @@ it arrivals and measures it.
 from __future__ import annotations
 
 from array import array
+from functools import partial
 
 import numpy as np
 import simpy
 
-from rackplan.policy import EngineCore, Router, block_tokens
+from rackplan.policy import EngineCore, LoadIndex, Router, block_tokens
 from rackplan.policy.kv import longest_admitted, window_tokens
 from rackplan.specs import HardwareSpec, ModelSpec, Plan, Scenario, SpecError, Workload, pool_hardware
 from rackplan.specs.layout import Layout
@@ -136,6 +137,15 @@ class Deployment:
             self.front.append(PrefillInstance(env, inst.name, pr, self._core(entry, lay, prefix), to_decode, turn,
                                               self._handoff_s if shared else None, prefix,
                                               None if shared else self._bind_decode))
+        # each pool's least-loaded index, touched by its instances' serving policies as their loads move
+        self.index = {id(pool): self._index(pool) for pool in (self.front, self.decoders)}
+
+    @staticmethod
+    def _index(pool: list) -> LoadIndex:
+        index = LoadIndex(pool)
+        for i, inst in enumerate(pool):
+            inst.core.on_load = partial(index.touch, i)
+        return index
 
     def _core(self, pool: str, lay: Layout, prefix: InstancePrefixes | None = None) -> EngineCore:
         """The serving policy of one instance of `pool` (rackplan/policy): its ranks, budget, seats,
@@ -173,11 +183,11 @@ class Deployment:
             return instances[0]
         uncached = [inst.queued_tokens - self._hit(inst, rid) for inst in instances] \
             if rid is not None and self.plan.router == "prefix_aware" else None
+        loads = self.index[id(instances)]  # (least_loaded in O(log instances): rackplan/policy/route.py LoadIndex)
         if rid is None or self.reqs.sessions is None:
-            return instances[self.router.pick(id(instances), [inst.load for inst in instances], uncached)]
+            return instances[self.router.pick(id(instances), loads, uncached)]
         session = int(self.reqs.sessions.session[rid])  # [sessions] where the session's last turn ran
-        k = self.homes[session] = self.router.pick(id(instances), [inst.load for inst in instances], uncached,
-                                                   self.homes.get(session))
+        k = self.homes[session] = self.router.pick(id(instances), loads, uncached, self.homes.get(session))
         return instances[k]
 
     @staticmethod
@@ -233,7 +243,7 @@ class Deployment:
         that would rescan everything the run allocated."""
         for inst in self.front + self.decoders:
             inst.stop()
-        self.front, self.decoders, self.on_request_done, self.dest = [], [], None, {}
+        self.front, self.decoders, self.on_request_done, self.dest, self.index = [], [], None, {}, {}
 
     def steps(self) -> dict[str, int]:
         return {inst.name: inst.steps for inst in self.front + self.decoders}

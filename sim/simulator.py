@@ -201,7 +201,8 @@ class Run:
         self.dep = Deployment(self.env, sc, head, self.log, seed)
         self.work = 0  # requests + steps simulated so far (the run's CPU cost, deterministically)
         if warm is not None:
-            seat(self.dep.decoders, warm, 0, self.log)
+            with _no_cyclic_gc():  # (a wide pool seats millions of sequences: objects that live as long as the run)
+                seat(self.dep.decoders, warm, 0, self.log)
         self.arrival = array("d", reqs.arrival_s.tolist()) if self.stream is not None else reqs.arrival_s  # [N] s
         self._arrivals = self._feed(head)
 

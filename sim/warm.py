@@ -99,11 +99,17 @@ def warm_sequences(sc: Scenario, caps: dict[str, float], seed: int) -> Warm | No
 
 def seat(decoders: list, warm: Warm, first_rid: int, log) -> None:
     """Seat the warm sequences (rids from `first_rid`) on their instances at t = 0: running, first
-    token at 0, never arrived. One that finds no room is dropped (its finish set: nothing runs)."""
-    for i in range(len(warm)):
-        rid, core = first_rid + i, decoders[int(warm.instance[i])].core
-        ctx, left = float(warm.isl[i] + warm.done[i]), int(warm.left[i])
-        if not core.seat(rid, ctx, left):
-            log.finish[rid] = 0.0
-            continue
-        log.first_token[rid] = 0.0
+    token at 0, never arrived. One that finds no room is dropped (its finish set: nothing runs).
+    (EngineCore.seat_many per instance: a DEP64 decode pool of 51 instances seats ~1.7 million.)"""
+    inst = warm.instance
+    if not len(inst):
+        return
+    rid = np.arange(first_rid, first_rid + len(warm))  # [W]
+    ctx = (warm.isl + warm.done).astype(np.float64)  # [W] context of each (isl + done: exact in int64)
+    ends = np.flatnonzero(np.diff(inst)) + 1  # [instances - 1] where the next instance's sequences start
+    for lo, hi in zip([0, *ends.tolist()], [*ends.tolist(), len(warm)]):
+        core = decoders[int(inst[lo])].core
+        refused = core.seat_many(rid[lo:hi].tolist(), ctx[lo:hi].tolist(), warm.left[lo:hi].tolist())
+        if refused:
+            log.finish[refused] = 0.0
+        log.first_token[np.setdiff1d(rid[lo:hi], refused) if refused else rid[lo:hi]] = 0.0

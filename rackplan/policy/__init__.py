@@ -32,7 +32,7 @@ Where the simulator and the executor differed, the policy follows vLLM (V1 engin
 """
 from .engine import Batch, Chunk, Done, EngineCore
 from .kv import block_tokens, blocks, capacity_blocks
-from .route import ROUTERS, Router, bind_rank, choose, least_loaded
+from .route import ROUTERS, LoadIndex, Router, bind_rank, choose, least_loaded
 
-__all__ = ["Batch", "Chunk", "Done", "EngineCore", "ROUTERS", "Router", "bind_rank", "block_tokens", "blocks", "choose",
-           "capacity_blocks", "least_loaded"]
+__all__ = ["Batch", "Chunk", "Done", "EngineCore", "LoadIndex", "ROUTERS", "Router", "bind_rank", "block_tokens",
+           "blocks", "choose", "capacity_blocks", "least_loaded"]

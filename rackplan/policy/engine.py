@@ -25,6 +25,7 @@ bound (contexts + queries) / block + sequences says the rank could run out.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -120,7 +121,9 @@ class EngineCore:
         self.seqs: dict[int, _Seq] = {}  # decoding sequences
         self._ending: dict[int, list[int]] = {}  # step -> rids whose last token it emits
         self.step = 0  # steps finished
-        self.queued_tokens = 0  # prompt tokens not yet prefilled (the router's least-loaded measure)
+        # called when the router's measures (`load`, `queued_tokens`) may have moved: a pool's LoadIndex.touch
+        self.on_load: Callable[[], None] | None = None
+        self._queued = 0  # prompt tokens not yet prefilled (queued_tokens)
         self.num_waiting = 0
         self._active: set[int] = set()  # ranks with waiting or part-way prompts
         self._started: set[int] = set()  # [prefix cache] prompts whose hit `on_start` decided
@@ -138,8 +141,20 @@ class EngineCore:
     # -- arrivals ---------------------------------------------------------------------------------
     @property
     def load(self) -> int:
-        """Requests on the instance (bound, waiting or running): a decode pool's least-loaded measure."""
-        return self.num_waiting + len(self._arrived) + sum(self.incoming) + sum(len(r) for r in self.running)
+        """Requests on the instance (bound, waiting or running): a decode pool's least-loaded measure.
+        O(1): every bound request (incoming, waiting, running) is in `rank_of` until it leaves."""
+        return len(self.rank_of) + len(self._arrived)
+
+    @property
+    def queued_tokens(self) -> int:
+        """Prompt tokens queued, not yet prefilled: a prefill pool's least-loaded measure."""
+        return self._queued
+
+    @queued_tokens.setter
+    def queued_tokens(self, value: int) -> None:
+        self._queued = value
+        if self.on_load is not None:
+            self.on_load()
 
     @property
     def busy(self) -> bool:
@@ -155,6 +170,8 @@ class EngineCore:
         self.rank_of[rid] = rank
         self.incoming[rank] += 1
         self._score[rank] += WAITING_WEIGHT
+        if self.on_load is not None:
+            self.on_load()
         return rank
 
     def add(self, rid: int) -> None:
@@ -166,6 +183,8 @@ class EngineCore:
         r = self.rank_of.get(rid)
         if r is None:
             self._arrived.append(rid)
+            if self.on_load is not None:
+                self.on_load()
             return
         self.incoming[r] -= 1
         self._score[r] -= WAITING_WEIGHT
@@ -418,6 +437,8 @@ class EngineCore:
         self._batch[s.rank] -= 1
         self._ctx[s.rank] = max(self._ctx[s.rank] - (s.ctx0 + (s.end - s.step0) * self.tps), 0.0)
         self.rank_of.pop(rid, None)
+        if self.on_load is not None:
+            self.on_load()
 
     def _end_prefill(self, r: int, rid: int, done: Done) -> None:
         """Rank r's prompt `rid` is prefilled: a prefill instance hands it off, the others decode it."""
@@ -441,6 +462,8 @@ class EngineCore:
                 done.finished.append(rid)
         if not self.waiting[r] and not self.prefilling[r]:
             self._active.discard(r)
+        if self.on_load is not None:
+            self.on_load()
 
     # -- views for drivers ------------------------------------------------------------------------
     def decoding_on(self, r: int) -> list[int]:
@@ -466,4 +489,25 @@ class EngineCore:
             return False
         self.rank_of[rid] = r
         self._decode(r, rid, ctx, left)
+        if self.on_load is not None:
+            self.on_load()
         return True
+
+    def seat_many(self, rids: Sequence[int], ctxs: Sequence[float], lefts: Sequence[float]) -> list[int]:
+        """`seat` of each (rid, context, tokens left) in turn, the rank a new request would bind to found
+        in O(log ranks) (a heap of (score, rank): the lowest score, the first rank on ties, as `seat`'s
+        scan); returns the rids that found no seat or blocks (nothing of theirs is kept)."""
+        heap = [(score, r) for r, score in enumerate(self._score)]  # (seating only raises a seated rank's score)
+        heapq.heapify(heap)
+        refused, running, full, need = [], self.running, self.max_seqs, self.q + self.window
+        for rid, ctx, left in zip(rids, ctxs, lefts):
+            score, r = heap[0]
+            if len(running[r]) >= full or self._free_blocks(r) < blocks(ctx + need, self.block):
+                refused.append(rid)
+                continue
+            self.rank_of[rid] = r
+            self._decode(r, rid, ctx, left)
+            heapq.heapreplace(heap, (score + 1, r))
+        if self.on_load is not None:
+            self.on_load()
+        return refused
