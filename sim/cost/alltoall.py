@@ -93,14 +93,26 @@ class A2APhase:
 
     def seconds(self, tokens: float) -> float:
         """Seconds of this phase for one layer when the rank sends `tokens` tokens."""
-        nv = self.nv
-        t = max(nv.floor_s, nv.alpha_s + tokens * self.nv_bytes_per_token / (self.scaleup_bw * nv.bw_eff))
+        t = self.nvlink_seconds(tokens)
         so_bytes = tokens * self.so_bytes_per_token
         if so_bytes > 0:
             so = self.so
             assert so is not None  # (so_bytes > 0: some EP peer is outside the NVLink domain)
             t = max(t, so.floor_s, so.alpha_s + so_bytes / (self.scaleout_bw * so.bw_eff))
         return t
+
+    def send_kernel_seconds(self, tokens: float) -> float:
+        """Seconds the low-latency kernel's send half holds the issuing stream when its receive half is
+        a hook (DBO): the NVLink copies. DeepEP's LL send loop (csrc/kernels/internode_ll.cu) copies a
+        message with the sending warp itself (UNROLLED_WARP_COPY over NVLink) when the peer is
+        P2P-reachable, and only posts it to the NIC (IBGDA put) otherwise, so the scale-out transfer runs
+        behind later kernels while the NVLink one is part of the send kernel. 0 without NVLink peers."""
+        return self.nvlink_seconds(tokens) if self.nv_bytes_per_token > 0 else 0.0
+
+    def nvlink_seconds(self, tokens: float) -> float:
+        """The NVLink link's part of the phase: its latency model over the NVLink bytes."""
+        nv = self.nv
+        return max(nv.floor_s, nv.alpha_s + tokens * self.nv_bytes_per_token / (self.scaleup_bw * nv.bw_eff))
 
 
 @dataclass(frozen=True)

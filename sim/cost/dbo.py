@@ -16,7 +16,17 @@ What really happens, and what this prices:
 - Communication kernels hold SMs while they overlap compute: DeepEP's high-throughput kernels run
   on VLLM_DBO_COMM_SMS = 20 SMs (vllm/envs.py, the default; compute gets the rest, ubatch_utils.
   SMControlContextManager); the low-latency kernels wait for data through a receive hook and hold
-  none (DeepEP README). Overlapped compute is slowed by that share for as long as the comm runs.
+  none (DeepEP README; vLLM's DeepEPLLAll2AllManager.max_sms_used is 0). Overlapped compute is slowed
+  by that share for as long as the comm runs.
+- The low-latency kernels run on the compute stream itself (vLLM 0.11 DeepEPLLPrepareAndFinalize:
+  low_latency_dispatch / low_latency_combine with return_recv_hook=True; the other micro-batch's
+  thread runs the receive hook, modular_kernel.FusedMoEModularKernel.forward): each send kernel is
+  enqueued right after the receive of the network's previous transfer and before the next compute,
+  so the stream holds it for what the send kernel does itself. DeepEP's LL send loop copies an
+  NVLink peer's message with the sending warp (UNROLLED_WARP_COPY) and only posts an RDMA peer's to
+  the NIC (IBGDA), so the NVLink copies (`dispatch_send`, `combine_send`: alltoall.A2APhase.
+  send_kernel_seconds) stay on the compute stream and only the scale-out transfer runs behind the
+  other micro-batch's compute. Inside one NVLink domain nothing of an LL all-to-all is hidden.
 - The profile's dbo_efficiency is the fraction of the ideal schedule's saving realised (switch
   and synchronisation costs the schedule does not see); calibration fits it.
 """
@@ -35,7 +45,8 @@ class Stages(NamedTuple):
     """One micro-batch's device seconds on its slowest rank, by where they sit in a layer:
     `dense` the dense layers (no all-to-all), `attn` the MoE layers' attention side (before the
     dispatch), `ffn` their expert side, `dispatch` and `combine` the all-to-alls, `tail` once per
-    step after the last layer (LM head, sampler, drafter)."""
+    step after the last layer (LM head, sampler, drafter); `dispatch_send` / `combine_send` the part
+    of each all-to-all that its send kernel runs on the compute stream."""
 
     dense: float
     attn: float
@@ -43,6 +54,8 @@ class Stages(NamedTuple):
     dispatch: float
     combine: float
     tail: float
+    dispatch_send: float = 0.0  # of `dispatch`, what its send kernel holds the compute stream for
+    combine_send: float = 0.0  # of `combine`, the same
 
     @property
     def total(self) -> float:
@@ -74,23 +87,35 @@ def pipeline(a: Stages, z: Stages, moe_layers: int, sm_share: float) -> float:
     Dense layers have nothing to overlap: both micro-batches run them back to back. Over the MoE
     layers each micro-batch's per-layer attention, dispatch, experts and combine are its totals
     over those layers / moe_layers; compute overlapped by the other micro-batch's all-to-all is
-    stretched by `sm_share` of that all-to-all."""
+    stretched by `sm_share` of that all-to-all.
+
+    Per layer the compute stream runs, as vLLM enqueues it: attention a, send dispatch a, attention
+    b, send dispatch b, experts a, send combine a, experts b, send combine b. Each send starts once
+    the network's previous transfer has arrived (its receive hook precedes the send on the stream)
+    and holds the stream for its `*_send` seconds; the transfer ends its full seconds after the send
+    starts; a micro-batch's next compute waits for its own transfer."""
     n = max(moe_layers, 1)
     att = (a.attn + sm_share * z.combine) / n, (z.attn + sm_share * a.combine) / n
     ffn = (a.ffn + sm_share * z.dispatch) / n, (z.ffn + sm_share * a.dispatch) / n
     disp, comb = (a.dispatch / n, z.dispatch / n), (a.combine / n, z.combine / n)
+    d_snd, c_snd = (a.dispatch_send / n, z.dispatch_send / n), (a.combine_send / n, z.combine_send / n)
     t0 = a.dense + z.dense
     c = m = ka = kz = t0  # compute stream free, network free, each micro-batch's last combine done
     prev, inc = t0, -1.0
     for layer in range(moe_layers):  # (x if x >= y else y: max(x, y) without a call, as it runs per layer)
-        ea = c = (c if c >= ka else ka) + att[0]
-        ez = c = (c if c >= kz else kz) + att[1]
-        da = m = (m if m >= ea else ea) + disp[0]
-        dz = m = (m if m >= ez else ez) + disp[1]
-        fa = c = (c if c >= da else da) + ffn[0]
-        fz = c = (c if c >= dz else dz) + ffn[1]
-        ka = m = (m if m >= fa else fa) + comb[0]
-        kz = m = (m if m >= fz else fz) + comb[1]
+        ea = (c if c >= ka else ka) + att[0]
+        s = m if m >= ea else ea  # dispatch a sent: the stream after attention a and the network's last transfer
+        c, da = s + d_snd[0], s + disp[0]
+        ez = (c if c >= kz else kz) + att[1]
+        s = da if da >= ez else ez
+        c, dz = s + d_snd[1], s + disp[1]
+        fa = (c if c >= da else da) + ffn[0]
+        s = dz if dz >= fa else fa
+        c, ka = s + c_snd[0], s + comb[0]
+        fz = (c if c >= dz else dz) + ffn[1]
+        s = ka if ka >= fz else fz
+        c, kz = s + c_snd[1], s + comb[1]
+        m = kz
         end = c if c >= kz else kz
         step_inc = end - prev
         if abs(step_inc - inc) <= 1e-12 * end:  # periodic from here on: extrapolate

@@ -172,9 +172,9 @@ class StepModel:
 
     # -- the EP group --------------------------------------------------------------------------------
     def _moe(self, t_global: float, t_max: float, n_moe: int, kernel: str, phase: str, z: float) -> tuple:
-        """(n_moe, experts, route, dispatch, combine seconds, experts flops, bytes, route bytes) over
-        `n_moe` layers (a Device.moe entry): routed experts on the busiest EP rank, its routing, the
-        all-to-all; remembered."""
+        """(n_moe, experts, route, dispatch, combine seconds, experts flops, bytes, route bytes, dispatch and
+        combine send-kernel seconds) over `n_moe` layers (a Device.moe entry): routed experts on the busiest
+        EP rank, its routing, the all-to-all; remembered."""
         key = (t_global, t_max, n_moe, kernel, phase, z)
         hit = self._moes.get(key)
         return hit if hit is not None else memo_get(self._moes, key, lambda: self._price_moe(t_global, t_max, n_moe,
@@ -211,9 +211,12 @@ class StepModel:
         t_disp = got["moe.dispatch"][0] if "moe.dispatch" in got else 0.0
         t_comb = got["moe.combine"][0] if "moe.combine" in got else 0.0
         fix = self.layers.corrected
+        disp = fix("moe.dispatch", t_disp * n_moe, phase, n_moe)
+        comb = fix("moe.combine", t_comb * n_moe, phase, n_moe)
+        d_send = _send_share(side.dispatch, kernel, send, t_disp) * disp  # DBO: what the compute stream holds
+        c_send = _send_share(side.combine, kernel, send, t_comb) * comb
         return (n_moe, fix("moe.experts", t_exp * n_moe, phase, n_moe), fix("moe.route", t_route * n_moe, phase, n_moe),
-                fix("moe.dispatch", t_disp * n_moe, phase, n_moe), fix("moe.combine", t_comb * n_moe, phase, n_moe),
-                flops * n_moe, nbytes * n_moe, r_bytes * n_moe)
+                disp, comb, flops * n_moe, nbytes * n_moe, r_bytes * n_moe, d_send, c_send)
 
     def _tokens_in(self, t_rank: float, pairs: float, kernel: str) -> float:
         """Token copies the routing of the busiest rank's MoE layer handles: its own tokens when DeepEP's
@@ -255,8 +258,9 @@ class StepModel:
         return Device(rank_ops, moe, extra, total + sum(e[1] for e in extra), KERNEL[has_pre], work)
 
     def _ep_group(self, step: Step, z: float) -> list[tuple]:
-        """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes) per MoE
-        layer group of the step with tokens (Device.moe)."""
+        """(MoE layers, experts, route, dispatch, combine seconds, flops, bytes, route bytes, dispatch and
+        combine seconds their send kernels hold the compute stream under DBO) per MoE layer group of the step
+        with tokens (Device.moe)."""
         has_pre, q, memo = step.has_prefill, self.q, self._moes
         phase, kernel = "prefill" if has_pre else "decode", KERNEL[has_pre]
         moe = []
@@ -285,12 +289,14 @@ class StepModel:
                 by[STAGE[name]] += sec
             hit = self._stage_parts(by, rank_ops)
         _, dense, attn, ffn, dense_ffn, tail = hit
-        disp = comb = 0.0
-        for _, t_exp, t_route, t_disp, t_comb, *_ in dev.moe:
+        disp = comb = disp_send = comb_send = 0.0
+        for _, t_exp, t_route, t_disp, t_comb, _, _, _, d_send, c_send in dev.moe:
             ffn += t_exp + t_route
             disp += t_disp
             comb += t_comb
-        return dbo_.Stages(dense, attn, ffn - dense_ffn, disp, comb, tail)
+            disp_send += d_send
+            comb_send += c_send
+        return dbo_.Stages(dense, attn, ffn - dense_ffn, disp, comb, tail, disp_send, comb_send)
 
     def _stage_parts(self, by: dict[str, float], rank_ops: dict) -> tuple:
         """(stage sums, dense layers' seconds, MoE layers' attention side, rank ffn, dense FFN, tail) of
@@ -307,7 +313,7 @@ class StepModel:
         dev = ev.device
         assert dev is not None  # (priced with the breakdown)
         ops_ = [Op(name, ops.BY_NAME[name].kind, *rec) for name, rec in dev.rank_ops.items()]
-        for n_moe, t_exp, t_route, t_disp, t_comb, flops, nbytes, r_bytes in dev.moe:
+        for n_moe, t_exp, t_route, t_disp, t_comb, flops, nbytes, r_bytes, *_ in dev.moe:
             ops_ += [Op("moe.route", "mem", t_route, 0.0, r_bytes, n_moe),
                      Op("moe.experts", "gemm", t_exp, flops, nbytes, n_moe)]
             if self.all_to_all:
@@ -434,6 +440,15 @@ class _Evaluated(NamedTuple):
     adjust: list  # (op name, seconds) added to the device ops: DBO, gaps, offload, pipeline sends
     device: Device | None  # None: not priced (a split step's period only)
     host: HostTime  # the step's host parts and the pipeline (sim/cost/host.py)
+
+
+def _send_share(phase: A2APhase | RingPhase | None, kernel: str, tokens: float, seconds: float) -> float:
+    """Share of an all-to-all phase's seconds that its send kernel holds the compute stream for when the
+    receive half runs as a hook (DBO): the low-latency kernels' NVLink copies (A2APhase.send_kernel_seconds);
+    0 for the high-throughput kernels (their own stream and SMs: dbo.comm_sm_share) and the NCCL ring."""
+    if kernel != "low_latency" or not isinstance(phase, A2APhase) or seconds <= 0:
+        return 0.0
+    return min(phase.send_kernel_seconds(tokens) / seconds, 1.0)
 
 
 def _communicates(moe: list[tuple]) -> bool:

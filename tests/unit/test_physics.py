@@ -64,6 +64,51 @@ def test_dbo_comm_kernels_take_sms_from_overlapped_compute():
     assert dbo.pipeline(a, a, 58, s) == pytest.approx(9 + 4 * s + (8 + 4 * s) * 57)
 
 
+def test_dbo_pipeline_low_latency_send_kernels_hold_the_compute_stream():
+    # vLLM 0.11 runs DeepEP's low-latency kernels on the compute stream with a receive hook: per layer
+    # the stream holds attention a, send dispatch a, attention b, send dispatch b, experts a, send
+    # combine a, experts b, send combine b; each send waits for the network's previous transfer (its
+    # receive comes first on the stream). Per layer and micro-batch: A 2, E 2, D 1, K 1, of which the
+    # send kernels hold the stream for 0.5 each (their NVLink copies). Layer 1: A_a 0-2, send D_a
+    # 2-2.5 (arrives 3), A_b 2.5-4.5, send D_b 4.5-5 (arrives 5.5), E_a 5-7, send K_a 7-7.5 (arrives
+    # 8), E_b 7.5-9.5, send K_b 9.5-10 (arrives 10.5): ends at 10.5. Layer 2: A_a 10-12, send D_a
+    # 12-12.5, A_b 12.5-14.5, send D_b 14.5-15, E_a 15-17, send K_a 17-17.5, E_b 17.5-19.5, send K_b
+    # 19.5-20, arrives 20.5: period 10 = 2 x (A + E) + 4 x 0.5, 2 more than the 8 of the hidden case.
+    n = 58
+    a = dbo.Stages(0.0, 2.0 * n, 2.0 * n, 1.0 * n, 1.0 * n, 0.0, 0.5 * n, 0.5 * n)
+    assert dbo.pipeline(a, a, n, 0.0) == pytest.approx(10.5 + 10 * (n - 1))
+    # with no send time the schedule is the one above (test_dbo_pipeline_compute_bound_hides_the_all_to_all)
+    assert dbo.pipeline(a._replace(dispatch_send=0.0, combine_send=0.0), a, n, 0.0) < dbo.pipeline(a, a, n, 0.0)
+    assert dbo.pipeline(stages(n, 2.0, 2.0, 1.0, 1.0), stages(n, 2.0, 2.0, 1.0, 1.0), n, 0.0) == \
+        pytest.approx(9 + 8 * (n - 1))
+
+
+@pytest.mark.profile_data
+def test_dbo_low_latency_send_kernel_is_the_nvlink_part_h200_ep32():
+    # DeepEP LL on H200 DEP32 (8 GPUs an NVLink domain): a token's 8 picks go to k (dom - 1) / ep =
+    # 8 x 7 / 32 = 1.75 NVLink peers and 8 x 24 / 32 = 6 RDMA peers. The send kernel copies the NVLink
+    # messages itself (7,168 B FP8 + 224 B scales + 16 B header) and posts the RDMA ones: at 128
+    # tokens the datasheet NVLink model gives 18 us + 128 x 1.75 x 7,408 B / (450 GB/s x 0.55); the
+    # whole phase is the RDMA side's 30 us + 128 x 6 x 7,408 B / (50 GB/s x 0.85).
+    from rackplan.sim.cost.alltoall import a2a_phase
+    lay = Layout("decode", dp=32, dbo=True)
+    disp = a2a_phase(V3, lay, H200, PROF, "dispatch", "low_latency")
+    assert disp.send_kernel_seconds(128) == pytest.approx(18e-6 + 128 * 1.75 * 7408 / (450e9 * 0.55))
+    assert disp.seconds(128) == pytest.approx(30e-6 + 128 * 6 * 7408 / (50e9 * 0.85))
+    comb = a2a_phase(V3, lay, H200, PROF, "combine", "low_latency")  # BF16 back, no header
+    assert comb.send_kernel_seconds(128) == pytest.approx(30e-6 + 128 * 1.75 * 14336 / (450e9 * 0.55))
+    # the step's DBO stages carry those shares of the priced all-to-all: 128 tokens a micro-batch, the
+    # busiest rank sending 128 x its routing imbalance (step.StepModel._price_moe)
+    sm = CostContext(V3, H200, lay, PROF).step_model
+    st = sm._stages(sm.device(Step.uniform(32, RankWork(128.0, 128 * 3000.0))))
+    sent = 128 * sm.imbalance_at(128 * 32.0, sm.n_moe)
+    assert st.dispatch_send / st.dispatch == pytest.approx(disp.send_kernel_seconds(sent) / disp.seconds(sent))
+    assert st.combine_send / st.combine == pytest.approx(comb.send_kernel_seconds(sent) / comb.seconds(sent))
+    # inside one NVLink domain (GB300 DEP64) the send kernel is the whole low-latency phase
+    nvl = a2a_phase(V3, Layout("decode", dp=64, dbo=True), GB300, PROF, "dispatch", "low_latency")
+    assert nvl.send_kernel_seconds(64) == pytest.approx(nvl.seconds(64))
+
+
 @pytest.mark.parametrize("batch,split", [(31, False), (32, True)])
 def test_dbo_splits_only_at_vllms_decode_threshold(batch, split):
     # vLLM 0.33: --dbo-decode-token-threshold 32 (tokens per rank, every DP rank); MTP 1 doubles them
