@@ -4,8 +4,17 @@ A prompt's KV binds to a DP rank at hand-off; the rank admits it when a seat and
 free. Every running sequence emits `tokens_per_step` tokens a step (the speculation's acceptance
 length); a rank short of blocks preempts its newest sequence, which recomputes its context as a
 prefill chunk when readmitted (a mixed step, priced as one).
+
+KV transfers that land while the instance runs a step are not SimPy events: each is kept as (time,
+place in SimPy's event order, rid) and added when the step ends, those an event would have delivered
+before it in that order; the rest wait for the next step's end, or become the events they stand for
+when the instance goes idle. Nothing else reads what a delivery changes (a bound request moves from
+incoming to waiting on its rank: the router's load and the rank scores stay as they were), so the
+instance schedules exactly what the events would have made it schedule, with one event fewer a request.
 """
 from __future__ import annotations
+
+from heapq import heappop, heappush
 
 import simpy
 
@@ -23,6 +32,8 @@ class DecodeInstance(Instance):
                  log: RequestLog, on_done, shared=None):
         self.core, self.log, self.on_done = core, log, on_done
         self._last_end = 0.0  # end of the previous decode step: continuing sequences' last token
+        self._kv: list[tuple[float, int, int]] = []  # heap of KV transfers on their way: (time, stamp, rid)
+        self._due: tuple[float, int] | None = None  # (end, stamp) of the step running (None: not in a step)
         super().__init__(env, name, pricer, shared)
 
     @property
@@ -33,6 +44,27 @@ class DecodeInstance(Instance):
         """KV of `rid` has arrived."""
         self.core.add(rid)
         self.notify()
+
+    def receive(self, rid: int, seconds: float) -> None:
+        """KV of `rid` arrives in `seconds`: kept while a step runs (module docstring), else a timeout."""
+        env = self.env
+        if self._due is not None:
+            heappush(self._kv, (env.now + seconds, self.stamp(), rid))
+        else:
+            env.timeout(seconds).callbacks.append(lambda _ev: self.deliver(rid))
+
+    def _landed(self, due: tuple[float, int]) -> None:
+        """The step that ends now (`due`: its end and stamp) took the transfers ordered before it."""
+        kv, add = self._kv, self.core.add
+        while kv and kv[0] < due:
+            add(heappop(kv)[2])
+
+    def idle(self) -> simpy.Event:
+        """Sleep until `notify`; transfers still on their way become their events first."""
+        while self._kv:
+            when, stamp, rid = heappop(self._kv)
+            self.at(when, stamp, lambda _ev, rid=rid: self.deliver(rid))
+        return super().idle()
 
     def run(self):
         """The instance's main loop (a SimPy process), one event a step: sleep while nothing runs or
@@ -62,7 +94,14 @@ class DecodeInstance(Instance):
                 dt = pricer.decode(core.batch, core.ctx, running, len(new), batch.finishing)
             else:
                 dt = pricer.decode(core.batch, core.ctx, running)
-            yield self.busy(dt)
+            if self.shared is None:
+                self._due = (self.env.now + dt, self.stamp())  # (the step's timeout comes next in the order)
+                yield self.busy(dt)
+                due, self._due = self._due, None
+                if self._kv:
+                    self._landed(due)
+            else:
+                yield self.busy(dt)
             self.end_turn()
             now = self.env.now
             if running:

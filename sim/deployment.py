@@ -210,10 +210,9 @@ class Deployment:
         dest.core.bind(rid)
 
     def _to_transfer(self, rid: int) -> None:
-        """KV transfer to the decoder bound at scheduling: a timeout whose callback delivers."""
+        """KV transfer to the decoder bound at scheduling (sim/decode.py DecodeInstance.receive)."""
         self.log.prefilled(rid, self.env.now)
-        dest = self.dest.pop(rid)
-        self.env.timeout(self.kv_s[rid]).callbacks.append(lambda _ev: dest.deliver(rid))
+        self.dest.pop(rid).receive(rid, self.kv_s[rid])
 
     def _to_paired(self, rid: int, k: int) -> None:
         """Colocated: the hand-off ran inside prefill k's turn; the decoder on the same GPUs seats it

@@ -6,8 +6,10 @@ KV hand-off of the prompts it finished), then a decode step that already seats t
 from __future__ import annotations
 
 from array import array
+from heapq import heappush
 
 import simpy
+from simpy.events import NORMAL
 
 from .pricer import StepPricer
 
@@ -54,6 +56,20 @@ class Instance:
     def end_turn(self) -> None:
         if self.shared is not None:
             self.shared.release(self._turn)
+
+    def stamp(self) -> int:
+        """The next place in SimPy's event order (the counter that orders events of the same time and
+        priority): an event made now would come after every event made before it, before every later one."""
+        return next(self.env._eid)
+
+    def at(self, when: float, stamp: int, callback) -> None:
+        """Schedule `callback(event)` as a timeout of this time and `stamp` would run: the entry SimPy's
+        Environment.schedule pushes, (time, priority, order, event), with the order `stamp` taken when
+        the timeout was due to be made (an event put off, then made, keeps its place among the others)."""
+        ev = simpy.Event(self.env)
+        ev._ok, ev._value = True, None  # (triggered, as a Timeout is when made)
+        ev.callbacks.append(callback)
+        heappush(self.env._queue, (when, NORMAL, stamp, ev))
 
     def busy(self, seconds: float) -> simpy.Event:
         """Run one step of `seconds`."""

@@ -214,27 +214,30 @@ class EngineCore:
                 self._queue(r, rid)
             self._arrived.clear()
         preempted: list[int] = []
-        if self.seqs and self._most_blocks > self.kv_blocks - (max(self.pblocks) if self._active else 0):
+        active = self._active
+        # (pblocks are sums of `held`'s block counts: all 0 while no prefilling sequence holds any)
+        if self.seqs and self._most_blocks > self.kv_blocks - (max(self.pblocks) if active and self.held else 0):
             self._fit_decodes(preempted)  # (its O(1) test inlined: no rank can be short in the common case)
         admitted: list[int] = []
         chunks, completing = self._no_chunks, []
-        full, running, prefilling = self.max_seqs, self.running, self.prefilling
-        for r in sorted(self._active) if len(self._active) > 1 else tuple(self._active):
-            if len(running[r]) >= full and not prefilling[r]:
-                continue  # no seat: its queue waits (the common case of a full decode rank)
-            mine: list[Chunk] = []
-            left = self.budget - int(self._batch[r]) * self.q
-            before = len(preempted)
-            if self.prefilling[r]:
-                left = self._continue(r, left, mine, preempted)
-            if len(preempted) == before and not (before and r in {self.rank_of[p] for p in preempted}):
-                self._admit(r, left, mine, admitted)  # (vLLM: a step that preempted admits no one)
-            if mine:
-                if chunks is self._no_chunks:
-                    chunks = [[] for _ in range(self.ranks)]
-                chunks[r] = mine
-                target = self.target
-                completing += [rid for rid, take, start in mine if start + take >= target[rid]]
+        if active:
+            full, running, prefilling = self.max_seqs, self.running, self.prefilling
+            for r in sorted(active) if len(active) > 1 else tuple(active):
+                if len(running[r]) >= full and not prefilling[r]:
+                    continue  # no seat: its queue waits (the common case of a full decode rank)
+                mine: list[Chunk] = []
+                left = self.budget - int(self._batch[r]) * self.q
+                before = len(preempted)
+                if prefilling[r]:
+                    left = self._continue(r, left, mine, preempted)
+                if len(preempted) == before and not (before and r in {self.rank_of[p] for p in preempted}):
+                    self._admit(r, left, mine, admitted)  # (vLLM: a step that preempted admits no one)
+                if mine:
+                    if chunks is self._no_chunks:
+                        chunks = [[] for _ in range(self.ranks)]
+                    chunks[r] = mine
+                    target = self.target
+                    completing += [rid for rid, take, start in mine if start + take >= target[rid]]
         ending = self._ending.get(self.step + 1)
         return Batch(chunks, len(self.seqs), admitted, preempted, len(ending) if ending else 0, completing,
                      chunks is not self._no_chunks)
@@ -260,8 +263,11 @@ class EngineCore:
 
     def _free_blocks(self, r: int) -> int:
         """Blocks free on rank r this step (decode sequences' counted exactly only when tight)."""
-        bound = (self._ctx[r] + self._batch[r] * (self.q + self.window)) / self.block + self._batch[r]
         free = self.kv_blocks - self.pblocks[r]
+        b, c = self._batch[r], self._ctx[r]
+        if not b and not c:  # (no decode sequence: a prefill rank's case; the bound is 0.0)
+            return free
+        bound = (c + b * (self.q + self.window)) / self.block + b
         return free - (int(bound) if bound <= free else self._decode_blocks(r))
 
     def _continue(self, r: int, left: int, out: list[Chunk], preempted: list[int]) -> int:
@@ -288,11 +294,15 @@ class EngineCore:
     def _admit(self, r: int, left: int, out: list[Chunk], admitted: list[int]) -> None:
         """Rank r's waiting requests, FIFO, while a seat, budget and blocks are free."""
         queue, running = self.waiting[r], self.running[r]
-        while queue and len(running) < self.max_seqs:
+        full, resume, block, window = self.max_seqs, self.resume, self.block, self.window
+        decode = self.role == "decode"
+        ceil = math.ceil  # (kv.blocks inlined below: ceil(tokens / block) of a positive count, else 0)
+        while queue and len(running) < full:
             rid = queue[0]
-            if self.role == "decode" and rid not in self.resume:  # its KV arrived: decode from this step
+            if decode and rid not in resume:  # its KV arrived: decode from this step
                 ctx = float(self.isl[rid])
-                if self._free_blocks(r) < blocks(ctx + self.q + self.window, self.block):
+                need = ctx + self.q + window
+                if self._free_blocks(r) < (ceil(need / block) if need > 0 else 0):
                     break
                 self._pop(r)
                 self._decode(r, rid, ctx, float(self.osl[rid]))
@@ -304,25 +314,28 @@ class EngineCore:
             start, kept = first, self.kept.get(rid, 0)
             if kept > start:  # its freed blocks not yet evicted: the free queue hands out the older free blocks first;
                 # a whole-context hit still computes its last token (vLLM: num_computed_tokens <= num_tokens - 1)
-                start = max(start, min(kept, self._free_blocks(r) * self.block, target - 1))
+                start = max(start, min(kept, self._free_blocks(r) * block, target - 1))
             take = min(target - start, left)
-            if self._free_blocks(r) < blocks(start + take + self.window, self.block):
+            need = start + take + window
+            if self._free_blocks(r) < (ceil(need / block) if need > 0 else 0):
                 break
             self._pop(r)
             if kept:
                 del self.kept[rid]
-                if rid not in self.resume:  # (a recompute's tokens never counted as queued)
+                if rid not in resume:  # (a recompute's tokens never counted as queued)
                     self.queued_tokens -= start - first
-            if self.on_start is not None and rid not in self.resume and rid not in self._started:
+            if self.on_start is not None and rid not in resume and rid not in self._started:
                 self._started.add(rid)
                 self.queued_tokens -= self.on_start(rid)  # [prefix cache] the hit is known once scheduled
                 start = self.cached[rid]
                 take = min(target - start, left)
+                need = start + take + window
             running[rid] = None
             self._score[r] += 1
             self.prefilling[r].append(rid)
-            self.progress[rid], self.target[rid], self.held[rid] = start, target, 0
-            self._hold(r, rid, blocks(start + take + self.window, self.block))
+            n = ceil(need / block) if need > 0 else 0  # (its blocks: _hold from none)
+            self.progress[rid], self.target[rid], self.held[rid] = start, target, n
+            self.pblocks[r] += n
             out.append((rid, take, start))
             left -= take
         if not queue and not self.prefilling[r]:
@@ -346,16 +359,23 @@ class EngineCore:
 
     def _decode(self, r: int, rid: int, ctx: float, left: float) -> None:
         """Start decoding `left` tokens from context `ctx` on rank r at the current step."""
-        end = self.step + max(1, math.ceil(left / self.tps))
-        most = self.max_seqs * blocks(ctx + (end - self.step) * self.tps + self.q + self.window, self.block)
+        step, tps = self.step, self.tps
+        steps = max(1, math.ceil(left / tps))
+        end = step + steps
+        # (kv.blocks of a positive count)
+        most = self.max_seqs * math.ceil((ctx + steps * tps + self.q + self.window) / self.block)
         if most > self._most_blocks:  # a rank's blocks at most: max_seqs sequences as long as this one at its end
             self._most_blocks = most
-        self.seqs[rid] = _Seq(r, ctx, left, self.step, end)
+        self.seqs[rid] = _Seq(r, ctx, left, step, end)
         self.running[r][rid] = None
         self._score[r] += 1
         self._batch[r] += 1
         self._ctx[r] += ctx
-        self._ending.setdefault(end, []).append(rid)
+        ending = self._ending.get(end)
+        if ending is None:
+            self._ending[end] = [rid]
+        else:
+            ending.append(rid)
 
     def _preempt(self, r: int) -> int:
         """Recompute preemption of rank r's newest running sequence; returns its rid."""
@@ -401,13 +421,15 @@ class EngineCore:
             for rid in ending:
                 self._end_decode(rid)
             done.finished.extend(ending)
-        for r, per in enumerate(batch.chunks if batch.has_prefill else ()):
-            for rid, take, start in per:
-                self.progress[rid] = start + take
-                if rid not in self.resume:
-                    self.queued_tokens -= take
-                if start + take >= self.target[rid]:
-                    self._end_prefill(r, rid, done)
+        if batch.has_prefill:
+            progress, resume, target = self.progress, self.resume, self.target
+            for r, per in enumerate(batch.chunks):
+                for rid, take, start in per:
+                    progress[rid] = start + take
+                    if rid not in resume:
+                        self.queued_tokens -= take
+                    if start + take >= target[rid]:
+                        self._end_prefill(r, rid, done)
         return done
 
     def _reanchor(self, emitted: dict[int, int]) -> None:
@@ -432,24 +454,28 @@ class EngineCore:
 
     def _end_decode(self, rid: int) -> None:
         s = self.seqs.pop(rid)
-        del self.running[s.rank][rid]
-        self._score[s.rank] -= 1
-        self._batch[s.rank] -= 1
-        self._ctx[s.rank] = max(self._ctx[s.rank] - (s.ctx0 + (s.end - s.step0) * self.tps), 0.0)
+        r = s.rank
+        del self.running[r][rid]
+        self._score[r] -= 1
+        self._batch[r] -= 1
+        ctx = self._ctx
+        ctx[r] = max(ctx[r] - (s.ctx0 + (s.end - s.step0) * self.tps), 0.0)
         self.rank_of.pop(rid, None)
         if self.on_load is not None:
             self.on_load()
 
     def _end_prefill(self, r: int, rid: int, done: Done) -> None:
         """Rank r's prompt `rid` is prefilled: a prefill instance hands it off, the others decode it."""
-        self.prefilling[r].remove(rid)
-        self._started.discard(rid)
+        prefilling = self.prefilling[r]
+        prefilling.remove(rid)
+        if self._started:
+            self._started.discard(rid)
         del self.progress[rid], self.target[rid], self.running[r][rid]
         self._score[r] -= 1
         self.pblocks[r] -= self.held.pop(rid)
-        if rid in self.resume:  # a recomputed sequence goes on decoding (its blocks now the decode's)
-            ctx, left = self.resume.pop(rid)
-            self._decode(r, rid, ctx, left)
+        resumed = self.resume.pop(rid, None)
+        if resumed is not None:  # a recomputed sequence goes on decoding (its blocks now the decode's)
+            self._decode(r, rid, *resumed)
         elif self.role == "prefill":
             self.rank_of.pop(rid, None)
             done.prefilled.append((r, rid))
@@ -460,7 +486,7 @@ class EngineCore:
             else:
                 self.rank_of.pop(rid, None)
                 done.finished.append(rid)
-        if not self.waiting[r] and not self.prefilling[r]:
+        if not prefilling and not self.waiting[r]:
             self._active.discard(r)
         if self.on_load is not None:
             self.on_load()
