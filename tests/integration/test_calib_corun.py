@@ -1,5 +1,7 @@
 """calibration/corun.py's neighbour as a real spawned process: it runs the phase it is told, counts its steps,
 and stops."""
+import time
+
 import pytest
 
 from rackplan.calibration.corun import Neighbour, Shapes, free_core
@@ -14,10 +16,12 @@ def test_the_neighbour_runs_the_phase_it_is_told_and_stops():
         assert nb.steps == {"prefill": 0, "decode": 0}  # idle until told
         nb.run("decode")
         while nb.steps["decode"] < 2:
-            pass
+            assert nb.alive  # a neighbour that died never counts: fail, not hang
+            time.sleep(0.01)
         assert nb.steps["prefill"] == 0
         nb.run("prefill")
         while nb.steps["prefill"] < 2:
-            pass
+            assert nb.alive  # a neighbour that died never counts: fail, not hang
+            time.sleep(0.01)
         nb.idle()
     assert not nb.alive
