@@ -6,11 +6,14 @@ enough to reach steady state -> compare with the simulator over each side's stea
      keeps to the ranks this machine runs at once: cpu-local's cores / threads_per_rank): its shapes set the sweep;
   2. a sweep of that plan's layouts up to its decode batch cap and prefill token budget (powers of two; the
      prefill sweep stops at the tokens its steps fill, max_batch_per_rank x the mean prompt; --max-batch /
-     --max-tokens cap them to what the machine can measure), every other interior size held out, two repeats
-     interleaved in time; a serving run of the plan's workload (8 s at 30 req/s) for the engine loop's host
-     time (fixed and per request admitted / finished) and the step-time spread; `rackplan calibrate` with
-     those hold-outs (it refuses a fit without any: OUT/cpu-local-heldout.yaml, scored by step 5), then on every
-     shape measured (OUT/cpu-local.yaml: the profile the plan is priced with, step 3 on);
+     --max-tokens cap them to what the machine can measure), every other interior size held out, four rounds
+     (each point once a round, the order shuffled per round with a seed; the fit takes each shape's median over
+     its runs), each point beside a neighbour running the other phase's steps on the other core as the plan
+     serves (calibration/corun.py; --alone: the other core idle); a serving run of the plan's workload (8 s at
+     30 req/s) for the engine loop's host time (fixed and per request admitted / finished) and the step-time
+     spread; `rackplan calibrate` with those hold-outs (it refuses a fit without any:
+     OUT/cpu-local-heldout.yaml, scored by step 5), then on every shape measured (OUT/cpu-local.yaml: the profile
+     the plan is priced with, step 3 on);
   3. `rackplan plan` again with the profile just fitted (OUT/plan.yaml): the plan served is the one this
      machine's measurements verify, at the rate they verify (shapes it runs beyond the sweep are swept first);
   4. for each rate (that plan's verified request rate x 1.0, 0.8, 0.5): a copy of the plan's workload at that
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 import time
@@ -42,12 +46,14 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibration_loop  # noqa: E402 - the sibling script
 
+from rackplan.calibration.corun import Neighbour, free_core, neighbour_shapes, other_phase  # noqa: E402
 from rackplan.sim.steady import measure  # noqa: E402
 from rackplan.specs import load_plan, load_profile, load_workload, resolve_path  # noqa: E402
 
 RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
 RATES = (1.0, 0.8, 0.5)
 GATE_TPS, GATE_LAT, GATE_STEP = 10.0, 20.0, 10.0  # % (the issue's "what it must show")
+SWEEP_ROUNDS, SWEEP_SEED = 4, 0  # rounds of the sweep (each point once a round, the order shuffled per round)
 LOOP_SECONDS, LOOP_RATE = 8.0, 30.0  # the engine-loop run: the plan's workload, 8 s of Poisson arrivals at 30 req/s
 # (240 requests: hundreds of decode steps, most admitting or finishing a request, below the 70-130 req/s the
 # plans verified at on this machine in session 16)
@@ -87,10 +93,11 @@ def fillable(plan) -> int:
     return max(32, 1 << (fill.bit_length() - 1))
 
 
-def sweep_cfg(plan, quick: bool, max_batch: int | None, max_tokens: int | None) -> dict:
+def sweep_cfg(plan, quick: bool, max_batch: int | None, max_tokens: int | None, corun: bool = True) -> dict:
     """The calibration sweep over the plan's shapes: decode batches 1 .. its batch cap, prefill budgets 32 ..
     its token budget (capped by --max-batch / --max-tokens, and at what its steps fill: `fillable`), every other
-    interior size held out."""
+    interior size held out; SWEEP_ROUNDS rounds (`sweep_order`), each point beside a co-running neighbour
+    (`corun`, `run_sweep`)."""
     dec_cap, pre_cap = caps(plan)
     dec = powers(1, min(dec_cap, max_batch or dec_cap))
     pre = powers(32, min(pre_cap, max_tokens or pre_cap, fillable(plan)))
@@ -98,7 +105,8 @@ def sweep_cfg(plan, quick: bool, max_batch: int | None, max_tokens: int | None) 
         dec, pre = dec[::2] + ((dec[-1],) if len(dec) % 2 == 0 else ()), pre[::2] + ((pre[-1],) if len(pre) % 2 == 0
                                                                                       else ())
     return {"decode": dec, "prefill": pre, "holdout": holdouts(dec, pre), "steps": 6 if quick else 10,
-            "repeats": 1 if quick else 2, "quiet_s": 0.0 if quick else 3.0, "limit": (max_batch, max_tokens),
+            "repeats": 1 if quick else SWEEP_ROUNDS, "quiet_s": 0.0 if quick else 3.0, "corun": corun,
+            "limit": (max_batch, max_tokens),
             "covers": {"decode_batch": [dec[-1], dec_cap], "prefill_tokens": [pre[-1], pre_cap]}}
 
 
@@ -131,21 +139,58 @@ def plan_with(profile: str, gpus: int, path: Path, mode: str) -> None:
                                     "--profile", profile, "--mode", mode, "--out", str(path), "--quiet"])
 
 
+def sweep_order(points: list, rounds: int, seed: int = SWEEP_SEED) -> list[tuple[int, object]]:
+    """(round, point) in measuring order: every point once a round, each round's order shuffled with `seed` +
+    round, so a shape's runs fall at different times of the sweep and a slow spell of the VM (1.65x between
+    one shape's runs on the idle machine, session 17) lands on different shapes in each round; the fit takes
+    each shape's median over its runs (calibration/samples.py)."""
+    out = []
+    for rnd in range(rounds):
+        order = list(points)
+        random.Random(seed + rnd).shuffle(order)
+        out += [(rnd, p) for p in order]
+    return out
+
+
 def run_sweep(plan_path: Path, cfg: dict, out: Path) -> list[Path]:
-    """Execute every sweep point of `cfg` not measured yet (its folder holds no measurements), `repeats` times,
-    repeats interleaved in time (a neighbour's burst slows one run, and the fit takes the median over runs)."""
-    runs = []
-    for rep in range(cfg["repeats"]):
-        for label, path in calibration_loop.sweep_plans(str(plan_path), cfg, out):
+    """Execute every sweep point of `cfg` not measured yet (its folder holds no measurements), `repeats` rounds
+    in `sweep_order`. With `cfg["corun"]` each point runs while a neighbour process runs the other phase's
+    steps on the other core (calibration/corun.py: the plan serves both phases at once, each rank on its own
+    core, and a decode step then takes 1.06-1.15x its time alone)."""
+    runs, points = [], calibration_loop.sweep_plans(str(plan_path), cfg, out)
+    nb = neighbour(plan_path) if cfg.get("corun") else None
+    try:
+        for rep, (label, path) in sweep_order(points, cfg["repeats"]):
             run = out / "sweep" / f"{label}-r{rep}"
             runs.append(run)
             if (run / "measurements.jsonl").exists():
                 continue
             skip = ["--skip-prefill"] if label.startswith("decode") else ["--skip-decode"]
+            if nb is not None:
+                nb.idle()
             calibration_loop.wait_quiet(cfg["quiet_s"])
+            if nb is not None:
+                nb.run(other_phase(label))
             calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(path), "--device", "cpu", "--out",
                                             str(run), "--steps", str(cfg["steps"]), "--seed", str(rep), *skip])
-    return runs
+    finally:
+        if nb is not None:
+            print(f"sweep neighbour: {nb.steps['prefill']} prefill and {nb.steps['decode']} decode steps run beside "
+                  "the sweep points", flush=True)
+            nb.close()
+    return sorted(runs)
+
+
+def neighbour(plan_path: Path) -> Neighbour | None:
+    """The co-running rank of the sweep: the plan's model on a core the sweep's lone rank does not use, its
+    steps at the plan's workload's mean prompt and its decode batch cap (calibration/corun.neighbour_shapes);
+    None where the machine has no free core."""
+    core = free_core()
+    if core is None:
+        return None
+    plan = load_plan(plan_path)
+    wl = load_workload(plan.workload)
+    return Neighbour(plan.model, core, neighbour_shapes(wl.isl.expected, wl.osl.expected, caps(plan)[0]))
 
 
 def fit(plan_path: Path, runs: list[Path], loop_run: Path, cfg: dict, prof: Path) -> Path:
@@ -243,6 +288,8 @@ def main(argv=None) -> int:
                     "quick 3)")
     ap.add_argument("--max-batch", type=int, help="cap the decode sweep below the plan's batch cap")
     ap.add_argument("--max-tokens", type=int, help="cap the prefill sweep below the plan's token budget")
+    ap.add_argument("--alone", action="store_true", help="sweep each shape with the other core idle (default: "
+                    "beside a neighbour running the other phase's steps, as the plan serves)")
     args = ap.parse_args(argv)
     t0 = time.time()
     out = Path(args.out)
@@ -253,10 +300,11 @@ def main(argv=None) -> int:
     first_path = out / "plan-shipped.yaml"
     plan_with(args.profile, args.gpus, first_path, "any")
     first = load_plan(first_path)
-    cfg = sweep_cfg(first, args.quick, args.max_batch, args.max_tokens)
+    cfg = sweep_cfg(first, args.quick, args.max_batch, args.max_tokens, corun=not args.alone)
     print(f"plan {first.description} (profile {args.profile}): verified {first.predicted['request_rate']:.1f} "
           f"req/s; sweep decode {cfg['decode']}, prefill {cfg['prefill']} (its steps fill at most {fillable(first)} "
-          f"tokens of its {caps(first)[1]} budget), held out {cfg['holdout']}", flush=True)
+          f"tokens of its {caps(first)[1]} budget), held out {cfg['holdout']}; {cfg['repeats']} rounds, "
+          f"{'beside a co-running neighbour' if cfg['corun'] else 'one rank alone'}", flush=True)
     # 2. sweep its shapes on this machine, calibrate
     runs = run_sweep(first_path, cfg, out)
     loop_run = out / "serve-fit"
@@ -341,8 +389,9 @@ def main(argv=None) -> int:
               f"  {'pass' if ok else 'FAIL'}  {name}: {val_}")
     report = {"plan_shipped_profile": {"plan": first.description, "verified_rps": first.predicted["request_rate"]},
               "plan": plan.description, "verified_rps": verified, "load_start": load_start, "load_end": load_end,
-              "step_time_spread": spread, "sweep": {k: cfg[k] for k in
-              ("decode", "prefill", "holdout", "covers")}, "rates": {str(k): v for k, v in rows.items()},
+              "step_time_spread": spread,
+              "sweep": {k: cfg[k] for k in ("decode", "prefill", "holdout", "covers", "repeats", "corun")},
+              "rates": {str(k): v for k, v in rows.items()},
               "gates": {k: {"value": v, "pass": ok} for k, (v, ok) in gates.items()},
               "wall_s": round(time.time() - t0, 1)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))

@@ -216,7 +216,7 @@ def _with_status(fn, benches: int):
 
 
 def _from_measurements(args, base, name):
-    from .fit import Fitter, fit_iteration, fit_loop_host, fit_profile, loop_steps
+    from .fit import Fitter, fit_iteration, fit_loop_host, fit_prefill_intake, fit_profile, loop_steps
     from .samples import raw_steps, samples_of, split_holdout
     from .spread import step_spread
 
@@ -241,6 +241,9 @@ def _from_measurements(args, base, name):
             prof.host, schedule_step_s=loop[0], schedule_per_admit_s=loop[1], output_per_finish_s=loop[2]))
     elif iteration is not None:
         prof = dataclasses.replace(prof, host=dataclasses.replace(prof.host, schedule_step_s=_sig(iteration)))
+    intake = fit_prefill_intake(records)
+    if intake is not None:  # the prefill leader's per-request intake (routing, headers), from its serving steps
+        prof = dataclasses.replace(prof, host=dataclasses.replace(prof.host, schedule_per_arrival_s=intake))
     fit_shapes = {(s.role, s.size) for s in fit}
     sd, corr, spread_info = step_spread([s for s in raw if s.serve or (s.role, s.size) in fit_shapes],
                                         lambda s: fx.step_seconds(prof, s.alone(hw)))
@@ -259,6 +262,10 @@ def _from_measurements(args, base, name):
                                      "finished, soft-L1 relative least squares (calibration/fit.py fit_loop_host)",
                            "steps": len(loop_steps(records))} if loop is not None else
                           {"method": "median loop record per step (fit_iteration)"} if iteration is not None else None,
+             "prefill_intake": {"method": "serving runs' prefill-leader steps: loop record + host.exposed = fixed + "
+                                          "schedule_per_arrival_s x admitted, soft-L1 relative least squares, the "
+                                          "slope kept (calibration/fit.py fit_prefill_intake)",
+                                "steps": len(loop_steps(records, "prefill"))} if intake is not None else None,
              "step_time_spread": {"method": "per kind, serving steps (>= 10) r = log(step / fitted price) less "
                                             "its median, else the fit set's sweep steps r = log(step / its shape's "
                                             "median); sd = (q90 - q10) / 2.563 of r, corr = lag-1 correlation of r "

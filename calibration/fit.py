@@ -233,26 +233,48 @@ def fit_iteration(records: list[dict]) -> float | None:
 MIN_LOOP_STEPS = 20  # decode-leader steps of serving runs before the loop's per-request terms are fitted
 
 
-def loop_steps(records: list[dict]) -> list[tuple[float, int, int]]:
-    """(host seconds, admitted, finished) of every decode-leader step of serving runs with separate
-    instances: the loop's 'host' record (role 'serve': the loop's time outside the step, with the KV
-    receive of newly seated requests and the executor's booking) + the plan the step waited for
-    (samples.plan_seconds: the scheduler and its control-plane round trips, executor/disagg.py
-    Loop.aside; the fit's steps leave it out), against the requests the step admitted and finished
-    (shape admitted_global / finished_global)."""
+def loop_steps(records: list[dict], role: str = "decode") -> list[tuple[float, int, int]]:
+    """(host seconds, admitted, finished) of every `role`-leader step of serving runs with separate
+    instances: the loop's 'host' record (role 'serve': the loop's time outside the step; decode: the KV
+    receive of newly seated requests and the executor's booking; prefill: the arrivals it routes and the
+    headers it reads) + the plan the step waited for (samples.plan_seconds: the scheduler and its
+    control-plane round trips, executor/disagg.py Loop.aside; the fit's steps leave it out), against the
+    requests the step admitted and finished (shape admitted_global / finished_global)."""
     loops = {(r.get("_run", 0), r["shape"].get("instance"), r["step"]): r for r in records
-             if r["op"] == "host" and r["role"] == "serve" and r["shape"].get("decode_steps")
+             if r["op"] == "host" and r["role"] == "serve" and r["shape"].get(f"{role}_steps")
              and r["shape"].get("time_shared") is False}
     plans: dict[tuple, float] = {}  # the leader's plan seconds of each step (samples.plan_seconds)
     counts: dict[tuple, tuple[int, int]] = {}
     for r in records:
         key = (r.get("_run", 0), r["shape"].get("instance"), r["step"])
-        loop = loops.get(key) if r["role"] == "decode" else None
+        loop = loops.get(key) if r["role"] == role else None
         if loop is None or loop["rank"] != r["rank"] or r["op"] not in ("host.exposed", "host.sample"):
             continue  # the leader's records (its rank wrote the loop record)
         plans[key] = plans.get(key, loops[key]["seconds"]) + plan_seconds(r)
         counts[key] = (int(r["shape"].get("admitted_global", 0)), int(r["shape"].get("finished_global", 0)))
     return [(plans[k], *counts[k]) for k in sorted(plans, key=lambda k: (k[0], str(k[1]), k[2]))]
+
+
+def fit_prefill_intake(records: list[dict]) -> float | None:
+    """schedule_per_arrival_s: the prefill leader's host seconds per request it takes in, from serving runs'
+    prefill-leader steps (loop_steps(records, "prefill")): host seconds per step = fixed + per request the
+    step admitted (a prompt admitted once a request: its routing and header are read in the loop before
+    it), soft-L1 relative least squares, each term >= 0; the slope only (the step's fixed host part is
+    the sweep's and the decode loop's). None with fewer than MIN_LOOP_STEPS steps or none that admits.
+
+    Why: the executor's prefill leader routes each arrival through the run's store (about ten round trips:
+    claim, router counts, queue, inbox) before its next step; the sweep's benchmark steps run none of it,
+    and the fit's serving steps leave it out (samples.plan_seconds). The lead's session 17 runs: 0.4-0.6 ms
+    a request in the loop record + 0.7-1.2 ms in the plan (RESULTS.md session 18, loop)."""
+    rows = loop_steps(records, "prefill")
+    if len(rows) < MIN_LOOP_STEPS or not any(a for _, a, _ in rows):
+        return None
+    y = np.array([s for s, _, _ in rows])
+    a = np.array([[1.0, ad] for _, ad, _ in rows])  # [N, 2]
+    top = float(np.max(y))
+    p, _ = fit_relative(lambda p: a @ p, [float(np.median(y)), 0.0], [0.0, 0.0], [top, top], y,
+                        "measurements", "prefill loop host seconds", f_scale=SOFT_L1)
+    return _sig(p[1])
 
 
 def fit_loop_host(records: list[dict]) -> tuple[float, float, float] | None:

@@ -13,6 +13,7 @@ import simpy
 
 from rackplan.policy import EngineCore
 
+from .cost.host import intake_seconds
 from .instance import Instance
 from .pricer import StepPricer
 
@@ -29,6 +30,8 @@ class PrefillInstance(Instance):
         self.on_completing = on_completing  # rid -> None: its last chunk is scheduled (the decode side binds it)
         self.handoff_s = handoff_s  # colocated: KV hand-off inside the turn, seconds for a list of rids
         self.prompts_done = array("q")  # prompts each step finished (service rate while busy, after the run)
+        self.arrivals = 0  # requests taken in since the last step (their intake: host.intake_seconds)
+        self.intake = pricer.cx.prof.host if pricer.cx.prof.host.schedule_per_arrival_s > 0 else None
         super().__init__(env, name, pricer, shared)
 
     @property
@@ -40,6 +43,7 @@ class PrefillInstance(Instance):
 
     def submit(self, rid: int) -> None:
         self.core.add(rid)
+        self.arrivals += 1
         self.notify()
 
     def run(self):
@@ -61,6 +65,9 @@ class PrefillInstance(Instance):
                 yield self.idle()
                 continue
             dt = self.pricer.step(batch.chunks)
+            if self.intake is not None:  # the intake of the requests that arrived since the last step
+                dt += intake_seconds(self.intake, self.arrivals)
+            self.arrivals = 0
             if self.on_completing is not None:
                 for rid in batch.completing:
                     self.on_completing(rid)

@@ -161,6 +161,9 @@ class HostParams:
     schedule_per_seq_s: float = 10e-6  # scheduler: per running sequence (decode seat or prompt chunk)
     # the next three: 0 where they were not measured (the datasheet's and the GPU profiles' blocks)
     schedule_per_admit_s: float = 0.0  # ... per request admitted this step (a new running sequence)
+    # a prefill instance's intake: per request it takes in (routing it and reading its header; the CPU
+    # executor's prefill leader does it through the run's store before its next step)
+    schedule_per_arrival_s: float = 0.0
     schedule_spec_s: float = 0.0  # ... per speculative decode step (draft-token bookkeeping)
     prepare_step_s: float = 100e-6  # input preparation (positions, block tables, metadata): per step
     prepare_per_seq_s: float = 10e-6  # ... per sequence

@@ -104,6 +104,14 @@ def schedule_seconds(hp: HostParams, w: RankHost, ranks: int) -> float:
             + hp.schedule_per_admit_s * w.admitted + spec)
 
 
+def intake_seconds(hp: HostParams, arrivals: int) -> float:
+    """A prefill instance's host seconds for the requests it took in since its last step (routing and their
+    headers: the CPU executor's prefill leader claims each arrival through the run's store, ~10 round trips,
+    0.7-1.8 ms a request at 50-100% of a verified rate; RESULTS.md session 18, loop). The instance's next step
+    waits for it (sim/prefill.py); 0 where the profile measured none."""
+    return hp.schedule_per_arrival_s * arrivals
+
+
 def rank_parts(hp: HostParams, w: RankHost) -> tuple[float, float, float, float]:
     """(schedule, prepare, sample, output) seconds of one rank's step."""
     schedule = schedule_seconds(hp, w, 1)

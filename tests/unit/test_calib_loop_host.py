@@ -74,3 +74,29 @@ def test_the_fits_serving_step_leaves_out_the_plan_the_loop_terms_price():
     shared = [dict(r, shape=dict(shape, time_shared=True)) for r in recs]  # colocated: its loop is priced apart
     (t,) = raw_steps(shared, plan)
     assert t.step_s == pytest.approx(0.020)
+
+
+PER_ARRIVAL = 1.0e-3  # s a request the prefill leader takes in
+
+
+def _prefill_step(step: int, admitted: int) -> list[dict]:
+    """One prefill-leader step: fixed + per admitted request, split between the plan and the loop record."""
+    host = FIXED + PER_ARRIVAL * admitted
+    shape = {"instance": "prefill[0].0", "admitted_global": admitted, "finished_global": admitted,
+             "time_shared": False}
+    return [{"op": "host.exposed", "role": "prefill", "rank": 0, "step": step, "seconds": 0.6 * host + SAMPLE,
+             "shape": shape},
+            {"op": "host.sample", "role": "prefill", "rank": 0, "step": step, "seconds": SAMPLE, "shape": shape},
+            {"op": "host", "role": "serve", "rank": 0, "step": step, "seconds": 0.4 * host,
+             "shape": {"instance": "prefill[0].0", "prefill_steps": 1, "time_shared": False}}]
+
+
+def test_the_prefill_leaders_intake_per_request_is_recovered_apart_from_the_decode_loop():
+    from rackplan.calibration.fit import fit_prefill_intake
+    pre = [r for i, a in zip(range(30), itertools.cycle([1, 2, 4, 3, 1, 6])) for r in _prefill_step(i, a)]
+    assert loop_steps(pre, "prefill")[2] == (pytest.approx(FIXED + 4 * PER_ARRIVAL), 4, 4)
+    assert fit_prefill_intake(pre) == pytest.approx(PER_ARRIVAL, rel=2e-3)
+    both = pre + [dict(r, step=r["step"] + 1000) for r in _records(35)]
+    assert fit_prefill_intake(both) == pytest.approx(PER_ARRIVAL, rel=2e-3)  # the decode loop's steps stay apart
+    assert len(loop_steps(both)) == 35 and len(loop_steps(both, "prefill")) == 30
+    assert fit_prefill_intake(pre[:3 * (MIN_LOOP_STEPS - 1)]) is None

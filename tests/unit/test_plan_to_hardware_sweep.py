@@ -59,3 +59,45 @@ def test_the_plan_is_priced_with_every_shape_and_scored_on_the_held_out_fit(tmp_
     assert "--holdout" not in second and "--no-holdout" in second and "--no-holdout" not in first
     assert [a for a in first if a not in ("--holdout", "decode:2,8", "prefill:64")][:-2] == \
         [a for a in second if a != "--no-holdout"][:-2]  # the same measurements, plan and name
+
+
+def test_each_round_measures_every_point_once_in_its_own_seeded_order():
+    points = [f"p{i}" for i in range(8)]
+    order = p2h.sweep_order(points, 4, seed=0)
+    assert len(order) == 32 and [r for r, _ in order] == [r for r in range(4) for _ in range(8)]
+    rounds = [[p for r, p in order if r == rnd] for rnd in range(4)]
+    assert all(sorted(r) == points for r in rounds)  # every point once a round
+    assert len({tuple(r) for r in rounds}) == 4  # shuffled differently each round
+    assert order == p2h.sweep_order(points, 4, seed=0) != p2h.sweep_order(points, 4, seed=1)  # seeded
+
+
+class _Neighbour:
+    """Records which phase the sweep's neighbour runs when each execute starts."""
+
+    def __init__(self):
+        self.phase, self.closed, self.steps = None, False, {"prefill": 0, "decode": 0}
+
+    def run(self, phase):
+        self.phase = phase
+
+    def idle(self):
+        self.phase = None
+
+    def close(self):
+        self.closed = True
+
+
+def test_every_sweep_point_runs_beside_the_other_phase(tmp_path, monkeypatch):
+    nb, seen = _Neighbour(), []
+    monkeypatch.setattr(p2h, "neighbour", lambda plan_path: nb)
+    monkeypatch.setattr(p2h.calibration_loop, "sh", lambda cmd: seen.append((cmd[cmd.index("--out") + 1], nb.phase)))
+    cfg = {**p2h.sweep_cfg(_plan(4, 64), quick=False, max_batch=None, max_tokens=None), "quiet_s": 0.0}
+    plan_path = tmp_path / "plan.yaml"
+    p2h.calibration_loop.dump_yaml(_plan(4, 64), plan_path)
+    runs = p2h.run_sweep(plan_path, cfg, tmp_path)
+    # decode b1, b2, b4 and prefill t32, t64, each once in each of the SWEEP_ROUNDS rounds
+    assert len(runs) == len(seen) == 5 * p2h.SWEEP_ROUNDS and nb.closed
+    assert all(phase == ("prefill" if "/decode-" in out else "decode") for out, phase in seen)
+    alone = {**cfg, "corun": False}
+    monkeypatch.setattr(p2h, "neighbour", lambda plan_path: pytest.fail("no neighbour when alone"))
+    assert len(p2h.run_sweep(plan_path, alone, tmp_path / "alone")) == 5 * p2h.SWEEP_ROUNDS
