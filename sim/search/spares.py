@@ -59,13 +59,12 @@ def plan(req: planner.Request, name: str, spares: int, target: float | None) -> 
     full = replace(res.request, num_gpus=req.num_gpus)
     ok = [v for v in res.verified if v.passed]
     if target is not None:
+        # the search verified for the objective alone, and its branch and bound may have passed over the
+        # best deployment reaching the target: verify the front points reaching it among themselves
+        res = _verify_reaching(res, full, name, target)
+        ok = [v for v in res.verified if v.passed]
         caps = {id(v): capacity(full, v, name) for v in ok}
         reach = [v for v in ok if caps[id(v)] >= target]
-        if not reach:  # the search verified for the objective alone: verify the front points reaching the target
-            res = _verify_reaching(res, full, name, target)
-            ok = [v for v in res.verified if v.passed]
-            caps = {id(v): capacity(full, v, name) for v in ok}
-            reach = [v for v in ok if caps[id(v)] >= target]
         if not reach:
             best = max(ok, key=lambda v: caps[id(v)])
             nodes = availability.spare_nodes(to_plan(full, best, name), full.hw)
