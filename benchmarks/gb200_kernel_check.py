@@ -29,7 +29,7 @@ import dataclasses
 import sys
 
 from rackplan.accuracy.cases import load_cases, resolve
-from rackplan.accuracy.predict import _prefill_chunks
+from rackplan.accuracy.predict import prefill_chunks
 from rackplan.calibration import opdb
 from rackplan.sim.cost.step import CostContext, op_layers, prefill_step
 from rackplan.specs import SpecError, load_profile
@@ -50,7 +50,7 @@ def per_layer_us(case, ops: tuple[str, ...], **layout) -> float:
     if "max_tokens_per_step" in layout:
         sc = dataclasses.replace(sc, tokens_per_rank=layout["max_tokens_per_step"])
     cx = CostContext(sc.model, sc.hw, lay, load_profile(sc.hw.default_profile), 0.0)
-    step = prefill_step(cx, _prefill_chunks(case, sc))
+    step = prefill_step(cx, prefill_chunks(case, sc))
     return sum(op.seconds / op_layers(sc.model, op.name) for op in step.ops if op.name in ops) * 1e6
 
 

@@ -41,7 +41,7 @@ def _bad(case: Case, field: str, expected: str, got=None) -> SpecError:
         SpecError(f"case {case.id}", field, expected)
 
 
-def _prefill_chunks(case: Case, sc: CaseSide) -> list[float]:
+def prefill_chunks(case: Case, sc: CaseSide) -> list[float]:
     """A rank's prompts for one step: full prompts of the workload's ISL, then one partial chunk."""
     if sc.workload is None or sc.workload.isl.kind != "fixed":
         raise _bad(case, "workload.isl", "a fixed ISL for prefill_step")
@@ -55,7 +55,7 @@ def _stepped(case: Case, sc: CaseSide, prof: Profile) -> float:
     skew = sc.workload.routing_skew if sc.workload is not None else 0.0
     cx = CostContext(sc.model, sc.hw, lay, prof, skew)
     if case.method == "prefill_step":
-        step = prefill_step(cx, _prefill_chunks(case, sc))
+        step = prefill_step(cx, prefill_chunks(case, sc))
         tokens, kinds = float(sc.tokens_per_rank * lay.dp), ("input", "total")
     else:
         b = float(sc.batch_per_rank)
