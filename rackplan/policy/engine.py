@@ -122,7 +122,7 @@ class EngineCore:
         self._ending: dict[int, list[int]] = {}  # step -> rids whose last token it emits
         self.step = 0  # steps finished
         # called when the router's measures (`load`, `queued_tokens`) may have moved: a pool's LoadIndex.touch
-        self.on_load: Callable[[], None] | None = None
+        self.on_load: Callable[[], None] = _nothing
         self._queued = 0  # prompt tokens not yet prefilled (queued_tokens)
         self.num_waiting = 0
         self._active: set[int] = set()  # ranks with waiting or part-way prompts
@@ -153,8 +153,7 @@ class EngineCore:
     @queued_tokens.setter
     def queued_tokens(self, value: int) -> None:
         self._queued = value
-        if self.on_load is not None:
-            self.on_load()
+        self.on_load()
 
     @property
     def busy(self) -> bool:
@@ -170,8 +169,7 @@ class EngineCore:
         self.rank_of[rid] = rank
         self.incoming[rank] += 1
         self._score[rank] += WAITING_WEIGHT
-        if self.on_load is not None:
-            self.on_load()
+        self.on_load()
         return rank
 
     def add(self, rid: int) -> None:
@@ -183,8 +181,7 @@ class EngineCore:
         r = self.rank_of.get(rid)
         if r is None:
             self._arrived.append(rid)
-            if self.on_load is not None:
-                self.on_load()
+            self.on_load()
             return
         self.incoming[r] -= 1
         self._score[r] -= WAITING_WEIGHT
@@ -296,13 +293,11 @@ class EngineCore:
         queue, running = self.waiting[r], self.running[r]
         full, resume, block, window = self.max_seqs, self.resume, self.block, self.window
         decode = self.role == "decode"
-        ceil = math.ceil  # (kv.blocks inlined below: ceil(tokens / block) of a positive count, else 0)
         while queue and len(running) < full:
             rid = queue[0]
             if decode and rid not in resume:  # its KV arrived: decode from this step
                 ctx = float(self.isl[rid])
-                need = ctx + self.q + window
-                if self._free_blocks(r) < (ceil(need / block) if need > 0 else 0):
+                if self._free_blocks(r) < blocks(ctx + self.q + window, block):
                     break
                 self._pop(r)
                 self._decode(r, rid, ctx, float(self.osl[rid]))
@@ -316,8 +311,7 @@ class EngineCore:
                 # a whole-context hit still computes its last token (vLLM: num_computed_tokens <= num_tokens - 1)
                 start = max(start, min(kept, self._free_blocks(r) * block, target - 1))
             take = min(target - start, left)
-            need = start + take + window
-            if self._free_blocks(r) < (ceil(need / block) if need > 0 else 0):
+            if self._free_blocks(r) < blocks(start + take + window, block):
                 break
             self._pop(r)
             if kept:
@@ -329,11 +323,10 @@ class EngineCore:
                 self.queued_tokens -= self.on_start(rid)  # [prefix cache] the hit is known once scheduled
                 start = self.cached[rid]
                 take = min(target - start, left)
-                need = start + take + window
             running[rid] = None
             self._score[r] += 1
             self.prefilling[r].append(rid)
-            n = ceil(need / block) if need > 0 else 0  # (its blocks: _hold from none)
+            n = blocks(start + take + window, block)  # (its blocks: _hold from none)
             self.progress[rid], self.target[rid], self.held[rid] = start, target, n
             self.pblocks[r] += n
             out.append((rid, take, start))
@@ -362,8 +355,7 @@ class EngineCore:
         step, tps = self.step, self.tps
         steps = max(1, math.ceil(left / tps))
         end = step + steps
-        # (kv.blocks of a positive count)
-        most = self.max_seqs * math.ceil((ctx + steps * tps + self.q + self.window) / self.block)
+        most = self.max_seqs * blocks(ctx + steps * tps + self.q + self.window, self.block)
         if most > self._most_blocks:  # a rank's blocks at most: max_seqs sequences as long as this one at its end
             self._most_blocks = most
         self.seqs[rid] = _Seq(r, ctx, left, step, end)
@@ -461,8 +453,7 @@ class EngineCore:
         ctx = self._ctx
         ctx[r] = max(ctx[r] - (s.ctx0 + (s.end - s.step0) * self.tps), 0.0)
         self.rank_of.pop(rid, None)
-        if self.on_load is not None:
-            self.on_load()
+        self.on_load()
 
     def _end_prefill(self, r: int, rid: int, done: Done) -> None:
         """Rank r's prompt `rid` is prefilled: a prefill instance hands it off, the others decode it."""
@@ -488,8 +479,7 @@ class EngineCore:
                 done.finished.append(rid)
         if not prefilling and not self.waiting[r]:
             self._active.discard(r)
-        if self.on_load is not None:
-            self.on_load()
+        self.on_load()
 
     # -- views for drivers ------------------------------------------------------------------------
     def decoding_on(self, r: int) -> list[int]:
@@ -515,8 +505,7 @@ class EngineCore:
             return False
         self.rank_of[rid] = r
         self._decode(r, rid, ctx, left)
-        if self.on_load is not None:
-            self.on_load()
+        self.on_load()
         return True
 
     def seat_many(self, rids: Sequence[int], ctxs: Sequence[float], lefts: Sequence[float]) -> list[int]:
@@ -534,6 +523,9 @@ class EngineCore:
             self.rank_of[rid] = r
             self._decode(r, rid, ctx, left)
             heapq.heapreplace(heap, (score + 1, r))
-        if self.on_load is not None:
-            self.on_load()
+        self.on_load()
         return refused
+
+
+def _nothing() -> None:
+    """EngineCore.on_load where no index listens (the executor's engines)."""
