@@ -18,12 +18,17 @@ kept (its key is skipped).
 `--expert-class KEY` (repeatable) does the same for a routed-experts class (experts.mxfp4_bf16: a kernel dtype added to
 opdb_ops.TABLE_DTYPE after the profile was fitted): its rows from the profile's vLLM moe_perf table
 (opdb_ops.expert_rows, which fits its moe.route.<dtype> beside it), refitted alone; the other classes do not read it.
+A MoE backend's class (experts.fp8_block.deepgemm, experts.fp8_block.deepgemm_masked: SGLang's DeepEP MoE, the
+engine-chosen kernel of sim/cost/efficiency.py BACKEND_CLASS) takes its rows from the system's SGLang wideep tables
+(opdb_ops.deepep_expert_rows).
 
 Run:  python benchmarks/opdb_per_kernel_splice.py --profile gb200-nvl72-vllm --op-database gb200 [--dry-run]
       python benchmarks/opdb_per_kernel_splice.py --profile h200-sxm-vllm --op-database h200_sxm \
           --module-class attn.decode.mla.bf16 --module-class attn.prefill.mla.bf16
       python benchmarks/opdb_per_kernel_splice.py --profile h100-sxm-vllm --op-database h100_sxm \
           --expert-class experts.mxfp4_bf16
+      python benchmarks/opdb_per_kernel_splice.py --profile gb200-nvl72-vllm --op-database gb200 \
+          --expert-class experts.fp8_block.deepgemm --expert-class experts.fp8_block.deepgemm_masked
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ from rackplan.outputs import write_spec
 from rackplan.specs import SpecError, load_hardware, load_profile
 
 PROFILES = Path(__file__).resolve().parents[1] / "configs" / "profiles"
+BACKEND_KEYS = tuple(f"experts.fp8_block.{b}" for _, b in opdb_ops.DEEPEP_TABLES)  # SGLang's DeepEP MoE classes
 
 
 def splice(profile: str, system: str, module_classes: tuple[str, ...] = (),
@@ -89,6 +95,9 @@ def _experts(key: str, system: str, hw, prof):
     the fit missed: the profile stays as it is)."""
     tables = opdb.locate(opdb.data_root(None), system, "vllm")
     rows = [r for r in opdb_ops.expert_rows(tables, hw) if r.key == key]
+    if not rows and key in BACKEND_KEYS:  # a backend's class: its engine's tables
+        sglang = opdb.locate(opdb.data_root(None), system, "sglang", names=opdb.KERNEL_TABLES)
+        rows = [r for r in opdb_ops.deepep_expert_rows(sglang, hw) if r.key == key]
     if not rows:
         return None
     g, refit = fit_class(rows[0], prof)

@@ -42,6 +42,10 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 KERNEL_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "context_mla_perf": ("mla", ("kernel_source", "mla_dtype", "kv_cache_dtype", "num_heads", "batch_size", "isl",
                                  "step", "latency")),
+    # SGLang's DeepEP MoE cores (calibration/opdb_ops.py deepep_expert_rows): DeepGEMM's grouped GEMMs behind DeepEP's
+    # normal (context) and low-latency (generation) dispatch
+    "wideep_context_moe_perf": ("moe", TABLES["moe_perf"][1]),
+    "wideep_generation_moe_perf": ("moe", TABLES["moe_perf"][1]),
 }
 SECONDS_PER_UNIT = {"moe_a2a_perf": 1e-6}  # latency units: ms unless listed here
 # columns read where a table has them, with the value assumed where it does not: the mHC collector

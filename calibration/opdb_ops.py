@@ -339,18 +339,78 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows) -> l
     return out
 
 
-def _expert_predict(dt: str, shape: np.ndarray, tokens, h, hw, load):
+def _expert_predict(dt: str, shape: np.ndarray, tokens, h, hw, load, compute: str = ""):
     """Seconds of the table's MoE rows: the moe.experts op priced by its function (sim/cost/prices.py
     experts_seconds), plus moe.route's (route_seconds) over the BF16 hidden states of every token entering
     the rank (its own curve; the table's kernel sees all num_tokens tokens, as step.py's moe.route does
-    without an all-to-all)."""
+    without an all-to-all). `compute`: the peak's dtype where the curve key `dt` is not one (a backend's class)."""
     flops, nbytes, rows_pe, n, k = shape.T
     in_bytes = route_bytes(tokens, h)
+    compute = compute or dt
 
     def predict(prof, i):
-        return (experts_seconds(hw, prof, dt, dt, flops[i], nbytes[i], rows_pe[i], n[i], k[i], load[i])
+        return (experts_seconds(hw, prof, dt, compute, flops[i], nbytes[i], rows_pe[i], n[i], k[i], load[i])
                 + route_seconds(hw, prof, dt, in_bytes[i], tokens[i], h[i]))
     return predict
+
+
+# SGLang's DeepEP MoE (sglang srt/layers/moe/ep_moe/layer.py DeepEPMoE): behind DeepEP's normal dispatch its FP8
+# block-scaled experts run DeepGEMM's contiguous grouped GEMM (m_grouped_fp8_gemm_nt_contiguous, between ep_scatter and
+# ep_gather), behind the low-latency dispatch DeepGEMM's masked grouped GEMM (m_grouped_fp8_gemm_nt_masked), where
+# DeepGEMM's JIT is on (SGLANG_ENABLE_JIT_DEEPGEMM, default true on SM90 and SM100). aiconfigurator's collector
+# (collector/sglang/collect_wideep_deepep_moe.py) times `run_moe_core` alone (no dispatch or combine) on one rank of
+# `moe_ep_size` and logs num_tokens as every rank's tokens together (num_token x moe_ep_size); under its "uniform"
+# distribution each of the rank's E / ep experts gets floor(num_tokens x top_k / E) rows (the context table's rank
+# takes all num_tokens hidden rows in; the generation table's masked layout holds the rank's own share, and where that
+# floor is 0 the first num_tokens x top_k / ep experts get one row each). Class key per backend: BACKEND_CLASS.
+DEEPEP_TABLES = (("wideep_context_moe_perf", "deepgemm"), ("wideep_generation_moe_perf", "deepgemm_masked"))
+
+
+def deepep_uniform_routing(tokens, experts, topk, ep) -> tuple[np.ndarray, np.ndarray]:
+    """([N] token-expert pairs, [N] experts holding them) on the timed rank of a wideep table's "uniform" row of
+    `tokens` (every rank's together): floor(tokens x topk / experts) rows on each of its experts // ep experts, or,
+    where that floor is 0, one row on each of the first tokens x topk // ep (the collector's masked_m; the context
+    collector skips those rows: hit 0 where its floor is 0 is read as no row)."""
+    tokens, experts, topk, ep = (np.asarray(v, np.int64) for v in (tokens, experts, topk, ep))
+    local = experts // ep
+    per_expert = tokens * topk // experts
+    hit = np.where(per_expert > 0, local, np.minimum(tokens * topk // ep, local))
+    return np.maximum(per_expert, 1) * hit, hit
+
+
+def deepep_expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """experts.fp8_block.<backend> (deepgemm: DeepEP normal mode; deepgemm_masked: low-latency mode) from SGLang's
+    wideep MoE tables (DEEPEP_TABLES), uniform routing: one EP rank's pairs num_tokens x top_k / ep over its E / ep
+    experts, priced as step.py's moe.experts and moe.route (route rows: every token the context rank takes in, the
+    generation rank's own num_tokens / ep)."""
+    out = []
+    for name, backend in DEEPEP_TABLES:
+        t = tables.get(name)
+        if t is None:
+            continue
+        c = read(t)
+        sel = np.flatnonzero((c["distribution"] == "uniform") & (c["moe_tp_size"] == 1)
+                             & (c["moe_dtype"] == "fp8_block"))
+        tok, h, inter, topk, experts, ep = (c[x][sel].astype(int) for x in (
+            "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size"))
+        local = experts // ep
+        pairs, hit = deepep_uniform_routing(tok, experts, topk, ep)
+        keep = hit > 0
+        shape = np.array([expert_work(_moe_model(hh, ii, kk, ee, "fp8_block"), float(p), float(d))
+                          for hh, ii, kk, ee, p, d in zip(h, inter, topk, experts, pairs, hit)]).reshape(-1, 5)
+        physical = keep & (shape[:, 1] / hw.hbm_bw <= c["seconds"][sel])
+        rows = sel[physical]
+        routed = (tok if backend == "deepgemm" else tok / ep)[physical].astype(float)
+        load = tile_load(routed, topk[physical].astype(float), local[physical].astype(float))
+        dt, route = f"fp8_block.{backend}", f"moe.route.fp8_block.{backend}"
+        predict = _expert_predict(dt, shape[physical], routed, h[physical].astype(float), hw, load, "fp8")
+        out.append(ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
+                             f"SGLang {t.version} {name}, moe_dtype fp8_block, uniform, moe_tp_size 1, num_tokens over "
+                             f"all moe_ep_size ranks, rows no faster than their bytes at the HBM peak "
+                             f"({int(np.sum(keep & ~physical))} dropped); fitted with {route}",
+                             str(c["kernel_source"][sel][0]) if len(sel) else "",
+                             also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2, load=load))
+    return out
 
 
 def _expert_shape(tokens, h, inter, topk, experts, ep, dt):

@@ -17,9 +17,9 @@ def layouts(plan: Plan):
 def check_plan_fields(plan: Plan, device: str, serving: bool, where: str) -> None:
     """Refuse (SpecError naming the field) what the executor would not run as planned: pipeline
     stages, weight offload, a fixed MoE imbalance (the simulator's knob: the executor's router makes
-    its own), vLLM's all-gather / reduce-scatter EP exchange; in serving mode an API-server count or
-    a stream interval (the executor has no API server: its tokens are not streamed); a prefill pool on
-    other hardware (one device kind runs every rank)."""
+    its own), vLLM's all-gather / reduce-scatter EP exchange, another engine or MoE backend; in
+    serving mode an API-server count or a stream interval (the executor has no API server: its tokens
+    are not streamed); a prefill pool on other hardware (one device kind runs every rank)."""
     if plan.prefill_hardware:
         raise SpecError(where, "prefill_hardware", "unset (the executor runs every rank on one device kind; a "
                         "mixed-hardware plan is simulated: sim/mixed.py)", plan.prefill_hardware)
@@ -38,6 +38,12 @@ def check_plan_fields(plan: Plan, device: str, serving: bool, where: str) -> Non
         if lay.all2all == "allgather_reducescatter":
             raise SpecError(where, f"{name}.all2all", "deepep or unset (the executor exchanges tokens with its own "
                             "all-to-all; vLLM's all-gather / reduce-scatter backend is priced, not run)", lay.all2all)
+        if lay.engine not in (None, "vllm"):
+            raise SpecError(where, f"{name}.engine", "vllm or unset (the executor runs its own kernels; another "
+                            "engine's expert kernels are priced, not run)", lay.engine)
+        if lay.moe_backend is not None:
+            raise SpecError(where, f"{name}.moe_backend", "unset (the executor runs its own grouped GEMM; a MoE "
+                            "backend's kernel is priced, not run)", lay.moe_backend)
         if serving and lay.api_servers is not None:
             raise SpecError(where, f"{name}.api_servers", "unset in serving mode (the executor runs no API "
                             "server: its requests come from the workload in process)", lay.api_servers)

@@ -18,6 +18,7 @@ from rackplan.specs import HardwareSpec, ModelSpec, Plan, Scenario, SpecError, W
 from rackplan.specs.layout import Layout
 
 from .aggregated import AggregatedInstance
+from .cost import efficiency
 from .cost.cores import core_share
 from .cost.host import front_end_servers
 from .cost.memory import check_fits
@@ -48,6 +49,8 @@ def validate_layout(lay: Layout, model: ModelSpec, hw: HardwareSpec, where: str)
         raise SpecError("", f"{where}.eplb.redundant_experts",
                         f"a count that makes experts + redundant ({model.moe.num_experts} + "
                         f"{lay.eplb.redundant_experts}) divisible by the EP size {lay.ep_size}")
+    if lay.moe_backend is not None:
+        efficiency.check_backend(lay, model, f"{where}.moe_backend")
     return check_fits(model, hw, lay, where)
 
 

@@ -145,6 +145,12 @@ def batch_flags(lay: Layout) -> list[str]:
 
 def parallel_flags(lay: Layout) -> list[str]:
     """TP size and expert parallelism (vLLM's EP group is always the instance's DP x TP GPUs)."""
+    if lay.engine not in (None, "vllm"):
+        raise SpecError("", f"{lay.role}.engine", "vllm or unset (rackplan deploys vLLM; another engine's kernels "
+                        "are priced, not deployed)", lay.engine)
+    if lay.moe_backend is not None:
+        raise SpecError("", f"{lay.role}.moe_backend", "unset (rackplan deploys vLLM with its own MoE kernel "
+                        "choice; a backend's kernel is priced, not deployed)", lay.moe_backend)
     f = ["--tensor-parallel-size", str(lay.tp)]
     if lay.pp > 1:
         f += ["--pipeline-parallel-size", str(lay.pp)]

@@ -84,6 +84,12 @@ class Layout:
     # (allgather_reducescatter, vLLM's default backend): every rank's MoE kernel then takes all gathered tokens.
     # None: deepep (left out of written plans, so earlier plans and their hashes are unchanged)
     all2all: Optional[Literal["deepep", "allgather_reducescatter"]] = field(default=None, metadata=OMIT_IF_NONE)
+    # the serving engine whose kernels price the routed experts (sim/cost/efficiency.py expert_backend): vllm, or
+    # sglang, whose DeepEP MoE runs DeepGEMM's grouped GEMMs for block-FP8 experts; None: vllm (left out of plans)
+    engine: Optional[Literal["vllm", "sglang"]] = field(default=None, metadata=OMIT_IF_NONE)
+    # the routed-experts kernel in place of the engine's default for the model's weights (efficiency.BACKENDS);
+    # None: the engine's default (left out of plans)
+    moe_backend: Optional[Literal["deepgemm"]] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "replicas", "max_tokens_per_step", "max_batch_per_rank", "stream_interval"):

@@ -89,6 +89,49 @@ KERNEL_FORMATS = {"fp8_block": "fp8", "mxfp4": "fp4"}  # weight format -> the co
 # w4a16_mxfp4 (kernel vllm_gptossmxfp4moe_triton_oaitritonmxfp4experts..., gpt-oss's own expert shapes); at 8 to
 # 2,048 tokens it runs 2-3x faster than the BF16 kernel's curve at MXFP4 bytes (benchmarks/gpustack_steps.py).
 WEIGHT_ONLY_KERNELS = {("mxfp4", "bf16"): "mxfp4_bf16"}
+# MoE backends (Layout.moe_backend, else the layout's engine's default, ENGINE_BACKEND): a routed-experts kernel other
+# than the one a measured profile's experts.<dtype> class times (vLLM's), priced by experts.<dtype>.<class> (and
+# moe.route.<dtype>.<class>) per all-to-all kernel, where the profile measures that class; elsewhere (no such class, a
+# datasheet profile, no DeepEP exchange) the dtype's class prices it, as before.
+# deepgemm: DeepGEMM's FP8 grouped GEMMs behind DeepEP (SGLang's DeepEPMoE, sglang srt/layers/moe/ep_moe/layer.py:
+# m_grouped_fp8_gemm_nt_contiguous after the normal dispatch, m_grouped_fp8_gemm_nt_masked after the low-latency one),
+# for block-scaled FP8 weights, fitted on SGLang's wideep MoE tables (calibration/opdb_ops.py DEEPEP_TABLES).
+BACKENDS = {"deepgemm": {"fp8_block": {"high_throughput": "deepgemm", "low_latency": "deepgemm_masked"}}}
+# Each engine's default MoE backend behind DeepEP (documented defaults, not fitted). SGLang: DeepEPMoE takes DeepGEMM's
+# path for FP8 block weights when DeepGEMM's JIT is on (sglang srt/layers/deep_gemm_wrapper/configurer.py
+# ENABLE_JIT_DEEPGEMM: SM90 or newer with deep_gemm installed, SGLANG_ENABLE_JIT_DEEPGEMM default on). vLLM: none here
+# (its FP8 block MoE kernel is the profile's own experts.fp8_block class, fitted on vLLM's tables).
+ENGINE_BACKEND = {"sglang": "deepgemm"}
+
+
+def expert_backend(layout) -> str | None:
+    """The layout's MoE backend: its `moe_backend`, else its engine's default (ENGINE_BACKEND; None: the engine runs
+    the kernel the profile's experts.<dtype> class times)."""
+    return layout.moe_backend or ENGINE_BACKEND.get(layout.engine or "vllm")
+
+
+def check_backend(layout, model, field: str) -> None:
+    """A layout's explicit `moe_backend` must run the model's routed experts where the layout puts them: a SpecError
+    naming `field` where it does not (a backend for another weight format, or without DeepEP's exchange)."""
+    dt = model.dtypes
+    kd = kernel_dtype(dt.expert_weights, dt.expert_compute_dtype)
+    runs = BACKENDS[layout.moe_backend]
+    if kd not in runs:
+        raise SpecError("", field, f"unset for experts of kernel dtype {kd} ({layout.moe_backend} runs "
+                        f"{', '.join(runs)} experts)", layout.moe_backend)
+    if not layout.exchanges_tokens or layout.all2all == "allgather_reducescatter":
+        raise SpecError("", field, f"unset without DeepEP's exchange ({layout.moe_backend} runs behind DeepEP's "
+                        "dispatch: ep > 1 over DP ranks, all2all deepep)", layout.moe_backend)
+
+
+def backend_dtype(prof: Profile, dtype: str, backend: str | None, a2a_kernel: str) -> str:
+    """The curve dtype of the routed experts of kernel dtype `dtype` behind the all-to-all kernel `a2a_kernel`
+    (high_throughput / low_latency; "" without DeepEP): `dtype`.<class> where `backend` runs that dtype there
+    (BACKENDS) and `prof` measures its experts curve, else `dtype`."""
+    cls = BACKENDS.get(backend or "", {}).get(dtype, {}).get(a2a_kernel)
+    if cls is not None and prof.curves.get(f"experts.{dtype}.{cls}") is not None:
+        return f"{dtype}.{cls}"
+    return dtype
 
 
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:

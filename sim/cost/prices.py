@@ -179,11 +179,15 @@ class EPSide(NamedTuple):
     route_stream: Callable | None = None  # stream_seconds_at of the routing's op class over the hidden width
     dispatch: A2APhase | RingPhase | None = None  # the step kernel's exchange phases (None: no all-to-all)
     combine: A2APhase | RingPhase | None = None
+    backend: str | None = None  # the MoE backend (efficiency.expert_backend) and the DeepEP kernel it runs behind
+    a2a_kernel: str = ""  # ("" without DeepEP: no backend class applies)
 
     def kernel_dtype(self) -> str:
-        """The experts kernel's dtype (the curves it runs: block-scaled FP8 weights -> fp8_block)."""
+        """The experts kernel's dtype (the curves it runs: block-scaled FP8 weights -> fp8_block; the backend's class,
+        fp8_block.deepgemm, where the layout's engine runs one the profile measures: efficiency.backend_dtype)."""
         dt = self.model.dtypes
-        return efficiency.kernel_dtype(dt.expert_weights, dt.expert_compute_dtype, self.prof)
+        kd = efficiency.kernel_dtype(dt.expert_weights, dt.expert_compute_dtype, self.prof)
+        return efficiency.backend_dtype(self.prof, kd, self.backend, self.a2a_kernel) if self.backend else kd
 
 
 class EPWork(NamedTuple):

@@ -82,6 +82,8 @@ REFUSED = [  # (layout edit, device, serving, field named)
     ({"all2all": "allgather_reducescatter", "dp": 2}, "cpu", False, "decode[0].all2all"),
     ({"api_servers": 2}, "cpu", True, "decode[0].api_servers"),
     ({"stream_interval": 4}, "cpu", True, "decode[0].stream_interval"),
+    ({"engine": "sglang"}, "cpu", False, "decode[0].engine"),
+    ({"moe_backend": "deepgemm"}, "cpu", False, "decode[0].moe_backend"),
 ]
 REFUSED_BY_MODE = {"Layout.tp", "Layout.speculation", "Layout.replicas"}
 REFUSED_PLAN = {"Plan.prefill_hardware", "Plan.prefill_profile", "Plan.kv_link_bw"}  # mixed hardware (below)
