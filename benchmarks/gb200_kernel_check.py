@@ -14,8 +14,10 @@ The charts at the run's work: MLA 6,715 us at 65,536 tokens of 2,048, times (64,
 token-expert pairs), times the run's 512,000 local pairs (128,000 x 8 / 2).
 
 Part 2: FP8 block-scaled routed experts behind DeepEP, the SGLang GB200 part II high-precision runs
-(sglang-gb200-p2-*-bf16attn-fp8): rackplan's moe.route + moe.experts (the profile's experts.fp8_block, fitted on
-vLLM 0.24.0's FlashInfer TRT-LLM FP8 block-scale MoE) beside aiconfigurator-core's SGLang 0.5.10
+(sglang-gb200-p2-*-bf16attn-fp8): rackplan's moe.route + moe.experts (the case's engine, sglang: the profile's
+experts.fp8_block.deepgemm, fitted on the table below, benchmarks/RESULTS.md session 19 moekernel; and, as "vLLM
+class", the same layout under vLLM, the profile's experts.fp8_block, fitted on vLLM 0.24.0's FlashInfer TRT-LLM FP8
+block-scale MoE) beside aiconfigurator-core's SGLang 0.5.10
 wideep_context_moe_perf rows (kernel_source deepepmoe: SGLang's DeepEP MoE, DeepGEMM's grouped GEMM; uniform
 routing). The table's num_tokens are the tokens of all EP ranks together (per rank they would exceed the FP8
 peak: EP 4 at 16,384 a rank would be 131,072 pairs x 88 MFLOP in 1.77 ms = 6.5 PFLOP/s against 5). Needs the
@@ -81,13 +83,15 @@ def main() -> int:
           " per layer (us)")
     table = wideep_rows()
     hp = cases["sglang-gb200-p2-prefill-bf16attn-fp8"]
-    print(f"{'shape':36s} {'SGLang deepepmoe':>16s} {'rackplan':>9s} {'ratio':>6s}")
+    print(f"{'shape':36s} {'SGLang deepepmoe':>16s} {'rackplan':>9s} {'ratio':>6s} {'vLLM class':>10s} {'ratio':>6s}")
     for dp, per_rank in ((4, 16384), (2, 8192)):
         ours = per_layer_us(hp, ("moe.route", "moe.experts"), dp=dp, max_tokens_per_step=per_rank)
+        vllm = per_layer_us(hp, ("moe.route", "moe.experts"), dp=dp, max_tokens_per_step=per_rank, engine=None)
         ref = table.get((dp, dp * per_rank)) if table else None
         ref_s = f"{ref:16,.0f}" if ref else f"{'(no table)':>16s}"
         ratio = f"{ours / ref:6.2f}" if ref else ""
-        print(f"{f'DEP{dp}, {per_rank:,} tokens a rank':36s} {ref_s} {ours:9,.0f} {ratio}")
+        ratio_v = f"{vllm / ref:6.2f}" if ref else ""
+        print(f"{f'DEP{dp}, {per_rank:,} tokens a rank':36s} {ref_s} {ours:9,.0f} {ratio} {vllm:10,.0f} {ratio_v}")
     return 0
 
 

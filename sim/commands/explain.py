@@ -172,10 +172,13 @@ def _classes(cx: CostContext, name: str, phase: str) -> tuple[str, ...]:
     m, lay = cx.model, cx.layout
     dt = m.dtypes
     kd = efficiency.kernel_dtype
-    if name == "moe.experts":
-        return (f"experts.{kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof)}",)
-    if name == "moe.route":
-        return (f"moe.route.{kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof)}",)
+    if name in ("moe.experts", "moe.route"):
+        # the engine's kernel (efficiency.backend_dtype) behind DeepEP's kernel of the phase (step.py KERNEL)
+        deepep = lay.exchanges_tokens and lay.all2all != "allgather_reducescatter"
+        a2a = ("high_throughput" if phase == "prefill" else "low_latency") if deepep else ""
+        ed = efficiency.backend_dtype(cx.prof, kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof),
+                                      efficiency.expert_backend(lay), a2a)
+        return (f"experts.{ed}",) if name == "moe.experts" else (f"moe.route.{ed}",)
     gemms = {op.name: op for op in ops.model_ops(m, lay, phase) if op.gemms}
     if name in gemms:
         return tuple(dict.fromkeys(f"gemm.{kd(g.weight_dtype, g.compute_dtype)}" for g in gemms[name].gemms))

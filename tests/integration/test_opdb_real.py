@@ -92,3 +92,22 @@ def test_shipped_mxfp4_bf16_class_matches_its_kernel_rows():
     _, held = split(len(rows.seconds))
     assert mape(rows.predict(prof, held), rows.seconds[held]) == pytest.approx(prof.fit_error["experts.mxfp4_bf16"],
                                                                               abs=0.1)
+
+
+@pytest.mark.profile_data
+@pytest.mark.parametrize("key", ["experts.fp8_block.deepgemm", "experts.fp8_block.deepgemm_masked"])
+def test_shipped_deepgemm_classes_match_their_wideep_rows(key):
+    """gb200's SGLang DeepEP MoE classes (benchmarks/opdb_per_kernel_splice.py --expert-class) price today's held-out
+    rows of SGLang's wideep tables at their recorded error; the EP 4 row of 65,536 tokens (16,384 a rank) is 5.88 ms,
+    131,072 pairs x 88.1 MFLOP = 1.96 PFLOP/s on the rank (39% of the FP8 peak), the rate the class stands for."""
+    hw = load_hardware("gb200-nvl72")
+    prof = load_profile("gb200-nvl72-vllm")
+    tables = opdb.locate(opdb.data_root(), "gb200", "sglang", names=opdb.KERNEL_TABLES)
+    rows = next(r for r in opdb_ops.deepep_expert_rows(tables, hw) if r.key == key)
+    assert rows.kernel == prof.provenance["classes"][key]["kernel"] == "deepepmoe"
+    _, held = split(len(rows.seconds))
+    assert mape(rows.predict(prof, held), rows.seconds[held]) == pytest.approx(prof.fit_error[key], abs=0.1)
+    c = opdb.read(tables["wideep_context_moe_perf"])
+    sel = (c["distribution"] == "uniform") & (c["moe_ep_size"] == 4) & (c["num_tokens"] == 65536)
+    assert c["seconds"][sel][0] == pytest.approx(5.877e-3, rel=1e-3)
+    assert 65536 * 8 / 4 * 2 * 3 * 7168 * 2048 / 5.877e-3 == pytest.approx(1.96e15, rel=0.01)

@@ -98,3 +98,17 @@ def test_wideep_uniform_rows_by_hand():
     # 32 x 8 / 256 = 1 row on 128 experts
     assert pairs.tolist() == [131072, 1024, 4, 128]
     assert hit.tolist() == [64, 1, 4, 128]
+
+
+@pytest.mark.profile_data
+def test_explain_names_the_engines_class():
+    """`rackplan explain` names the class that priced the experts: on the shipped gb200 profile, SGLang's DeepGEMM
+    classes per phase, vLLM's experts.fp8_block without the engine."""
+    from rackplan.sim.commands.explain import _classes
+
+    model, hw, prof = load_model("deepseek-v3"), load_hardware("gb200-nvl72"), load_profile("gb200-nvl72-vllm")
+    sg = CostContext(model, hw, Layout("decode", dp=48, engine="sglang"), prof, 0.0)
+    assert _classes(sg, "moe.experts", "prefill") == ("experts.fp8_block.deepgemm",)
+    assert _classes(sg, "moe.route", "decode") == ("moe.route.fp8_block.deepgemm_masked",)
+    vl = CostContext(model, hw, Layout("decode", dp=48), prof, 0.0)
+    assert _classes(vl, "moe.experts", "decode") == ("experts.fp8_block",)
