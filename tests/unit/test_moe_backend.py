@@ -112,3 +112,15 @@ def test_explain_names_the_engines_class():
     assert _classes(sg, "moe.route", "decode") == ("moe.route.fp8_block.deepgemm_masked",)
     vl = CostContext(model, hw, Layout("decode", dp=48), prof, 0.0)
     assert _classes(vl, "moe.experts", "decode") == ("experts.fp8_block",)
+
+
+def test_deploy_refuses_what_it_cannot_write():
+    """`rackplan deploy` writes vLLM: another engine, or a MoE backend it does not choose, is refused naming the
+    field."""
+    from rackplan.deploy.engine import parallel_flags
+
+    assert "--enable-expert-parallel" in parallel_flags(Layout("decode", dp=8, engine="vllm"))
+    for edit, field in (({"engine": "sglang"}, "decode.engine"), ({"moe_backend": "deepgemm"}, "decode.moe_backend")):
+        with pytest.raises(SpecError) as exc:
+            parallel_flags(Layout("decode", dp=8, **edit))
+        assert exc.value.field == field
