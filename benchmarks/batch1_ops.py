@@ -139,7 +139,8 @@ def main(argv=None) -> int:
         cells = "".join(f"{tables[fw].get(label, float('nan')):>14.1f}" for fw in TABLES)
         print(f"{label:<26}{nbytes / 1e6:>9.2f}{nbytes / hw.hbm_bw * 1e6:>10.1f}" + "".join(f"{u:>18.1f}" for u in us)
               + cells)
-    print(f"{'sum of the rows above':<45}" + "".join(f"{t:>18.1f}" for t in total))
+    sums = "".join(f"{sum(tables[fw].get(label, 0.0) for label, _ in ROWS):>14.1f}" for fw in TABLES)
+    print(f"{'sum of the rows above (a table: its rows)':<45}" + "".join(f"{t:>18.1f}" for t in total) + sums)
     for fw in TABLES:
         if "csa" in tables[fw]:
             print(f"  {fw} attention module at TP{lay.tp}, batch 1: CSA {tables[fw]['csa']:.1f} us, HCA "
@@ -147,12 +148,18 @@ def main(argv=None) -> int:
     for prof, s in zip(profs, steps):
         print(f"{prof.name}: step {s.seconds * 1e3:.2f} ms (LM head, sampler and host included)")
     spec = dataclasses.replace(lay, speculation=Speculation(args.spec_tokens, 1.0))
-    for prof in profs:
+    for prof, plain in zip(profs, steps):
         s = decode_step(CostContext(model, hw, spec, prof, 0.0), 1.0, float(args.context))
         draft = s.breakdown().get("draft", 0.0)
         print(f"{prof.name}: with MTP {args.spec_tokens} ({args.spec_tokens + 1} tokens verified) a step is "
               f"{s.seconds * 1e3:.2f} ms (drafter {draft * 1e3:.2f}); a published TPOT of {args.tpot_ms} ms implies "
               f"an acceptance length of {s.seconds * 1e3 / args.tpot_ms:.2f}")
+        # an MTP pass is one decoder layer of the target's kind and the shared LM head (DeepSeek-V3 report, 2.2):
+        # what one layer of the plain step and its LM head cost, beside what the drafter prices a pass at
+        layer = sum(layer_seconds(plain, names, layers) for _, names in ROWS)
+        head = plain.breakdown().get("lm_head", 0.0)
+        print(f"  one MTP pass as priced {draft / args.spec_tokens * 1e6:.0f} us; one target layer at one token + "
+              f"the LM head {(layer + head) * 1e6:.0f} us")
     return 0
 
 
