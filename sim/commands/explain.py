@@ -204,6 +204,9 @@ def _curve(cx: CostContext, name: str, phase: str) -> tuple[str, float]:
     prof = cx.prof
     classes = _classes(cx, name, phase)
     if name == "draft":
+        if cx.model.draft is not None and cx.model.draft.kind == "mtp":
+            return "one target layer and the LM head per MTP pass, the layer's own curves (sim/cost/prices.py " \
+                   "mtp_passes)", math.nan
         return "the drafter's own GEMM and attention pricing (sim/cost/draft.py)", math.nan
     if not classes:
         return "derived (no curve of its own)", math.nan

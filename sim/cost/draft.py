@@ -6,6 +6,10 @@ weights once per pass; its routed experts are split over the layout's EP group l
 (DP attention + EP MoE), so a rank reads only the experts of its share that the step's global rows
 hit (DSpark: 3 of 128 picked per token, 128 / 64 = 2 per rank at DEP64) and the rows travel through
 the same all-to-all; under TP each pass all-reduces its attention and FFN outputs.
+
+An MTP pass is one decoder layer of the target's own kind with the shared LM head (DeepSeek-V3 report 2.2),
+so it is priced as that layer at the pass's rows (sim/cost/prices.py mtp_passes: every kernel of the layer
+with its floor, which at batch 1 is most of a pass); `Drafter.seconds` prices a block drafter's stages.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class Drafter:
     ep: int
     tp: int
     all_to_all: bool  # the EP group exchanges rows (DP attention), not a replicated TP batch
+    layer: bool = False  # an MTP pass: one decoder layer of the target's kind and its LM head (prices.draft)
 
     def seconds(self, hw: HardwareSpec, prof: Profile, compute_peak: float, rows: float, rows_global: float,
                 a2a_s) -> tuple[float, float, float]:
@@ -80,4 +85,4 @@ def drafter(model: ModelSpec, layout: Layout, passes: int, all_to_all: bool) -> 
         expert_bytes=d.expert_params * wb / moe_tp, expert_flops_per_pair=2.0 * d.expert_params / moe_tp,
         pair_frac=d.top_k / d.num_experts if d.num_experts else 0.0, top_k=d.top_k, weight_bytes=wb,
         dtype=d.weight_dtype, hidden=model.hidden_size, act=model.dtypes.activation_bytes, ep=ep, tp=tp,
-        all_to_all=all_to_all)
+        all_to_all=all_to_all, layer=d.kind == "mtp")

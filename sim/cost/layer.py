@@ -251,6 +251,25 @@ class LayerPricer:
             out += fn(self, g, op, tokens)
         return out
 
+    def one_layer(self, seqs: float, ctx_sum: float, rows: float) -> tuple[float, float, float]:
+        """Seconds, flops, bytes of one decoder layer of the decode group (its mean over the group's layers,
+        corrections applied) at `rows` tokens on the rank from `seqs` sequences of context `ctx_sum` in all, one
+        query each: what an MTP pass runs on the rank besides its routed experts and the LM head (DeepSeek-V3
+        report 2.2: the MTP module is one Transformer block of the target's kind with the shared head)."""
+        g = self.groups_decode[0]
+        n = g.n_layers
+        if rows <= 0 or not n:
+            return 0.0, 0.0, 0.0
+        _, (names, sums) = self._group_ops(g, rows)
+        recs = list(zip(names, sums))
+        if seqs > 0:  # the attention core at one query a sequence (the target's steps: lp.q)
+            if self.cx.model.attention.kind in attn.ONE_KERNEL_DECODE:
+                recs.append(("attn.core", attn.decode_layers(g.attention, seqs, ctx_sum, 1.0)))
+            else:
+                recs += [("attn.core", comp.decode(seqs, ctx_sum, 1.0, layers)) for comp, layers in g.attention]
+        sec = sum(self.corrected(name, rec[0], "decode", n) for name, rec in recs) / n
+        return sec, sum(rec[1] for _, rec in recs) / n, sum(rec[2] for _, rec in recs) / n
+
     @cached_property
     def engram_link(self):
         """The NVLink latency and bandwidth the remote Engram rows move at (the low-latency dispatch's)."""

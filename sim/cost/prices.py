@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal, NamedTuple
 
-from rackplan.specs import HardwareSpec, ModelSpec, Profile, ops
+from rackplan.specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Profile, ops
 
 from . import attention as attn
 from . import efficiency
@@ -28,7 +28,7 @@ from .alltoall import A2APhase, RingPhase
 from .collective import allreduce_seconds
 from .elementwise import mhc_bytes, norm_bytes, quantize_bytes, rope_bytes, route_bytes, sample_bytes, stream_seconds_at
 from .moe import expert_work, tile_load
-from .roofline import price
+from .roofline import price, price_gemm
 
 Site = Literal["tokens", "work", "first", "rows", "ep", "step"]
 
@@ -265,5 +265,31 @@ def draft(sm, op: ops.ModelOp, step) -> list:
         return (disp.seconds(tokens) if disp else 0.0) + (comb.seconds(tokens) if comb else 0.0)
 
     total = sum(r * n for r, n in zip(rows, step.ranks))
+    if d.layer:
+        return [("draft", *mtp_passes(sm, step, rows, total))]
     sec, fl, by = d.seconds(cx.hw, cx.prof, cx.hw.flops_for(cx.model.dtypes.compute), max(rows), total, a2a_s)
     return [("draft", sec, fl, by)]
+
+
+def mtp_passes(sm, step, rows: list, total: float) -> tuple[float, float, float]:
+    """Seconds, flops, bytes of an MTP drafter's passes on the busiest rank (`rows`: draft rows per rank, `total`
+    over the EP group). A pass runs what a decoder layer of the target runs at those rows (LayerPricer.one_layer:
+    its GEMMs, norms, mHC, attention over the module's own KV, TP all-reduces, each kernel with its floor), the
+    layer's routed experts over the EP group, its input projection eh_proj ([rows, 2h] x [2h, h], replicated BF16:
+    SGLang deepseek_nextn.py, `nn.Linear(2 * hidden_size, hidden_size)`) and the shared LM head at the rows: at
+    batch 1, the floors of some twenty kernels that the roofline of its weights alone (draft.Drafter.seconds) leaves
+    out."""
+    cx, d = sm.cx, sm.drafter
+    hw, h = cx.hw, cx.model.hidden_size
+    i = max(range(len(rows)), key=rows.__getitem__)
+    w, r = step.works[i], rows[i]
+    sec, fl, by = sm.layers.one_layer(w.dec_seqs, w.dec_ctx, r)
+    if sm.n_moe:
+        moe = sm._moe(total, r, 1, "low_latency", "decode", 0.0)
+        sec, fl, by = sec + sum(moe[1:5]), fl + moe[5], by + moe[6]
+    e_fl, e_by = 2.0 * r * 2 * h * h, 2 * h * h * DTYPE_BYTES["bf16"] + r * 3 * h * d.act
+    sec += price_gemm(e_fl, e_by, hw.flops_for("bf16"), "bf16", r, h, 2 * h, hw, cx.prof)
+    for name, s, f, b in sm.layers._tail_at(r):
+        if name == "lm_head":
+            sec, fl, by = sec + s, fl + f, by + b
+    return sec * d.passes, (fl + e_fl) * d.passes, (by + e_by) * d.passes
