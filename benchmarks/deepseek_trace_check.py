@@ -27,13 +27,19 @@ on h800 without DBO), each op's seconds over the layers that run it. Profiles: d
 h100-sxm-vllm (the closest measured one: H800 is H100 SXM compute and HBM, configs/hardware/h800.yaml) and
 h200-sxm-vllm. A ratio is rackplan / trace: above 1, rackplan prices the op slower than DeepSeek ran it.
 
+The prefill trace (EP32, 16,384 tokens a GPU of 4K prompts, two micro-batches) has no per-kernel reading the
+project could find, so its part prints rackplan's per-layer price of that step (DEP32, four 4,096-token prompts a
+rank, h800) with each compute op's FLOP rate, beside the rate its kernel publishes for that shape (DeepGEMM README,
+Feb 2025: contiguous grouped GEMM 4 groups x M 8192, 1,297 / 1,099 TFLOP/s for N4096 K7168 / N7168 K2048; normal
+GEMM at M 4096, the MLA projections' own rows). No dense MHA prefill rate on Hopper is published by DeepSeek.
+
 Run:  python benchmarks/deepseek_trace_check.py
 """
 from __future__ import annotations
 
 import sys
 
-from rackplan.sim.cost.step import CostContext, decode_step, op_layers
+from rackplan.sim.cost.step import CostContext, decode_step, op_layers, prefill_step
 from rackplan.specs import load_hardware, load_model, load_profile
 from rackplan.specs.layout import Layout, Speculation
 
@@ -43,6 +49,8 @@ PROFILES = ("datasheet", "h100-sxm-vllm", "h200-sxm-vllm")
 CLOSEST = "h100-sxm-vllm"  # H800 = H100 SXM compute and HBM
 FLASHMLA_TFLOPS = 580.0  # FlashMLA README at release (Feb 2025, CUDA 12.6), dense decode, H800, compute-bound
 DEEPGEMM_MASKED_TFLOPS = (1040.0, 916.0)  # DeepGEMM README masked layout, 2 groups x M 512: (N4096 K7168, N7168 K2048)
+DEEPGEMM_CONTIGUOUS_TFLOPS = (1297.0, 1099.0)  # DeepGEMM README contiguous layout, 4 groups x M 8192: the same two
+PREFILL_EP, PREFILL_PROMPTS, PREFILL_ISL = 32, 4, 4096  # the prefill trace: EP32, 16,384 tokens a GPU of 4K prompts
 
 # The trace's kernels per layer and micro-batch (us), grouped as rackplan's op classes. None: not in the reading.
 TRACE_US: dict[str, tuple[float | None, str]] = {
@@ -97,6 +105,22 @@ def expert_flops() -> tuple[float, float]:
     return 2.0 * tokens * 7168 * 4096, 2.0 * tokens * 2048 * 7168
 
 
+def up_down_rate(up_down_tflops: tuple[float, float]) -> float:
+    """One rate for an expert's up/gate GEMM then its down GEMM (FLOPs 2 : 1) from each GEMM's own rate."""
+    up, down = up_down_tflops
+    return 3.0 / (2.0 / up + 1.0 / down)
+
+
+def prefill_per_layer(profile: str) -> dict[str, tuple[float, float]]:
+    """{op: (us per layer, FLOPs per layer)} of the prefill trace's step on one rank under `profile` (both
+    micro-batches, priced as one step without DBO: the ops' own work)."""
+    lay = Layout(role="prefill", dp=PREFILL_EP, max_tokens_per_step=PREFILL_PROMPTS * PREFILL_ISL)
+    cx = CostContext(load_model("deepseek-v3"), load_hardware("h800"), lay, load_profile(profile), 0.0)
+    step = prefill_step(cx, [float(PREFILL_ISL)] * PREFILL_PROMPTS)
+    return {op.name: (op.seconds / op_layers(cx.model, op.name) * 1e6, op.flops / op_layers(cx.model, op.name))
+            for op in step.ops}
+
+
 def main() -> int:
     priced = {p: per_layer_us(p) for p in PROFILES}
     print(f"DeepSeek H800 decode trace ({SOURCE}), one micro-batch of {SEQS} x {QUERIES} queries at context "
@@ -124,6 +148,20 @@ def main() -> int:
         layers = sum(v for k, v in bd.items() if k not in ("lm_head", "sample", "draft", "host.exposed"))
         print(f"  {p:14s} step {s.seconds * 1e3:7.2f} ms, its layers {layers * 1e3:7.2f} ms "
               f"({layers * 1e3 / TRACE_LAYERS_MS:.2f}x; DBO hides {-bd.get('dbo.overlap', 0.0) * 1e3:.2f} ms)")
+    print(f"\nprefill trace's step ({PREFILL_PROMPTS} x {PREFILL_ISL:,}-token prompts a rank, DEP{PREFILL_EP}, both "
+          "micro-batches): us per layer (TFLOP/s)")
+    pre = {p: prefill_per_layer(p) for p in PROFILES}
+    names = sorted(pre[CLOSEST], key=lambda n: -pre[CLOSEST][n][0])
+    for name in names:
+        cells = []
+        for p in PROFILES:
+            us, fl = pre[p].get(name, (0.0, 0.0))
+            cells.append(f"{us:9.1f}" + (f" ({fl / (us * 1e-6) / 1e12:5.0f})" if fl and us else " " * 8))
+        print(f"{name:14s} " + " ".join(f"{c:>22s}" for c in cells))
+    print("routed experts' kernel (DeepGEMM contiguous README): "
+          f"{up_down_rate(DEEPGEMM_CONTIGUOUS_TFLOPS):.0f} TFLOP/s for up/gate + down; decode's masked: "
+          f"{up_down_rate(DEEPGEMM_MASKED_TFLOPS):.0f} (the trace's "
+          f"{sum(expert_flops()) / 120e-6 / 1e12:.0f})")
     return 0
 
 

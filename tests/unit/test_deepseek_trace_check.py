@@ -29,3 +29,16 @@ def test_rackplan_prices_the_trace_shape():
     assert priced["attn.core"][1] == pytest.approx(k.attention_flops(), rel=1e-6)
     # the router class folds the gate GEMM and the top-k
     assert k.trace_class_us(priced, "router") == pytest.approx(priced["router"][0] + priced["moe.route"][0])
+
+
+def test_prefill_step_and_kernel_rates_by_hand():
+    k = script("deepseek_trace_check.py")
+    # up/gate then down at 1,297 and 1,099 TFLOP/s with FLOPs 2 : 1: 3 / (2 / 1297 + 1 / 1099) = 1,223.5
+    assert k.up_down_rate(k.DEEPGEMM_CONTIGUOUS_TFLOPS) == pytest.approx(1223.5, abs=0.1)
+    assert k.up_down_rate((500.0, 500.0)) == pytest.approx(500.0)
+    pre = k.prefill_per_layer("datasheet")
+    # one rank's routed work a MoE layer: 16,384 tokens x 8 experts (uniform over EP32: as many in as out), each
+    # pair 3 GEMMs of 2 x 7,168 x 2,048 FLOPs, times the busiest rank's share of a multinomial draw: above 1, below
+    # the closed form 1 + sqrt(2 ln 32) x sqrt(131,072 x 31 / 32) / 131,072 = 1.0072
+    pairs = 16384 * 8 * 3 * 2 * 7168 * 2048
+    assert pairs < pre["moe.experts"][1] < pairs * 1.0072
