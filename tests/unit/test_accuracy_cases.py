@@ -153,3 +153,15 @@ def test_sglang_gb200_dispatch_dtypes(cases, cid, dispatch):
     # (no SGLANG_MOE_NVFP4_DISPATCH); the high-precision runs keep DeepEP's FP8 dispatch
     case = next(c for c in cases if c.id == cid)
     assert ac.resolve(case).model.dtypes.dispatch == dispatch
+
+
+def test_vllm_gb300_ep2_rows_run_the_engines_default_exchange(cases):
+    # the post's EP2 switch is `-dp=2 --enable-expert-parallel` with no --all2all-backend: vLLM v0.14.1's default
+    # ParallelConfig.all2all_backend, "allgather_reducescatter" (config/parallel.py:152), not DeepEP
+    rows = [ac.resolve(c) for c in cases if c.id.startswith("r1-gb300") and "ep2" in c.id]
+    assert len(rows) == 10
+    for sc in rows:
+        lay = sc.plan.aggregated[0]
+        assert (lay.dp, lay.tp, lay.all2all) == (2, 1, "allgather_reducescatter")
+    tp_rows = [ac.resolve(c) for c in cases if c.id.startswith("r1-gb300-tp2")]
+    assert tp_rows and all(sc.plan.aggregated[0].all2all is None for sc in tp_rows)  # TP: no exchange at all

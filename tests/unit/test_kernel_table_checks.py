@@ -1,5 +1,6 @@
 """benchmarks' checks of the cost model against the op database's kernel tables: moe_tp_check.py (routed experts
-under TP) and dsa_module_check.py (DeepSeek-V3.2's decode attention layer), with hand-derived bounds."""
+under TP), dsa_module_check.py (DeepSeek-V3.2's decode attention layer) and tp_prefill_check.py (the MLA prefill
+attention layer by heads per rank), with hand-derived bounds."""
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,62 @@ def test_dsa_module_check_refuses_what_it_cannot_compare(tmp_path, capsys):
     assert mod.main(root + ["--version", "0.14.0"]) == 2  # no such table version
     err = capsys.readouterr().err
     assert "no-such-case" in err and "DeepSeek-V3.2" in err and "gb300" in err and "0.24.0" in err
+
+
+def _r1_tp2():
+    mod = script("investigations/tp_prefill_check.py")
+    cx, prompts = mod._context(mod.TP_CASE)
+    return mod, cx, prompts
+
+
+def test_tp_prefill_check_fills_the_step_budget():
+    _, cx, prompts = _r1_tp2()
+    # the post's --max-num-batched-tokens 32768 over 2,048-token prompts: 16 prompts a TP2 step
+    assert (cx.layout.tp, cx.layout.dp, prompts) == (2, 1, 16)
+
+
+def test_tp_prefill_module_is_at_least_its_flops_at_peak():
+    mod, cx, _ = _r1_tp2()
+    # 128 heads (TP1), 4 x 2,048 tokens. Projections per token: 2 x (7168 x (1536 + 576) q_a / kv_a + 1536 x 128 x 192
+    # q_b + 512 x 128 x 256 kv_b + 128 x 128 x 7168 o) = 374,210,560 FLOP; x 8,192 = 3.0655e12. Causal attention:
+    # 4 x 2048^2 / 2 pairs x 128 heads x 2 x (192 + 128) = 6.872e11. At the BF16 peak (2,500 TFLOP/s): 1.501 ms.
+    floor = (8192 * 374_210_560 + 4 * 2048 ** 2 / 2 * 128 * 2 * 320) / 2.5e15
+    got, core = mod.module_seconds(cx, 128, 4)
+    assert floor <= got < 2 * floor
+    assert 0 < core < got
+
+
+def test_tp_prefill_module_takes_the_latent_norms_share_of_norm_bytes():
+    mod, cx, _ = _r1_tp2()
+    import dataclasses
+
+    from rackplan.sim.cost.step import CostContext, prefill_step
+
+    lay = dataclasses.replace(cx.layout, tp=2, dp=1)
+    b = prefill_step(CostContext(cx.model, cx.hw, lay, cx.prof), [2048] * 16).breakdown()
+    # norm_bytes per token: 8 x 7168 (two fused add + norms) + 2 x (1536 + 512) (q_a, kv_a norms) = 61,440 x act;
+    # the latent norms' share 4,096 / 61,440 = 1 / 15
+    want = (b["attn.proj"] + b["attn.core"] + b["rope"] + b["norm"] / 15) / 61
+    assert mod.module_seconds(cx, 64, 16)[0] == pytest.approx(want)
+
+
+def test_tp_prefill_check_reads_the_deepseek_bf16_rows(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    mod, cx, _ = _r1_tp2()
+    folder = tmp_path / "gb300" / "mla" / "vllm" / "0.27.0"
+    folder.mkdir(parents=True)
+
+    def row(heads, batch, ms, kernel="FLASH_ATTN", gemm="bfloat16"):
+        return {"kernel_source": kernel, "model": "deepseek-ai/DeepSeek-V3", "kv_cache_dtype": "bfloat16",
+                "gemm_type": gemm, "num_heads": heads, "batch_size": batch, "isl": 2048, "latency": ms}
+
+    rows = [row(64, 16, 5.0), row(128, 4, 2.0), row(64, 16, 99.0, kernel="TRTLLM_RAGGED"),
+            row(128, 4, 0.1, gemm="nvfp4")]
+    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), folder / "mla_context_module_perf.parquet")
+    assert mod.module_rows("gb300", str(tmp_path)) == {"0.27.0": {(64, 16): 5.0e-3, (128, 4): 2.0e-3}}
+    assert mod.main(["--module", "--op-database-root", str(tmp_path), "--system", "gb300"]) == 0
+    out = capsys.readouterr().out
+    tp, ep = mod.module_seconds(cx, 64, 16)[0], mod.module_seconds(cx, 128, 4)[0]
+    assert f"vLLM 0.27.0 2.50  priced {tp / ep:.2f}" in out  # 5.0 / 2.0, the decoy rows left out
+    assert mod.main(["--module", "--op-database-root", str(tmp_path), "--system", "h200_sxm"]) == 2
