@@ -36,7 +36,7 @@ class Candidate:
                  "_kind", "_layouts", "_summary")
 
     def __init__(self, kind: str, pools: tuple[Pool, ...], gpus: int, rate_rps: float, ttft_p90_s: float,
-                 tpot_s: float, batch_per_rank: float, osl: float, capacity_rps: float):
+                 tpot_s: float, batch_per_rank: float, osl: float, capacity_rps: float, summary: str | None = None):
         self._kind, self._pools = kind, pools  # kind: "disaggregated" (prefill pool, decode pool) or "aggregated"
         self.gpus, self.rate_rps, self.ttft_p90_s, self.tpot_s = gpus, rate_rps, ttft_p90_s, tpot_s
         self.batch_per_rank = batch_per_rank  # operating decode batch
@@ -45,7 +45,7 @@ class Candidate:
         # the verification's upper bound
         self.capacity_rps = capacity_rps
         self._layouts: tuple | None = None
-        self._summary: str | None = None
+        self._summary = summary  # (None: from the layouts, when first read)
 
     def _built(self) -> tuple[Layout, ...]:
         if self._layouts is None:
@@ -145,9 +145,9 @@ def disaggregated(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: De
                   st: Setting) -> Iterator[Candidate]:
     """Deployments of one decode shape (every max batch on its grid) with each prefill shape. At a
     deployment's own capacity (no target rate) the whole decode shape's candidates are fitted at once
-    (`_disagg_family`, numpy over the candidates); at a target rate each one by `_disagg_candidate`."""
+    (`family`, numpy over the candidates); at a target rate each one by `_disagg_candidate`."""
     if st.target_rps is None:
-        yield from _disagg_family(pr, prefills, dec, st)
+        yield from family(pr, prefills, dec, st) or ()
         return
     for top in range(len(dec.batches)):
         if dec.tpot(top) > SLO_MARGIN * st.slo.tpot_p90_s:
@@ -279,7 +279,10 @@ def _decode_tokens(dec: DecodeUnit, top: int) -> int:
 # for bit (tests/unit/test_search.py); numpy only removes the per-candidate interpreter work.
 
 def _bisect_right(xs: np.ndarray, x: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """bisect.bisect_right(xs, x[i], 0, hi[i]) for every i (the same halvings, in lockstep)."""
+    """bisect.bisect_right(xs, x[i], 0, hi[i]) for every i: numpy's search where xs is sorted (the insertion
+    point within a prefix is then the whole table's, capped), else the same halvings in lockstep."""
+    if not (xs[1:] < xs[:-1]).any():
+        return np.minimum(np.searchsorted(xs, x, side="right"), hi)
     lo, hi = np.zeros_like(hi), hi.copy()
     while True:
         act = lo < hi
@@ -295,7 +298,7 @@ def _interp_many(x: np.ndarray, xs: np.ndarray, ys: np.ndarray, top: np.ndarray)
     """estimate.interp(x[i], xs, ys, top[i]) for every i."""
     j = _bisect_right(xs, x, top + 1) - 1
     last = len(xs) - 1
-    jj, j1 = np.clip(j, -1, last), np.clip(j + 1, 0, last)
+    jj, j1 = j, np.minimum(j + 1, last)  # (j >= -1)
     flat = (j >= top) | (xs[jj] == x)
     with np.errstate(divide="ignore", invalid="ignore"):  # (the flat ones' slope is not used)
         out = (ys[j1] - ys[jj]) / (xs[j1] - xs[jj]) * (x - xs[jj]) + ys[jj]
@@ -402,20 +405,20 @@ def _decode_wait(rate: np.ndarray, slots: np.ndarray, service_s: np.ndarray, pow
     return out
 
 
-def _disagg_family(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: DecodeUnit,
-                   st: Setting) -> Iterator[Candidate]:
+def family(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: DecodeUnit, st: Setting) -> Family | None:
     """`_disagg_candidate` for every (max batch, prefill shape, pool sizes) of one decode shape at its own
-    capacity, in disaggregated's order, computed over arrays."""
-    rows = []  # (top, prefill index, n_p, n_d), the scalar loop's order
+    capacity (st.target_rps None), in disaggregated's order, computed over arrays; None when there are none."""
+    rows = []  # (top, prefill index, n_p, n_d) columns, the scalar loop's order
     for top in range(len(dec.batches)):
         if dec.tpot(top) > SLO_MARGIN * st.slo.tpot_p90_s:
             break
         d_rate = dec.rate(top)
         for k, (pu, p_rate) in enumerate(prefills):
-            rows += [(top, k, n_p, n_d) for n_p, n_d in _pool_sizes(pu.gpus, dec.gpus, p_rate, d_rate, st)]
-    if not rows:
-        return
-    top, kp, n_p, n_d = (np.array(col) for col in zip(*rows, strict=True))
+            n_p, n_d = _pool_size_columns(pu.gpus, dec.gpus, p_rate, d_rate, st.num_gpus)
+            rows.append((np.full(len(n_p), top), np.full(len(n_p), k), n_p, n_d))
+    if not rows or not sum(len(r[0]) for r in rows):
+        return None
+    top, kp, n_p, n_d = (np.concatenate(col) for col in zip(*rows, strict=True))
     units = [pu for pu, _ in prefills]
     cap1 = np.array([pu.capacity_rps for pu in units])[kp]
     light = np.array([pu.light_s for pu in units])[kp]
@@ -438,16 +441,57 @@ def _disagg_family(pr: Pricer, prefills: list[tuple[PrefillUnit, float]], dec: D
 
     rate, ttft = fit_rates(ttft_at, np.minimum(n_p * p_rate, n_d * d_rates), SLO_MARGIN * st.slo.ttft_p90_s)
     batch, tpot = table.at_rate(rate / nd, top)
-    keep = (rate > 0) & ~(tpot > SLO_MARGIN * st.slo.tpot_p90_s)
+    keep = np.flatnonzero((rate > 0) & ~(tpot > SLO_MARGIN * st.slo.tpot_p90_s))
     capacity = np.minimum(p_cap, n_d * d_rates)
-    decode_tokens = [max(dec.layout.max_tokens_per_step, _decode_tokens(dec, t)) for t in range(len(dec.batches))]
-    i = np.flatnonzero(keep)
-    for t, k, np_, nd_, g, r, tt, tp, b, c in zip(*(col[i].tolist() for col in (top, kp, n_p, n_d, gpus, rate, ttft,
-                                                                                tpot, batch, capacity)), strict=True):
-        pools = ((units[k].layout, {"replicas": np_}),
-                 (dec.layout, {"replicas": nd_, "max_batch_per_rank": dec.batches[t],
-                               "max_tokens_per_step": decode_tokens[t]}))
-        yield Candidate("disaggregated", pools, g, r, tt, tp, b, osl, c)
+    return Family(dec, [pu.layout for pu in units], osl, *(col[keep] for col in (top, kp, n_p, n_d, gpus, rate, ttft,
+                                                                                 tpot, batch, capacity)))
+
+
+def _pool_size_columns(g_p: int, g_d: int, p_rate: float, d_rate: float, num_gpus: int) -> tuple[np.ndarray, ...]:
+    """_pool_sizes at a deployment's own capacity as (n_p, n_d) columns, in its order."""
+    n_d = np.fromiter(decode_pool_counts(g_p, g_d, d_rate / p_rate, num_gpus), dtype=np.int64)
+    match = np.maximum(1, np.ceil(n_d * d_rate / p_rate)).astype(np.int64)
+    n_p = np.stack([np.maximum(1, match - 1), match], axis=1)  # sorted({match, max(1, match - 1)}) per n_d
+    ok = np.stack([np.ones(len(n_d), dtype=bool), match > 1], axis=1) & (n_p * g_p + n_d[:, None] * g_d <= num_gpus)
+    return n_p[ok], np.repeat(n_d, 2).reshape(-1, 2)[ok]
+
+
+class Family:
+    """The candidates of one decode shape at their own capacity (`family`), as columns: `candidate(i)` builds
+    the i-th; iterating gives them all, in order. `tps_user` and `tps_gpu` are the candidates' properties of the
+    same names, every one (the estimate stage skips the ones its front already beats)."""
+
+    def __init__(self, dec: DecodeUnit, prefill_layouts: list[Layout], osl: float, *cols: np.ndarray):
+        self._dec, self._prefill, self._osl = dec, prefill_layouts, osl
+        self._cols = cols  # top, prefill index, n_p, n_d, gpus, rate, ttft, tpot, batch, capacity
+        self._rows: list | None = None
+        self._decode_tokens = [max(dec.layout.max_tokens_per_step, _decode_tokens(dec, t))
+                               for t in range(len(dec.batches))]
+        self._tags: tuple[list[str], list[str]] | None = None  # the summary's shape tags: prefill, decode per top
+        _, _, _, _, gpus, rate, _, tpot, _, _ = cols
+        self.tps_user = 1.0 / tpot
+        self.tps_gpu = rate * osl / gpus
+
+    def __len__(self) -> int:
+        return len(self._cols[0])
+
+    def candidate(self, i: int) -> Candidate:
+        if self._rows is None:
+            self._rows = list(zip(*(col.tolist() for col in self._cols), strict=True))
+            dec = self._dec
+            self._tags = ([_tag(lay) for lay in self._prefill],
+                          [_tag(replace(dec.layout, max_batch_per_rank=b, max_tokens_per_step=n))
+                           for b, n in zip(dec.batches, self._decode_tokens, strict=True)])
+        t, k, n_p, n_d, gpus, rate, ttft, tpot, batch, capacity = self._rows[i]
+        dec, (p_tags, d_tags) = self._dec, self._tags
+        pools = ((self._prefill[k], {"replicas": n_p}),
+                 (dec.layout, {"replicas": n_d, "max_batch_per_rank": dec.batches[t],
+                               "max_tokens_per_step": self._decode_tokens[t]}))
+        return Candidate("disaggregated", pools, gpus, rate, ttft, tpot, batch, self._osl, capacity,
+                         f"prefill {n_p}x{p_tags[k]} | decode {n_d}x{d_tags[t]}")  # (Candidate.summary's)
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return (self.candidate(i) for i in range(len(self)))
 
 
 def aggregated(agg: DecodeUnit, st: Setting) -> Iterator[Candidate]:
