@@ -4,6 +4,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable, Iterable, TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 
 
@@ -72,6 +74,18 @@ class StreamingFront:
         """The front, x descending."""
         return list(self._items)
 
+    def beaten(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        """For items with these (x, y), whether a kept item has x' >= x and y' > y: `add` refuses such an
+        item now and at any later time (an item leaves the front only for one with x and y at least its
+        own), so a stream may skip offering it."""
+        if not self._items:
+            return np.zeros(len(xs), dtype=bool)
+        neg_x, y = np.array(self._neg_x), np.array(self._y)
+        pos = np.searchsorted(neg_x, -xs, side="left")  # as add's bisect_left
+        same_x = (pos < len(neg_x)) & (neg_x[np.minimum(pos, len(neg_x) - 1)] == -xs)
+        last = np.where(same_x, pos, pos - 1)
+        return (last >= 0) & (y[np.maximum(last, 0)] > ys)
+
 
 class Decimated:
     """A deterministic sample of a stream: every k-th item, k doubling so at most `size` are kept."""
@@ -86,6 +100,15 @@ class Decimated:
             if len(self._items) > self.size:
                 self._items = self._items[::2]
                 self.stride *= 2
+        self.count += 1
+
+    def takes_next(self) -> bool:
+        """Whether the next item offered is kept (else `add` only counts it, as `skip` does)."""
+        return self.count % self.stride == 0
+
+    def skip(self) -> None:
+        """Count an item that `takes_next` says is not kept, without building it."""
+        assert not self.takes_next()
         self.count += 1
 
     def items(self) -> list:

@@ -164,6 +164,12 @@ def target_rate(req: Request) -> float | None:
 
 def candidates(req: Request, priced: list) -> Iterator[Candidate]:
     """Every estimated deployment that meets the SLOs (with margin), as a stream."""
+    for part in _parts(req, priced):
+        yield from part if isinstance(part, combine.Family) else (part,)
+
+
+def _parts(req: Request, priced: list) -> Iterator[Candidate | combine.Family]:
+    """`candidates` in order, a decode shape's at their own capacity as one combine.Family."""
     tr = traffic_of(req.workload, req.model)
     st = Setting(req.num_gpus, req.slo, tr, target_rate(req))
     pr = Pricer(req.model, req.hw, req.profile, tr.skew, link=pairs.kv_link(req))
@@ -173,7 +179,12 @@ def candidates(req: Request, priced: list) -> Iterator[Candidate]:
         if unit is None:
             continue
         if kind == "decode" and prefills:
-            yield from combine.disaggregated(pr, prefills, unit, st)
+            if st.target_rps is None:
+                fam = combine.family(pr, prefills, unit, st)
+                if fam is not None:
+                    yield fam
+            else:
+                yield from combine.disaggregated(pr, prefills, unit, st)
         elif kind == "agg":
             yield from combine.aggregated(unit, st)
 
@@ -187,12 +198,25 @@ def _axes(req: Request):
 
 
 def estimate(req: Request, priced: list) -> Search:
-    """Stream the estimated deployments into the objective's Pareto front (flat memory)."""
+    """Stream the estimated deployments into the objective's Pareto front (flat memory). A decode shape's
+    candidates that the front already beats (StreamingFront.beaten) are only counted, or built for the sample."""
     x, y = _axes(req)
     fr, sample = StreamingFront(x, y, Candidate.sort_key), Decimated(SAMPLE)
-    for c in candidates(req, priced):
-        fr.add(c)
-        sample.add(c)
+    for part in _parts(req, priced):
+        if not isinstance(part, combine.Family):
+            fr.add(part)
+            sample.add(part)
+            continue
+        beaten = fr.beaten(part.tps_user, part.tps_gpu).tolist() if req.objective != "min-gpus" else \
+            [False] * len(part)  # (min-gpus: the front's axes are GPUs and tokens/s/user)
+        for i, out in enumerate(beaten):
+            if out and not sample.takes_next():
+                sample.skip()
+                continue
+            c = part.candidate(i)
+            if not out:
+                fr.add(c)
+            sample.add(c)
     keep = {id(c): c for c in fr.items() + sample.items()}
     return Search(fr.items(), sorted(keep.values(), key=Candidate.sort_key), sample.count)
 

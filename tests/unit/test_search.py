@@ -293,3 +293,68 @@ def test_fit_rate_gives_the_plain_bisections_rate_bit_for_bit_on_queue_shaped_tt
         assert len(counted) == len(set(counted))
         fit_calls, plain_calls = fit_calls + len(counted), plain_calls + len(plain) + 1
     assert fit_calls < 0.7 * plain_calls
+
+
+def _scalar_family(pr, prefills, dec, st):
+    """disaggregated's candidates one by one (`_disagg_candidate`, the scalar estimate)."""
+    for top in range(len(dec.batches)):
+        if dec.tpot(top) > combine.SLO_MARGIN * st.slo.tpot_p90_s:
+            break
+        for pu, p_rate in prefills:
+            for n_p, n_d in combine._pool_sizes(pu.gpus, dec.gpus, p_rate, dec.rate(top), st):
+                c = combine._disagg_candidate(pr, pu, n_p, dec, n_d, top, p_rate, dec.rate(top), st)
+                if c is not None:
+                    yield c
+
+
+def _figures(c):
+    return (c.summary, c.gpus, c.rate_rps, c.ttft_p90_s, c.tpot_s, c.batch_per_rank, c.osl, c.capacity_rps,
+            c.prefill, c.decode)
+
+
+def test_vectorised_estimate_equals_the_scalar_one_bit_for_bit_on_seeded_families():
+    """`combine.family` (numpy over a decode shape's candidates) gives `_disagg_candidate`'s candidates, in its
+    order, every figure equal to the bit, on seeded synthetic step tables and prefill shapes over budgets from
+    16 to 5,000 GPUs (both pool-size regimes of sim/search/pools.py), where every branch of the fit occurs:
+    TTFT within the limit at the rate cap, a bisected rate, no rate at all, TPOT over the SLO."""
+    import random
+
+    from rackplan.sim.search.estimate import DecodeUnit, PrefillUnit, Traffic
+
+    rnd = random.Random(19)
+    pr = Pricer(load_model("deepseek-v3"), load_hardware("gb300-nvl72"), load_profile("datasheet"))
+    seen = {"at cap": 0, "bisected": 0, "dropped": 0}
+    total = 0
+    for trial in range(24):
+        tr = Traffic(rnd.uniform(500, 8000), rnd.uniform(100, 2000), 0.0)
+        slo = SLO(rnd.uniform(0.3, 4.0), rnd.uniform(0.01, 0.08))
+        st = combine.Setting(rnd.choice((16, 72, 300, 576, 1200, 5000)), slo, tr)
+        batches = (1, 2, 4, 8, 16, 32, 64, 128, 256)[:rnd.randint(2, 9)]
+        acc = (1.0, 2.5)[trial % 2]  # 2.5: a step of the smallest batch over the TPOT SLO, which TTFT's budget assumes
+        step, steps = slo.tpot_p90_s * acc * rnd.uniform(0.45, 0.9), []
+        for _b in batches:
+            steps.append(step)
+            step *= rnd.uniform(1.0, 2.4)  # (above 2: a rate table that falls somewhere)
+        dp = rnd.choice((1, 2, 4, 8, 16))
+        dec = DecodeUnit(Layout("decode", dp=dp, max_batch_per_rank=max(batches)), acc, batches, tuple(steps),
+                         osl=tr.osl)
+        budget, units = combine.SLO_MARGIN * slo.ttft_p90_s - slo.tpot_p90_s, []
+        for p_dp in (1, 2, 4, 8, 16)[rnd.randint(0, 3):]:  # with acc 2.5, a 16-GPU one fills the budget alone: no
+            light = budget * (1 - 1e-4) if p_dp == 16 and acc > 1 else rnd.uniform(0.05, budget)  # rate passes
+            units.append(PrefillUnit(Layout("prefill", dp=p_dp), rnd.uniform(0.5, 60.0), light,
+                                     light * rnd.uniform(1.0, 4.0)))
+        prefills = combine.best_prefill_per_size(units, budget)
+        want = list(_scalar_family(pr, prefills, dec, st))
+        got = list(combine.disaggregated(pr, prefills, dec, st))
+        assert [_figures(c) for c in got] == [_figures(c) for c in want]
+        total += len(got)
+        p_rate = {pu.gpus: r for pu, r in prefills}
+        for c in want:
+            (pre,), (dec_lay,) = c.prefill, c.decode
+            cap = min(pre.replicas * p_rate[pre.gpus],
+                      dec_lay.replicas * dec.rate(dec.batches.index(dec_lay.max_batch_per_rank)))
+            seen["at cap" if c.rate_rps == cap else "bisected"] += 1
+        rows = sum(1 for top in range(len(batches)) if dec.tpot(top) <= combine.SLO_MARGIN * slo.tpot_p90_s
+                   for pu, p in prefills for _ in combine._pool_sizes(pu.gpus, dec.gpus, p, dec.rate(top), st))
+        seen["dropped"] += rows - len(want)
+    assert total > 1000 and all(seen.values()), seen
