@@ -72,24 +72,38 @@ def idle_before(path: Path) -> dict[int, float]:
     return out
 
 
-def table(out: Path, run: str) -> dict:
-    plan = load_plan(out / "plan.yaml")
-    prof = load_profile(out / "cpu-local.yaml")
+def step_ratios(plan_path: Path, profile: Path, path: Path) -> np.ndarray:
+    """[steps] measured / priced forward ops of the decode leader's steps in the measurements file `path`."""
+    return _ratios(_pricer(plan_path, profile), decode_steps(path))
+
+
+def _pricer(plan_path: Path, profile: Path) -> StepPricer:
+    plan = load_plan(plan_path)
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
-    pricer = StepPricer(CostContext(model, hw, plan.decode[0], prof, core_share=core_share(hw, plan)))
+    return StepPricer(CostContext(model, hw, plan.decode[0], load_profile(profile), core_share=core_share(hw, plan)))
+
+
+def _ratios(pricer: StepPricer, steps: list[dict]) -> np.ndarray:
+    out = []
+    for s in steps:
+        bd = pricer.price(_step(s["batch"], s["ctx"], s["admitted"], s["finished"], pricer)).breakdown()
+        out.append(sum(s["ops"].values()) / sum(bd.get(o, 0.0) for o in COMPUTE_OPS))
+    return np.array(out)
+
+
+def table(out: Path, run: str) -> dict:
     path = out / run / "measurements.jsonl"
     steps, idle, spans = decode_steps(path), idle_before(path), prefill_spans(path)
-    t, ratio, start, beside, admit = 0.0, [], [], [], []
+    ratio = _ratios(_pricer(out / "plan.yaml", out / "cpu-local.yaml"), steps)
+    t, start, beside, admit = 0.0, [], [], []
     for s in steps:
         t += idle.get(s["index"], 0.0)
-        bd = pricer.price(_step(s["batch"], s["ctx"], s["admitted"], s["finished"], pricer)).breakdown()
-        ratio.append(sum(s["ops"].values()) / sum(bd.get(o, 0.0) for o in COMPUTE_OPS))
         start.append(t)
         end = t + s["step_s"]
         beside.append(bool(((spans[:, 0] < end) & (spans[:, 1] > t)).any()) if len(spans) else False)
         admit.append(s["admitted"] > 0)
         t = end + s["loop_s"]
-    q, st, bs, ad = np.array(ratio), np.array(start), np.array(beside), np.array(admit)
+    q, st, bs, ad = ratio, np.array(start), np.array(beside), np.array(admit)
     fifths = [float(np.median(q[(st >= lo) & (st < hi)])) for lo, hi in
               zip(np.quantile(st, [0, .2, .4, .6, .8]), list(np.quantile(st, [.2, .4, .6, .8])) + [np.inf],
                   strict=True)]
@@ -107,7 +121,7 @@ def main(argv=None) -> int:
     print(f"{'run':<22} {'steps':>5} {'b p50':>5} {'median':>6}  {'by fifth of the run':<30} "
           f"{'beside prefill / alone (n)':<28} {'admitting / not (n)':<26} probe CPU ms rank: start, end")
     for out in args.outs:
-        for run in sorted(p.name for p in out.glob("serve-*pct")):
+        for run in sorted(str(p.parent.relative_to(out)) for p in out.glob("serve-*pct/**/measurements.jsonl")):
             r = table(out, run)
             f2 = lambda v: f"{v[0]:.2f} ({v[1]})"  # noqa: E731
             print(f"{r['run']:<22} {r['steps']:>5} {r['batch_p50']:>5.0f} {r['median']:>6.2f}  "
