@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_excess import _step, decode_steps  # noqa: E402
+from serve_excess import _step, decode_steps, serving_runs  # noqa: E402
 
 from rackplan.sim.cost.cores import core_share  # noqa: E402
 from rackplan.sim.cost.step import CostContext  # noqa: E402
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     print(f"{'run':<22} {'steps':>5} {'b p50':>5} {'median':>6}  {'by fifth of the run':<30} "
           f"{'beside prefill / alone (n)':<28} {'admitting / not (n)':<26} probe CPU ms rank: start, end")
     for out in args.outs:
-        for run in sorted(str(p.parent.relative_to(out)) for p in out.glob("serve-*pct/**/measurements.jsonl")):
+        for run in serving_runs(out):
             r = table(out, run)
             f2 = lambda v: f"{v[0]:.2f} ({v[1]})"  # noqa: E731
             print(f"{r['run']:<22} {r['steps']:>5} {r['batch_p50']:>5.0f} {r['median']:>6.2f}  "
