@@ -16,18 +16,22 @@ enough to reach steady state -> compare with the simulator over each side's stea
      the plan is priced with, step 3 on);
   3. `rackplan plan` again with the profile just fitted (OUT/plan.yaml): the plan served is the one this
      machine's measurements verify, at the rate they verify (shapes it runs beyond the sweep are swept first);
-  4. for each rate (that plan's verified request rate x 1.0, 0.8, 0.5): a copy of the plan's workload at that
-     Poisson rate with --seconds of arrivals (at least 200 requests), served by `rackplan execute` and simulated
-     by `rackplan simulate` with the fitted profile; both measured over their steady-state windows
-     (sim/steady.py's measure, applied to the executed requests' timestamps as the simulator applies it to its
-     own); `uptime` beside each (the cores are shared);
+  4. for each rate (that plan's verified request rate x 1.0, 0.8, 0.5), --segments segments (default 3): a
+     copy of the plan's workload at that Poisson rate with --seconds of arrivals (at least 200 requests; segment
+     k draws with the workload's seed + k), served by `rackplan execute`, and the simulator (sim/simulator.Run)
+     run on exactly those requests with the fitted profile; the segments in rounds, every rate once a round in
+     a rotated seeded order (`serve_order`: the VM's slow spells land on every rate alike); each segment
+     measured over its steady-state window on both sides (sim/steady.py's measure, applied to the executed
+     requests' timestamps as the simulator applies it to its own), a rate's windows pooled (`pooled`); per
+     rate the executed decode steps' forward ops against their price (a diagnostic); `uptime` beside each
+     segment (the cores are shared);
   5. `rackplan validate` of the sweep against the held-out fit: held-out step MAPE.
 
 Gates (the issue's): at the verified rate the executed plan meets its SLOs (TTFT p90, TPOT p90) and serves
 within 10% of the simulator's output tok/s; at 50% and 80% TTFT and TPOT p50 / p90 within 20% of the
 simulator's; held-out step MAPE <= 10%.
 
-Usage: python benchmarks/plan_to_hardware.py [--out runs/plan-to-hw] [--gpus 4] [--quick]
+Usage: python benchmarks/plan_to_hardware.py [--out runs/plan-to-hw] [--gpus 4] [--quick] [--segments 3] [--seconds 8]
 Prints a side-by-side table and one JSON line (OUT/report.json); exit 0 when every gate passes, else 1.
 """
 from __future__ import annotations
@@ -46,14 +50,21 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibration_loop  # noqa: E402 - the sibling script
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "investigations"))
+from serve_drift import step_ratios  # noqa: E402 - the decode steps' measured / priced ops
+
 from rackplan.calibration.corun import Neighbour, free_core, neighbour_shapes, other_phase  # noqa: E402
+from rackplan.sim.simulator import Run  # noqa: E402
 from rackplan.sim.steady import measure  # noqa: E402
-from rackplan.specs import load_plan, load_profile, load_workload, resolve_path  # noqa: E402
+from rackplan.sim.workload import make_requests  # noqa: E402
+from rackplan.specs import load_hardware, load_model, load_plan, load_profile, load_workload, resolve_path  # noqa: E402
+from rackplan.specs.scenario import Scenario  # noqa: E402
 
 RACKPLAN = [sys.executable, "-m", "rackplan.cli"]
 RATES = (1.0, 0.8, 0.5)
 GATE_TPS, GATE_LAT, GATE_STEP = 10.0, 20.0, 10.0  # % (the issue's "what it must show")
 SWEEP_ROUNDS, SWEEP_SEED = 4, 0  # rounds of the sweep (each point once a round, the order shuffled per round)
+SEGMENTS, SERVE_SEED = 3, 1  # serving segments per rate (every rate once a round, the order shuffled per round)
 LOOP_SECONDS, LOOP_RATE = 8.0, 30.0  # the engine-loop run: the plan's workload, 8 s of Poisson arrivals at 30 req/s
 # (240 requests: hundreds of decode steps, most admitting or finishing a request, below the 70-130 req/s the
 # plans verified at on this machine in session 16)
@@ -229,10 +240,13 @@ def loop_workload(plan, out: Path) -> Path:
     return workload_at(plan, LOOP_RATE, LOOP_SECONDS, out, least=0)
 
 
-def workload_at(plan, rate: float, seconds: float, out: Path, least: int = 200) -> Path:
-    """The plan's workload at a Poisson `rate` with `seconds` of arrivals (at least `least` requests)."""
+def workload_at(plan, rate: float, seconds: float, out: Path, least: int = 200, segment: int = 0) -> Path:
+    """The plan's workload at a Poisson `rate` with `seconds` of arrivals (at least `least` requests); segment
+    k > 0 of a rate draws its requests with the workload's seed + k (its own arrivals and lengths)."""
     d = yaml.safe_load(resolve_path("workloads", plan.workload).read_text())
-    d["name"] = f"{d['name']}-at-{rate:.1f}rps"
+    d["name"] = f"{d['name']}-at-{rate:.1f}rps" + (f"-s{segment}" if segment else "")
+    if segment:
+        d["seed"] = int(d.get("seed", 0)) + segment
     d["arrival"] = {"kind": "poisson", "rate": float(rate)}
     d["num_requests"] = int(max(least, round(rate * seconds)))
     path = out / f"{d['name']}.yaml"
@@ -240,36 +254,79 @@ def workload_at(plan, rate: float, seconds: float, out: Path, least: int = 200) 
     return path
 
 
-def executed(run: Path, num_gpus: int, disaggregated: bool) -> dict:
-    """Steady-state figures of a serving run: sim/steady.py's window over its requests' timestamps, TTFT and
-    TPOT percentiles of the requests arriving in it, output tokens emitted in it (each request's first
-    token at its first-token time, the rest spread evenly to its finish) per second and GPU."""
+def executed_requests(run: Path) -> dict:
+    """Per-request timestamps (seconds from the run's start) and output lengths of a serving run."""
     recs = [json.loads(line) for line in (run / "measurements.jsonl").read_text().splitlines()]
     reqs = [r for r in recs if r["op"] == "request"]
-    col = lambda k: np.array([r[k] for r in reqs], dtype=float)
-    arr, pre, first, fin, osl = col("arrival_s"), col("prefill_done_s"), col("first_token_s"), col("finish_s"), \
-        col("osl")
-    win, stab = measure(arr, pre, first, fin, disaggregated, False)
+    col = lambda k: np.array([r[k] for r in reqs], dtype=float)  # noqa: E731
+    return {"arrival": col("arrival_s"), "prefill_done": col("prefill_done_s"), "first_token": col("first_token_s"),
+            "finish": col("finish_s"), "osl": col("osl")}
+
+
+def simulated_requests(plan_path: Path, workload: Path, profile: Path) -> dict:
+    """The simulator's per-request timestamps for exactly the requests the executor serves from `workload`
+    (sim.workload.make_requests with its seed: the same arrivals and lengths), every one run to the end."""
+    plan, wl = load_plan(plan_path), load_workload(workload)
+    reqs = make_requests(wl)
+    run = Run(Scenario(plan, load_model(plan.model), load_hardware(plan.hardware), wl, load_profile(profile)), None,
+              reqs)
+    log = run.log  # (drain closes the run, dropping its log)
+    run.drain()
+    return {"arrival": log.arrival.copy(), "prefill_done": log.prefill_done.copy(),
+            "first_token": log.first_token.copy(), "finish": log.finish.copy(), "osl": reqs.osl.astype(float)}
+
+
+def window_part(req: dict, disaggregated: bool) -> dict:
+    """One serving segment's steady-state part: sim/steady.py's window over its requests' timestamps (as the
+    simulator measures its own), the TTFT and TPOT of the requests arriving in it, and the output tokens emitted
+    in it (each request's first token at its first-token time, the rest spread evenly to its finish)."""
+    arr, first, fin, osl = req["arrival"], req["first_token"], req["finish"], req["osl"]
+    win, stab = measure(arr, req["prefill_done"], first, fin, disaggregated, False)
     inw = win.holds(arr)
     s, e = win.start_s, win.end_s
     first_in = ((first > s) & (first <= e)).astype(float)
     span = np.maximum(fin - first, 1e-12)
     overlap = np.clip(np.minimum(fin, e) - np.maximum(first, s), 0.0, None) / span
-    tokens = float((first_in + (osl - 1) * overlap).sum())
-    pct = lambda k, q: float(np.percentile(col(k)[inw], q))
-    return {"requests": len(reqs), "window_s": [round(s, 3), round(e, 3)], "window_requests": int(inw.sum()),
-            "stable": bool(stab.stable), "output_tps_per_gpu": tokens / win.length_s / num_gpus,
-            "ttft_p50_s": pct("ttft_s", 50), "ttft_p90_s": pct("ttft_s", 90),
-            "tpot_p50_s": pct("tpot_s", 50), "tpot_p90_s": pct("tpot_s", 90)}
+    tpot = np.where(osl > 1, (fin - first) / np.maximum(osl - 1, 1), np.nan)
+    return {"window_s": [round(s, 3), round(e, 3)], "length_s": win.length_s, "stable": bool(stab.stable),
+            "tokens": float((first_in + (osl - 1) * overlap).sum()), "ttft_s": (first - arr)[inw],
+            "tpot_s": tpot[inw]}
 
 
-def simulated(plan_path: Path, workload: Path, profile: Path) -> dict:
-    res = subprocess.run(RACKPLAN + ["simulate", "--plan", str(plan_path), "--workload", str(workload), "--profile",
-                                     str(profile), "--json"], capture_output=True, text=True, check=True)
-    m = json.loads(res.stdout[: res.stdout.rfind("}") + 1])["metrics"]
-    keys = ("output_tps_per_gpu", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s")
-    return {"window_s": [round(m["window_start_s"], 3), round(m["window_end_s"], 3)],
-            "stable": bool(m["stable"]), **{k: m[k] for k in keys}}
+def pooled(parts: list[dict], num_gpus: int) -> dict:
+    """A rate's figures over its segments' windows pooled: output tokens over the windows' summed length,
+    TTFT / TPOT percentiles over every window request of every segment; stable when every segment is."""
+    ttft = np.concatenate([p["ttft_s"] for p in parts])
+    tpot = np.concatenate([p["tpot_s"] for p in parts])
+    tpot = tpot[np.isfinite(tpot)]
+    pct = lambda a, q: float(np.percentile(a, q)) if len(a) else None  # noqa: E731
+    return {"segments": len(parts), "window_s": [p["window_s"] for p in parts],
+            "window_requests": int(len(ttft)), "stable": all(p["stable"] for p in parts),
+            "output_tps_per_gpu": sum(p["tokens"] for p in parts) / sum(p["length_s"] for p in parts) / num_gpus,
+            "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90),
+            "tpot_p50_s": pct(tpot, 50), "tpot_p90_s": pct(tpot, 90)}
+
+
+def serve_order(segments: int, seed: int = SERVE_SEED) -> list[tuple[int, float]]:
+    """(segment, rate fraction) in serving order: round k serves every rate once, in a seeded shuffle of the
+    rates rotated by k (a cyclic Latin square), so over len(RATES) rounds each rate takes every place of a
+    round once and all rates have the same mean place in the whole order: a slow spell of the VM (a fixed
+    probe's CPU time 1.5-1.9x between serving runs minutes apart: RESULTS.md session 19, loop) or a drift
+    across the serving period lands on every rate alike, not on the one served then."""
+    base = list(RATES)
+    random.Random(seed).shuffle(base)
+    n = len(base)
+    return [(k, base[(k + i) % n]) for k in range(segments) for i in range(n)]
+
+
+def step_speed(plan_path: Path, profile: Path, runs: list[Path]) -> float | None:
+    """Median over the decode leader's steps of `runs` of their forward ops' measured / priced seconds
+    (benchmarks/investigations/serve_drift.py): was the machine slower while serving than the fit priced. A
+    diagnostic: nothing is adjusted by it. None for a plan without a decode pool."""
+    if not load_plan(plan_path).decode:
+        return None
+    ratios = np.concatenate([step_ratios(plan_path, profile, r / "measurements.jsonl") for r in runs])
+    return float(np.median(ratios)) if len(ratios) else None
 
 
 def err(a, b) -> float:
@@ -284,13 +341,17 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", type=int, default=4, help="GPU budget of the plan (CPU ranks; capped by the cores)")
     ap.add_argument("--profile", default="cpu-local", help="profile the planner prices with")
     ap.add_argument("--quick", action="store_true", help="every other sweep size, shorter serving runs")
-    ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals per serving run (default 8; "
-                    "quick 3)")
+    ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals per serving segment (default "
+                    "8; quick 3)")
+    ap.add_argument("--segments", type=int, default=None, help=f"serving segments per rate, interleaved across the "
+                    f"rates (default {SEGMENTS}; quick 1)")
     ap.add_argument("--max-batch", type=int, help="cap the decode sweep below the plan's batch cap")
     ap.add_argument("--max-tokens", type=int, help="cap the prefill sweep below the plan's token budget")
     ap.add_argument("--alone", action="store_true", help="sweep each shape with the other core idle (default: "
                     "beside a neighbour running the other phase's steps, as the plan serves)")
     args = ap.parse_args(argv)
+    if args.segments is not None and args.segments < 1:
+        ap.error(f"--segments: expected a whole number >= 1, got {args.segments}")
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -340,24 +401,41 @@ def main(argv=None) -> int:
                          capture_output=True, text=True)
     step_mape = json.loads(val.stdout[: val.stdout.rfind("}") + 1])["gated"].get("step", float("nan"))
     seconds = args.seconds or (3.0 if args.quick else 8.0)
+    segments = args.segments or (1 if args.quick else SEGMENTS)
     n_gpus = plan.num_gpus
-    rows = {}
-    for frac in RATES:
-        wl = workload_at(plan, verified * frac, seconds, out)
-        run = out / f"serve-{int(frac * 100)}pct"
+    order = serve_order(segments)
+    print(f"serving {segments} segment(s) of {seconds:g} s per rate, in the order "
+          + " ".join(f"{int(f * 100)}%" for _, f in order), flush=True)
+    parts: dict[float, dict] = {f: {"executed": [], "simulated": [], "runs": [], "load": [], "errors": [],
+                                    "requests": 0} for f in RATES}
+    for seg, frac in order:
+        wl = workload_at(plan, verified * frac, seconds, out, segment=seg)
+        run = out / f"serve-{int(frac * 100)}pct" / f"s{seg}"
         calibration_loop.wait_quiet(cfg["quiet_s"])
+        got = parts[frac]
+        got["requests"] += load_workload(wl).num_requests
         try:
             calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(plan_path), "--device", "cpu",
                                             "--out", str(run), "--workload", str(wl), "--timeout", "900"])
-            ex = executed(run, n_gpus, plan.disaggregated)
+            got["executed"].append(window_part(executed_requests(run), plan.disaggregated))
+            got["runs"].append(run)
         except subprocess.CalledProcessError as exc:
-            ex = {"error": f"execute exited {exc.returncode}"}
-        rows[frac] = {"load": uptime(), "rate_rps": verified * frac, "requests": load_workload(wl).num_requests,
-                      "executed": ex, "simulated": simulated(plan_path, wl, prof)}
+            got["errors"].append(f"segment {seg}: execute exited {exc.returncode}")
+        got["simulated"].append(window_part(simulated_requests(plan_path, wl, prof), plan.disaggregated))
+        got["load"].append(uptime())
+    rows = {}
+    for frac in RATES:
+        got = parts[frac]
+        sim = pooled(got["simulated"], n_gpus)
+        if not sim["stable"]:  # the simulator's unstable run: its latencies mean nothing (sim/steady.py)
+            sim.update({k: None for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s")})
+        rows[frac] = {"load": got["load"], "rate_rps": verified * frac, "requests": got["requests"],
+            "executed": {"error": "; ".join(got["errors"])} if got["errors"] else pooled(got["executed"], n_gpus),
+            "simulated": sim, "step_speed": None if got["errors"] else step_speed(plan_path, prof, got["runs"])}
     slo = plan.slo
     gates = {"held_out_step_mape_pct": (step_mape, step_mape <= GATE_STEP)}
-    print(f"\n{'rate':>12} {'side':>9} {'window s':>16} {'tok/s/GPU':>10} {'TTFT p50':>9} {'TTFT p90':>9} "
-          f"{'TPOT p50':>9} {'TPOT p90':>9}")
+    print(f"\n{'rate':>12} {'side':>9} {'windows s':>10} {'tok/s/GPU':>10} {'TTFT p50':>9} {'TTFT p90':>9} "
+          f"{'TPOT p50':>9} {'TPOT p90':>9}  (each rate: its segments' steady-state windows pooled)")
     for frac, r in rows.items():
         for side in ("executed", "simulated"):
             m = r[side]
@@ -365,9 +443,13 @@ def main(argv=None) -> int:
                 print(f"{r['rate_rps']:8.1f} r/s {side:>9} {m['error']}")
                 continue
             ms = lambda v: "    n/a  " if v is None else f"{v * 1e3:7.1f}ms"  # the simulator's unstable run: none
-            print(f"{r['rate_rps']:8.1f} r/s {side:>9} {str(m['window_s']):>16} {m['output_tps_per_gpu']:10.0f} "
+            span = sum(w[1] - w[0] for w in m["window_s"])
+            print(f"{r['rate_rps']:8.1f} r/s {side:>9} {span:10.1f} {m['output_tps_per_gpu']:10.0f} "
                   + " ".join(ms(m[k]) for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s"))
                   + ("" if m["stable"] else "  (unstable: its queue grows)"))
+        if r["step_speed"] is not None:
+            print(f"{'':>12} executed decode steps' forward ops / their price under the fit: median "
+                  f"{r['step_speed']:.2f} (diagnostic: the machine's speed while serving; nothing adjusted by it)")
         ex, sm = r["executed"], r["simulated"]
         if "error" in ex:
             gates[f"{int(frac * 100)}%"] = (ex["error"], False)

@@ -168,12 +168,18 @@ def _step(b: int, ctx: float, admitted: int, finished: int, pricer: StepPricer):
     return Step(st.works, st.ranks, admitted=float(admitted), finished=float(finished)) if pricer.turnover else st
 
 
+def serving_runs(out: Path) -> list[str]:
+    """The serving runs of a plan_to_hardware.py --out folder, relative to it: serve-<pct>pct (one run per rate,
+    before session 19) or serve-<pct>pct/s<k> (its segments)."""
+    return sorted(str(p.parent.relative_to(out)) for p in out.glob("serve-*pct/**/measurements.jsonl"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="a plan_to_hardware.py --out folder")
-    ap.add_argument("--runs", nargs="*", default=None, help="serving runs in it (default: every serve-*pct)")
+    ap.add_argument("--runs", nargs="*", default=None, help="serving runs in it (default: every one)")
     args = ap.parse_args(argv)
-    runs = args.runs or sorted(p.name for p in args.out.glob("serve-*pct"))
+    runs = args.runs or serving_runs(args.out)
     for run in runs:
         table(args.out, run)
     return 0
