@@ -142,7 +142,8 @@ class Component:
     __slots__ = ("comp", "hw", "prof", "peak", "kv_split", "heads", "prefill_heads", "two_prefill_heads", "qkv",
                  "prefill_qkv", "indexer", "two_indexer", "decode_eff", "prefill_eff", "decode_floor", "prefill_floor")
 
-    def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16"):
+    def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16",
+                 backend: str | None = None):
         self.comp, self.hw, self.prof = comp, hw, prof
         self.peak = hw.flops_for(dtype)
         self.kv_split = _kv_split(model, tp)
@@ -154,7 +155,9 @@ class Component:
         self.indexer = comp.has_indexer
         self.two_indexer = 2.0 * comp.indexer_heads * comp.indexer_dim if comp.indexer_heads and comp.indexer_dim \
             else 0.0  # (has_indexer: the indexer's fields are all set or all unset, KVComponent)
-        self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype)
+        # backend: the dense decode kernel the engine runs (efficiency.attention_backend); sparse components keep theirs
+        self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype,
+                                                  None if comp.padded_heads or comp.has_indexer else backend)
         self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
         self.decode_floor = sparse_floor(model, comp, "decode", hw)  # s / FLOP of the sparse math (0: none)
         self.prefill_floor = sparse_floor(model, comp, "prefill", hw)

@@ -134,6 +134,32 @@ def backend_dtype(prof: Profile, dtype: str, backend: str | None, a2a_kernel: st
     return dtype
 
 
+# Attention backends: the dense MLA decode core's kernel where the layout's engine runs one other than the kernel the
+# measured profiles' attn.decode.mla curve times (aiconfigurator's vLLM 0.24 module table on Hopper, kernel
+# FLASH_ATTN_MLA: FA3's MLA path, also SGLang's Hopper default, sglang model_runner: "if is_hopper_with_cuda_12_3():
+# server_args.attention_backend = "fa3""), priced at the kernel's published compute rate as a share of the test GPU's
+# dense BF16 peak (a flat efficiency in place of the curve or the datasheet attn_eff; memory as the profile's).
+# flashmla: FlashMLA's dense decode kernel, "up to 660 TFlops on NVIDIA H800 SXM5" (deepseek-ai/FlashMLA README,
+# performance update 2025.04.22, the kernel for q heads x q tokens >= 64; H800 SXM5 989 TFLOP/s dense BF16,
+# configs/hardware/h800.yaml). vLLM 0.11.0's wheel ships it (vllm/_flashmla_C.abi3.so holds sm90
+# run_flash_splitkv_mla_kernel beside the Sept 2025 sparse kernels, so the post-April dense kernel).
+ATTENTION_BACKEND_EFF = {"flashmla": 660.0 / 989.0}
+# Each engine's dense MLA decode backend by compute capability (documented defaults, not fitted). vLLM 0.11.0
+# (vllm/platforms/cuda.py): with VLLM_ATTENTION_BACKEND unset, `check_and_update_config` sets "use_flashmla = True"
+# on every non-Blackwell GPU and forces block_size 64, and `get_attn_backend_cls` returns FlashMLABackend before
+# FlashAttnMLABackend whenever `is_flashmla_supported()` (capability 9 and _flashmla_C built). SGLang: FA3 on Hopper,
+# the curve's own kernel (no entry).
+ENGINE_ATTENTION_BACKEND = {("vllm", 90): "flashmla"}
+
+
+def attention_backend(layout, hw, kind: str) -> str | None:
+    """The dense MLA decode kernel the layout's engine (None: vllm) runs on `hw` where it is not the one the
+    profile's attn.decode curve times (ENGINE_ATTENTION_BACKEND), else None; None for other attention kinds."""
+    if kind != "mla":
+        return None
+    return ENGINE_ATTENTION_BACKEND.get((layout.engine or "vllm", hw.compute_capability))
+
+
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:
     """The profile's curves for op class `key`, or those its `fallbacks` names (None: neither)."""
     c = prof.curves.get(key)
@@ -424,9 +450,12 @@ def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1
     return attention_at(prof, phase, kind, dtype)(batch, ctx, flops, heads)
 
 
-def attention_at(prof: Profile, phase: str, kind: str, dtype: str):
+def attention_at(prof: Profile, phase: str, kind: str, dtype: str, backend: str | None = None):
     """`attention` of one phase, kind and dtype as a function of (batch, ctx, flops, heads) (its
-    curves found once; a partial, as gemm_at)."""
+    curves found once; a partial, as gemm_at); `backend` (attention_backend): the kernel's published rate in
+    place of the curve (ATTENTION_BACKEND_EFF)."""
+    if backend is not None:
+        return partial(_attention_datasheet, ATTENTION_BACKEND_EFF[backend])
     c = curve(prof, f"attn.{phase}.{kind}.{dtype}") if prof.curves else None
     if c is None and prof.curves:
         c = curve(prof, f"attn.{phase}.{kind}.bf16")

@@ -1,0 +1,63 @@
+"""The dense MLA decode kernel chosen by the layout's engine on the hardware (sim/cost/efficiency.py
+attention_backend): vLLM 0.11 runs FlashMLA on Hopper (vllm/platforms/cuda.py), priced at FlashMLA's published
+660 TFLOP/s on H800 SXM5 (989 TFLOP/s dense BF16); SGLang's Hopper default (FA3) and every other GPU keep the
+profile's attn.decode curve. Worked by hand on DeepSeek-V3's absorbed MLA decode."""
+from __future__ import annotations
+
+import pytest
+
+from rackplan.sim.cost import attention as attn
+from rackplan.sim.cost import efficiency
+from rackplan.sim.cost.step import CostContext, StepModel
+from rackplan.specs import Layout, load_hardware, load_model, load_profile
+
+pytestmark = pytest.mark.unit
+
+
+def test_engine_defaults_by_compute_capability():
+    """vLLM on SM90 (H100 / H200 / H800): FlashMLA; SGLang on SM90: the curve's own kernel (None); vLLM on a GPU that
+    is not SM90 (GB200: CUTLASS MLA in vLLM 0.11): None; a kind other than MLA: None."""
+    h200, h100, h800, gb200 = (load_hardware(n) for n in ("h200-sxm", "h100-sxm", "h800", "gb200-nvl72"))
+    assert (h200.compute_capability, h100.compute_capability, h800.compute_capability) == (90, 90, 90)
+    lay, sg = Layout("decode", dp=32), Layout("decode", dp=32, engine="sglang")
+    assert efficiency.attention_backend(lay, h200, "mla") == "flashmla"
+    assert efficiency.attention_backend(Layout("decode", dp=32, engine="vllm"), h100, "mla") == "flashmla"
+    assert efficiency.attention_backend(sg, h200, "mla") is None
+    assert efficiency.attention_backend(lay, gb200, "mla") is None
+    assert efficiency.attention_backend(lay, h200, "gqa") is None
+
+
+def test_flashmla_decode_core_by_hand():
+    """DeepSeek-V3, one layer, 256 sequences at context 3,000, one query token, 128 heads (DP attention, TP 1):
+    FLOPs 2 x 256 x 128 x 3,000 x (576 + 512) = 213.9 GFLOP; the latent read (256 x 3,000 entries of the model's
+    entry_bytes) takes less at H200's 4.8 TB/s than the math at 660 TFLOP/s, so the kernel is compute-bound:
+    213.9e9 / 660e12 = 324.1 us plus the profile's fixed per-kernel time. The profile's curve (vLLM 0.24's
+    FLASH_ATTN_MLA) prices it slower."""
+    model, hw = load_model("deepseek-v3"), load_hardware("h200-sxm")
+    prof = load_profile("h200-sxm-vllm")
+    comp = model.attention.kv[0]
+    flash = attn.Component(model, comp, 1, hw, prof, "bf16", "flashmla")
+    curve = attn.Component(model, comp, 1, hw, prof, "bf16")
+    flops = 2.0 * 256 * 128 * 3000 * (576 + 512)
+    assert flops == pytest.approx(213.91e9, rel=1e-4)
+    sec, f, nbytes = flash.decode(256.0, 256.0 * 3000, 1.0, 1)
+    assert f == pytest.approx(flops)
+    assert nbytes / hw.hbm_bw < flops / 660e12  # compute-bound
+    assert sec == pytest.approx(flops / 660e12 + prof.op_fixed_s, rel=1e-9)
+    assert curve.decode(256.0, 256.0 * 3000, 1.0, 1)[0] > sec
+
+
+@pytest.mark.parametrize("engine, faster", [(None, True), ("sglang", False)])
+def test_the_step_prices_the_engines_kernel(engine, faster):
+    """A DEP32 decode step on H200 (h200-sxm-vllm): the vLLM layout's attention core is the FlashMLA price, the SGLang
+    layout's the profile's curve (read from the step pricer's own attention Component)."""
+    model, hw, prof = load_model("deepseek-v3"), load_hardware("h200-sxm"), load_profile("h200-sxm-vllm")
+    comp = model.attention.kv[0]
+    lay = Layout("decode", dp=32, max_batch_per_rank=256, engine=engine)
+    sm = StepModel(CostContext(model, hw, lay, prof, 0.0))
+    backend = efficiency.attention_backend(lay, hw, model.attention.kind)
+    assert (backend == "flashmla") is faster
+    got = sm.layers.groups_decode[0].attention[0][0].decode_eff(256.0, 3000.0, 1.0, 128.0)
+    want = 660.0 / 989.0 if faster else attn.Component(model, comp, 1, hw, prof, "bf16").decode_eff(
+        256.0, 3000.0, 1.0, 128.0)
+    assert got == pytest.approx(want)
