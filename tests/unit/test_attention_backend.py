@@ -4,11 +4,15 @@ attention_backend): vLLM 0.11 runs FlashMLA on Hopper (vllm/platforms/cuda.py), 
 profile's attn.decode curve. Worked by hand on DeepSeek-V3's absorbed MLA decode."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from rackplan.accuracy import cases as ac
 from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
-from rackplan.sim.cost.step import CostContext, StepModel
+from rackplan.sim.cost.host import HOST_PARTS
+from rackplan.sim.cost.step import CostContext, StepModel, decode_step
 from rackplan.specs import Layout, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.unit
@@ -61,3 +65,24 @@ def test_the_step_prices_the_engines_kernel(engine, faster):
     want = 660.0 / 989.0 if faster else attn.Component(model, comp, 1, hw, prof, "bf16").decode_eff(
         256.0, 3000.0, 1.0, 128.0)
     assert got == pytest.approx(want)
+
+
+def test_vllm_h200_decode_case_runs_vllm_011s_defaults_by_hand():
+    """The vLLM H200 wide-EP decode rows (vLLM 0.11.0): engine vllm on SM90 (FlashMLA), synchronous scheduling
+    (SchedulerConfig.async_scheduling False; the llm-d manifest passes no --async-scheduling). Synchronous with a
+    CUDA graph, the step is the device step plus every host part but the graph launch, which runs under it
+    (sim/cost/host.py: host - launches + max(gpu, launches)); with async on, only the DP collective is exposed."""
+    case = next(c for c in ac.load_cases() if c.id == "vllm-h200-decode-dep32")
+    side = ac.resolve(case)
+    lay = side.instance
+    assert lay.async_scheduling is False and (lay.engine or "vllm") == "vllm" and lay.dbo
+    assert efficiency.attention_backend(lay, side.hw, side.model.attention.kind) == "flashmla"
+    prof = load_profile("h200-sxm-vllm")
+    sc = decode_step(CostContext(side.model, side.hw, lay, prof, 0.0), 256, 256 * 3000.0)
+    parts = dict(zip(HOST_PARTS, sc.host.parts))
+    assert sc.host.exposed_s == pytest.approx(sum(parts.values()) - parts["host.launch"], rel=1e-9)
+    assert sc.seconds == pytest.approx(sc.host.gpu_s + sc.host.exposed_s, rel=1e-9)
+    on = decode_step(CostContext(side.model, side.hw, dataclasses.replace(lay, async_scheduling=True), prof, 0.0),
+                     256, 256 * 3000.0)
+    assert on.host.exposed_s == pytest.approx(parts["host.dp_sync"], rel=1e-9)
+    assert sc.seconds - on.seconds == pytest.approx(sc.host.exposed_s - on.host.exposed_s, rel=1e-9)
