@@ -177,7 +177,7 @@ def _classes(cx: CostContext, name: str, phase: str) -> tuple[str, ...]:
         deepep = lay.exchanges_tokens and lay.all2all != "allgather_reducescatter"
         a2a = ("high_throughput" if phase == "prefill" else "low_latency") if deepep else ""
         ed = efficiency.backend_dtype(cx.prof, kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof),
-                                      efficiency.expert_backend(lay), a2a)
+                                      efficiency.expert_backend(lay, cx.hw), a2a)
         return (f"experts.{ed}",) if name == "moe.experts" else (f"moe.route.{ed}",)
     gemms = {op.name: op for op in ops.model_ops(m, lay, phase) if op.gemms}
     if name in gemms:

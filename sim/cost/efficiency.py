@@ -100,14 +100,25 @@ BACKENDS = {"deepgemm": {"fp8_block": {"high_throughput": "deepgemm", "low_laten
 # Each engine's default MoE backend behind DeepEP (documented defaults, not fitted). SGLang: DeepEPMoE takes DeepGEMM's
 # path for FP8 block weights when DeepGEMM's JIT is on (sglang srt/layers/deep_gemm_wrapper/configurer.py
 # ENABLE_JIT_DEEPGEMM: SM90 or newer with deep_gemm installed, SGLANG_ENABLE_JIT_DEEPGEMM default on). vLLM: none here
-# (its FP8 block MoE kernel is the profile's own experts.fp8_block class, fitted on vLLM's tables).
+# (its FP8 block MoE kernel is the profile's own experts.fp8_block class, fitted on vLLM's tables), except on Hopper.
 ENGINE_BACKEND = {"sglang": "deepgemm"}
+# Engine defaults by compute capability. vLLM 0.11.0 on SM90 behind DeepEP (quantization/fp8.py): Fp8MoEMethod sets
+# allow_deep_gemm for block-quantised weights where VLLM_USE_DEEP_GEMM (default "1", envs.py) and deep_gemm imports
+# (llm-d's images install it; its wide-EP manifests also set VLLM_USE_DEEP_GEMM=1) and the GPU is SM90 / SM100
+# (utils/deep_gemm.py is_deep_gemm_supported); `select_gemm_impl` then returns BatchedTritonOrDeepGemmExperts
+# (DeepGEMM's masked grouped GEMM) after the low-latency dispatch and TritonOrDeepGemmExperts (the contiguous one)
+# after the high-throughput dispatch (VLLM_USE_FLASHINFER_MOE_FP8 default "0"). SM100 is left out: the Blackwell
+# vLLM cases run later releases, whose FlashInfer MoE paths this source does not settle.
+ENGINE_HW_BACKEND = {("vllm", 90): "deepgemm"}
 
 
-def expert_backend(layout) -> str | None:
-    """The layout's MoE backend: its `moe_backend`, else its engine's default (ENGINE_BACKEND; None: the engine runs
-    the kernel the profile's experts.<dtype> class times)."""
-    return layout.moe_backend or ENGINE_BACKEND.get(layout.engine or "vllm")
+def expert_backend(layout, hw=None) -> str | None:
+    """The layout's MoE backend: its `moe_backend`, else its engine's default (ENGINE_BACKEND, then ENGINE_HW_BACKEND
+    on `hw`'s compute capability; None: the engine runs the kernel the profile's experts.<dtype> class times)."""
+    engine = layout.engine or "vllm"
+    if layout.moe_backend or engine in ENGINE_BACKEND:
+        return layout.moe_backend or ENGINE_BACKEND[engine]
+    return ENGINE_HW_BACKEND.get((engine, hw.compute_capability)) if hw is not None else None
 
 
 def check_backend(layout, model, field: str) -> None:

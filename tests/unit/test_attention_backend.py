@@ -13,7 +13,7 @@ from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.host import HOST_PARTS
 from rackplan.sim.cost.step import CostContext, StepModel, decode_step
-from rackplan.specs import Layout, load_hardware, load_model, load_profile
+from rackplan.specs import Curve, Layout, load_hardware, load_model, load_profile
 
 pytestmark = pytest.mark.unit
 
@@ -86,3 +86,22 @@ def test_vllm_h200_decode_case_runs_vllm_011s_defaults_by_hand():
                      256, 256 * 3000.0)
     assert on.host.exposed_s == pytest.approx(parts["host.dp_sync"], rel=1e-9)
     assert sc.seconds - on.seconds == pytest.approx(sc.host.exposed_s - on.host.exposed_s, rel=1e-9)
+
+
+def test_vllm_on_hopper_runs_deepgemm_behind_deepep():
+    """vLLM 0.11.0's block-FP8 MoE behind DeepEP on SM90 is DeepGEMM (quantization/fp8.py allow_deep_gemm,
+    select_gemm_impl); on a GPU the source does not settle (GB200) and without hardware, the profile's own class. The
+    H200 step takes DeepGEMM's masked class behind the low-latency dispatch where the profile measures it, and vLLM's
+    experts.fp8_block where it does not."""
+    model, h200, gb200 = load_model("deepseek-v3"), load_hardware("h200-sxm"), load_hardware("gb200-nvl72")
+    lay = Layout("decode", dp=32, max_batch_per_rank=256)
+    assert efficiency.expert_backend(lay, h200) == "deepgemm"
+    assert efficiency.expert_backend(lay, gb200) is None and efficiency.expert_backend(lay) is None
+    assert efficiency.expert_backend(Layout("decode", dp=32, engine="sglang"), gb200) == "deepgemm"
+    flat = dataclasses.replace(load_profile("datasheet"), curves={
+        k: (Curve(eff_max=v),) for k, v in (("experts.fp8_block", 0.2), ("experts.fp8_block.deepgemm_masked", 0.4))})
+    sm = StepModel(CostContext(model, h200, lay, flat, 0.0))
+    assert sm.ep_side("low_latency").kernel_dtype() == "fp8_block.deepgemm_masked"
+    assert sm.ep_side("high_throughput").kernel_dtype() == "fp8_block"  # (no contiguous class in this profile)
+    sheet = StepModel(CostContext(model, h200, lay, load_profile("datasheet"), 0.0))
+    assert sheet.ep_side("low_latency").kernel_dtype() == "fp8_block"
