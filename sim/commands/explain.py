@@ -35,6 +35,7 @@ from rackplan.specs import (
 from rackplan.specs.hardware import DTYPE_FAMILY
 
 from ..cost import efficiency
+from ..cost.attention import decode_backend
 from ..cost.memory import kv_capacity_tokens, reserve_bytes, weight_bytes_per_rank
 from ..cost.roofline import StepCost
 from ..cost.step import CostContext, RankWork, Step
@@ -210,6 +211,11 @@ def _curve(cx: CostContext, name: str, phase: str) -> tuple[str, float]:
         return "the drafter's own GEMM and attention pricing (sim/cost/draft.py)", math.nan
     if not classes:
         return "derived (no curve of its own)", math.nan
+    backend = efficiency.attention_backend(cx.layout, cx.hw, cx.model.attention.kind)
+    if name == "attn.core" and phase == "decode" and backend is not None and all(
+            decode_backend(c, backend) for c in cx.model.attention.kv):  # (the engine's kernel, efficiency.py)
+        return (f"{backend}'s published rate, {efficiency.ATTENTION_BACKEND_EFF[backend]:.3f} of the BF16 peak, "
+                f"in place of {classes[0]} (the engine's kernel)"), math.nan
     parts, errors = [], []
     for cls in classes:
         used, how = _source(prof, cls)

@@ -105,3 +105,16 @@ def test_vllm_on_hopper_runs_deepgemm_behind_deepep():
     assert sm.ep_side("high_throughput").kernel_dtype() == "fp8_block"  # (no contiguous class in this profile)
     sheet = StepModel(CostContext(model, h200, lay, load_profile("datasheet"), 0.0))
     assert sheet.ep_side("low_latency").kernel_dtype() == "fp8_block"
+
+
+def test_explain_names_the_engines_attention_kernel():
+    """`rackplan explain` says which rate priced the decode attention core: FlashMLA's for vLLM on H200, the curve
+    for SGLang there and for every prefill core."""
+    from rackplan.sim.commands.explain import _curve
+
+    model, hw, prof = load_model("deepseek-v3"), load_hardware("h200-sxm"), load_profile("h200-sxm-vllm")
+    vllm = CostContext(model, hw, Layout("decode", dp=32), prof, 0.0)
+    sglang = CostContext(model, hw, Layout("decode", dp=32, engine="sglang"), prof, 0.0)
+    assert _curve(vllm, "attn.core", "decode")[0].startswith("flashmla's published rate, 0.667")
+    assert _curve(sglang, "attn.core", "decode")[0].startswith("attn.decode.mla.bf16")
+    assert _curve(vllm, "attn.core", "prefill")[0].startswith("attn.prefill.mla.bf16")
