@@ -34,6 +34,9 @@ class HardwareSpec:
     # prefill (flash_mla_sparse_fwd) needs a multiple of 64 heads on Hopper (SM90) and of 128 on
     # Blackwell (SM100); vLLM pads the rest with zero heads (vllm flashmla_sparse.py)
     sparse_prefill_head_tile: int = 64
+    # CUDA compute capability, major x 10 + minor (90: Hopper SM90; 0: not stated): what an engine keys its
+    # kernel choice on (sim/cost/efficiency.py attention_backend: vLLM's MLA decode kernel on SM90)
+    compute_capability: int = 0
     # profile that prices this hardware when neither --profile nor the plan names one: a measured
     # profile where one is shipped (configs/profiles/), else the generic datasheet one
     default_profile: str = "datasheet"
@@ -109,6 +112,7 @@ class HardwareSpec:
         check(self.power_idle_w <= self.power_loaded_w, "power_idle_w",
               f"at most power_loaded_w ({self.power_loaded_w:g})", self.power_idle_w)
         positive(self.sparse_prefill_head_tile, "sparse_prefill_head_tile")
+        non_negative(self.compute_capability, "compute_capability")
         check(len(self.peak_flops) > 0, "peak_flops", "at least one dtype")
         for k, v in self.peak_flops.items():
             positive(v, f"peak_flops.{k}")

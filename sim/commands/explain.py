@@ -35,6 +35,7 @@ from rackplan.specs import (
 from rackplan.specs.hardware import DTYPE_FAMILY
 
 from ..cost import efficiency
+from ..cost.attention import decode_backend
 from ..cost.memory import kv_capacity_tokens, reserve_bytes, weight_bytes_per_rank
 from ..cost.roofline import StepCost
 from ..cost.step import CostContext, RankWork, Step
@@ -177,7 +178,7 @@ def _classes(cx: CostContext, name: str, phase: str) -> tuple[str, ...]:
         deepep = lay.exchanges_tokens and lay.all2all != "allgather_reducescatter"
         a2a = ("high_throughput" if phase == "prefill" else "low_latency") if deepep else ""
         ed = efficiency.backend_dtype(cx.prof, kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof),
-                                      efficiency.expert_backend(lay), a2a)
+                                      efficiency.expert_backend(lay, cx.hw), a2a)
         return (f"experts.{ed}",) if name == "moe.experts" else (f"moe.route.{ed}",)
     gemms = {op.name: op for op in ops.model_ops(m, lay, phase) if op.gemms}
     if name in gemms:
@@ -210,6 +211,11 @@ def _curve(cx: CostContext, name: str, phase: str) -> tuple[str, float]:
         return "the drafter's own GEMM and attention pricing (sim/cost/draft.py)", math.nan
     if not classes:
         return "derived (no curve of its own)", math.nan
+    backend = efficiency.attention_backend(cx.layout, cx.hw, cx.model.attention.kind)
+    if name == "attn.core" and phase == "decode" and backend is not None and all(
+            decode_backend(c, backend) for c in cx.model.attention.kv):  # (the engine's kernel, efficiency.py)
+        return (f"{backend}'s published rate, {efficiency.ATTENTION_BACKEND_EFF[backend]:.3f} of the BF16 peak, "
+                f"in place of {classes[0]} (the engine's kernel)"), math.nan
     parts, errors = [], []
     for cls in classes:
         used, how = _source(prof, cls)

@@ -108,6 +108,12 @@ def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -
     return float(math.ceil(heads / tile) * tile)
 
 
+def decode_backend(comp: KVComponent, backend: str | None) -> str | None:
+    """The engine's dense decode kernel (efficiency.attention_backend) for this component: None for a sparse one
+    (V3.2's indexer, FlashMLA's sparse kernels: their own ceilings, `sparse_floor`)."""
+    return None if comp.padded_heads or comp.has_indexer else backend
+
+
 def _kv_split(model: ModelSpec, tp: int) -> float:
     """How many ways TP splits the cache a rank reads (MLA / shared-KV latents are replicated)."""
     return model.attention.kv_split(tp)
@@ -142,7 +148,8 @@ class Component:
     __slots__ = ("comp", "hw", "prof", "peak", "kv_split", "heads", "prefill_heads", "two_prefill_heads", "qkv",
                  "prefill_qkv", "indexer", "two_indexer", "decode_eff", "prefill_eff", "decode_floor", "prefill_floor")
 
-    def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16"):
+    def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16",
+                 backend: str | None = None):
         self.comp, self.hw, self.prof = comp, hw, prof
         self.peak = hw.flops_for(dtype)
         self.kv_split = _kv_split(model, tp)
@@ -154,7 +161,8 @@ class Component:
         self.indexer = comp.has_indexer
         self.two_indexer = 2.0 * comp.indexer_heads * comp.indexer_dim if comp.indexer_heads and comp.indexer_dim \
             else 0.0  # (has_indexer: the indexer's fields are all set or all unset, KVComponent)
-        self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype)
+        self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype,
+                                                  decode_backend(comp, backend))
         self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
         self.decode_floor = sparse_floor(model, comp, "decode", hw)  # s / FLOP of the sparse math (0: none)
         self.prefill_floor = sparse_floor(model, comp, "prefill", hw)

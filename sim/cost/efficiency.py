@@ -100,14 +100,25 @@ BACKENDS = {"deepgemm": {"fp8_block": {"high_throughput": "deepgemm", "low_laten
 # Each engine's default MoE backend behind DeepEP (documented defaults, not fitted). SGLang: DeepEPMoE takes DeepGEMM's
 # path for FP8 block weights when DeepGEMM's JIT is on (sglang srt/layers/deep_gemm_wrapper/configurer.py
 # ENABLE_JIT_DEEPGEMM: SM90 or newer with deep_gemm installed, SGLANG_ENABLE_JIT_DEEPGEMM default on). vLLM: none here
-# (its FP8 block MoE kernel is the profile's own experts.fp8_block class, fitted on vLLM's tables).
+# (its FP8 block MoE kernel is the profile's own experts.fp8_block class, fitted on vLLM's tables), except on Hopper.
 ENGINE_BACKEND = {"sglang": "deepgemm"}
+# Engine defaults by compute capability. vLLM 0.11.0 on SM90 behind DeepEP (quantization/fp8.py): Fp8MoEMethod sets
+# allow_deep_gemm for block-quantised weights where VLLM_USE_DEEP_GEMM (default "1", envs.py) and deep_gemm imports
+# (llm-d's images install it; its wide-EP manifests also set VLLM_USE_DEEP_GEMM=1) and the GPU is SM90 / SM100
+# (utils/deep_gemm.py is_deep_gemm_supported); `select_gemm_impl` then returns BatchedTritonOrDeepGemmExperts
+# (DeepGEMM's masked grouped GEMM) after the low-latency dispatch and TritonOrDeepGemmExperts (the contiguous one)
+# after the high-throughput dispatch (VLLM_USE_FLASHINFER_MOE_FP8 default "0"). SM100 is left out: the Blackwell
+# vLLM cases run later releases, whose FlashInfer MoE paths this source does not settle.
+ENGINE_HW_BACKEND = {("vllm", 90): "deepgemm"}
 
 
-def expert_backend(layout) -> str | None:
-    """The layout's MoE backend: its `moe_backend`, else its engine's default (ENGINE_BACKEND; None: the engine runs
-    the kernel the profile's experts.<dtype> class times)."""
-    return layout.moe_backend or ENGINE_BACKEND.get(layout.engine or "vllm")
+def expert_backend(layout, hw=None) -> str | None:
+    """The layout's MoE backend: its `moe_backend`, else its engine's default (ENGINE_BACKEND, then ENGINE_HW_BACKEND
+    on `hw`'s compute capability; None: the engine runs the kernel the profile's experts.<dtype> class times)."""
+    engine = layout.engine or "vllm"
+    if layout.moe_backend or engine in ENGINE_BACKEND:
+        return layout.moe_backend or ENGINE_BACKEND[engine]
+    return ENGINE_HW_BACKEND.get((engine, hw.compute_capability)) if hw is not None else None
 
 
 def check_backend(layout, model, field: str) -> None:
@@ -132,6 +143,32 @@ def backend_dtype(prof: Profile, dtype: str, backend: str | None, a2a_kernel: st
     if cls is not None and prof.curves.get(f"experts.{dtype}.{cls}") is not None:
         return f"{dtype}.{cls}"
     return dtype
+
+
+# Attention backends: the dense MLA decode core's kernel where the layout's engine runs one other than the kernel the
+# measured profiles' attn.decode.mla curve times (aiconfigurator's vLLM 0.24 module table on Hopper, kernel
+# FLASH_ATTN_MLA: FA3's MLA path, also SGLang's Hopper default, sglang model_runner: "if is_hopper_with_cuda_12_3():
+# server_args.attention_backend = "fa3""), priced at the kernel's published compute rate as a share of the test GPU's
+# dense BF16 peak (a flat efficiency in place of the curve or the datasheet attn_eff; memory as the profile's).
+# flashmla: FlashMLA's dense decode kernel, "up to 660 TFlops on NVIDIA H800 SXM5" (deepseek-ai/FlashMLA README,
+# performance update 2025.04.22, the kernel for q heads x q tokens >= 64; H800 SXM5 989 TFLOP/s dense BF16,
+# configs/hardware/h800.yaml). vLLM 0.11.0's wheel ships it (vllm/_flashmla_C.abi3.so holds sm90
+# run_flash_splitkv_mla_kernel beside the Sept 2025 sparse kernels, so the post-April dense kernel).
+ATTENTION_BACKEND_EFF = {"flashmla": 660.0 / 989.0}
+# Each engine's dense MLA decode backend by compute capability (documented defaults, not fitted). vLLM 0.11.0
+# (vllm/platforms/cuda.py): with VLLM_ATTENTION_BACKEND unset, `check_and_update_config` sets "use_flashmla = True"
+# on every non-Blackwell GPU and forces block_size 64, and `get_attn_backend_cls` returns FlashMLABackend before
+# FlashAttnMLABackend whenever `is_flashmla_supported()` (capability 9 and _flashmla_C built). SGLang: FA3 on Hopper,
+# the curve's own kernel (no entry).
+ENGINE_ATTENTION_BACKEND = {("vllm", 90): "flashmla"}
+
+
+def attention_backend(layout, hw, kind: str) -> str | None:
+    """The dense MLA decode kernel the layout's engine (None: vllm) runs on `hw` where it is not the one the
+    profile's attn.decode curve times (ENGINE_ATTENTION_BACKEND), else None; None for other attention kinds."""
+    if kind != "mla":
+        return None
+    return ENGINE_ATTENTION_BACKEND.get((layout.engine or "vllm", hw.compute_capability))
 
 
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:
@@ -424,9 +461,12 @@ def attention(prof: Profile, phase: str, kind: str, dtype: str, batch=1.0, ctx=1
     return attention_at(prof, phase, kind, dtype)(batch, ctx, flops, heads)
 
 
-def attention_at(prof: Profile, phase: str, kind: str, dtype: str):
+def attention_at(prof: Profile, phase: str, kind: str, dtype: str, backend: str | None = None):
     """`attention` of one phase, kind and dtype as a function of (batch, ctx, flops, heads) (its
-    curves found once; a partial, as gemm_at)."""
+    curves found once; a partial, as gemm_at); `backend` (attention_backend): the kernel's published rate in
+    place of the curve (ATTENTION_BACKEND_EFF)."""
+    if backend is not None:
+        return partial(_attention_datasheet, ATTENTION_BACKEND_EFF[backend])
     c = curve(prof, f"attn.{phase}.{kind}.{dtype}") if prof.curves else None
     if c is None and prof.curves:
         c = curve(prof, f"attn.{phase}.{kind}.bf16")

@@ -159,7 +159,8 @@ class LayerPricer:
         gemms = {op.name: GemmOp(op, cx.hw, cx.prof, m.dtypes.activation_bytes) for op in weights}
         scale = n_layers / m.num_layers
         dtype = m.dtypes.attention_compute_dtype
-        layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype),
+        backend = efficiency.attention_backend(cx.layout, cx.hw, m.attention.kind)
+        layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype, backend),
                         max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
         widths = quant_widths(weights, m.hidden_size, cx.prof)
         return Group(n_dense, n_moe, tuple(token_ops), _at_site(listed, "work"),

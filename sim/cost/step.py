@@ -164,7 +164,7 @@ class StepModel:
             m, hw, prof = cx.model, cx.hw, cx.prof
             deepep = self.all_to_all and not self.gathered  # (a backend class runs behind DeepEP only)
             side = EPSide(m, hw, prof, cx.layout.moe_tp, self.local_experts,
-                          backend=efficiency.expert_backend(cx.layout), a2a_kernel=kernel if deepep else "")
+                          backend=efficiency.expert_backend(cx.layout, cx.hw), a2a_kernel=kernel if deepep else "")
             _, _, _, n, k = expert_work(m, 1.0, 1.0, side.moe_tp)
             side = self._sides[kernel] = side._replace(
                 experts_curve=efficiency.experts_at(prof, side.kernel_dtype(), n, k, hw.num_sms),
