@@ -223,6 +223,11 @@ def _curve(cx: CostContext, name: str, phase: str) -> tuple[str, float]:
         err = _fit(prof, used, cls, name)
         if err == err:
             errors.append(err)
+    path = efficiency.prefill_backend(cx.layout, cx.hw, cx.model.attention.kind)
+    if name == "attn.core" and phase == "prefill" and path is not None and any(
+            decode_backend(c, path) for c in cx.model.attention.kv):  # (the engine's prefill path, efficiency.py)
+        parts.append(f"the engine's {path} prefill path: its K materialisation and output copy at HBM bandwidth "
+                     "(the kernel at the curve: no published rate)")
     return "; ".join(parts), max(errors) if errors else math.nan
 
 

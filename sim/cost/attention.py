@@ -109,9 +109,23 @@ def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -
 
 
 def decode_backend(comp: KVComponent, backend: str | None) -> str | None:
-    """The engine's dense decode kernel (efficiency.attention_backend) for this component: None for a sparse one
+    """The engine's dense kernel (efficiency.attention_backend in decode, prefill_backend in prefill) for this
+    component: None for a sparse one
     (V3.2's indexer, FlashMLA's sparse kernels: their own ceilings, `sparse_floor`)."""
     return None if comp.padded_heads or comp.has_indexer else backend
+
+
+def prefill_copies(model: ModelSpec, comp: KVComponent, heads: float) -> tuple[float, float]:
+    """(bytes per key, bytes per new token) one layer's dense MLA prefill copies on a rank with `heads` query heads,
+    as vLLM v0.14.1 runs them beside FlashInfer's CUTLASS FMHA (efficiency.ENGINE_PREFILL_BACKEND; the wheel's
+    v1/attention/backends/mla/common.py `_forward_prefill`): K materialised per head (`_concat_k_nope_k_pe`: read
+    k_nope [T, H, nope] and k_pe [T, 1, rope], write K [T, H, nope + rope]) and the output copied into the layer's
+    (`output.copy_`: read and write [T, H, v]), in the activation dtype. DeepSeek-V3 at 64 heads, BF16:
+    64 x 128 x 2 + 64 x 2 + 64 x 192 x 2 = 41,088 B a key, 2 x 64 x 128 x 2 = 32,768 B a token."""
+    rope = model.attention.qk_rope_head_dim or 0
+    qk, v = comp.prefill_qk_dim or comp.qk_dim, comp.prefill_v_dim or comp.v_dim
+    b = model.dtypes.activation_bytes
+    return heads * (qk - rope) * b + rope * b + heads * qk * b, 2.0 * heads * v * b
 
 
 def _kv_split(model: ModelSpec, tp: int) -> float:
@@ -146,10 +160,13 @@ class Component:
     (a layer pricer keeps one per component)."""
 
     __slots__ = ("comp", "hw", "prof", "peak", "kv_split", "heads", "prefill_heads", "two_prefill_heads", "qkv",
-                 "prefill_qkv", "indexer", "two_indexer", "decode_eff", "prefill_eff", "decode_floor", "prefill_floor")
+                 "prefill_qkv", "indexer", "two_indexer", "decode_eff", "prefill_eff", "decode_floor", "prefill_floor",
+                 "copies")
 
     def __init__(self, model: ModelSpec, comp: KVComponent, tp: int, hw, prof, dtype: str = "bf16",
-                 backend: str | None = None):
+                 backend: str | None = None, prefill_path: str | None = None):
+        """`backend`: the engine's decode kernel (efficiency.attention_backend); `prefill_path`: its prefill path
+        where it adds copies (efficiency.prefill_backend), both None for the profile's curves alone."""
         self.comp, self.hw, self.prof = comp, hw, prof
         self.peak = hw.flops_for(dtype)
         self.kv_split = _kv_split(model, tp)
@@ -166,6 +183,7 @@ class Component:
         self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
         self.decode_floor = sparse_floor(model, comp, "decode", hw)  # s / FLOP of the sparse math (0: none)
         self.prefill_floor = sparse_floor(model, comp, "prefill", hw)
+        self.copies = prefill_copies(model, comp, self.prefill_heads) if decode_backend(comp, prefill_path) else None
 
     def decode(self, batch: float, ctx_sum: float, queries_per_seq: float, layers: int) -> tuple[float, float, float]:
         """decode_component of this component."""
@@ -199,9 +217,11 @@ class Component:
     def prefill(self, chunks, layers: int) -> tuple[float, float, float]:
         """prefill_component of this component."""
         comp, has_indexer = self.comp, self.indexer
-        pairs = idx_pairs = read = idx_read = seqs = longest = 0.0
+        pairs = idx_pairs = read = idx_read = seqs = longest = keys = tokens = 0.0
         for count, n, p in chunks:
             mid = p + n / 2.0
+            keys += count * attended(comp, p + n)
+            tokens += count * n
             pairs += count * n * computed(comp, mid)
             read += count * (attended(comp, p + n) + n)
             if has_indexer:
@@ -223,6 +243,11 @@ class Component:
         if self.prefill_floor:  # the sparse kernel's math at its published best, at the least
             floor = core * self.prefill_floor + self.prof.op_fixed_s
             sec = floor if floor > sec else sec
+        if self.copies is not None:  # the engine's K materialisation and output copy: two streaming kernels
+            k_bytes, out_bytes = keys * self.copies[0], tokens * self.copies[1]
+            sec += price(0.0, k_bytes, self.peak, 1.0, self.hw, self.prof) + \
+                price(0.0, out_bytes, self.peak, 1.0, self.hw, self.prof)
+            nbytes += k_bytes + out_bytes
         return sec * layers, flops * layers, nbytes * layers
 
 

@@ -171,6 +171,27 @@ def attention_backend(layout, hw, kind: str) -> str | None:
     return ENGINE_ATTENTION_BACKEND.get((layout.engine or "vllm", hw.compute_capability))
 
 
+# Each engine's dense MLA prefill path by compute-capability family (major version) where it differs from the one the
+# profile's attn.prefill curve times (SGLang's TRT-LLM ragged kernel, aiconfigurator context_mla_perf). vLLM v0.14.1
+# (the wheel's vllm/v1/attention/backends/mla/common.py): `use_flashinfer_prefill()` is true on
+# `is_device_capability_family(100)` (B200 / GB200 10.0, B300 / GB300 10.3) unless a config flag turns it off
+# (disable_flashinfer_prefill, use_cudnn_prefill, use_trtllm_ragged_deepseek_prefill: all False by default,
+# config/attention.py), and runs `BatchPrefillWithRaggedKVCacheWrapper(..., backend="cutlass")`, FlashInfer's
+# CUTLASS FMHA. No published rate of that kernel at the (192, 128) head dims was found, so the kernel stays at the
+# curve; what the path adds and prices (sim/cost/attention.py prefill_copies) is its per-layer memory traffic:
+# `_forward_prefill` materialises K per head (`_concat_k_nope_k_pe`: k_nope [T, H, 128] and the broadcast k_pe
+# [T, 1, 64] copied into a fresh [T, H, 192]) and copies the kernel's output into the layer's (`output.copy_`).
+ENGINE_PREFILL_BACKEND = {("vllm", 10): "flashinfer_cutlass"}
+
+
+def prefill_backend(layout, hw, kind: str) -> str | None:
+    """The dense MLA prefill path the layout's engine (None: vllm) runs on `hw`'s compute-capability family where it
+    is not the one the profile's attn.prefill curve times (ENGINE_PREFILL_BACKEND), else None; None for other kinds."""
+    if kind != "mla" or hw is None:
+        return None
+    return ENGINE_PREFILL_BACKEND.get((layout.engine or "vllm", hw.compute_capability // 10))
+
+
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:
     """The profile's curves for op class `key`, or those its `fallbacks` names (None: neither)."""
     c = prof.curves.get(key)

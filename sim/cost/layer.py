@@ -160,7 +160,8 @@ class LayerPricer:
         scale = n_layers / m.num_layers
         dtype = m.dtypes.attention_compute_dtype
         backend = efficiency.attention_backend(cx.layout, cx.hw, m.attention.kind)
-        layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype, backend),
+        path = efficiency.prefill_backend(cx.layout, cx.hw, m.attention.kind)
+        layers = tuple((attn.Component(m, c, cx.layout.tp, cx.hw, cx.prof, dtype, backend, path),
                         max(1, round(c.layers * scale)) if scale < 1 else c.layers) for c in m.attention.kv)
         widths = quant_widths(weights, m.hidden_size, cx.prof)
         return Group(n_dense, n_moe, tuple(token_ops), _at_site(listed, "work"),
