@@ -34,8 +34,8 @@ class HardwareSpec:
     # prefill (flash_mla_sparse_fwd) needs a multiple of 64 heads on Hopper (SM90) and of 128 on
     # Blackwell (SM100); vLLM pads the rest with zero heads (vllm flashmla_sparse.py)
     sparse_prefill_head_tile: int = 64
-    # CUDA compute capability, major x 10 + minor (90: Hopper SM90; 0: not stated): what an engine keys its
-    # kernel choice on (sim/cost/efficiency.py attention_backend: vLLM's MLA decode kernel on SM90)
+    # CUDA compute capability, major x 10 + minor (90: Hopper SM90; 100 / 103: Blackwell; 0: not stated): what an
+    # engine keys its kernel choices on (sim/cost/efficiency.py expert_backend, attention_backend, prefill_backend)
     compute_capability: int = 0
     # profile that prices this hardware when neither --profile nor the plan names one: a measured
     # profile where one is shipped (configs/profiles/), else the generic datasheet one

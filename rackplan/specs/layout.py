@@ -122,6 +122,11 @@ class Layout:
         return self.ep_size > 1 and not (self.dp == 1 and self.tp > 1)
 
     @property
+    def deepep(self) -> bool:
+        """Whether the EP group exchanges tokens through DeepEP's kernels (not vLLM's all-gather / reduce-scatter)."""
+        return self.exchanges_tokens and self.all2all != "allgather_reducescatter"
+
+    @property
     def stage_gpus(self) -> int:
         """GPUs of one pipeline stage (the attention DP x TP ranks, and the EP group)."""
         return self.dp * self.tp

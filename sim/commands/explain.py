@@ -35,10 +35,10 @@ from rackplan.specs import (
 from rackplan.specs.hardware import DTYPE_FAMILY
 
 from ..cost import efficiency
-from ..cost.attention import decode_backend
+from ..cost.attention import dense_backend
 from ..cost.memory import kv_capacity_tokens, reserve_bytes, weight_bytes_per_rank
 from ..cost.roofline import StepCost
-from ..cost.step import CostContext, RankWork, Step
+from ..cost.step import KERNEL, CostContext, RankWork, Step
 from ..search.estimate import Traffic, traffic_of
 
 
@@ -175,8 +175,7 @@ def _classes(cx: CostContext, name: str, phase: str) -> tuple[str, ...]:
     kd = efficiency.kernel_dtype
     if name in ("moe.experts", "moe.route"):
         # the engine's kernel (efficiency.backend_dtype) behind DeepEP's kernel of the phase (step.py KERNEL)
-        deepep = lay.exchanges_tokens and lay.all2all != "allgather_reducescatter"
-        a2a = ("high_throughput" if phase == "prefill" else "low_latency") if deepep else ""
+        a2a = KERNEL[phase == "prefill"] if lay.deepep else ""
         ed = efficiency.backend_dtype(cx.prof, kd(dt.expert_weights, dt.expert_compute_dtype, cx.prof),
                                       efficiency.expert_backend(lay, cx.hw), a2a)
         return (f"experts.{ed}",) if name == "moe.experts" else (f"moe.route.{ed}",)
@@ -213,7 +212,7 @@ def _curve(cx: CostContext, name: str, phase: str) -> tuple[str, float]:
         return "derived (no curve of its own)", math.nan
     backend = efficiency.attention_backend(cx.layout, cx.hw, cx.model.attention.kind)
     if name == "attn.core" and phase == "decode" and backend is not None and all(
-            decode_backend(c, backend) for c in cx.model.attention.kv):  # (the engine's kernel, efficiency.py)
+            dense_backend(c, backend) for c in cx.model.attention.kv):  # (the engine's kernel, efficiency.py)
         return (f"{backend}'s published rate, {efficiency.ATTENTION_BACKEND_EFF[backend]:.3f} of the BF16 peak, "
                 f"in place of {classes[0]} (the engine's kernel)"), math.nan
     parts, errors = [], []
@@ -225,7 +224,7 @@ def _curve(cx: CostContext, name: str, phase: str) -> tuple[str, float]:
             errors.append(err)
     path = efficiency.prefill_backend(cx.layout, cx.hw, cx.model.attention.kind)
     if name == "attn.core" and phase == "prefill" and path is not None and any(
-            decode_backend(c, path) for c in cx.model.attention.kv):  # (the engine's prefill path, efficiency.py)
+            dense_backend(c, path) for c in cx.model.attention.kv):  # (the engine's prefill path, efficiency.py)
         parts.append(f"the engine's {path} prefill path: its K materialisation and output copy at HBM bandwidth "
                      "(the kernel at the curve: no published rate)")
     return "; ".join(parts), max(errors) if errors else math.nan

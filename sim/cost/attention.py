@@ -108,10 +108,9 @@ def kernel_heads(model: ModelSpec, comp: KVComponent, tp: int, phase: str, hw) -
     return float(math.ceil(heads / tile) * tile)
 
 
-def decode_backend(comp: KVComponent, backend: str | None) -> str | None:
+def dense_backend(comp: KVComponent, backend: str | None) -> str | None:
     """The engine's dense kernel (efficiency.attention_backend in decode, prefill_backend in prefill) for this
-    component: None for a sparse one
-    (V3.2's indexer, FlashMLA's sparse kernels: their own ceilings, `sparse_floor`)."""
+    component: None for a sparse one (V3.2's indexer, FlashMLA's sparse kernels: their own ceilings, `sparse_floor`)."""
     return None if comp.padded_heads or comp.has_indexer else backend
 
 
@@ -179,11 +178,11 @@ class Component:
         self.two_indexer = 2.0 * comp.indexer_heads * comp.indexer_dim if comp.indexer_heads and comp.indexer_dim \
             else 0.0  # (has_indexer: the indexer's fields are all set or all unset, KVComponent)
         self.decode_eff = efficiency.attention_at(prof, "decode", model.attention.kind, dtype,
-                                                  decode_backend(comp, backend))
+                                                  dense_backend(comp, backend))
         self.prefill_eff = efficiency.attention_at(prof, "prefill", model.attention.kind, dtype)
         self.decode_floor = sparse_floor(model, comp, "decode", hw)  # s / FLOP of the sparse math (0: none)
         self.prefill_floor = sparse_floor(model, comp, "prefill", hw)
-        self.copies = prefill_copies(model, comp, self.prefill_heads) if decode_backend(comp, prefill_path) else None
+        self.copies = prefill_copies(model, comp, self.prefill_heads) if dense_backend(comp, prefill_path) else None
 
     def decode(self, batch: float, ctx_sum: float, queries_per_seq: float, layers: int) -> tuple[float, float, float]:
         """decode_component of this component."""
@@ -220,10 +219,11 @@ class Component:
         pairs = idx_pairs = read = idx_read = seqs = longest = keys = tokens = 0.0
         for count, n, p in chunks:
             mid = p + n / 2.0
-            keys += count * attended(comp, p + n)
+            a = attended(comp, p + n)
+            keys += count * a
             tokens += count * n
             pairs += count * n * computed(comp, mid)
-            read += count * (attended(comp, p + n) + n)
+            read += count * (a + n)
             if has_indexer:
                 idx_pairs += count * n * indexed(comp, mid)
                 idx_read += count * indexed(comp, p + n)

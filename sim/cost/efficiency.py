@@ -109,16 +109,30 @@ ENGINE_BACKEND = {"sglang": "deepgemm"}
 # (DeepGEMM's masked grouped GEMM) after the low-latency dispatch and TritonOrDeepGemmExperts (the contiguous one)
 # after the high-throughput dispatch (VLLM_USE_FLASHINFER_MOE_FP8 default "0"). SM100 is left out: the Blackwell
 # vLLM cases run later releases, whose FlashInfer MoE paths this source does not settle.
-ENGINE_HW_BACKEND = {("vllm", 90): "deepgemm"}
+ENGINE_HW_BACKEND = {("vllm", 9): "deepgemm"}
+
+
+def _engine(layout) -> str:
+    """The layout's serving engine (Layout.engine; None: vllm)."""
+    return layout.engine or "vllm"
+
+
+def _family(hw) -> int:
+    """`hw`'s compute-capability family, the major version (9: Hopper SM90; 10: Blackwell SM100 / SM103; 0: not
+    stated): the key of the ENGINE_*_BACKEND tables."""
+    return hw.compute_capability // 10
 
 
 def expert_backend(layout, hw=None) -> str | None:
     """The layout's MoE backend: its `moe_backend`, else its engine's default (ENGINE_BACKEND, then ENGINE_HW_BACKEND
-    on `hw`'s compute capability; None: the engine runs the kernel the profile's experts.<dtype> class times)."""
-    engine = layout.engine or "vllm"
-    if layout.moe_backend or engine in ENGINE_BACKEND:
-        return layout.moe_backend or ENGINE_BACKEND[engine]
-    return ENGINE_HW_BACKEND.get((engine, hw.compute_capability)) if hw is not None else None
+    on `hw`'s compute-capability family; None: the engine runs the kernel the profile's experts.<dtype> class
+    times)."""
+    if layout.moe_backend:
+        return layout.moe_backend
+    engine = _engine(layout)
+    if engine in ENGINE_BACKEND:
+        return ENGINE_BACKEND[engine]
+    return ENGINE_HW_BACKEND.get((engine, _family(hw))) if hw is not None else None
 
 
 def check_backend(layout, model, field: str) -> None:
@@ -130,7 +144,7 @@ def check_backend(layout, model, field: str) -> None:
     if kd not in runs:
         raise SpecError("", field, f"unset for experts of kernel dtype {kd} ({layout.moe_backend} runs "
                         f"{', '.join(runs)} experts)", layout.moe_backend)
-    if not layout.exchanges_tokens or layout.all2all == "allgather_reducescatter":
+    if not layout.deepep:
         raise SpecError("", field, f"unset without DeepEP's exchange ({layout.moe_backend} runs behind DeepEP's "
                         "dispatch: ep > 1 over DP ranks, all2all deepep)", layout.moe_backend)
 
@@ -160,7 +174,7 @@ ATTENTION_BACKEND_EFF = {"flashmla": 660.0 / 989.0}
 # on every non-Blackwell GPU and forces block_size 64, and `get_attn_backend_cls` returns FlashMLABackend before
 # FlashAttnMLABackend whenever `is_flashmla_supported()` (capability 9 and _flashmla_C built). SGLang: FA3 on Hopper,
 # the curve's own kernel (no entry).
-ENGINE_ATTENTION_BACKEND = {("vllm", 90): "flashmla"}
+ENGINE_ATTENTION_BACKEND = {("vllm", 9): "flashmla"}
 
 
 def attention_backend(layout, hw, kind: str) -> str | None:
@@ -168,7 +182,7 @@ def attention_backend(layout, hw, kind: str) -> str | None:
     profile's attn.decode curve times (ENGINE_ATTENTION_BACKEND), else None; None for other attention kinds."""
     if kind != "mla":
         return None
-    return ENGINE_ATTENTION_BACKEND.get((layout.engine or "vllm", hw.compute_capability))
+    return ENGINE_ATTENTION_BACKEND.get((_engine(layout), _family(hw)))
 
 
 # Each engine's dense MLA prefill path by compute-capability family (major version) where it differs from the one the
@@ -189,7 +203,7 @@ def prefill_backend(layout, hw, kind: str) -> str | None:
     is not the one the profile's attn.prefill curve times (ENGINE_PREFILL_BACKEND), else None; None for other kinds."""
     if kind != "mla" or hw is None:
         return None
-    return ENGINE_PREFILL_BACKEND.get((layout.engine or "vllm", hw.compute_capability // 10))
+    return ENGINE_PREFILL_BACKEND.get((_engine(layout), _family(hw)))
 
 
 def curve(prof: Profile, key: str) -> tuple[Curve, ...] | None:

@@ -84,13 +84,18 @@ class Candidate:
         if self._summary is None:
             def pool(lays):
                 return " + ".join(f"{lay.replicas}x{_tag(lay)}" for lay in lays)
-            self._summary = (f"prefill {pool(self.prefill)} | decode {pool(self.decode)}" if self.decode
+            self._summary = (_disagg_summary(pool(self.prefill), pool(self.decode)) if self.decode
                              else f"aggregated {pool(self.aggregated)}")
         return self._summary
 
     def sort_key(self):
         """Deterministic order: best tokens/s/GPU, then per user, then fewer GPUs, then name."""
         return (-round(self.tps_gpu, 6), -round(self.tps_user, 6), self.gpus, self.summary)
+
+
+def _disagg_summary(prefill: str, decode: str) -> str:
+    """A disaggregated candidate's summary from its pools' parts (Candidate.summary; Family builds it from tags)."""
+    return f"prefill {prefill} | decode {decode}"
 
 
 def _tag(lay: Layout) -> str:
@@ -488,7 +493,7 @@ class Family:
                  (dec.layout, {"replicas": n_d, "max_batch_per_rank": dec.batches[t],
                                "max_tokens_per_step": self._decode_tokens[t]}))
         return Candidate("disaggregated", pools, gpus, rate, ttft, tpot, batch, self._osl, capacity,
-                         f"prefill {n_p}x{p_tags[k]} | decode {n_d}x{d_tags[t]}")  # (Candidate.summary's)
+                         _disagg_summary(f"{n_p}x{p_tags[k]}", f"{n_d}x{d_tags[t]}"))
 
     def __iter__(self) -> Iterator[Candidate]:
         return (self.candidate(i) for i in range(len(self)))
