@@ -218,12 +218,13 @@ def _with_status(fn, benches: int):
 def _from_measurements(args, base, name):
     from .fit import Fitter, fit_iteration, fit_loop_host, fit_prefill_intake, fit_profile, loop_steps
     from .samples import raw_steps, samples_of, split_holdout
+    from .speed import normalise
     from .spread import step_spread
 
     if not args.plan:
         raise SpecError("calibrate", "--plan", "the plan the measurements ran")
     plan = load_plan(args.plan)
-    records = io.read_runs(args.measurements, plan)
+    records, speed_probe = normalise(io.read_runs(args.measurements, plan))  # at one reference speed (speed.py)
     raw = raw_steps(records, plan)
     samples = samples_of(raw)
     fit, held = split_holdout(samples, parse_holdout(args.holdout))
@@ -252,6 +253,7 @@ def _from_measurements(args, base, name):
     extra = {"plan": plan.name, "plan_hash": plan_hash(plan),
              "run_plan_hashes": sorted({r["plan_hash"] for r in records}), "device": first["device"],
              "run_versions": first["versions"],
+             "speed_probe": speed_probe,
              "fit_sizes": {r: sorted({s.size for s in fit if s.role == r}) for r in ("decode", "prefill")},
              "held_out_sizes": {r: sorted({s.size for s in held if s.role == r}) for r in ("decode", "prefill")},
              "method": "per op: op_fixed x layers + op_scale x roofline (shared curves), soft-L1 relative "

@@ -131,8 +131,8 @@ def host_steps(records: list[dict]) -> list[HostStep]:
 
 
 def run_probes(records: list[dict]) -> dict[int, float]:
-    """Per run (`_run`): the median over its ranks' start and end probes of the probe's thread CPU seconds
-    (runs without probe records are absent)."""
+    """Per run (`_run`): the median over its ranks' probes (start, end and in place: executor/probe.py) of the
+    probe's thread CPU seconds (runs without probe records are absent)."""
     by_run: dict[int, list[float]] = {}
     for r in records:
         if r["op"] == PROBE and r["source"] == "measured":

@@ -30,6 +30,7 @@ from rackplan.specs import SpecError, load_hardware, load_plan, load_profile, re
 from . import io
 from .opdb import FRAMEWORK, add_table_arguments
 from .samples import step_samples
+from .speed import at_reference
 from .validate import Report, bench_tag, compare_serving, compare_steps, compare_vllm_bench
 
 
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if len(profiles) > 1 and args.measurements:
         _side_by_side_steps(plan, args, profiles)
     prof = profiles[0]
-    records = io.read_runs(args.measurements, plan) if args.measurements else []
+    # each run at the speed the profile was fitted at (its in-place CPU-speed probes, calibration/speed.py)
+    records = at_reference(io.read_runs(args.measurements, plan), prof) if args.measurements else []
     if args.raw_ops:
         prof = dataclasses.replace(prof, op_scale={}, op_fixed={})
     samples = step_samples(records, plan) if records else []

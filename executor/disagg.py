@@ -47,7 +47,7 @@ from .attention import sub_seed
 from .control import Control
 from .kv import KVLinks, check_kv_layouts, dest_ranks, source_rank
 from .model import Batch, layer_ids
-from .probe import probe_record
+from .probe import InPlace, probe_record
 from .records import request_record, step_records
 from .serve import Instance, prompt_tokens
 from .serving import DecodeLeader, DecodeSeats, PrefillLeader, PrefillQueue, Timeline
@@ -71,6 +71,7 @@ class Tick:
     admitted: int = 0  # requests the scheduler took in this step (claimed prompts, newly seated decodes)
     waiting: int = 0  # requests it left waiting (queued prompts not scheduled, staged decodes without a seat)
     idle_s: float = 0.0  # wall seconds the leader waited idle (no work) since its previous step
+    probe: bool = False  # every rank of the instance probes its CPU speed before this step (executor/probe.py)
 
 
 def _counts(tick: Tick) -> dict:
@@ -115,6 +116,7 @@ class Loop:
         self.exposed_s = 0.0
         self.aside_s = [0.0, 0.0]  # wall, CPU of the last plan's work that is no scheduler work (Loop.aside)
         self.idle_s = 0.0  # the leader's idle waits since its last step
+        self.probes = InPlace(eng.me.base, eng.me.dtype_name)  # the rig's speed, in place (the leader says when)
 
     def _plan_timed(self):
         """(the next tick or None, wall and CPU seconds the scheduler took): the tick's
@@ -150,6 +152,7 @@ class Loop:
                     self.idle_s += time.perf_counter() - t0
             else:
                 tick.idle_s, self.idle_s = self.idle_s, 0.0
+                tick.probe = self.probes.due(now_s=self.eng.clock())
                 msg = ("tick", tick)
                 self.inst.clock.add("host.schedule", sched_s, sched_cpu)
             self.exposed_s = time.perf_counter() - t0
@@ -176,6 +179,10 @@ class Loop:
                 break
             if kind == "idle":
                 continue
+            if tick.probe:  # between two steps, on every rank of the instance; its time is in no step's record
+                rec, probe_s = self.probes.probe(tick.index, self.eng.clock())
+                self.eng.records.append(rec)
+                t_loop += probe_s
             clock = self.inst.clock
             if self.pool is not None:  # book now, plan the next step during this one's device work
                 with clock.part("host.output"):

@@ -29,6 +29,7 @@ from .dbo import dbo_splits
 from .model import Batch, Model, layer_ids
 from .parallel import world_info
 from .placement import plan_placements
+from .probe import InPlace
 from .records import base_record, step_records
 from .replay import MODELLED_OPS, Replay
 from .shard import build_shard
@@ -209,17 +210,25 @@ class StepLoop:
         self._next_prepare = None
 
     def run(self) -> list[dict]:
+        """Warm-up and timed steps; the rig's speed probed in place between timed steps (executor/probe.py
+        InPlace: before timed steps 0, 5, ... and after the last; outside every step's time)."""
         out = []
         pending = self.pool.submit(self._prepare_ahead, 0) if self.pool else None
+        probes = InPlace(self.me.base, self.me.dtype_name)
+        t_run = time.perf_counter()
         for step in range(self.me.cfg.warmup + self.me.cfg.steps):
             if step == self.me.cfg.warmup:
                 self.me.fault("step")
+            timed = step - self.me.cfg.warmup
+            if timed >= 0 and probes.due(step=timed):
+                out.append(probes.probe(timed, time.perf_counter() - t_run)[0])
             if self.me.cfg.step_gap_s:  # untimed: caches (and, on a VM, the vCPU) go cold as in light serving
                 time.sleep(self.me.cfg.step_gap_s)
             sec, shape = self.step(step, pending)
             pending = self._next_prepare
             if step >= self.me.cfg.warmup:
                 out += self.records(step - self.me.cfg.warmup, sec, shape)
+        out.append(probes.probe(self.me.cfg.steps, time.perf_counter() - t_run)[0])
         if self.pool:
             self.pool.shutdown()
         if self.role == "decode" and self.replay is not None and self.me.kind == "cuda" and \

@@ -66,7 +66,7 @@ class PrefillInstance(Instance):
                 continue
             dt = self.pricer.step(batch.chunks)
             if self.intake is not None:  # the intake of the requests that arrived since the last step
-                dt += intake_seconds(self.intake, self.arrivals)
+                dt += intake_seconds(self.intake, self.arrivals) * self.pricer.cx.hw.cpu_speed
             self.arrivals = 0
             if self.on_completing is not None:
                 for rid in batch.completing:

@@ -52,6 +52,12 @@ class HardwareSpec:
     # intra-op threads per rank; more busy ranks x threads than cores share them (core_share)
     cores: int = 0
     threads_per_rank: int = 1
+    # CPU rigs: the rig's measured speed state, a rank's seconds for a fixed amount of work over those at the
+    # speed its profile was fitted at (the in-place CPU-speed probe, executor/probe.py, over the profile's
+    # provenance.speed_probe.ref_cpu_s: 1.3 = every CPU-bound op 1.3x slower); the price of every step and of
+    # a prefill instance's intake is multiplied by it, as a GPU's clock would scale its kernels. 1: the
+    # profile's own speed (every shipped hardware; benchmarks/plan_to_hardware.py sets it per serving segment)
+    cpu_speed: float = 1.0
 
     @property
     def rank_cores(self) -> int:
@@ -104,6 +110,9 @@ class HardwareSpec:
         non_negative(self.num_sms, "num_sms")
         non_negative(self.cores, "cores")
         positive(self.threads_per_rank, "threads_per_rank")
+        positive(self.cpu_speed, "cpu_speed")
+        check(self.kind == "cpu" or self.cpu_speed == 1.0, "cpu_speed", "1 on a GPU rig (a CPU rig's speed state)",
+              self.cpu_speed)
         non_negative(self.host_link_bw, "host_link_bw")
         non_negative(self.l2_bytes, "l2_bytes")
         for name in ("board_power_w", "power_idle_w", "power_loaded_w", "price_per_gpu_hour",

@@ -69,6 +69,8 @@ OP_DEFS: tuple[OpDef, ...] = (
     OpDef("host.exposed", "cpu", "step", "none", "host time the device step does not hide"),
     OpDef("cores.shared", "idle", "step", "none", "CPU rigs: time a step loses when more busy ranks (x threads) "
           "than cores run at once, each slower in proportion"),
+    OpDef("cpu.speed", "idle", "step", "none", "CPU rigs: time a step gains or loses at the rig's measured speed "
+          "state against the one its profile was fitted at (HardwareSpec.cpu_speed; executor/probe.py)"),
     # host parts of one engine step (sim/cost/host.py prices them, executor/serve*.py times them)
     OpDef("host.schedule", "cpu", "step", "none", "scheduler: which requests run, token budgets, KV blocks"),
     OpDef("host.prepare", "cpu", "step", "none", "input preparation: token ids, positions, block tables, "

@@ -414,7 +414,12 @@ class StepModel:
         if cx.core_share > 1.0:  # device and host work alike run on a core shared with other ranks
             lost = seconds * (cx.core_share - 1.0)
             adjust.append(("cores.shared", lost))
-            return _Evaluated(seconds + lost, gpu + lost, adjust, dev, host)
+            seconds, gpu = seconds + lost, gpu + lost
+        speed = cx.hw.cpu_speed
+        if speed != 1.0:  # a CPU rig's measured speed state: every op of the step (device and host) alike
+            lost = seconds * (speed - 1.0)
+            adjust.append(("cpu.speed", lost))
+            seconds, gpu = seconds + lost, gpu + lost
         return _Evaluated(seconds, gpu, adjust, dev, host)
 
     def _host(self, step: Step, gpu: float, graphs: bool) -> HostTime:

@@ -44,8 +44,15 @@ def test_execute_tiny_cpu_writes_valid_measurements(tmp_path):
     assert res.returncode == 0, res.stderr
     recs = read_measurements(tmp_path / "measurements.jsonl")
     assert wall_s < 60
-    assert {r["role"] for r in recs} == {"prefill", "decode"}
+    assert {r["role"] for r in recs if r["op"] != "host.probe"} == {"prefill", "decode"}
     assert {r["rank"] for r in recs} == {0, 1}
+    # the rig's CPU speed probed in place (executor/probe.py): with 3 timed steps, before step 0 and after
+    # the last, on each rank for each of its two instances (prefill, decode): 4 probes a rank, numbered from 2
+    probes = [r for r in recs if r["op"] == "host.probe"]
+    assert sorted((r["rank"], r["shape"]["before_step"]) for r in probes) == [(k, s) for k in (0, 1)
+                                                                               for s in (0, 0, 3, 3)]
+    assert all(r["shape"]["in_place"] and r["shape"]["probe_reps"] == 3 and r["step"] >= 2 and r["cpu_s"] > 0
+               for r in probes)
     assert {"moe.dispatch", "moe.experts", "moe.combine", "attn.core", "host", "step"} <= {r["op"] for r in recs}
     pre = [r for r in recs if r["role"] == "prefill" and r["op"] == "moe.experts"]
     assert all(sum(r["shape"]["prefill_new"]) == r["shape"]["tokens"] <= 256 for r in pre)

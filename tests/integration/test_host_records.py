@@ -64,10 +64,30 @@ def test_every_step_records_its_host_parts_where_they_run(run):
     pre = [s for s in host_steps(recs) if s.role == "prefill"]
     assert all(s.idle_s >= 0 for s in pre + steps) and pre[0].idle_s == 0 and any(s.idle_s > 0 for s in pre)
     # every rank times the CPU-speed probe at the start (step 0) and the end (step 1) of its timed window
-    probes = sorted((r["rank"], r["step"]) for r in recs if r["op"] == "host.probe")
+    probes = sorted((r["rank"], r["step"]) for r in recs if r["op"] == "host.probe" and
+                    not r["shape"].get("in_place"))
     assert probes == [(rank, phase) for rank in range(3) for phase in (0, 1)]
     assert all(0 < r["cpu_s"] <= r["seconds"] * 1.05 + 1e-4 for r in recs if r["op"] == "host.probe")
     assert set(run_probes(recs)) == {0}
+
+
+def test_every_rank_probes_its_speed_in_place_outside_the_steps(run):
+    """executor/probe.py InPlace: the leader's first step (and each 2 s after) is preceded by a probe on every
+    rank of its instance; the probe's wall time is in no record of the step it preceded."""
+    _, recs = run
+    inplace = [r for r in recs if r["op"] == "host.probe" and r["shape"].get("in_place")]
+    first = {k: min(r["shape"]["before_step"] for r in inplace if r["rank"] == k) for k in {r["rank"] for r in inplace}}
+    assert set(first) == {0, 1, 2} and set(first.values()) == {0}  # rank 0 prefill, ranks 1-2 the decode DP2
+    dec = {(r["rank"], r["shape"]["before_step"]) for r in inplace if r["rank"] > 0}
+    assert {s for k, s in dec if k == 1} == {s for k, s in dec if k == 2}  # the instance's ranks probe together
+    assert all(r["step"] >= 2 and r["shape"]["probe_reps"] == 3 for r in inplace)
+    # the engine-loop record of a probed step (its time outside the step) is below the probe's own wall time:
+    # counted in, it would be at least that
+    loops = {(r["rank"], r["step"]): r["seconds"] for r in recs if r["op"] == "host" and r["role"] == "serve"}
+    for r in inplace:
+        key = (r["rank"], r["shape"]["before_step"])
+        if key in loops:
+            assert loops[key] < r["seconds"], (key, loops[key], r["seconds"])
 
 
 def test_host_sweep_calibration_writes_the_host_block(run):

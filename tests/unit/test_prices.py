@@ -11,7 +11,7 @@ from rackplan.specs import CONFIG_DIR, Layout, Speculation, load_hardware, load_
 pytestmark = pytest.mark.unit
 MODELS = sorted(p.stem for p in (CONFIG_DIR / "models").glob("*.yaml"))
 # what a step adds to its device ops besides the op list (overlap, gaps, offload, sends, host, shared cores)
-STEP_TERMS = {"dbo.overlap", "kernel.gaps", "weights.offload", "pp.send", "host.exposed", "cores.shared"}
+STEP_TERMS = {"dbo.overlap", "kernel.gaps", "weights.offload", "pp.send", "host.exposed", "cores.shared", "cpu.speed"}
 
 
 @pytest.mark.parametrize("name", MODELS)
