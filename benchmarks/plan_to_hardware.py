@@ -19,7 +19,10 @@ enough to reach steady state -> compare with the simulator over each side's stea
   4. for each rate (that plan's verified request rate x 1.0, 0.8, 0.5), --segments segments (default 3): a
      copy of the plan's workload at that Poisson rate with --seconds of arrivals (at least 200 requests; segment
      k draws with the workload's seed + k), served by `rackplan execute`, and the simulator (sim/simulator.Run)
-     run on exactly those requests with the fitted profile; the segments in rounds, every rate once a round in
+     run on exactly those requests with the fitted profile at the segment's measured CPU speed (the rig's
+     speed state: its ranks' in-place probes over the profile's reference probe, calibration/speed.py, as
+     HardwareSpec.cpu_speed; the sweep's runs were put at that reference by calibrate) and, beside it, at the
+     reference speed (unscaled); the segments in rounds, every rate once a round in
      a rotated seeded order (`serve_order`: the VM's slow spells land on every rate alike); each segment
      measured over its steady-state window on both sides (sim/steady.py's measure, applied to the executed
      requests' timestamps as the simulator applies it to its own), a rate's windows pooled (`pooled`); per
@@ -29,7 +32,8 @@ enough to reach steady state -> compare with the simulator over each side's stea
 
 Gates (the issue's): at the verified rate the executed plan meets its SLOs (TTFT p90, TPOT p90) and serves
 within 10% of the simulator's output tok/s; at 50% and 80% TTFT and TPOT p50 / p90 within 20% of the
-simulator's; held-out step MAPE <= 10%.
+simulator's (each segment priced at its own measured speed; the unscaled figure printed beside); held-out step
+MAPE <= 10% (validate puts each sweep run at the profile's reference speed).
 
 Usage: python benchmarks/plan_to_hardware.py [--out runs/plan-to-hw] [--gpus 4] [--quick] [--segments 3] [--seconds 8]
 Prints a side-by-side table and one JSON line (OUT/report.json); exit 0 when every gate passes, else 1.
@@ -37,6 +41,7 @@ Prints a side-by-side table and one JSON line (OUT/report.json); exit 0 when eve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import subprocess
@@ -54,6 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "investigations"))
 from serve_drift import step_ratios  # noqa: E402 - the decode steps' measured / priced ops
 
 from rackplan.calibration.corun import Neighbour, free_core, neighbour_shapes, other_phase  # noqa: E402
+from rackplan.calibration.io import read_measurements  # noqa: E402
+from rackplan.calibration.speed import profile_reference, speed_factor  # noqa: E402
 from rackplan.sim.simulator import Run  # noqa: E402
 from rackplan.sim.steady import measure  # noqa: E402
 from rackplan.sim.workload import make_requests  # noqa: E402
@@ -263,13 +270,14 @@ def executed_requests(run: Path) -> dict:
             "finish": col("finish_s"), "osl": col("osl")}
 
 
-def simulated_requests(plan_path: Path, workload: Path, profile: Path) -> dict:
+def simulated_requests(plan_path: Path, workload: Path, profile: Path, speed: float = 1.0) -> dict:
     """The simulator's per-request timestamps for exactly the requests the executor serves from `workload`
-    (sim.workload.make_requests with its seed: the same arrivals and lengths), every one run to the end."""
+    (sim.workload.make_requests with its seed: the same arrivals and lengths), every one run to the end, on the
+    rig at CPU speed `speed` (HardwareSpec.cpu_speed: the segment's probe over the profile's reference)."""
     plan, wl = load_plan(plan_path), load_workload(workload)
     reqs = make_requests(wl)
-    run = Run(Scenario(plan, load_model(plan.model), load_hardware(plan.hardware), wl, load_profile(profile)), None,
-              reqs)
+    hw = dataclasses.replace(load_hardware(plan.hardware), cpu_speed=speed)
+    run = Run(Scenario(plan, load_model(plan.model), hw, wl, load_profile(profile)), None, reqs)
     log = run.log  # (drain closes the run, dropping its log)
     run.drain()
     return {"arrival": log.arrival.copy(), "prefill_done": log.prefill_done.copy(),
@@ -319,14 +327,25 @@ def serve_order(segments: int, seed: int = SERVE_SEED) -> list[tuple[int, float]
     return [(k, base[(k + i) % n]) for k in range(segments) for i in range(n)]
 
 
-def step_speed(plan_path: Path, profile: Path, runs: list[Path]) -> float | None:
+def step_speed(plan_path: Path, profile: Path, runs: list[Path], factors: list[float | None]) -> dict | None:
     """Median over the decode leader's steps of `runs` of their forward ops' measured / priced seconds
-    (benchmarks/investigations/serve_drift.py): was the machine slower while serving than the fit priced. A
-    diagnostic: nothing is adjusted by it. None for a plan without a decode pool."""
+    (benchmarks/investigations/serve_drift.py) at the profile's reference speed ("ref") and at each segment's
+    measured speed (each step's ratio / its segment's factor: "at_speed"; None where a segment has no probe): do
+    the probes account for the steps' excess. A diagnostic. None for a plan without a decode pool."""
     if not load_plan(plan_path).decode:
         return None
-    ratios = np.concatenate([step_ratios(plan_path, profile, r / "measurements.jsonl") for r in runs])
-    return float(np.median(ratios)) if len(ratios) else None
+    per = [step_ratios(plan_path, profile, r / "measurements.jsonl") for r in runs]
+    ratios = np.concatenate(per) if per else np.zeros(0)
+    if not len(ratios):
+        return None
+    scaled = None if any(f is None for f in factors) else np.concatenate([p / f for p, f in zip(per, factors)])
+    return {"ref": float(np.median(ratios)), "at_speed": None if scaled is None else float(np.median(scaled))}
+
+
+def segment_speed(run: Path, ref: float | None) -> float | None:
+    """A served segment's CPU speed against the profile's reference probe `ref` (calibration/speed.py
+    speed_factor: the median of its ranks' probes, start, end and in place, over `ref`); None without either."""
+    return None if ref is None else speed_factor(read_measurements(run), ref)
 
 
 def err(a, b) -> float:
@@ -406,38 +425,57 @@ def main(argv=None) -> int:
     order = serve_order(segments)
     print(f"serving {segments} segment(s) of {seconds:g} s per rate, in the order "
           + " ".join(f"{int(f * 100)}%" for _, f in order), flush=True)
-    parts: dict[float, dict] = {f: {"executed": [], "simulated": [], "runs": [], "load": [], "errors": [],
-                                    "requests": 0} for f in RATES}
+    ref = profile_reference(load_profile(prof))  # the CPU speed the fit is at (calibration/speed.py)
+    print(f"the fitted profile's reference CPU-speed probe: "
+          f"{'none (a run without probes)' if ref is None else f'{ref * 1e3:.2f} ms'}", flush=True)
+    parts: dict[float, dict] = {f: {"executed": [], "simulated": [], "unscaled": [], "runs": [], "speed": [],
+                                    "load": [], "errors": [], "requests": 0} for f in RATES}
     for seg, frac in order:
         wl = workload_at(plan, verified * frac, seconds, out, segment=seg)
         run = out / f"serve-{int(frac * 100)}pct" / f"s{seg}"
         calibration_loop.wait_quiet(cfg["quiet_s"])
         got = parts[frac]
         got["requests"] += load_workload(wl).num_requests
+        speed = None  # the segment's CPU speed x the fit's reference (its probes), None where it has none
         try:
             calibration_loop.sh(RACKPLAN + ["execute", "--force", "--plan", str(plan_path), "--device", "cpu",
                                             "--out", str(run), "--workload", str(wl), "--timeout", "900"])
             got["executed"].append(window_part(executed_requests(run), plan.disaggregated))
             got["runs"].append(run)
+            speed = segment_speed(run, ref)
+            got["speed"].append(speed)
         except subprocess.CalledProcessError as exc:
             got["errors"].append(f"segment {seg}: execute exited {exc.returncode}")
-        got["simulated"].append(window_part(simulated_requests(plan_path, wl, prof), plan.disaggregated))
+        unscaled = window_part(simulated_requests(plan_path, wl, prof), plan.disaggregated)
+        got["unscaled"].append(unscaled)  # at the fit's reference speed
+        got["simulated"].append(unscaled if speed is None else  # at this segment's measured speed (gated)
+                                window_part(simulated_requests(plan_path, wl, prof, speed), plan.disaggregated))
         got["load"].append(uptime())
+        print(f"segment {seg} at {int(frac * 100)}%: CPU speed "
+              f"{'n/a' if speed is None else f'{speed:.3f}'} x the fit's reference; {got['load'][-1]}", flush=True)
     rows = {}
     for frac in RATES:
         got = parts[frac]
-        sim = pooled(got["simulated"], n_gpus)
-        if not sim["stable"]:  # the simulator's unstable run: its latencies mean nothing (sim/steady.py)
-            sim.update({k: None for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s")})
+        sims = {}
+        for side in ("simulated", "unscaled"):
+            sim = pooled(got[side], n_gpus)
+            if not sim["stable"]:  # the simulator's unstable run: its latencies mean nothing (sim/steady.py)
+                sim.update({k: None for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s")})
+            sims[side] = sim
         rows[frac] = {"load": got["load"], "rate_rps": verified * frac, "requests": got["requests"],
             "executed": {"error": "; ".join(got["errors"])} if got["errors"] else pooled(got["executed"], n_gpus),
-            "simulated": sim, "step_speed": None if got["errors"] else step_speed(plan_path, prof, got["runs"])}
+            "simulated": sims["simulated"], "unscaled": sims["unscaled"], "speed": got["speed"],
+            "step_speed": None if got["errors"] else step_speed(plan_path, prof, got["runs"], got["speed"])}
     slo = plan.slo
     gates = {"held_out_step_mape_pct": (step_mape, step_mape <= GATE_STEP)}
+    beside: dict[str, float] = {}  # each gate's value against the simulator at the fit's reference speed
     print(f"\n{'rate':>12} {'side':>9} {'windows s':>10} {'tok/s/GPU':>10} {'TTFT p50':>9} {'TTFT p90':>9} "
-          f"{'TPOT p50':>9} {'TPOT p90':>9}  (each rate: its segments' steady-state windows pooled)")
+          f"{'TPOT p50':>9} {'TPOT p90':>9}  (each rate: its segments' steady-state windows pooled; simulated: each "
+          f"segment at its measured CPU speed, gated; unscaled: at the fit's reference speed)")
     for frac, r in rows.items():
-        for side in ("executed", "simulated"):
+        print(f"{'':>12} segments' CPU speed x the fit's reference: "
+              + (" ".join("n/a" if f is None else f"{f:.3f}" for f in r["speed"]) or "none"))
+        for side in ("executed", "simulated", "unscaled"):
             m = r[side]
             if "error" in m:
                 print(f"{r['rate_rps']:8.1f} r/s {side:>9} {m['error']}")
@@ -448,9 +486,11 @@ def main(argv=None) -> int:
                   + " ".join(ms(m[k]) for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s"))
                   + ("" if m["stable"] else "  (unstable: its queue grows)"))
         if r["step_speed"] is not None:
+            at = r["step_speed"]["at_speed"]
             print(f"{'':>12} executed decode steps' forward ops / their price under the fit: median "
-                  f"{r['step_speed']:.2f} (diagnostic: the machine's speed while serving; nothing adjusted by it)")
-        ex, sm = r["executed"], r["simulated"]
+                  f"{r['step_speed']['ref']:.2f} at the fit's speed, {'n/a' if at is None else f'{at:.2f}'} at each "
+                  f"segment's measured speed (diagnostic)")
+        ex, sm, un = r["executed"], r["simulated"], r["unscaled"]
         if "error" in ex:
             gates[f"{int(frac * 100)}%"] = (ex["error"], False)
             continue
@@ -459,22 +499,28 @@ def main(argv=None) -> int:
             meets = ex["ttft_p90_s"] <= slo.ttft_p90_s and ex["tpot_p90_s"] <= slo.tpot_p90_s
             gates["100%: SLOs met"] = (meets, meets)
             gates["100%: output tok/s vs sim %"] = (tps, abs(tps) <= GATE_TPS)
+            beside["100%: output tok/s vs sim %"] = err(ex["output_tps_per_gpu"], un["output_tps_per_gpu"])
         else:
             for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s"):
                 e = err(ex[k], sm[k])
                 gates[f"{int(frac * 100)}%: {k[:-2]} vs sim %"] = (e, abs(e) <= GATE_LAT)
+                beside[f"{int(frac * 100)}%: {k[:-2]} vs sim %"] = err(ex[k], un[k])
     load_end = uptime()
     print(f"\nplan {plan.description}, verified {verified:.2f} req/s; held-out step MAPE {step_mape:.1f}%; "
-          f"step-time spread {spread or 'none'}\nload at start: {load_start}\nload at end:   {load_end}")
+          f"step-time spread {spread or 'none'}\nload at start: {load_start}\nload at end:   {load_end}\n"
+          "gates against the simulator at each segment's measured CPU speed (beside: at the fit's reference speed)")
     for name, (val_, ok) in gates.items():
-        print(f"  {'pass' if ok else 'FAIL'}  {name}: {val_:.1f}" if isinstance(val_, float) else
+        also = f"  (beside: {beside[name]:.1f})" if name in beside else ""
+        print(f"  {'pass' if ok else 'FAIL'}  {name}: {val_:.1f}{also}" if isinstance(val_, float) else
               f"  {'pass' if ok else 'FAIL'}  {name}: {val_}")
     report = {"plan_shipped_profile": {"plan": first.description, "verified_rps": first.predicted["request_rate"]},
               "plan": plan.description, "verified_rps": verified, "load_start": load_start, "load_end": load_end,
               "step_time_spread": spread,
               "sweep": {k: cfg[k] for k in ("decode", "prefill", "holdout", "covers", "repeats", "corun")},
               "rates": {str(k): v for k, v in rows.items()},
-              "gates": {k: {"value": v, "pass": ok} for k, (v, ok) in gates.items()},
+              "speed_probe_ref_s": ref,
+              "gates": {k: {"value": v, "pass": ok, **({"unscaled": beside[k]} if k in beside else {})}
+                        for k, (v, ok) in gates.items()},
               "wall_s": round(time.time() - t0, 1)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     print(json.dumps({"gates_passed": sum(ok for _, ok in gates.values()), "gates": len(gates),

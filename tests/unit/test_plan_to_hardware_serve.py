@@ -5,7 +5,7 @@ import pytest
 import yaml
 from bench_scripts import script
 
-from rackplan.specs import load_plan, load_workload
+from rackplan.specs import load_plan, load_workload, resolve_path
 
 p2h = script("plan_to_hardware.py")
 
@@ -50,3 +50,22 @@ def test_a_rates_segments_are_pooled_request_by_request():
     assert got["ttft_p90_s"] == pytest.approx(4.6)  # numpy's linear percentile of 1..5
     assert got["window_requests"] == 5 and got["segments"] == 2
     assert not got["stable"]  # one segment's queue grew
+
+
+def test_a_segment_at_speed_1_3_is_simulated_with_every_step_1_3x(tmp_path):
+    # one request alone (nothing queues): after its first token its decode steps run back to back, so its
+    # finish - first token is the sum of (osl - 1) decode step prices, each x 1.3 at cpu_speed 1.3
+    # (HardwareSpec.cpu_speed, the segment's probe over the fit's reference); its prefill step x 1.3 too, so
+    # prefill_done - arrival (the prefill step, no intake priced in the shipped profile) is 1.3x as well
+    plan = resolve_path("plans", "tiny-disagg")
+    wl = tmp_path / "one.yaml"
+    wl.write_text(yaml.safe_dump({"name": "one", "arrival": {"kind": "poisson", "rate": 1.0}, "num_requests": 1,
+                                  "isl": {"kind": "fixed", "value": 64}, "osl": {"kind": "fixed", "value": 9},
+                                  "seed": 0}))
+    prof = resolve_path("profiles", "cpu-local")
+    ref = p2h.simulated_requests(plan, wl, prof)
+    slow = p2h.simulated_requests(plan, wl, prof, 1.3)
+    decode = lambda r: r["finish"] - r["first_token"]  # noqa: E731
+    prefill = lambda r: r["prefill_done"] - r["arrival"]  # noqa: E731
+    assert decode(ref)[0] > 0 and decode(slow)[0] == pytest.approx(1.3 * decode(ref)[0], rel=1e-6)
+    assert prefill(slow)[0] == pytest.approx(1.3 * prefill(ref)[0], rel=1e-6)
