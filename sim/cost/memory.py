@@ -17,15 +17,17 @@ from .moe import expert_bytes, physical_experts_per_rank
 
 # vLLM's default --gpu-memory-utilization, the share of the GPU's total memory its worker may fill with
 # weights, the peak activations of a max_num_batched_tokens dummy step, the non-torch memory that step adds
-# (NCCL, custom all-reduce buffers) and the KV cache: vllm/config/cache.py `gpu_memory_utilization: float =
-# 0.9` (v0.10.2, v0.11.0, v0.14.1: the versions of the published vLLM cases). vllm/v1/worker/gpu_worker.py
+# (NCCL, custom all-reduce buffers) and the KV cache: 0.9 in vllm/config/cache.py CacheConfig through the versions of
+# the published vLLM cases (v0.10.2, v0.11.0, v0.14.1) [secondary: not read at those tags; docs.vllm.ai engine args
+# "If unspecified, will use the default value of 0.9"; 0.92 in later versions, vllm/config/cache.py at commit
+# 002f10e0cfa1373a19a0d2756598a34b700d20e5 `Field(default=0.92, gt=0, le=1)`]. vllm/v1/worker/gpu_worker.py
 # determine_available_memory: KV bytes = total_memory x gpu_memory_utilization - (weights + torch peak
 # increase + non-torch increase) (`requested_memory - profile_result.non_kv_cache_memory`); CUDA graphs are
 # captured after the KV cache is allocated, outside that budget, in these versions (vLLM PR 30515 added an
-# opt-in estimate, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default only from v0.21.0 [secondary: the
-# worker's log line "CUDA graph memory profiling is enabled (default since v0.21.0)"], whose docs give the
-# default as 0.92). The CUDA context and whatever the worker held before its first memory snapshot also lie
-# outside it.
+# opt-in estimate, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, https://github.com/vllm-project/vllm/pull/30515, on by
+# default only from v0.21.0 [secondary: the worker's log line "CUDA graph memory profiling is enabled (default since
+# v0.21.0)", quoted in https://github.com/gpustack/runner/pull/251]). The CUDA context and whatever the worker
+# held before its first memory snapshot also lie outside it.
 VLLM_GPU_MEMORY_UTILIZATION = 0.9
 # SGLang layouts (Layout.engine sglang) without a fraction: all of HBM but this share. NOT SGLang's default,
 # which server_args.py _handle_gpu_memory_settings computes per launch from the GPU's memory,
