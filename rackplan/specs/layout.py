@@ -76,7 +76,7 @@ class Layout:
     # --cpu-offload-gb; routed experts first), GB
     offload_gb: float = 0.0
     # fraction of HBM the engine may use for weights, activations and KV cache (vLLM
-    # --gpu-memory-utilization); None: memory.py's reserve model (5% + a full step's activations)
+    # --gpu-memory-utilization); None: the engine's own default (sim/cost/memory.py memory_fraction: vLLM's 0.9)
     gpu_memory_utilization: Optional[float] = None
     # how the EP group exchanges tokens around the routed experts (vLLM --all2all-backend): DeepEP's kernels
     # (deepep_high_throughput for prompt steps, deepep_low_latency for decode; what rackplan deploys), or

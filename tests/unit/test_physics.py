@@ -328,6 +328,24 @@ def test_gpu_memory_utilization_sets_the_kv_budget():
     assert kv_capacity_tokens(V3, H200, lay) == pytest.approx(want)
 
 
+def test_kv_budget_without_a_fraction_is_the_engines_default():
+    # No gpu_memory_utilization: vLLM's own default, 0.9 of HBM (vllm/config/cache.py), less weights and a full
+    # step's activations. V3 DEP8 on H200 (141 GB): KV = 0.9 x 141e9 - weights - 8192 x 7168 x 32 B
+    # (= 1.879e9), in 35,136-B tokens; deploy emits the same 0.9. SGLang layouts keep all but 5% (its own
+    # default is not modelled yet): 0.95 x 141e9 - weights - the same activations.
+    from rackplan.deploy.engine import priced_memory_utilization
+    from rackplan.sim.cost.memory import memory_fraction
+
+    lay = Layout("decode", dp=8)
+    weights = sum(weight_bytes_per_rank(V3, lay).values())
+    assert memory_fraction(lay) == 0.9 and priced_memory_utilization(lay) == 0.9
+    assert kv_capacity_tokens(V3, H200, lay) == pytest.approx((0.9 * 141e9 - weights - 1.879e9) / 35_136, rel=1e-4)
+    sgl = Layout("decode", dp=8, engine="sglang")
+    assert memory_fraction(sgl) == 0.95
+    assert kv_capacity_tokens(V3, H200, sgl) == pytest.approx((0.95 * 141e9 - weights - 1.879e9) / 35_136, rel=1e-4)
+    assert memory_fraction(Layout("decode", dp=8, engine="sglang", gpu_memory_utilization=0.8)) == 0.8
+
+
 @pytest.mark.profile_data
 def test_pipeline_stages_hold_half_the_layers_and_pass_activations():
     # TP8 x PP2 on 16 H200: a GPU holds 61/2 layers' weights and KV, and one of embedding / head; a
