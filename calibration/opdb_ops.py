@@ -42,6 +42,7 @@ ATTN_START = Curve(eff_max=0.5, x_half=100.0, y_half=1e8, z_half=1e6, work_half=
 ATTN_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness")  # z_half: per (sequence, head)
 STREAM_START = Curve(eff_max=0.6, x_half=10.0, y_half=100.0, work_half=1e6)
 ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness", "tiles_half")
+SHAPELESS_FIELDS = tuple(f for f in ALL_FIELDS if f not in ("y_half", "z_half"))  # (a one-shape backend class)
 # vLLM's per-tensor FP8 GEMM (the tables' kernel_source CutlassFP8ScaledMMLinearKernel: cutlass_scaled_mm)
 # picks its CUTLASS configuration by m, on SM90 by n too and on SM100 by k at m = 64, per GPU architecture:
 # (m_min, m_max, tile rows m is padded to[, n_min, n_max[, k_min, k_max]]), m_min < m <= m_max, n_min < n <=
@@ -347,10 +348,18 @@ def _expert_class(t: Table, c, sel, tdt: str, kernel, hw: HardwareSpec, backend:
     route = f"moe.route.{dt}"
     predict = _expert_predict(dt, shape, tokens, h, hw, load, COMPUTE.get(base_dt, base_dt))
     dispatched = str(kernel).endswith(LOAD_DISPATCHED_KERNELS)
-    return ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
+    start, free, note = GEMM_START, ALL_FIELDS, ""
+    if backend and len({(n, k) for n, k in shape[:, 3:5]}) == 1:
+        # a backend's rows at one expert shape (n, k) do not tell its y and z terms apart from eff_max: fitted free,
+        # they extrapolate to another model's shape at will (the Marlin MXFP4 class's y_half 11,160 priced gpt-oss's
+        # TP2 n = 2,880 at half its TP1 efficiency); held at 0, the class prices every shape at the efficiency the
+        # kernel reaches at the measured one, for the same rows per expert and load
+        start, free = dataclasses.replace(GEMM_START, y_half=0.0, z_half=0.0), SHAPELESS_FIELDS
+        note = f"; one expert shape (n {shape[0, 3]:g}, k {shape[0, 4]:g}): y_half, z_half held at 0"
+    return ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, start, free,
                      f"moe_dtype {tdt}, balanced, moe_tp_size 1, rows no faster than their bytes at "
                      f"the HBM peak ({int(np.sum(~physical))} dropped); fitted with {route} (routing, "
-                     "permute and quantisation of every token entering the rank)", kernel,
+                     f"permute and quantisation of every token entering the rank){note}", kernel,
                      also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2,
                      load_ranges=FLASHINFER_TILE_LOADS if dispatched else (), load=load)
 
