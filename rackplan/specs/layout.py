@@ -89,7 +89,7 @@ class Layout:
     engine: Optional[Literal["vllm", "sglang"]] = field(default=None, metadata=OMIT_IF_NONE)
     # the routed-experts kernel in place of the engine's default for the model's weights (efficiency.BACKENDS);
     # None: the engine's default (left out of plans)
-    moe_backend: Optional[Literal["deepgemm"]] = field(default=None, metadata=OMIT_IF_NONE)
+    moe_backend: Optional[Literal["deepgemm", "marlin"]] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "replicas", "max_tokens_per_step", "max_batch_per_rank", "stream_interval"):
