@@ -9,7 +9,8 @@ where total is torch.cuda.mem_get_info()'s total. sim/cost/memory.py prices
 Each log row splits the difference into those three terms:
 - total: the engine's total (GiB the CUDA driver reports) against HardwareSpec.hbm_bytes (the datasheet's GB);
 - weights: "Model loading took" against weight_bytes_per_rank, and the bytes of the engine's MXFP4 expert layout
-  (`mxfp4_loaded_bytes`: the checkpoint's tensors with the kernel's padding, read from vLLM's mxfp4.py);
+  (`mxfp4_loaded_bytes`: the checkpoint's tensors with the kernel's padding, and what the Triton path keeps
+  twice, read from vLLM's mxfp4.py);
 - working memory: what is left, gpu_memory_utilization x total - logged weights - logged available, against the
   model's activation term.
 Nothing here changes the simulator: the terms are readings, to be landed together (each alone moves figures the
@@ -102,6 +103,23 @@ def mxfp4_expert_bytes(model: ModelSpec, backend: str, tp: int = 1) -> float:
     return per_expert * model.moe.num_experts * model.num_moe_layers
 
 
+def mxfp4_loaded_bytes(model: ModelSpec, backend: str, tp: int = 1) -> float:
+    """Bytes of one rank's routed experts after vLLM's process_weights_after_loading: the allocated layout
+    (`mxfp4_expert_bytes`), and on Triton also what that backend keeps twice. Its branch (mxfp4.py, same commit)
+    swizzles the values and scales (`_swizzle_mxfp4`), deletes and replaces layer.w13_weight / w2_weight, but
+    keeps layer.w13_weight_scale / w2_weight_scale while the swizzled scales live in w13/w2_precision_config:
+    a second copy of every scale (its swizzle padding not counted here); the biases become float32 copies
+    (`layer.w13_bias.to(torch.float32)`): 4 B in place of 2 B each."""
+    total = mxfp4_expert_bytes(model, backend, tp)
+    if backend != "triton":
+        return total
+    ha, ia = MXFP4_PAD[backend]
+    h = _round_up(model.hidden_size, ha)
+    i = _round_up(model.moe.expert_intermediate // tp, ia)
+    per_expert = 3 * i * h / MXFP4_BLOCK + (2 * i + h) * 2.0  # the kept scales + the biases' extra 2 B
+    return total + per_expert * model.moe.num_experts * model.num_moe_layers
+
+
 def checkpoint_expert_bytes(model: ModelSpec) -> float:
     """The same tensors unpadded (the checkpoint's own shapes), for the padding's share."""
     h, i = model.hidden_size, model.moe.expert_intermediate
@@ -125,7 +143,7 @@ def row(log: LogReading) -> dict:
            "logged_available_gib": log.available_gib}
     if log.mxfp4_backend:
         experts_model = checkpoint_expert_bytes(model) / GIB
-        engine = mxfp4_expert_bytes(model, log.mxfp4_backend, log.tp) / GIB
+        engine = mxfp4_loaded_bytes(model, log.mxfp4_backend, log.tp) / GIB
         out["engine_layout_weights_gib"] = weights - experts_model + engine
     if log.loaded_gib is not None and log.available_gib is not None and not math.isnan(log.total_gib):
         # what the profile run took beyond the weights: fraction x total - weights - available

@@ -24,6 +24,17 @@ def test_mxfp4_expert_bytes_pad_the_dims_as_vllm_allocates_them():
     assert mod.mxfp4_expert_bytes(model, "marlin", tp=2) == pytest.approx(34_709_962_752, rel=1e-12)
 
 
+def test_triton_keeps_a_second_copy_of_the_scales_and_float32_biases():
+    mod = script("investigations/kv_room_logs.py")
+    model = load_model("gpt-oss-120b")
+    # Triton: the allocated layout (60,993,699,840 B, above) + the kept unswizzled scales 3 x 2880 x 2880 / 32 =
+    # 777,600 B per expert + the biases' float32 copies, 2 B more per bias: (2 x 2880 + 2880) x 2 = 17,280 B;
+    # (777,600 + 17,280) x 4,608 = 3,662,807,040 B; total 64,656,506,880 B = 60.22 GiB of experts
+    assert mod.mxfp4_loaded_bytes(model, "triton") == pytest.approx(64_656_506_880, rel=1e-12)
+    # Marlin repacks in place of the originals: nothing kept twice
+    assert mod.mxfp4_loaded_bytes(model, "marlin") == pytest.approx(66_501_476_352, rel=1e-12)
+
+
 def test_log_rows_split_the_gap_into_total_weights_and_working_memory():
     mod = script("investigations/kv_room_logs.py")
     rows = {r["source"].rsplit("/", 1)[-1]: r for r in (mod.row(g) for g in mod.LOGS)}
@@ -36,6 +47,7 @@ def test_log_rows_split_the_gap_into_total_weights_and_working_memory():
     # the log: 0.9 x 79.11 - 65.9651 - (-2.14) = 71.199 - 65.9651 + 2.14 = 7.3739 GiB beyond the weights
     assert r["logged_working_gib"] == pytest.approx(7.3739, abs=1e-4)
     # Marlin's padded experts replace the checkpoint's: + (66,501,476,352 - 60,993,699,840) B = + 5.130 GiB
+    # (65.85 GiB against the logged 65.97)
     assert r["engine_layout_weights_gib"] - r["model_weights_gib"] == pytest.approx(
         (66_501_476_352 - 60_993_699_840) / gib)
     assert "logged_working_gib" not in rows["33155"]  # no "Available KV cache memory" in that log
