@@ -126,6 +126,23 @@ def checkpoint_expert_bytes(model: ModelSpec) -> float:
     return ((3 * i * h) * (0.5 + 1.0 / MXFP4_BLOCK) + (2 * i + h) * 2.0) * model.moe.num_experts * model.num_moe_layers
 
 
+# Bytes per element of the live tensors at the peak of vLLM's dummy sampler run (gpu_model_runner.py
+# `_dummy_sampler_run`, v0.10-era: logits of min(max_num_seqs, max_num_batched_tokens) dummy requests, temperature 0.5,
+# top_k = vocab - 1, top_p = 0.9, no logprobs, no penalties) on the PyTorch-native top-k/top-p path
+# (vllm/v1/sample/ops/topk_topp_sampler.py `apply_top_k_top_p`: `logits.sort`, top-k mask, `softmax` + in-place
+# `cumsum`, top-p mask, `scatter_` back), read in the vLLM source index [secondary: not read at the v0.10.1 tag]:
+# the model's BF16 logits (2 B, still referenced by the caller) + their float32 copy (Sampler.forward
+# `logits.to(torch.float32)`, 4 B) + the sorted values (4 B) + the sort's int64 indices (8 B) + the top-p softmax
+# (4 B) + a bool mask (1 B) = 23 B per (request, vocab) element. Later, q = exponential_ of a float32 probs copy
+# holds less (2 + 4 + 4 + 4 = 14 B).
+SAMPLER_PEAK_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 4 + 1
+
+
+def sampler_peak_bytes(model: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> float:
+    """The dummy sampler run's peak (bytes): SAMPLER_PEAK_BYTES_PER_LOGIT x its requests x the vocabulary."""
+    return SAMPLER_PEAK_BYTES_PER_LOGIT * min(max_num_seqs, max_num_batched_tokens) * model.vocab_size
+
+
 def row(log: LogReading) -> dict:
     """The log's figures beside the model's (GiB), and each term's gap."""
     model, hw = load_model(log.model), load_hardware(log.hardware)
@@ -140,11 +157,16 @@ def row(log: LogReading) -> dict:
            "model_total_gib": model_total, "engine_total_gib": log.total_gib,
            "model_weights_gib": weights, "logged_weights_gib": log.loaded_gib,
            "model_activations_gib": act, "model_available_gib": frac * model_total - weights - act,
+           "sampler_peak_gib": sampler_peak_bytes(model, log.max_num_seqs, log.max_num_batched_tokens) / GIB,
            "logged_available_gib": log.available_gib}
     if log.mxfp4_backend:
         experts_model = checkpoint_expert_bytes(model) / GIB
         engine = mxfp4_loaded_bytes(model, log.mxfp4_backend, log.tp) / GIB
         out["engine_layout_weights_gib"] = weights - experts_model + engine
+    if "engine_layout_weights_gib" in out and not math.isnan(log.total_gib):
+        # the three readings together (forward activations and the sampler's peak do not overlap: the larger)
+        out["readings_available_gib"] = (frac * log.total_gib - out["engine_layout_weights_gib"]
+                                         - max(act, out["sampler_peak_gib"]))
     if log.loaded_gib is not None and log.available_gib is not None and not math.isnan(log.total_gib):
         # what the profile run took beyond the weights: fraction x total - weights - available
         out["logged_working_gib"] = frac * log.total_gib - log.loaded_gib - log.available_gib
@@ -164,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
 
     print(f"{'log':8} {'model':14} {'tp':>2} {'frac':>4} {'tokens':>6} | {'total GiB model/engine':>22} | "
-          f"{'weights GiB model/layout/logged':>31} | {'working GiB model/logged':>24} | "
-          f"{'available GiB model/logged':>26}")
+          f"{'weights GiB model/layout/logged':>31} | {'working GiB model/sampler/logged':>32} | "
+          f"{'available GiB model/readings/logged':>35}")
     for r in rows:
         tag = r["source"].rsplit("/", 1)[-1]
         print(f"{tag:8} {r['model']:14} {r['tp']:2d} {r['gpu_memory_utilization']:4.2f} "
@@ -173,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{f(r['model_total_gib']):>10} / {f(r['engine_total_gib']):>9} | "
               f"{f(r['model_weights_gib']):>9} / {f(r.get('engine_layout_weights_gib')):>8} / "
               f"{f(r['logged_weights_gib']):>8} | {f(r['model_activations_gib']):>11} / "
-              f"{f(r.get('logged_working_gib')):>10} | {f(r['model_available_gib']):>12} / "
-              f"{f(r['logged_available_gib']):>11}")
+              f"{f(r['sampler_peak_gib']):>8} / {f(r.get('logged_working_gib')):>9} | "
+              f"{f(r['model_available_gib']):>12} / {f(r.get('readings_available_gib')):>9} / "
+              f"{f(r['logged_available_gib']):>10}")
     return 0
 
 
