@@ -132,10 +132,11 @@ def checkpoint_expert_bytes(model: ModelSpec) -> float:
 # (vllm/v1/sample/ops/topk_topp_sampler.py `apply_top_k_top_p`: `logits.sort`, top-k mask, `softmax` + in-place
 # `cumsum`, top-p mask, `scatter_` back), read in the vLLM source index [secondary: not read at the v0.10.1 tag]:
 # the model's BF16 logits (2 B, still referenced by the caller) + their float32 copy (Sampler.forward
-# `logits.to(torch.float32)`, 4 B) + the sorted values (4 B) + the sort's int64 indices (8 B) + the top-p softmax
-# (4 B) + a bool mask (1 B) = 23 B per (request, vocab) element. Later, q = exponential_ of a float32 probs copy
-# holds less (2 + 4 + 4 + 4 = 14 B).
-SAMPLER_PEAK_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 4 + 1
+# `logits.to(torch.float32)`, 4 B) + the sorted values (4 B) + the sort's int64 indices (8 B) + the top-k bool mask
+# (1 B: `top_k_mask = logits_sort < top_k_mask` stays bound to the end of the function) + the top-p softmax (4 B,
+# its cumsum written in place) + the top-p bool mask (1 B) = 24 B per (request, vocab) element. Later,
+# q = exponential_ of a float32 probs copy holds less (2 + 4 + 4 + 4 = 14 B).
+SAMPLER_PEAK_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 1 + 4 + 1
 
 
 def sampler_peak_bytes(model: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> float:

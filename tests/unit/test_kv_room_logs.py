@@ -53,17 +53,18 @@ def test_log_rows_split_the_gap_into_total_weights_and_working_memory():
     assert "logged_working_gib" not in rows["33155"]  # no "Available KV cache memory" in that log
 
 
-def test_sampler_peak_is_23_bytes_per_request_and_vocab_entry():
+def test_sampler_peak_is_24_bytes_per_request_and_vocab_entry():
     mod = script("investigations/kv_room_logs.py")
     model = load_model("gpt-oss-120b")  # vocab 201,088
-    # bf16 logits 2 + float32 copy 4 + sorted 4 + int64 sort indices 8 + top-p softmax 4 + bool mask 1 = 23 B;
-    # min(1024 seqs, 8192 tokens) = 1024 requests: 23 x 1024 x 201,088 = 4,736,024,576 B (4.41 GiB)
-    assert mod.sampler_peak_bytes(model, 1024, 8192) == 4_736_024_576
+    # bf16 logits 2 + float32 copy 4 + sorted 4 + int64 sort indices 8 + top-k bool mask 1 + top-p softmax 4 +
+    # top-p bool mask 1 = 24 B; min(1024 seqs, 8192 tokens) = 1024 requests:
+    # 24 x 1024 x 201,088 = 4,941,938,688 B (4.60 GiB)
+    assert mod.sampler_peak_bytes(model, 1024, 8192) == 4_941_938_688
     # the token budget caps the dummy requests: 512 tokens -> 512 requests, half of it
-    assert mod.sampler_peak_bytes(model, 1024, 512) == 4_736_024_576 // 2
+    assert mod.sampler_peak_bytes(model, 1024, 512) == 4_941_938_688 // 2
     rows = {r["source"].rsplit("/", 1)[-1]: r for r in (mod.row(g) for g in mod.LOGS)}
     r = rows["23278"]
-    # the three readings: 0.9 x 79.11 GiB - Marlin's 65.85 GiB - max(0.70, 4.41) GiB
+    # the three readings: 0.9 x 79.11 GiB - Marlin's 65.85 GiB - max(0.70, 4.60) GiB
     assert r["readings_available_gib"] == pytest.approx(
-        0.9 * 79.11 - r["engine_layout_weights_gib"] - 4_736_024_576 / 2.0**30)
+        0.9 * 79.11 - r["engine_layout_weights_gib"] - 4_941_938_688 / 2.0**30)
     assert r["model_available_gib"] > r["readings_available_gib"] > r["logged_available_gib"]
