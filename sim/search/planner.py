@@ -256,7 +256,10 @@ def verify(req: Request, points: list[Candidate]) -> list[Verified]:
         if req.objective in ("throughput", "goodput"):  # every point (goodput: each at the target load)
             return [Verified(c, k) for c, k in zip(points, run(points), strict=True)]
         return front.verify_fixed(req.objective, points, run, speed_bound(req), req.workers)
-    return front.verify_front(req, points, lambda c: to_plan(req, c, "check", {}))
+    from ..pricer import persisted
+
+    with persisted():  # the runs' step prices kept across processes (the same figures, fewer steps priced)
+        return front.verify_front(req, points, lambda c: to_plan(req, c, "check", {}))
 
 
 USER_SLACK = 0.05  # the simulator's tokens/s/user may beat the cost model's lone-sequence speed by this much
