@@ -19,10 +19,11 @@ What really happens, and what this prices:
   none (DeepEP README; vLLM's DeepEPLLAll2AllManager.max_sms_used is 0). Overlapped compute that is
   not DeepGEMM is slowed by that share for as long as the comm runs.
 - With the high-throughput kernels the GEMM library gets the rest of the SMs for the whole split step,
-  not only while a transfer overlaps: vLLM 0.11.0 enters SMControlContextManager around the whole
-  two-thread run (v1/worker/gpu_ubatch_wrapper.py UBatchWrapper.__call__ `with self.sm_control:
-  return self._run_ubatches(...)`; __enter__ calls deep_gemm.set_num_sms(total_sms - comm_sms), only
-  when the all-to-all manager's max_sms_used is not 0, i.e. not DeepEP LL), and SGLang's prefill TBO
+  not only while a transfer overlaps: vLLM 0.11.0 (the PyPI wheel) enters SMControlContextManager
+  around the whole two-thread run (v1/worker/gpu_ubatch_wrapper.py l. 379 and 398 `with
+  self.sm_control:` around _capture_ubatches / _run_ubatches; __enter__ calls deep_gemm.set_num_sms(
+  total_sms - comm_sms), l. 110-132, only when the all-to-all manager's max_sms_used is not 0: DeepEP
+  LL returns 0, distributed/device_communicators/all2all.py l. 349), and SGLang's prefill TBO
   does the same (two_batch_overlap / operations_strategy._compute_moe_deepseek_blog_prefill:
   deep_gemm_num_sms = total SMs - DeepEP's num_sms; its decode strategy leaves it None). Every FP8
   GEMM both engines run through DeepGEMM on Hopper (vLLM 0.11.0 utils/deep_gemm.py
