@@ -96,7 +96,13 @@ WEIGHT_ONLY_KERNELS = {("mxfp4", "bf16"): "mxfp4_bf16"}
 # deepgemm: DeepGEMM's FP8 grouped GEMMs behind DeepEP (SGLang's DeepEPMoE, sglang srt/layers/moe/ep_moe/layer.py:
 # m_grouped_fp8_gemm_nt_contiguous after the normal dispatch, m_grouped_fp8_gemm_nt_masked after the low-latency one),
 # for block-scaled FP8 weights, fitted on SGLang's wideep MoE tables (calibration/opdb_ops.py DEEPEP_TABLES).
-BACKENDS = {"deepgemm": {"fp8_block": {"high_throughput": "deepgemm", "low_latency": "deepgemm_masked"}}}
+# triton_default: the Triton fused_moe kernel at its untuned default configuration, where the engine ships no tuned
+# config file for the layout's expert shape and GPU (vLLM 0.11.0 BF16: 64 x 64 x 32 tiles once the step's tokens exceed
+# the experts; calibration/opdb_ops.py SGLANG_TUNED_BF16 says where the rows come from), with or without an all-to-all
+# ("" : none), fitted on SGLang's moe_perf rows at shapes it ships no config for (opdb_ops.triton_default_expert_rows).
+BACKENDS = {"deepgemm": {"fp8_block": {"high_throughput": "deepgemm", "low_latency": "deepgemm_masked"}},
+            "triton_default": {"bf16": dict.fromkeys(("", "high_throughput", "low_latency"), "triton_default")}}
+DEEPEP_ONLY = frozenset({"deepgemm"})  # backends that run behind DeepEP's dispatch only
 # Each engine's default MoE backend behind DeepEP (documented defaults, not fitted). SGLang: DeepEPMoE takes DeepGEMM's
 # path for FP8 block weights when DeepGEMM's JIT is on (sglang srt/layers/deep_gemm_wrapper/configurer.py
 # ENABLE_JIT_DEEPGEMM: SM90 or newer with deep_gemm installed, SGLANG_ENABLE_JIT_DEEPGEMM default on). vLLM: none here
@@ -144,7 +150,7 @@ def check_backend(layout, model, field: str) -> None:
     if kd not in runs:
         raise SpecError("", field, f"unset for experts of kernel dtype {kd} ({layout.moe_backend} runs "
                         f"{', '.join(runs)} experts)", layout.moe_backend)
-    if not layout.deepep:
+    if layout.moe_backend in DEEPEP_ONLY and not layout.deepep:
         raise SpecError("", field, f"unset without DeepEP's exchange ({layout.moe_backend} runs behind DeepEP's "
                         "dispatch: ep > 1 over DP ranks, all2all deepep)", layout.moe_backend)
 
