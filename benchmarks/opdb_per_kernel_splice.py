@@ -32,6 +32,8 @@ Run:  python benchmarks/opdb_per_kernel_splice.py --profile gb200-nvl72-vllm --o
           --expert-class experts.mxfp4_bf16.marlin
       python benchmarks/opdb_per_kernel_splice.py --profile gb200-nvl72-vllm --op-database gb200 \
           --expert-class experts.fp8_block.deepgemm --expert-class experts.fp8_block.deepgemm_masked
+      python benchmarks/opdb_per_kernel_splice.py --profile h200-sxm-vllm --op-database h200_sxm \
+          --expert-class experts.bf16.triton_default
 """
 from __future__ import annotations
 
@@ -103,6 +105,9 @@ def _experts(key: str, system: str, hw, prof):
     if not rows and key in BACKEND_KEYS:  # a backend's class: its engine's tables
         sglang = opdb.locate(opdb.data_root(None), system, "sglang", names=opdb.KERNEL_TABLES)
         rows = [r for r in opdb_ops.deepep_expert_rows(sglang, hw) if r.key == key]
+    if not rows and key == "experts.bf16.triton_default":  # the untuned Triton kernel: SGLang's moe_perf rows
+        sglang = opdb.locate(opdb.data_root(None), system, "sglang")
+        rows = opdb_ops.triton_default_expert_rows(sglang, hw)
     if not rows:
         return None
     g, refit = fit_class(rows[0], prof)

@@ -446,6 +446,62 @@ def deepep_expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[Class
     return out
 
 
+# Triton fused_moe with its untuned default configuration (experts.bf16.triton_default): where the engine ships no
+# tuned config file for the shape (E experts, N = intermediate columns a rank, the device, the dtype), vLLM 0.11.0
+# (model_executor/layers/fused_moe/fused_moe.py get_default_config, lines 868-919 of the v0.11.0 wheel) runs BF16
+# experts at BLOCK_SIZE_M/N/K 64/64/32, GROUP_SIZE_M 8 when M (the step's tokens) > E, else 16/32/64, GROUP_SIZE_M 1
+# (Triton's default warps and stages); vLLM 0.19.0 and later replaced that with tiles that grow with M (128 x 128 x
+# 64, 8 warps: the 0.24.0 tables the experts.bf16 class is fitted on). SGLang 0.5.10 and 0.5.14 keep vLLM's old
+# branch verbatim (srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py and moe_runner/triton_utils/
+# fused_moe_triton_config.py get_default_config, bf16 "else" branch), so their moe_perf rows at shapes without an
+# H200 config file time the kernel a vLLM 0.11.0 run takes there. H200 BF16 config files (E, N) those wheels ship
+# (any triton_* folder; sglang-0.5.10 and 0.5.14 from PyPI, listed by hand): a row at one of these ran tuned.
+SGLANG_TUNED_BF16 = {"h200-sxm": frozenset({
+    (8, 1792), (8, 2048), (8, 3584), (8, 4096), (8, 7168), (8, 14336), (16, 1024), (20, 1536), (64, 320), (64, 640),
+    (64, 1280), (64, 2560), (128, 192), (128, 384), (128, 704), (128, 768), (129, 384), (161, 192), (512, 64),
+    (512, 128), (512, 256)})}
+TRITON_DEFAULT_KERNEL = "sglang_fused_moe_triton"
+
+
+def untuned_rows(c: dict, tuned: frozenset) -> np.ndarray:
+    """[N] bool: the SGLang moe_perf rows of the Triton kernel at BF16, balanced routing, one EP rank, whose
+    (E, N = inter / moe_tp_size) has no tuned config in `tuned`: the rows that ran the default configuration."""
+    base = ((c["moe_dtype"] == "bfloat16") & (c["distribution"] == "balanced") & (c["moe_ep_size"] == 1)
+            & (c["kernel_source"] == TRITON_DEFAULT_KERNEL))
+    pairs = zip(c["num_experts"].astype(int), c["inter_size"].astype(int) // c["moe_tp_size"].astype(int))
+    return base & np.array([p not in tuned for p in pairs], dtype=bool)
+
+
+def triton_default_expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """experts.bf16.triton_default: the Triton fused_moe kernel at its untuned default configuration (SGLANG_TUNED_BF16)
+    from the system's SGLang moe_perf table, every moe_tp_size (each expert's intermediate width sharded), priced as
+    step.py's moe.experts (expert_work with moe_tp) and moe.route over every token entering the rank (no all-to-all);
+    no rows where the hardware's tuned list is not known."""
+    t = tables.get("moe_perf")
+    tuned = SGLANG_TUNED_BF16.get(hw.name)
+    if t is None or tuned is None:
+        return []
+    c = read(t)
+    sel = np.flatnonzero(untuned_rows(c, tuned))
+    tok, h, inter, topk, experts, tp = (c[x][sel].astype(int) for x in (
+        "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"))
+    shape = np.array([expert_work(_moe_model(hh, ii, kk, ee, "bf16"), *map(float, balanced_routing(tt, ee, kk, 1)), mt)
+                      for tt, hh, ii, kk, ee, mt in zip(tok, h, inter, topk, experts, tp)]).reshape(-1, 5)  # [N, 5]
+    physical = shape[:, 1] / hw.hbm_bw <= c["seconds"][sel]  # (as expert_rows: a row faster than its bytes is dropped)
+    rows, dropped = sel[physical], int(np.sum(~physical))
+    tokens = tok[physical].astype(float)
+    load = tile_load(tokens, topk[physical].astype(float), experts[physical].astype(float))
+    predict = _expert_predict("bf16.triton_default", shape[physical], tokens, h[physical].astype(float), hw, load,
+                              "bf16")
+    return [ClassRows("experts.bf16.triton_default", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
+                      f"SGLang {t.version} moe_perf, kernel {TRITON_DEFAULT_KERNEL}, moe_dtype bfloat16, balanced, "
+                      "moe_ep_size 1, every moe_tp_size, (E, inter / tp) without a tuned H200 config file (the "
+                      f"default configuration), rows no faster than their bytes at the HBM peak ({dropped} dropped); "
+                      "fitted with moe.route.bf16.triton_default", TRITON_DEFAULT_KERNEL,
+                      also=(("moe.route.bf16.triton_default", Curve(eff_max=0.3), ("eff_max",)),), configs=2,
+                      load=load)]
+
+
 def _expert_shape(tokens, h, inter, topk, experts, ep, dt):
     model = _moe_model(int(h), int(inter), int(topk), int(experts), dt)
     pairs, distinct = balanced_routing(int(tokens), int(experts), int(topk), int(ep))

@@ -87,9 +87,11 @@ class Layout:
     # the serving engine whose kernels price the routed experts (sim/cost/efficiency.py expert_backend): vllm, or
     # sglang, whose DeepEP MoE runs DeepGEMM's grouped GEMMs for block-FP8 experts; None: vllm (left out of plans)
     engine: Optional[Literal["vllm", "sglang"]] = field(default=None, metadata=OMIT_IF_NONE)
-    # the routed-experts kernel in place of the engine's default for the model's weights (efficiency.BACKENDS);
+    # the routed-experts kernel in place of the engine's default for the model's weights (efficiency.BACKENDS:
+    # deepgemm behind DeepEP; marlin, vLLM's weight-only MXFP4 MoE without DeepEP; triton_default, the Triton MoE at
+    # its untuned default configuration, where the engine ships no tuned config for the expert shape and GPU);
     # None: the engine's default (left out of plans)
-    moe_backend: Optional[Literal["deepgemm", "marlin"]] = field(default=None, metadata=OMIT_IF_NONE)
+    moe_backend: Optional[Literal["deepgemm", "marlin", "triton_default"]] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "replicas", "max_tokens_per_step", "max_batch_per_rank", "stream_interval"):
