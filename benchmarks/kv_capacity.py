@@ -1,6 +1,6 @@
 """KV room of an accuracy case's instance, from sim/cost/memory.py: weights per GPU, the reserve,
-KV tokens per rank and the sequences of the case's ISL + OSL that fit, at the simulator's default
-reserve (5%) and at a `--gpu-memory-utilization` fraction (vLLM's default 0.9). With `--simulate`
+KV tokens per rank and the sequences of the case's ISL + OSL that fit, at the engine's default fraction
+(sim/cost/memory.py memory_fraction: vLLM's 0.9) and at a `--gpu-memory-utilization` fraction. With `--simulate`
 the case also runs under each fraction (the real simulator, the hardware's default profile) and
 prints predicted / published, for checking whether memory bounds a case. For a plan, `rackplan explain
 --plan P` prints each pool's KV room (the same sim/cost/memory.py functions); this script stays for the
@@ -67,7 +67,8 @@ def row(case, gmu: float | None, latent_bytes: int | None, simulate: bool) -> di
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kv_capacity.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--case", action="append", required=True, help="simulate cases whose id contains this")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="fraction beside the default reserve")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.92,
+                   help="fraction beside the engine's default (default 0.92: later vLLM's default, docs.vllm.ai)")
     p.add_argument("--latent-bytes", type=int, help="entry bytes of the first KV component (default: the model's)")
     p.add_argument("--simulate", action="store_true", help="also predict each case under each fraction")
     args = p.parse_args(argv)
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'sequences':>9}" + (f" {'pred/pub':>8}" if args.simulate else ""))
     for r in rows:
         seqs = f"{r['sequences']:9,.0f}" if r["sequences"] is not None else f"{'-':>9}"
-        frac = f"{r['gmu']:.2f}" if r["gmu"] is not None else "5% res."
+        frac = f"{r['gmu']:.2f}" if r["gmu"] is not None else "default"
         ratio = f" {r['ratio']:8.2f}" if args.simulate else ""
         print(f"{r['case']:28} {frac:>8} {r['kv_bytes_per_token']:10,.0f} {r['weights_gb']:10.1f} "
               f"{r['reserve_gb']:10.1f} {r['kv_tokens']:11,.0f} {seqs}{ratio}")

@@ -20,15 +20,20 @@ opdb_ops.TABLE_DTYPE after the profile was fitted): its rows from the profile's 
 (opdb_ops.expert_rows, which fits its moe.route.<dtype> beside it), refitted alone; the other classes do not read it.
 A MoE backend's class (experts.fp8_block.deepgemm, experts.fp8_block.deepgemm_masked: SGLang's DeepEP MoE, the
 engine-chosen kernel of sim/cost/efficiency.py BACKEND_CLASS) takes its rows from the system's SGLang wideep tables
-(opdb_ops.deepep_expert_rows).
+(opdb_ops.deepep_expert_rows); a vLLM backend's class (experts.mxfp4_bf16.marlin: opdb_ops.VLLM_BACKEND_KERNELS) from
+that backend's kernel's rows of the vLLM moe_perf table.
 
 Run:  python benchmarks/opdb_per_kernel_splice.py --profile gb200-nvl72-vllm --op-database gb200 [--dry-run]
       python benchmarks/opdb_per_kernel_splice.py --profile h200-sxm-vllm --op-database h200_sxm \
           --module-class attn.decode.mla.bf16 --module-class attn.prefill.mla.bf16
       python benchmarks/opdb_per_kernel_splice.py --profile h100-sxm-vllm --op-database h100_sxm \
           --expert-class experts.mxfp4_bf16
+      python benchmarks/opdb_per_kernel_splice.py --profile h100-sxm-vllm --op-database h100_sxm \
+          --expert-class experts.mxfp4_bf16.marlin
       python benchmarks/opdb_per_kernel_splice.py --profile gb200-nvl72-vllm --op-database gb200 \
           --expert-class experts.fp8_block.deepgemm --expert-class experts.fp8_block.deepgemm_masked
+      python benchmarks/opdb_per_kernel_splice.py --profile h200-sxm-vllm --op-database h200_sxm \
+          --expert-class experts.bf16.triton_default
 """
 from __future__ import annotations
 
@@ -95,9 +100,14 @@ def _experts(key: str, system: str, hw, prof):
     the fit missed: the profile stays as it is)."""
     tables = opdb.locate(opdb.data_root(None), system, "vllm")
     rows = [r for r in opdb_ops.expert_rows(tables, hw) if r.key == key]
+    for backend in opdb_ops.VLLM_BACKEND_KERNELS if not rows else ():  # a vLLM backend's class: its kernel's rows
+        rows = [r for r in opdb_ops.expert_rows(tables, hw, backend=backend) if r.key == key] or rows
     if not rows and key in BACKEND_KEYS:  # a backend's class: its engine's tables
         sglang = opdb.locate(opdb.data_root(None), system, "sglang", names=opdb.KERNEL_TABLES)
         rows = [r for r in opdb_ops.deepep_expert_rows(sglang, hw) if r.key == key]
+    if not rows and key == "experts.bf16.triton_default":  # the untuned Triton kernel: SGLang's moe_perf rows
+        sglang = opdb.locate(opdb.data_root(None), system, "sglang")
+        rows = opdb_ops.triton_default_expert_rows(sglang, hw)
     if not rows:
         return None
     g, refit = fit_class(rows[0], prof)

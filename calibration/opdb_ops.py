@@ -42,6 +42,7 @@ ATTN_START = Curve(eff_max=0.5, x_half=100.0, y_half=1e8, z_half=1e6, work_half=
 ATTN_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness")  # z_half: per (sequence, head)
 STREAM_START = Curve(eff_max=0.6, x_half=10.0, y_half=100.0, work_half=1e6)
 ALL_FIELDS = ("eff_max", "x_half", "y_half", "z_half", "work_half", "sharpness", "tiles_half")
+SHAPELESS_FIELDS = tuple(f for f in ALL_FIELDS if f not in ("y_half", "z_half"))  # (a one-shape backend class)
 # vLLM's per-tensor FP8 GEMM (the tables' kernel_source CutlassFP8ScaledMMLinearKernel: cutlass_scaled_mm)
 # picks its CUTLASS configuration by m, on SM90 by n too and on SM100 by k at m = 64, per GPU architecture:
 # (m_min, m_max, tile rows m is padded to[, n_min, n_max[, k_min, k_max]]), m_min < m <= m_max, n_min < n <=
@@ -302,11 +303,13 @@ def _moe_model(h: int, inter: int, topk: int, experts: int, dt: str) -> ModelSpe
     return dataclasses.replace(base, hidden_size=h, moe=moe, dtypes=dts)
 
 
-def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows) -> list[ClassRows]:
+def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows, backend: str = "") -> list[ClassRows]:
     """experts.<dtype>: one EP rank's routed experts for balanced routing (no MoE TP), priced as
     step.py's moe.experts: T tokens enter, T top_k / ep pairs land on the rank's E / ep experts.
     `pick(kernel_sources) -> kernel_source` chooses the kernel whose rows a dtype's class takes (the one
-    with most rows; benchmarks/investigations/opdb_dropped_kernels.py passes others, to price the rows left out)."""
+    with most rows; benchmarks/investigations/opdb_dropped_kernels.py passes others, to price the rows left out).
+    `backend` (a key of VLLM_BACKEND_KERNELS): experts.<dtype>.<backend> instead, from the rows of that backend's
+    kernel alone (the dtypes it runs; `pick` unused)."""
     t = tables.get("moe_perf")
     if t is None:
         return []
@@ -314,29 +317,51 @@ def expert_rows(tables: dict[str, Table], hw: HardwareSpec, pick=most_rows) -> l
     out = []
     base = (c["distribution"] == "balanced") & (c["moe_tp_size"] == 1)
     for tdt in sorted(set(c["moe_dtype"][base].astype(str)) & set(TABLE_DTYPE)):
-        dt = TABLE_DTYPE[tdt]
-        kernel = pick(c["kernel_source"][base & (c["moe_dtype"] == tdt)])
-        sel = base & (c["moe_dtype"] == tdt) & (c["kernel_source"] == kernel)
-        shape = np.array([_expert_shape(*r, dt) for r in zip(*(c[x][sel] for x in (
-            "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")))])  # [N, 5]
-        # a row faster than moving its weights and activations at the HBM peak does not time the shape
-        # it names (benchmarks/RESULTS.md, 2026-12-01 "vLLM's all-reduce dispatch and the L2 regime")
-        physical = shape[:, 1] / hw.hbm_bw <= c["seconds"][sel]
-        shape, rows = shape[physical], np.flatnonzero(sel)[physical]
-        tokens, h = c["num_tokens"][rows].astype(float), c["hidden_size"][rows].astype(float)
-        # the kernel's load: all num_tokens enter the rank, which holds E // ep experts (balanced_routing)
-        local = (c["num_experts"][rows] // c["moe_ep_size"][rows]).astype(float)
-        load = tile_load(tokens, c["topk"][rows].astype(float), local)
-        route = f"moe.route.{dt}"
-        predict = _expert_predict(dt, shape, tokens, h, hw, load)
-        dispatched = str(kernel).endswith(LOAD_DISPATCHED_KERNELS)
-        out.append(ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
-                             f"moe_dtype {tdt}, balanced, moe_tp_size 1, rows no faster than their bytes at "
-                             f"the HBM peak ({int(np.sum(~physical))} dropped); fitted with {route} (routing, "
-                             "permute and quantisation of every token entering the rank)", kernel,
-                             also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2,
-                             load_ranges=FLASHINFER_TILE_LOADS if dispatched else (), load=load))
+        kernels = c["kernel_source"][base & (c["moe_dtype"] == tdt)]
+        if backend:
+            marker = VLLM_BACKEND_KERNELS.get(backend, {}).get(TABLE_DTYPE[tdt])
+            found = sorted({str(k) for k in kernels if marker and marker in str(k)})
+            if not found:
+                continue
+            kernel = most_rows(kernels[np.isin(kernels.astype(str), found)])
+        else:
+            kernel = pick(kernels)
+        out.append(_expert_class(t, c, base & (c["moe_dtype"] == tdt) & (c["kernel_source"] == kernel), tdt,
+                                 kernel, hw, backend))
     return out
+
+
+def _expert_class(t: Table, c, sel, tdt: str, kernel, hw: HardwareSpec, backend: str = "") -> ClassRows:
+    """experts.<dtype>[.<backend>] of the moe_perf rows `sel` (moe_dtype `tdt`, kernel_source `kernel`)."""
+    base_dt = TABLE_DTYPE[tdt]
+    dt = f"{base_dt}.{backend}" if backend else base_dt
+    shape = np.array([_expert_shape(*r, base_dt) for r in zip(*(c[x][sel] for x in (
+        "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size")))])  # [N, 5]
+    # a row faster than moving its weights and activations at the HBM peak does not time the shape
+    # it names (benchmarks/RESULTS.md, 2026-12-01 "vLLM's all-reduce dispatch and the L2 regime")
+    physical = shape[:, 1] / hw.hbm_bw <= c["seconds"][sel]
+    shape, rows = shape[physical], np.flatnonzero(sel)[physical]
+    tokens, h = c["num_tokens"][rows].astype(float), c["hidden_size"][rows].astype(float)
+    # the kernel's load: all num_tokens enter the rank, which holds E // ep experts (balanced_routing)
+    local = (c["num_experts"][rows] // c["moe_ep_size"][rows]).astype(float)
+    load = tile_load(tokens, c["topk"][rows].astype(float), local)
+    route = f"moe.route.{dt}"
+    predict = _expert_predict(dt, shape, tokens, h, hw, load, COMPUTE.get(base_dt, base_dt))
+    dispatched = str(kernel).endswith(LOAD_DISPATCHED_KERNELS)
+    start, free, note = GEMM_START, ALL_FIELDS, ""
+    if backend and len({(n, k) for n, k in shape[:, 3:5]}) == 1:
+        # a backend's rows at one expert shape (n, k) do not tell its y and z terms apart from eff_max: fitted free,
+        # they extrapolate to another model's shape at will (the Marlin MXFP4 class's y_half 11,160 priced gpt-oss's
+        # TP2 n = 2,880 at half its TP1 efficiency); held at 0, the class prices every shape at the efficiency the
+        # kernel reaches at the measured one, for the same rows per expert and load
+        start, free = dataclasses.replace(GEMM_START, y_half=0.0, z_half=0.0), SHAPELESS_FIELDS
+        note = f"; one expert shape (n {shape[0, 3]:g}, k {shape[0, 4]:g}): y_half, z_half held at 0"
+    return ClassRows(f"experts.{dt}", t, c["seconds"][rows], predict, start, free,
+                     f"moe_dtype {tdt}, balanced, moe_tp_size 1, rows no faster than their bytes at "
+                     f"the HBM peak ({int(np.sum(~physical))} dropped); fitted with {route} (routing, "
+                     f"permute and quantisation of every token entering the rank){note}", kernel,
+                     also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2,
+                     load_ranges=FLASHINFER_TILE_LOADS if dispatched else (), load=load)
 
 
 def _expert_predict(dt: str, shape: np.ndarray, tokens, h, hw, load, compute: str = ""):
@@ -363,6 +388,14 @@ def _expert_predict(dt: str, shape: np.ndarray, tokens, h, hw, load, compute: st
 # distribution each of the rank's E / ep experts gets floor(num_tokens x top_k / E) rows (the context table's rank
 # takes all num_tokens hidden rows in; the generation table's masked layout holds the rank's own share, and where that
 # floor is 0 the first num_tokens x top_k / ep experts get one row each). Class key per backend: BACKEND_CLASS.
+# vLLM MoE backends timed in the same moe_perf table beside the kernel vLLM picks by default (the class
+# experts.<dtype>.<backend>, sim/cost/efficiency.py BACKENDS), by a substring of their kernel_source per kernel dtype.
+# marlin: vLLM's fused_marlin_moe on MXFP4 weights (BF16 compute, weight-only), the MoE kernel vLLM <= 0.11.0 runs for
+# MXFP4 experts on Hopper where `triton_kernels` does not import (vllm 0.10.2 mxfp4.py get_mxfp4_backend: "Using Marlin
+# backend"). H100 / H200 time it as moe_dtype w4a16_mxfp4, kernel_source
+# vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu (compressed-tensors MXFP4 weights, one shape:
+# hidden 3584, inter 3072, 896 experts, top-16; the same fused_marlin_moe kernel gpt-oss's Mxfp4MoEMethod calls).
+VLLM_BACKEND_KERNELS = {"marlin": {"mxfp4_bf16": "_marlin_"}}
 DEEPEP_TABLES = (("wideep_context_moe_perf", "deepgemm"), ("wideep_generation_moe_perf", "deepgemm_masked"))
 
 
@@ -411,6 +444,62 @@ def deepep_expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[Class
                              str(c["kernel_source"][sel][0]) if len(sel) else "",
                              also=((route, Curve(eff_max=0.3), ("eff_max",)),), configs=2, load=load))
     return out
+
+
+# Triton fused_moe with its untuned default configuration (experts.bf16.triton_default): where the engine ships no
+# tuned config file for the shape (E experts, N = intermediate columns a rank, the device, the dtype), vLLM 0.11.0
+# (model_executor/layers/fused_moe/fused_moe.py get_default_config, lines 868-919 of the v0.11.0 wheel) runs BF16
+# experts at BLOCK_SIZE_M/N/K 64/64/32, GROUP_SIZE_M 8 when M (the step's tokens) > E, else 16/32/64, GROUP_SIZE_M 1
+# (Triton's default warps and stages); vLLM 0.19.0 and later replaced that with tiles that grow with M (128 x 128 x
+# 64, 8 warps: the 0.24.0 tables the experts.bf16 class is fitted on). SGLang 0.5.10 and 0.5.14 keep vLLM's old
+# branch verbatim (srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py and moe_runner/triton_utils/
+# fused_moe_triton_config.py get_default_config, bf16 "else" branch), so their moe_perf rows at shapes without an
+# H200 config file time the kernel a vLLM 0.11.0 run takes there. H200 BF16 config files (E, N) those wheels ship
+# (any triton_* folder; sglang-0.5.10 and 0.5.14 from PyPI, listed by hand): a row at one of these ran tuned.
+SGLANG_TUNED_BF16 = {"h200-sxm": frozenset({
+    (8, 1792), (8, 2048), (8, 3584), (8, 4096), (8, 7168), (8, 14336), (16, 1024), (20, 1536), (64, 320), (64, 640),
+    (64, 1280), (64, 2560), (128, 192), (128, 384), (128, 704), (128, 768), (129, 384), (161, 192), (512, 64),
+    (512, 128), (512, 256)})}
+TRITON_DEFAULT_KERNEL = "sglang_fused_moe_triton"
+
+
+def untuned_rows(c: dict, tuned: frozenset) -> np.ndarray:
+    """[N] bool: the SGLang moe_perf rows of the Triton kernel at BF16, balanced routing, one EP rank, whose
+    (E, N = inter / moe_tp_size) has no tuned config in `tuned`: the rows that ran the default configuration."""
+    base = ((c["moe_dtype"] == "bfloat16") & (c["distribution"] == "balanced") & (c["moe_ep_size"] == 1)
+            & (c["kernel_source"] == TRITON_DEFAULT_KERNEL))
+    pairs = zip(c["num_experts"].astype(int), c["inter_size"].astype(int) // c["moe_tp_size"].astype(int))
+    return base & np.array([p not in tuned for p in pairs], dtype=bool)
+
+
+def triton_default_expert_rows(tables: dict[str, Table], hw: HardwareSpec) -> list[ClassRows]:
+    """experts.bf16.triton_default: the Triton fused_moe kernel at its untuned default configuration (SGLANG_TUNED_BF16)
+    from the system's SGLang moe_perf table, every moe_tp_size (each expert's intermediate width sharded), priced as
+    step.py's moe.experts (expert_work with moe_tp) and moe.route over every token entering the rank (no all-to-all);
+    no rows where the hardware's tuned list is not known."""
+    t = tables.get("moe_perf")
+    tuned = SGLANG_TUNED_BF16.get(hw.name)
+    if t is None or tuned is None:
+        return []
+    c = read(t)
+    sel = np.flatnonzero(untuned_rows(c, tuned))
+    tok, h, inter, topk, experts, tp = (c[x][sel].astype(int) for x in (
+        "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"))
+    shape = np.array([expert_work(_moe_model(hh, ii, kk, ee, "bf16"), *map(float, balanced_routing(tt, ee, kk, 1)), mt)
+                      for tt, hh, ii, kk, ee, mt in zip(tok, h, inter, topk, experts, tp)]).reshape(-1, 5)  # [N, 5]
+    physical = shape[:, 1] / hw.hbm_bw <= c["seconds"][sel]  # (as expert_rows: a row faster than its bytes is dropped)
+    rows, dropped = sel[physical], int(np.sum(~physical))
+    tokens = tok[physical].astype(float)
+    load = tile_load(tokens, topk[physical].astype(float), experts[physical].astype(float))
+    predict = _expert_predict("bf16.triton_default", shape[physical], tokens, h[physical].astype(float), hw, load,
+                              "bf16")
+    return [ClassRows("experts.bf16.triton_default", t, c["seconds"][rows], predict, GEMM_START, ALL_FIELDS,
+                      f"SGLang {t.version} moe_perf, kernel {TRITON_DEFAULT_KERNEL}, moe_dtype bfloat16, balanced, "
+                      "moe_ep_size 1, every moe_tp_size, (E, inter / tp) without a tuned H200 config file (the "
+                      f"default configuration), rows no faster than their bytes at the HBM peak ({dropped} dropped); "
+                      "fitted with moe.route.bf16.triton_default", TRITON_DEFAULT_KERNEL,
+                      also=(("moe.route.bf16.triton_default", Curve(eff_max=0.3), ("eff_max",)),), configs=2,
+                      load=load)]
 
 
 def _expert_shape(tokens, h, inter, topk, experts, ep, dt):

@@ -228,8 +228,9 @@ def _in(t: np.ndarray, win: Window) -> np.ndarray:
 
 
 def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools, disaggregated: bool,
-                closed_loop: bool) -> None:
-    """Served tokens and requests per second in the window, per GPU of each pool and of the plan."""
+                closed_loop: bool, template: int) -> None:
+    """Served tokens and requests per second in the window, per GPU of each pool and of the plan; the input
+    figures count each prompt less its `template` tokens (prefilled, but not in a bench's input count)."""
     ends, toks = np.asarray(log.step_end), np.asarray(log.step_tokens)
     if not disaggregated:  # an aggregated prefill step emits the first token; decode steps the rest
         first = log.first_token[np.isfinite(log.first_token)]
@@ -241,7 +242,7 @@ def _throughput(m: dict, log: RequestLog, isl, cached, win: Window, pools: Pools
     per_slice = np.histogram(ends[inw], bins=edges, weights=toks[inw])[0] / (win.length_s / BATCHES)
     prompt_done = log.prefill_done if disaggregated else log.first_token  # prompt served
     served = _in(prompt_done, win)
-    in_tps = float(isl[served].sum()) / win.length_s
+    in_tps = float((isl[served] - template).sum()) / win.length_s
     pre_tps = float((isl - cached)[served].sum()) / win.length_s
     m.update(
         output_tps_per_gpu=out_tps / pools.total,
@@ -269,13 +270,16 @@ def _mean_in_system(log: RequestLog, win: Window) -> float:
 
 def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, osl: np.ndarray,
               cached: np.ndarray, pools: Pools, slo: SLO, utilisation: dict[str, float], steps: dict[str, int],
-              disaggregated: bool, closed_loop: bool = False, tpot_running: np.ndarray | None = None) -> SimResult:
+              disaggregated: bool, closed_loop: bool = False, tpot_running: np.ndarray | None = None,
+              template: int = 0) -> SimResult:
     """The steady-state summary of a run over its window: percentiles, throughput, goodput
-    (`tpot_running`: the TPOT so far of requests still running, for a run measured while they run)."""
+    (`tpot_running`: the TPOT so far of requests still running, for a run measured while they run).
+    [N] `isl`: the prompts as the engine prefills them, each with `template` chat-template tokens
+    (Workload.template_tokens) that the input-token figures leave out."""
     inw = win.holds(log.arrival)
     m: dict[str, float] = {}
     _latency(m, log, osl, inw, win, slo, tpot_running)
-    _throughput(m, log, isl, cached, win, pools, disaggregated, closed_loop)
+    _throughput(m, log, isl, cached, win, pools, disaggregated, closed_loop, template)
     done = np.isfinite(log.finish)
     t0, t1 = float(np.nanmin(log.arrival)), float(np.nanmax(np.where(done, log.finish, log.arrival)))
     m.update(
@@ -293,7 +297,7 @@ def summarise(log: RequestLog, win: Window, stab: Stability, isl: np.ndarray, os
         num_gpus=float(pools.total),
         request_rate=m["offered_rps"],
         output_tokens=float(osl[done].sum()),  # whole run, finished requests
-        input_tokens=float(isl.sum()),
+        input_tokens=float((isl - template).sum()),
         mean_in_system=_mean_in_system(log, win),
         # prompt tokens served from prefix caches (the trace's block hashes, else the flat rate)
         prefix_hit_rate=float(cached.sum()) / max(float(isl.sum()), 1.0),

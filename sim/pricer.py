@@ -24,7 +24,9 @@ stay at the mean, as the planner's estimate prices steps. With a profile's measu
 from __future__ import annotations
 
 import math
+import pickle
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import replace
 from math import log as _log
 
@@ -42,6 +44,51 @@ LOG_STEP_PREFILL = math.log(1.02)  # 2% buckets for prefill tokens and attention
 # (H200 32-GPU plan: 5,278 priced steps with 4 or 8 kept, 9,583 with 2; 576 GPUs: the memos of 8 held ~18 MB)
 KEPT = 4
 _kept: OrderedDict = OrderedDict()
+# inside `persisted()` (the planner's verification): each kept pricing's disk cache file, the entries its step
+# cache held when registered, and the cache itself (None: outside, nothing read or written)
+_disk: dict | None = None
+
+
+@contextmanager
+def persisted():
+    """Within this block, StepPricer.shared's step caches are also kept across processes: a pricing's
+    cache starts with what the disk cache (rackplan/diskcache.py, `step-prices/`) holds for it and is
+    written back, grown, at the end. A cached step's price is a function of its key alone (`shared`) and
+    of the pricing and the code, which name the file, so runs give the same figures, only with fewer
+    steps to price (the planner's verification: sim/search/planner.verify)."""
+    global _disk
+    from rackplan.diskcache import cache_dir, store
+
+    if _disk is not None or cache_dir() is None:
+        yield
+        return
+    _disk = {}
+    try:
+        yield
+    finally:
+        done, _disk = _disk, None
+        for path, n, cache in done.values():
+            if len(cache) > n:
+                store(path, pickle.dumps(cache, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _from_disk(cx: CostContext, mean: bool, cache: dict) -> tuple:
+    """(cache file, entries, cache) of a pricing (persisted): `cache` given what its file holds."""
+    import hashlib
+
+    from rackplan.diskcache import code_version, entry, read_bytes
+
+    key = repr((cx.model, cx.hw, cx.prof, cx.skew, cx.core_share, price_key(cx.layout), mean, code_version()))
+    path = entry("step-prices", hashlib.sha256(key.encode()).hexdigest()[:32] + ".pickle")
+    data = read_bytes(path)
+    try:
+        found = pickle.loads(data) if data is not None else {}
+    except Exception:  # noqa: BLE001 (a corrupt file: priced again, and replaced)
+        found = {}
+    if isinstance(found, dict):
+        for k, v in found.items():
+            cache.setdefault(k, v)
+    return path, len(cache), cache
 
 
 def _qlog(x: float, step: float) -> int:
@@ -89,6 +136,8 @@ class StepPricer:
         _kept[key] = hit
         while len(_kept) > KEPT:
             _kept.popitem(last=False)
+        if _disk is not None and key not in _disk:
+            _disk[key] = _from_disk(cx, rng is None, hit[1])
         pr = cls(cx, rng, hit[0])
         pr._cache, pr._exact = hit[1], hit[2]
         return pr

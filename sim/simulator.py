@@ -504,11 +504,12 @@ def summary(plan: Plan, workload: Workload, log: RequestLog, isl: np.ndarray, os
     served tokens see them; the per-request arrays and counts leave them out)."""
     closed = workload.arrival.kind == "concurrency"
     win, stab = log.measure(plan.disaggregated, closed)
+    template = workload.template_tokens
     res = summarise(log, win, stab, isl, osl, run.cached[:len(isl)], pools_of(plan), plan.slo,
-                    run.utilisation(win), run.steps, plan.disaggregated, closed, tpot_running)
+                    run.utilisation(win), run.steps, plan.disaggregated, closed, tpot_running, template)
     if warm:
         res = dataclasses.replace(res, ttft_s=res.ttft_s[warm:], tpot_s=res.tpot_s[warm:], e2e_s=res.e2e_s[warm:])
-        res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float(isl[warm:].sum()))
+        res.metrics.update(num_requests=float(len(isl) - warm), input_tokens=float((isl[warm:] - template).sum()))
     res.metrics["warm_sequences"] = float(warm)
     if workload.classes:  # per-class attainment, in request-index order (the warm seats left out)
         running = tpot_running[warm:] if tpot_running is not None else None

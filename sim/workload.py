@@ -22,7 +22,7 @@ class Requests:
     decide the hits as requests run (sim/prefix_cache.py)."""
 
     arrival_s: np.ndarray  # [N] seconds
-    isl: np.ndarray  # [N] prompt tokens
+    isl: np.ndarray  # [N] prompt tokens the engine prefills (a chat template's included: Workload.template_tokens)
     osl: np.ndarray  # [N] output tokens
     cached: np.ndarray  # [N] prompt tokens served from the prefix cache (flat prefix_hit_rate)
     blocks: Optional[tuple[tuple[int, ...], ...]] = None  # [N] block hashes of each prompt
@@ -70,6 +70,9 @@ def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float, fi
     if blocks is not None and wl.prefix_hit_rate > 0:
         raise SpecError(wl.name, "prefix_hit_rate", "0 with a trace that has hash_ids (its block hashes decide "
                         "the hits)", wl.prefix_hit_rate)
+    if blocks is not None and wl.chat_template is not None:
+        raise SpecError(wl.name, "chat_template", "unset with a trace that has hash_ids (its block hashes are of "
+                        "the prompts as recorded)")
     priority = None
     if wl.classes:
         from .request_classes import class_priority, with_class_lengths
@@ -77,6 +80,9 @@ def _draw(wl: Workload, n: int, rng: np.random.Generator, trace, t0_s: float, fi
         isl, osl = with_class_lengths(wl, isl, osl, first, rng)
         priority = class_priority(wl, first, n)
     cached = np.floor(isl * wl.prefix_hit_rate).astype(np.int64)
+    if wl.chat_template is not None:  # the engine's prompt: the template's tokens too, its shared blocks cached
+        isl = isl + wl.chat_template.tokens
+        cached = cached + wl.chat_template.cached
     cached = np.minimum(cached, isl - 1)  # at least one token is always computed
     return Requests(arrival.astype(float), isl.astype(np.int64), osl.astype(np.int64), cached, blocks,
                     trace.block_size if blocks is not None else 0, priority=priority)

@@ -122,12 +122,12 @@ def _json(obj: dict) -> str:
 
 
 def priced_memory_utilization(lay: Layout) -> float:
-    """The share of HBM the cost model let the engine use (sim/cost/memory.py reserve_bytes: the
-    layout's own, else all but RESERVE_FRACTION), emitted so vLLM sizes its KV cache as priced
-    instead of by its own default (0.92, vllm/config/cache.py)."""
-    from rackplan.sim.cost.memory import RESERVE_FRACTION
+    """The share of HBM the cost model let the engine use (sim/cost/memory.py memory_fraction: the
+    layout's own, else vLLM's default 0.9), emitted so vLLM sizes its KV cache as priced whatever the
+    installed version's default (0.92 in later ones)."""
+    from rackplan.sim.cost.memory import memory_fraction
 
-    return lay.gpu_memory_utilization if lay.gpu_memory_utilization is not None else 1.0 - RESERVE_FRACTION
+    return memory_fraction(lay)
 
 
 def batch_flags(lay: Layout) -> list[str]:

@@ -27,7 +27,7 @@ from .model import (
 from .profile import A2AParams, Curve, HostParams, Profile, check_hardware
 from .reading import read_yaml
 from .scenario import Scenario
-from .workload import Arrival, LengthDist, Workload, sample_lengths
+from .workload import Arrival, ChatTemplate, LengthDist, Workload, sample_lengths
 
 
 def _config_dir() -> Path:
@@ -56,7 +56,8 @@ __all__ = [
     "A2AParams", "Arrival", "Curve", "check_hardware", "resolve_profile", "profile_origin",
     "AttentionSpec", "CONFIG_DIR", "DTYPE_BYTES", "DraftSpec", "Dtypes",
     "EPLBConfig", "HardwareSpec", "HostParams", "KVComponent", "Layout", "LengthDist", "ModelSpec", "MoESpec",
-    "Plan", "PlanInstance", "Scenario", "Profile", "SLO", "SpecError", "Speculation", "Workload", "available", "load",
+    "Plan", "PlanInstance", "Scenario", "Profile", "SLO", "SpecError", "Speculation", "Workload", "ChatTemplate",
+    "available", "load",
     "load_model", "load_hardware", "load_plan", "load_workload", "load_profile", "dump_yaml", "pool_hardware",
     "plan_hash", "from_dict", "to_dict", "resolve_path", "sample_lengths", "spec_ref",
 ]

@@ -20,6 +20,7 @@ What config.json does not say comes from one stated rule each (the "defaults" be
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -210,6 +211,8 @@ def _deepseek(cfg: _Config, family: str, dtypes: Dtypes, name: str, source: str)
     # glm4_moe has no scoring_func key: its gate is sigmoid (vLLM glm4_moe.py Glm4MoE); the
     # DeepSeek configs' default is HF DeepseekV3Config's (softmax), though every release names it
     moe = _deepseek_moe(cfg, "sigmoid" if family == "glm4_moe" else "softmax")
+    if family == "glm4_moe":  # its gate runs in FP32 on FP32 activations (vLLM glm4_moe.py Glm4MoE: nn.Linear of
+        moe = dataclasses.replace(moe, router_compute="fp32")  # dtype float32, hidden_states.to(torch.float32))
     dense = cfg.int("first_k_dense_replace", 0)
     spec = ModelSpec(name=name, num_dense_layers=dense, dense_intermediate=cfg.int("intermediate_size") if dense else 0,
                      attention=attn, moe=moe, dtypes=dtypes, source=source, **_common(cfg))

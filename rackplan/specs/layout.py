@@ -76,7 +76,7 @@ class Layout:
     # --cpu-offload-gb; routed experts first), GB
     offload_gb: float = 0.0
     # fraction of HBM the engine may use for weights, activations and KV cache (vLLM
-    # --gpu-memory-utilization); None: memory.py's reserve model (5% + a full step's activations)
+    # --gpu-memory-utilization); None: the engine's own default (sim/cost/memory.py memory_fraction: vLLM's 0.9)
     gpu_memory_utilization: Optional[float] = None
     # how the EP group exchanges tokens around the routed experts (vLLM --all2all-backend): DeepEP's kernels
     # (deepep_high_throughput for prompt steps, deepep_low_latency for decode; what rackplan deploys), or
@@ -87,9 +87,11 @@ class Layout:
     # the serving engine whose kernels price the routed experts (sim/cost/efficiency.py expert_backend): vllm, or
     # sglang, whose DeepEP MoE runs DeepGEMM's grouped GEMMs for block-FP8 experts; None: vllm (left out of plans)
     engine: Optional[Literal["vllm", "sglang"]] = field(default=None, metadata=OMIT_IF_NONE)
-    # the routed-experts kernel in place of the engine's default for the model's weights (efficiency.BACKENDS);
+    # the routed-experts kernel in place of the engine's default for the model's weights (efficiency.BACKENDS:
+    # deepgemm behind DeepEP; marlin, vLLM's weight-only MXFP4 MoE without DeepEP; triton_default, the Triton MoE at
+    # its untuned default configuration, where the engine ships no tuned config for the expert shape and GPU);
     # None: the engine's default (left out of plans)
-    moe_backend: Optional[Literal["deepgemm"]] = field(default=None, metadata=OMIT_IF_NONE)
+    moe_backend: Optional[Literal["deepgemm", "marlin", "triton_default"]] = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "replicas", "max_tokens_per_step", "max_batch_per_rank", "stream_interval"):

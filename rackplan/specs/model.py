@@ -207,6 +207,9 @@ class MoESpec:
     num_groups: int = 1  # grouped top-k: pick topk_groups groups first
     topk_groups: int = 1
     routed_scaling: float = 1.0
+    # the router GEMM's compute dtype (its weights are FP32 either way): bf16, or fp32 where the engine's model code
+    # runs the gate in FP32 on FP32 activations (GLM-4.5/4.6: configs/models/glm-4.5.yaml)
+    router_compute: Literal["bf16", "fp32"] = "bf16"
 
     def __post_init__(self):
         positive(self.num_experts, "num_experts")

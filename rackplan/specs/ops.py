@@ -154,8 +154,8 @@ def layer_gemms(model: "ModelSpec", layout: "Layout", num_dense: int, num_moe: i
         inter = moe.num_shared_experts * 3 * moe.expert_intermediate
         out.append(ModelOp("shared_expert", num_moe, (Gemm("gate_up_down", h, inter / tp, dt.dense_weights,
                                                             dt.compute),)))
-    if num_moe:  # fp32 gate weights, bf16 GEMM
-        out.append(ModelOp("router", num_moe, (Gemm("gate", h, moe.num_experts, "fp32", "bf16"),)))
+    if num_moe:  # fp32 gate weights, a bf16 GEMM or (MoESpec.router_compute) an fp32 one
+        out.append(ModelOp("router", num_moe, (Gemm("gate", h, moe.num_experts, "fp32", moe.router_compute),)))
     return tuple(out)
 
 

@@ -7,7 +7,7 @@ from typing import Literal, Optional, cast
 
 import numpy as np
 
-from .fields import check, non_negative, positive
+from .fields import OMIT_IF_NONE, check, non_negative, positive
 
 # The fields each kind reads; one given to another kind would do nothing, so it is refused.
 LENGTH_KEYS = {"fixed": ("value", "max"), "uniform": ("low", "high", "max"), "lognormal": ("mean", "sigma", "max"),
@@ -106,6 +106,25 @@ class Arrival:
 
 
 @dataclass(frozen=True)
+class ChatTemplate:
+    """The tokens a chat endpoint's template wraps each prompt in (system / role headers, generation prompt):
+    the engine prefills them with the prompt and holds them in the KV cache, while a bench's input-token count
+    (e.g. `vllm bench serve`'s "Total input tokens": the dataset prompts' own lengths) leaves them out. `cached`
+    of them are served by the engine's prefix cache: the full KV blocks of the leading template tokens that every
+    request shares (e.g. vLLM: floor(shared / block_size) * block_size). `source`: where the count was read."""
+
+    tokens: int  # template tokens added to every prompt
+    source: str
+    cached: int = 0  # of `tokens`, served from the prefix cache
+
+    def __post_init__(self):
+        positive(self.tokens, "chat_template.tokens")
+        check(bool(self.source.strip()), "chat_template.source", "where the token count was read")
+        check(0 <= self.cached <= self.tokens, "chat_template.cached", f"in [0, tokens ({self.tokens})]",
+              self.cached)
+
+
+@dataclass(frozen=True)
 class Workload:
     """Requests to serve. A trace file supplies arrivals and/or lengths (formats: sim/traces.py); a
     Mooncake trace's hash_ids also decide prefix-cache hits, in place of `prefix_hit_rate`."""
@@ -130,6 +149,9 @@ class Workload:
     sessions: Optional[Sessions] = None  # multi-turn sessions (rackplan/specs/session.py); None: independent requests
     seed: int = 0
     description: str = ""
+    # a chat endpoint's template tokens: prefilled with each prompt, left out of the input-token figures;
+    # None: prompts reach the engine as they are (a completions endpoint)
+    chat_template: Optional[ChatTemplate] = dataclasses.field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self):
         positive(self.num_requests, "num_requests")
@@ -153,6 +175,13 @@ class Workload:
                   "unset unless prompt lengths (and their hash_ids) come from a trace", self.block_size)
         if self.sessions is not None:
             check_sessions(self)
+        check(self.chat_template is None or self.sessions is None, "chat_template",
+              "unset with sessions (their turns' prompts do not carry it)")
+
+    @property
+    def template_tokens(self) -> int:
+        """Chat-template tokens the engine prefills with each prompt, beyond its `isl` (0 without one)."""
+        return self.chat_template.tokens if self.chat_template else 0
 
 
 from .session import Sessions, check_sessions  # noqa: E402  (session.py reads LengthDist from here)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from contextlib import nullcontext
@@ -254,58 +253,13 @@ def planner_choice(sc: Scenario) -> dict:
             "same_layout": (res.plan.prefill, res.plan.decode, res.plan.aggregated) == mine}
 
 
-def code_version() -> str:
-    """Hash of the package's code and shipped specs (its .py and .yaml files): what a remembered planner
-    estimate was computed with (a change to any of them is a new estimate). Remembered in the cache folder
-    (rackplan/diskcache.py) under a hash of every file's path, size and modification time, what Python's
-    own bytecode cache trusts: a run stats ~170 files instead of reading and hashing all of them."""
-    import hashlib
-
-    from rackplan.diskcache import entry, read_bytes, store
-
-    files = _package_files()
-    stamp = hashlib.sha256()
-    for _, path in files:
-        st = os.stat(path)
-        stamp.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    where = entry("code-version", stamp.hexdigest()[:32])
-    known = read_bytes(where)
-    if known is not None and len(known) == 64:
-        return known.decode()
-    h = hashlib.sha256()
-    for rel, path in files:
-        with open(path, "rb") as fh:
-            h.update("/".join(rel).encode() + b"\0" + fh.read())
-    store(where, h.hexdigest())
-    return h.hexdigest()
-
-
-def _package_files() -> list[tuple[tuple[str, ...], str]]:
-    """(path parts under its package, path) of the .py and .yaml files of rackplan, rackplan.sim and
-    rackplan.configs, each package's in the order of their parts (as sorted pathlib paths)."""
-    import rackplan
-    import rackplan.configs
-    import rackplan.sim
-
-    out = []
-    for pkg in (rackplan, rackplan.sim, rackplan.configs):
-        root = os.path.dirname(pkg.__file__)
-        found = []
-        for folder, dirs, names in os.walk(root):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            rel = tuple(os.path.relpath(folder, root).split(os.sep)) if folder != root else ()
-            found += [(rel + (n,), os.path.join(folder, n)) for n in names if n.endswith((".py", ".yaml"))]
-        out += sorted(found)
-    return out
-
-
 def _choice_file(sc: Scenario):
     """Where the planner estimate of these inputs is remembered (None: no disk cache, see
     rackplan/diskcache.py): a file named by a hash of the inputs (with a CPU rig's detected cores)
     and the code."""
     import hashlib
 
-    from rackplan.diskcache import cache_dir
+    from rackplan.diskcache import cache_dir, code_version
 
     folder = cache_dir()
     if folder is None:

@@ -16,8 +16,22 @@ What really happens, and what this prices:
 - Communication kernels hold SMs while they overlap compute: DeepEP's high-throughput kernels run
   on VLLM_DBO_COMM_SMS = 20 SMs (vllm/envs.py, the default; compute gets the rest, ubatch_utils.
   SMControlContextManager); the low-latency kernels wait for data through a receive hook and hold
-  none (DeepEP README; vLLM's DeepEPLLAll2AllManager.max_sms_used is 0). Overlapped compute is slowed
-  by that share for as long as the comm runs.
+  none (DeepEP README; vLLM's DeepEPLLAll2AllManager.max_sms_used is 0). Overlapped compute that is
+  not DeepGEMM is slowed by that share for as long as the comm runs.
+- With the high-throughput kernels the GEMM library gets the rest of the SMs for the whole split step,
+  not only while a transfer overlaps: vLLM 0.11.0 (the PyPI wheel) enters SMControlContextManager
+  around the whole two-thread run (v1/worker/gpu_ubatch_wrapper.py l. 379 and 398 `with
+  self.sm_control:` around _capture_ubatches / _run_ubatches; __enter__ calls deep_gemm.set_num_sms(
+  total_sms - comm_sms), l. 110-132, only when the all-to-all manager's max_sms_used is not 0: DeepEP
+  LL returns 0, distributed/device_communicators/all2all.py l. 349), and SGLang's prefill TBO
+  does the same (two_batch_overlap / operations_strategy._compute_moe_deepseek_blog_prefill:
+  deep_gemm_num_sms = total SMs - DeepEP's num_sms; its decode strategy leaves it None). Every FP8
+  GEMM both engines run through DeepGEMM on Hopper (vLLM 0.11.0 utils/deep_gemm.py
+  should_use_deepgemm_for_fp8_linear: block-FP8 linears with a BF16 output; the routed experts'
+  DeepGemmExperts) is then a persistent kernel on num_sms - COMM_SMS SMs, `deepgemm_sm_scale` times
+  as long where its tiles fill the GPU several times over (prefill), and it no longer shares SMs
+  with the transfer; only the other compute (attention core, norms, the BF16 router) does
+  (`Stages.attn_shared` / `ffn_shared`).
 - The low-latency kernels run on the compute stream itself (vLLM 0.11 DeepEPLLPrepareAndFinalize:
   low_latency_dispatch / low_latency_combine with return_recv_hook=True; the other micro-batch's
   thread runs the receive hook, modular_kernel.FusedMoEModularKernel.forward): each send kernel is
@@ -34,11 +48,17 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rackplan.specs import HardwareSpec, Layout
+from rackplan.specs import HardwareSpec, Layout, ModelSpec
+from rackplan.specs.model import DTYPE_FAMILY_8
 
 from .batch import Step
 
 COMM_SMS = 20  # VLLM_DBO_COMM_SMS default on CUDA (vllm/envs.py): SMs reserved for DeepEP high-throughput kernels
+# ops whose GEMMs run through DeepGEMM when they compute in FP8 (module docstring), and the Dtypes field that
+# says so: the block-FP8 linears (attention projections, dense FFN, shared expert: Dtypes.compute) and the
+# routed experts (Dtypes.expert_compute_dtype); the router is an unquantised BF16 linear and is not one
+DEEPGEMM_OPS = {"attn.proj": "compute", "dense_ffn": "compute", "shared_expert": "compute",
+                "moe.experts": "expert_compute_dtype"}
 
 
 class Stages(NamedTuple):
@@ -56,6 +76,8 @@ class Stages(NamedTuple):
     tail: float
     dispatch_send: float = 0.0  # of `dispatch`, what its send kernel holds the compute stream for
     combine_send: float = 0.0  # of `combine`, the same
+    attn_shared: float = 1.0  # of `attn`, the share that shares SMs with an overlapping transfer (not DeepGEMM)
+    ffn_shared: float = 1.0  # of `ffn`, the same
 
     @property
     def total(self) -> float:
@@ -81,13 +103,30 @@ def comm_sm_share(kernel: str, hw: HardwareSpec) -> float:
     return min(COMM_SMS, hw.num_sms) / hw.num_sms
 
 
+def deepgemm_ops(model: ModelSpec) -> frozenset[str]:
+    """The ops of `model` whose GEMMs run through DeepGEMM: those of DEEPGEMM_OPS that compute in FP8."""
+    dt = model.dtypes
+    return frozenset(name for name, field in DEEPGEMM_OPS.items()
+                     if DTYPE_FAMILY_8.get(getattr(dt, field)) == "fp8")
+
+
+def deepgemm_sm_scale(kernel: str, hw: HardwareSpec) -> float:
+    """Factor on a DeepGEMM op's seconds in a split step: num_sms / (num_sms - COMM_SMS) with the
+    high-throughput kernels (the GEMMs run on the SMs the transfer does not hold, for the whole step;
+    compute-bound prefill GEMMs take that much longer), 1 otherwise (LL kernels hold no SMs)."""
+    if kernel != "high_throughput" or hw.num_sms <= COMM_SMS:
+        return 1.0
+    return hw.num_sms / (hw.num_sms - COMM_SMS)
+
+
 def pipeline(a: Stages, z: Stages, moe_layers: int, sm_share: float) -> float:
     """Device seconds of the two micro-batches run as DBO schedules them (ideal schedule).
 
     Dense layers have nothing to overlap: both micro-batches run them back to back. Over the MoE
     layers each micro-batch's per-layer attention, dispatch, experts and combine are its totals
     over those layers / moe_layers; compute overlapped by the other micro-batch's all-to-all is
-    stretched by `sm_share` of that all-to-all.
+    stretched by `sm_share` of that all-to-all times the share of it that shares SMs with the transfer
+    (`attn_shared`, `ffn_shared`).
 
     Per layer the compute stream runs, as vLLM enqueues it: attention a, send dispatch a, attention
     b, send dispatch b, experts a, send combine a, experts b, send combine b. Each send starts once
@@ -95,8 +134,8 @@ def pipeline(a: Stages, z: Stages, moe_layers: int, sm_share: float) -> float:
     and holds the stream for its `*_send` seconds; the transfer ends its full seconds after the send
     starts; a micro-batch's next compute waits for its own transfer."""
     n = max(moe_layers, 1)
-    att = (a.attn + sm_share * z.combine) / n, (z.attn + sm_share * a.combine) / n
-    ffn = (a.ffn + sm_share * z.dispatch) / n, (z.ffn + sm_share * a.dispatch) / n
+    att = ((a.attn + sm_share * a.attn_shared * z.combine) / n, (z.attn + sm_share * z.attn_shared * a.combine) / n)
+    ffn = ((a.ffn + sm_share * a.ffn_shared * z.dispatch) / n, (z.ffn + sm_share * z.ffn_shared * a.dispatch) / n)
     disp, comb = (a.dispatch / n, z.dispatch / n), (a.combine / n, z.combine / n)
     d_snd, c_snd = (a.dispatch_send / n, z.dispatch_send / n), (a.combine_send / n, z.combine_send / n)
     t0 = a.dense + z.dense

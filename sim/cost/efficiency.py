@@ -96,7 +96,20 @@ WEIGHT_ONLY_KERNELS = {("mxfp4", "bf16"): "mxfp4_bf16"}
 # deepgemm: DeepGEMM's FP8 grouped GEMMs behind DeepEP (SGLang's DeepEPMoE, sglang srt/layers/moe/ep_moe/layer.py:
 # m_grouped_fp8_gemm_nt_contiguous after the normal dispatch, m_grouped_fp8_gemm_nt_masked after the low-latency one),
 # for block-scaled FP8 weights, fitted on SGLang's wideep MoE tables (calibration/opdb_ops.py DEEPEP_TABLES).
-BACKENDS = {"deepgemm": {"fp8_block": {"high_throughput": "deepgemm", "low_latency": "deepgemm_masked"}}}
+# marlin: vLLM's fused_marlin_moe on MXFP4 weights computed in BF16 (weight-only), without DeepEP (the "" kernel: a
+# TP / all-gather MoE), fitted on that kernel's rows of vLLM's moe_perf table (calibration/opdb_ops.py
+# VLLM_BACKEND_KERNELS). vLLM 0.10.2 (the wheel's model_executor/layers/quantization/mxfp4.py get_mxfp4_backend) runs it
+# for MXFP4 experts on SM90 unless `triton_kernels` imports ("if ... not has_triton_kernels() ...: Using Marlin
+# backend"; FlashInfer's SM90 MXFP4 path only under VLLM_USE_FLASHINFER_MOE_MXFP4_BF16, default 0, envs.py); vLLM's
+# wheel did not ship or require triton_kernels before it was vendored (vLLM PR #28788, 2025-11-18; PR #27370,
+# 2025-10-22: "users have to install triton_kernels manually to access this code-path").
+# triton_default: the Triton fused_moe kernel at its untuned default configuration, where the engine ships no tuned
+# config file for the layout's expert shape and GPU (vLLM 0.11.0 BF16: 64 x 64 x 32 tiles once the step's tokens exceed
+# the experts; calibration/opdb_ops.py SGLANG_TUNED_BF16 says where the rows come from), with or without an all-to-all
+# ("" : none), fitted on SGLang's moe_perf rows at shapes it ships no config for (opdb_ops.triton_default_expert_rows).
+BACKENDS = {"deepgemm": {"fp8_block": {"high_throughput": "deepgemm", "low_latency": "deepgemm_masked"}},
+            "marlin": {"mxfp4_bf16": {"": "marlin"}},
+            "triton_default": {"bf16": dict.fromkeys(("", "high_throughput", "low_latency"), "triton_default")}}
 # Each engine's default MoE backend behind DeepEP (documented defaults, not fitted). SGLang: DeepEPMoE takes DeepGEMM's
 # path for FP8 block weights when DeepGEMM's JIT is on (sglang srt/layers/deep_gemm_wrapper/configurer.py
 # ENABLE_JIT_DEEPGEMM: SM90 or newer with deep_gemm installed, SGLANG_ENABLE_JIT_DEEPGEMM default on). vLLM: none here
@@ -139,14 +152,18 @@ def check_backend(layout, model, field: str) -> None:
     """A layout's explicit `moe_backend` must run the model's routed experts where the layout puts them: a SpecError
     naming `field` where it does not (a backend for another weight format, or without DeepEP's exchange)."""
     dt = model.dtypes
-    kd = kernel_dtype(dt.expert_weights, dt.expert_compute_dtype)
+    w, c = dt.expert_weights, dt.expert_compute_dtype
+    kd = WEIGHT_ONLY_KERNELS.get((w, c)) or kernel_dtype(w, c)  # (a weight-only kernel's key whatever the profile)
     runs = BACKENDS[layout.moe_backend]
     if kd not in runs:
         raise SpecError("", field, f"unset for experts of kernel dtype {kd} ({layout.moe_backend} runs "
                         f"{', '.join(runs)} experts)", layout.moe_backend)
-    if not layout.deepep:
+    if "" not in runs[kd] and not layout.deepep:
         raise SpecError("", field, f"unset without DeepEP's exchange ({layout.moe_backend} runs behind DeepEP's "
                         "dispatch: ep > 1 over DP ranks, all2all deepep)", layout.moe_backend)
+    if layout.deepep and not runs[kd].keys() - {""}:
+        raise SpecError("", field, f"unset behind DeepEP's exchange ({layout.moe_backend} is priced without an "
+                        "all-to-all: a TP or all-gather MoE)", layout.moe_backend)
 
 
 def backend_dtype(prof: Profile, dtype: str, backend: str | None, a2a_kernel: str) -> str:

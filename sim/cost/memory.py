@@ -4,17 +4,37 @@ A rank holds 1 / pp of the layers (pipeline stages, each with one of the embeddi
 its TP share of dense weights, its EP share of the routed experts (or every expert sharded tp ways
 without expert parallelism), and the drafter split the same way. Weights offloaded to host memory
 (Layout.offload_gb, vLLM --cpu-offload-gb) do not occupy HBM; step.py prices streaming them back.
-The engine may use all of HBM but a reserve (5% and a full step's activations), or
-`gpu_memory_utilization` of it as vLLM does. A layout that does not fit is bad input: `check_fits`
-raises a SpecError naming the layout.
+The engine fills `memory_fraction` of HBM (Layout.gpu_memory_utilization, else the engine's own
+default) with weights, a full step's activations and KV cache, as vLLM's profile run sizes it. A layout
+that does not fit is bad input: `check_fits` raises a SpecError naming the layout.
 """
 from __future__ import annotations
 
 from rackplan.specs import DTYPE_BYTES, HardwareSpec, Layout, ModelSpec, SpecError
 
+from .efficiency import _engine
 from .moe import expert_bytes, physical_experts_per_rank
 
-RESERVE_FRACTION = 0.05  # CUDA context, NCCL/DeepEP buffers, allocator slack (vLLM keeps ~5-10%)
+# vLLM's default --gpu-memory-utilization, the share of the GPU's total memory its worker may fill with
+# weights, the peak activations of a max_num_batched_tokens dummy step, the non-torch memory that step adds
+# (NCCL, custom all-reduce buffers) and the KV cache: 0.9 in vllm/config/cache.py CacheConfig through the versions of
+# the published vLLM cases (v0.10.2, v0.11.0, v0.14.1) [secondary: not read at those tags; docs.vllm.ai engine args
+# "If unspecified, will use the default value of 0.9"; 0.92 in later versions, vllm/config/cache.py at commit
+# 002f10e0cfa1373a19a0d2756598a34b700d20e5 `Field(default=0.92, gt=0, le=1)`]. vllm/v1/worker/gpu_worker.py
+# determine_available_memory: KV bytes = total_memory x gpu_memory_utilization - (weights + torch peak
+# increase + non-torch increase) (`requested_memory - profile_result.non_kv_cache_memory`); CUDA graphs are
+# captured after the KV cache is allocated, outside that budget, in these versions (vLLM PR 30515 added an
+# opt-in estimate, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, https://github.com/vllm-project/vllm/pull/30515, on by
+# default only from v0.21.0 [secondary: the worker's log line "CUDA graph memory profiling is enabled (default since
+# v0.21.0)", quoted in https://github.com/gpustack/runner/pull/251]). The CUDA context and whatever the worker
+# held before its first memory snapshot also lie outside it.
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+# SGLang layouts (Layout.engine sglang) without a fraction: all of HBM but this share. NOT SGLang's default,
+# which server_args.py _handle_gpu_memory_settings computes per launch from the GPU's memory,
+# chunked_prefill_size, cuda_graph_max_bs, TP x PP, DP attention and speculation (mem_fraction_static =
+# (gpu_mem - reserved_mem) / gpu_mem, reserved_mem >= 10 GiB on GPUs over 60 GiB); not modelled yet, so
+# SGLang keeps the earlier unsourced reserve [inferred: "CUDA context, NCCL/DeepEP buffers, allocator slack"].
+SGLANG_RESERVE_FRACTION = 0.05
 ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 32.0  # activations + workspace per token per hidden unit (bf16 x ~16 live tensors)
 
 
@@ -61,11 +81,21 @@ def offloaded_bytes(model: ModelSpec, layout: Layout) -> float:
     return min(layout.offload_gb * 1e9, sum(weight_bytes_per_rank(model, layout).values()))
 
 
+def memory_fraction(layout: Layout) -> float:
+    """The share of HBM the engine may fill with weights, activations and KV cache: the layout's
+    gpu_memory_utilization, else the engine's default (Layout.engine; vllm when unset: VLLM_GPU_MEMORY_UTILIZATION;
+    sglang: SGLANG_RESERVE_FRACTION, not yet its own). What `rackplan deploy` emits as
+    --gpu-memory-utilization, so the engine sizes its KV cache as it was priced."""
+    if layout.gpu_memory_utilization is not None:
+        return layout.gpu_memory_utilization
+    return {"vllm": VLLM_GPU_MEMORY_UTILIZATION, "sglang": 1.0 - SGLANG_RESERVE_FRACTION}[_engine(layout)]
+
+
 def reserve_bytes(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> float:
     """Working memory kept free of weights and KV: the share of HBM the engine may not use
-    (5% without gpu_memory_utilization) + activations of a full step."""
+    (1 - memory_fraction) + activations of a full step (vLLM's profile run subtracts them from its share)."""
     tokens = layout.max_tokens_per_step
-    unused = RESERVE_FRACTION if layout.gpu_memory_utilization is None else 1.0 - layout.gpu_memory_utilization
+    unused = 1.0 - memory_fraction(layout)
     return unused * hw.hbm_bytes + tokens * model.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
 
 

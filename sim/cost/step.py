@@ -123,6 +123,9 @@ class StepModel:
         self.ep_size = lay.ep_size
         # share of the SMs an overlapping all-to-all takes, per whether a step has prompt tokens (its kernel)
         self._sm_share = {pre: dbo_.comm_sm_share(kernel, hw) for pre, kernel in KERNEL.items()}
+        # per all-to-all kernel, the factor on DeepGEMM ops' seconds in a split step, and those ops (dbo module)
+        self._gemm_scale = {kernel: dbo_.deepgemm_sm_scale(kernel, hw) for kernel in KERNEL.values()}
+        self._deepgemm = dbo_.deepgemm_ops(m)
         self.n_moe = sum(g.n_moe for g in self.layers.groups_decode)  # MoE layers of a step
         n_dense, n_moe = m.layers_in("decode")
         self._dense_layers = n_dense, max(n_dense + n_moe, 1)  # (dense layers, all layers at least one): _stages
@@ -291,14 +294,35 @@ class StepModel:
                 by[STAGE[name]] += sec
             hit = self._stage_parts(by, rank_ops)
         _, dense, attn, ffn, dense_ffn, tail = hit
-        disp = comb = disp_send = comb_send = 0.0
+        disp = comb = disp_send = comb_send = experts = 0.0
         for _, t_exp, t_route, t_disp, t_comb, _, _, _, d_send, c_send in dev.moe:
             ffn += t_exp + t_route
+            experts += t_exp
             disp += t_disp
             comb += t_comb
             disp_send += d_send
             comb_send += c_send
-        return dbo_.Stages(dense, attn, ffn - dense_ffn, disp, comb, tail, disp_send, comb_send)
+        stages = dbo_.Stages(dense, attn, ffn - dense_ffn, disp, comb, tail, disp_send, comb_send)
+        scale = self._gemm_scale[dev.kernel]
+        return stages if scale == 1.0 else self._deepgemm_capped(stages, rank_ops, experts, scale)
+
+    def _deepgemm_capped(self, s: dbo_.Stages, rank_ops: dict, experts: float, scale: float) -> dbo_.Stages:
+        """`s` with its DeepGEMM ops `scale` times as long (the GEMMs on the SMs the high-throughput
+        transfer does not hold, for the whole split step) and the share of each overlapped stage that
+        still shares SMs with the transfer (dbo module docstring). `experts`: the routed experts' seconds."""
+        dg = self._deepgemm
+        proj = rank_ops.get("attn.proj", (0.0,))[0] if "attn.proj" in dg else 0.0
+        n_dense, n_layers = self._dense_layers
+        proj_dense = proj * n_dense / n_layers  # the dense layers' share, as _stage_parts splits `attn`
+        g_dense = proj_dense + (rank_ops.get("dense_ffn", (0.0,))[0] if "dense_ffn" in dg else 0.0)
+        g_attn = proj - proj_dense
+        g_ffn = (rank_ops.get("shared_expert", (0.0,))[0] if "shared_expert" in dg else 0.0) + \
+            (experts if "moe.experts" in dg else 0.0)
+        more = scale - 1.0
+        attn, ffn = s.attn + more * g_attn, s.ffn + more * g_ffn
+        return s._replace(dense=s.dense + more * g_dense, attn=attn, ffn=ffn,
+                          attn_shared=(s.attn - g_attn) / attn if attn > 0 else 1.0,
+                          ffn_shared=(s.ffn - g_ffn) / ffn if ffn > 0 else 1.0)
 
     def _stage_parts(self, by: dict[str, float], rank_ops: dict) -> tuple:
         """(stage sums, dense layers' seconds, MoE layers' attention side, rank ffn, dense FFN, tail) of

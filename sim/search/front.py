@@ -237,12 +237,12 @@ def _max_rate(req, plan_of, c: Candidate, osl_p90: float, beat_tps: float = 0.0,
 
 
 def p90_output_length(workload: Workload) -> float:
-    """p90 output length of the workload's requests (for run lengths)."""
-    import numpy as np
-
+    """p90 output length of the workload's requests (for run lengths): np.percentile's figure, without
+    the numpy.ma import of its quantile machinery (sim/steady.py `percentiles`)."""
+    from ..steady import percentiles
     from ..workload import make_requests
 
-    return float(np.percentile(make_requests(workload, min(workload.num_requests, 4000)).osl, 90))
+    return float(percentiles(make_requests(workload, min(workload.num_requests, 4000)).osl, (90,))[0])
 
 
 def first_probe(c: Candidate, rate: float, osl_p90: float) -> int:

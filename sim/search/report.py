@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rackplan import deploy
 from rackplan.accuracy_band import headline_band
 from rackplan.specs import SpecError
 
@@ -32,12 +31,20 @@ def write_all(res: Result, folder: str | Path, axis: str = "gpu") -> list[Path]:
     from ..htmlreport import plan_page
 
     paths[3].write_text(plan_page(res))
-    return paths + (deploy.write(launch, folder / "launch") if launch else [])
+    return paths + (_deploy().write(launch, folder / "launch") if launch else [])
+
+
+def _deploy():
+    """rackplan.deploy, imported where a report folder is written (a plan without --report prints its
+    table from this module and never needs it: ~10 ms of its start)."""
+    from rackplan import deploy
+
+    return deploy
 
 
 def _launch_files(res: Result) -> tuple[dict[str, str], str]:
     """The chosen plan's launch files, or none and why (a test model, a plan vLLM cannot place)."""
-    r = res.request
+    r, deploy = res.request, _deploy()
     if not deploy.servable(r.model):
         return {}, (f"vLLM serves no checkpoint of {r.model.name} (launch files are written for "
                     f"{', '.join(sorted(deploy.FAMILIES))})")
@@ -364,7 +371,7 @@ def _files_section(res: Result, launch_files: list[str], why_not: str) -> list[s
         return ["## Files", "", f"{head}. No `launch/`: {why_not or 'not built'}.", ""]
     names = ", ".join(f"`{n}`" for n in launch_files)
     return ["## Files", "", f"{head} and `launch/`, the vLLM deployment of the chosen plan: {names}.", "",
-            deploy.how_to_run(f"{res.plan.name}.yaml"), ""]
+            _deploy().how_to_run(f"{res.plan.name}.yaml"), ""]
 
 
 def _profile_section(prof) -> list[str]:

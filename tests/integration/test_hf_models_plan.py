@@ -45,27 +45,29 @@ def test_new_model_plans_and_simulates(model, hardware, tmp_path, capsys):
 
 
 def test_planner_skips_layouts_whose_kv_cannot_hold_the_longest_prompt(tmp_path, capsys):
-    """Kimi K2 on 16 H200: a TP8 rank holds 1/8 of 1.03T FP8 weights, and its KV room falls short of
-    agentic-chat's longest prompt (its clip, 65,536 tokens); the planner skips those shapes, says so, and
-    with nothing else meeting the SLOs refuses in one line (was: a plan simulate then refused, field isl)."""
+    """GLM-4.5 (BF16) on 8 H200 at vLLM's default 0.9 of HBM: a DEP8 rank holds every attention weight and 1/8
+    of the experts, and its KV room (376,832 B per token, all 8 KV heads) falls short of agentic-chat's longest
+    prompt (its clip, 65,536 tokens); the planner skips that shape, says so, and with nothing else meeting the
+    SLOs refuses in one line (was: a plan simulate then refused, field isl). Until session 20 this was Kimi K2
+    TP8 on 16 H200, whose weights no longer fit beside 0.9 x 141 GB at all."""
     from rackplan.policy.kv import longest_admitted
     from rackplan.sim.cost.memory import kv_capacity_tokens
     from rackplan.sim.search import space
     from rackplan.specs import Layout, load_hardware, load_workload
 
-    m, hw = load_model("kimi-k2"), load_hardware("h200-sxm")
+    m, hw = load_model("glm-4.5"), load_hardware("h200-sxm")
     assert space.longest(load_workload("agentic-chat")) == (65536, 65536 + 8192)  # the workload's clips
-    tp8 = Layout("prefill", dp=1, tp=8)
-    kv = kv_capacity_tokens(m, hw, tp8)
-    # whole 64-token MLA blocks, less the step's query token: below the longest prompt, above one block
-    assert longest_admitted(kv, 64) == int(kv // 64) * 64 - 1 < 65536 and kv >= 64
-    assert not space.fits(m, hw, tp8, 65536) and space.fits(m, hw, tp8)
-    rc = main(["plan", "--model", "kimi-k2", "--hardware", "h200-sxm", "--gpus", "16", "--workers", "1",
+    dep8 = Layout("prefill", dp=8)
+    kv = kv_capacity_tokens(m, hw, dep8)
+    # whole 16-token GQA blocks, less the step's query token: below the longest prompt, above one block
+    assert longest_admitted(kv, 16) == int(kv // 16) * 16 - 1 < 65536 and kv >= 16
+    assert not space.fits(m, hw, dep8, 65536) and space.fits(m, hw, dep8)
+    rc = main(["plan", "--model", "glm-4.5", "--hardware", "h200-sxm", "--gpus", "8", "--workers", "1",
                "--no-simulate", "--quiet", "--out", str(tmp_path / "p.yaml")])
     err = capsys.readouterr().err
     assert rc == 3 and not (tmp_path / "p.yaml").exists()  # no feasible plan (planner.NoFeasiblePlan)
     assert "skipped: KV per rank too small for the workload's longest request (prompt 65,536" in err
-    assert "prefill TP8-EP8" in err
+    assert "both DEP8" in err
 
 
 def test_model_given_as_a_config_folder(tmp_path, capsys):

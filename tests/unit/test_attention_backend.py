@@ -12,6 +12,7 @@ from rackplan.accuracy import cases as ac
 from rackplan.sim.cost import attention as attn
 from rackplan.sim.cost import efficiency
 from rackplan.sim.cost.host import HOST_PARTS
+from rackplan.sim.cost.moe import physical_experts_per_rank
 from rackplan.sim.cost.step import CostContext, StepModel, decode_step
 from rackplan.specs import Curve, Layout, load_hardware, load_model, load_profile
 
@@ -67,25 +68,36 @@ def test_the_step_prices_the_engines_kernel(engine, faster):
     assert got == pytest.approx(want)
 
 
-def test_vllm_h200_decode_case_runs_vllm_011s_defaults_by_hand():
-    """The vLLM H200 wide-EP decode rows (vLLM 0.11.0): engine vllm on SM90 (FlashMLA), synchronous scheduling
-    (SchedulerConfig.async_scheduling False; the llm-d manifest passes no --async-scheduling). Synchronous with a
-    CUDA graph, the step is the device step plus every host part but the graph launch, which runs under it
-    (sim/cost/host.py: host - launches + max(gpu, launches)); with async on, only the DP collective is exposed."""
-    case = next(c for c in ac.load_cases() if c.id == "vllm-h200-decode-dep32")
-    side = ac.resolve(case)
+def test_vllm_h200_decode_case_runs_the_llm_d_benchmark_manifest_by_hand():
+    """The vLLM H200 wide-EP decode rows run what llm-d 0.3's benchmarking manifest passes (llm-d PR #290, v0.3.0
+    guide decode.yaml): engine vllm on SM90 (FlashMLA), --enable-dbo, --async-scheduling, --enable-eplb with 32
+    redundant experts. EPLB slots by hand: (256 + 32) / 32 = 9, / 72 = 4, / 96 = 3 a rank (32 divides all three,
+    which is why the manifest picks it). With async scheduling and a CUDA graph only the DP collective is exposed
+    (sim/cost/host.py); synchronous, the step adds every host part but the graph launch."""
+    cases = {c.id: c for c in ac.load_cases()}
+    for cid, slots in (("vllm-h200-decode-dep32", 9.0), ("vllm-h200-decode-dep72", 4.0),
+                       ("vllm-h200-decode-dep96", 3.0)):
+        side = ac.resolve(cases[cid])
+        lay = side.instance
+        assert lay.async_scheduling and lay.dbo and lay.dbo_decode_token_threshold == 32
+        assert (lay.eplb.redundant_experts, lay.eplb.policy) == (32, "hierarchical")
+        assert physical_experts_per_rank(side.model, lay) == slots
+    side = ac.resolve(cases["vllm-h200-decode-dep32"])
     lay = side.instance
-    assert lay.async_scheduling is False and (lay.engine or "vllm") == "vllm" and lay.dbo
+    assert (lay.engine or "vllm") == "vllm"
     assert efficiency.attention_backend(lay, side.hw, side.model.attention.kind) == "flashmla"
     prof = load_profile("h200-sxm-vllm")
-    sc = decode_step(CostContext(side.model, side.hw, lay, prof, 0.0), 256, 256 * 3000.0)
-    parts = dict(zip(HOST_PARTS, sc.host.parts))
-    assert sc.host.exposed_s == pytest.approx(sum(parts.values()) - parts["host.launch"], rel=1e-9)
-    assert sc.seconds == pytest.approx(sc.host.gpu_s + sc.host.exposed_s, rel=1e-9)
-    on = decode_step(CostContext(side.model, side.hw, dataclasses.replace(lay, async_scheduling=True), prof, 0.0),
-                     256, 256 * 3000.0)
+    on = decode_step(CostContext(side.model, side.hw, lay, prof, 0.0), 256, 256 * 3000.0)
+    parts = dict(zip(HOST_PARTS, on.host.parts))
     assert on.host.exposed_s == pytest.approx(parts["host.dp_sync"], rel=1e-9)
-    assert sc.seconds - on.seconds == pytest.approx(sc.host.exposed_s - on.host.exposed_s, rel=1e-9)
+    sync = decode_step(CostContext(side.model, side.hw, dataclasses.replace(lay, async_scheduling=False), prof, 0.0),
+                       256, 256 * 3000.0)
+    assert sync.host.exposed_s == pytest.approx(sum(parts.values()) - parts["host.launch"], rel=1e-9)
+    assert sync.seconds - on.seconds == pytest.approx(sync.host.exposed_s - on.host.exposed_s, rel=1e-9)
+    for cid in ("vllm-h200-prefill-dep8", "vllm-h200-prefill-dep16", "vllm-h200-prefill-dep32"):
+        lay = ac.resolve(cases[cid]).instance
+        assert lay.async_scheduling and lay.dbo and lay.dbo_prefill_token_threshold == 32
+        assert lay.eplb.redundant_experts == 32
 
 
 def test_vllm_on_hopper_runs_deepgemm_behind_deepep():

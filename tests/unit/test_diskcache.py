@@ -10,7 +10,6 @@ import rackplan
 import rackplan.configs
 import rackplan.sim
 from rackplan import diskcache
-from rackplan.sim.commands import simulate as sim_cmd
 from rackplan.specs import SpecError, reading
 from rackplan.specs.reading import PARSE_CACHE_MIN, parse_yaml
 
@@ -88,10 +87,51 @@ def _full_hash() -> str:
 
 
 def test_code_version_is_the_hash_of_the_files_and_is_remembered_by_their_stamps(cache, monkeypatch):
-    assert sim_cmd.code_version() == _full_hash()
+    assert diskcache.code_version() == _full_hash()
     (path,) = _entries(cache, "code-version")
     assert path.read_text() == _full_hash()
     path.write_text("f" * 64)  # remembered: the files are not read again while their stamps are the same
-    assert sim_cmd.code_version() == "f" * 64
+    assert diskcache.code_version() == "f" * 64
     monkeypatch.setenv(diskcache.CACHE_ENV, "off")
-    assert sim_cmd.code_version() == _full_hash()
+    assert diskcache.code_version() == _full_hash()
+
+
+def _tiny_request(gpus=4):
+    from rackplan.sim.search import planner
+    from rackplan.specs import SLO, load_hardware, load_model, load_profile, load_workload
+
+    return planner.Request(load_model("tiny-moe"), load_hardware("cpu-local"), load_profile("datasheet"),
+                           load_workload("tiny-chat"), gpus, SLO(1.0, 0.2), "tiny-moe", "cpu-local", "tiny-chat",
+                           simulate=False, workers=1)
+
+
+def test_the_planner_pricing_is_read_back_as_priced_and_keyed_by_its_inputs(cache, monkeypatch):
+    import pickle
+
+    from rackplan.sim.search import planner
+
+    def units(priced):  # each priced unit's pickle: every figure, bit for bit
+        return [(k, pickle.dumps(u)) for k, u in priced]
+
+    first = planner.price_all(_tiny_request())
+    assert any(u is not None for _, u in first)
+    (path,) = _entries(cache, "priced")
+    assert [pickle.dumps(u) for u in pickle.loads(path.read_bytes())] == [p for _, p in units(first)]
+    assert units(planner.price_all(_tiny_request())) == units(first)
+    # the file is what is read: a value planted there comes back (so the hit path is the one tested)
+    path.write_bytes(pickle.dumps(["planted"] * len(first)))
+    assert {u for _, u in planner.price_all(_tiny_request())} == {"planted"}
+    # another input (the GPU budget changes the shapes) is another entry; a corrupt one is priced again
+    planner.price_all(_tiny_request(gpus=2))
+    assert len(_entries(cache, "priced")) == 2
+    path.write_bytes(b"\x00not a pickle")
+    assert units(planner.price_all(_tiny_request())) == units(first)
+    # another code version is another entry
+    monkeypatch.setattr(diskcache, "code_version", lambda: "0" * 64)
+    planner.price_all(_tiny_request())
+    assert len(_entries(cache, "priced")) == 3
+    # no cache folder: priced, nothing written
+    monkeypatch.setenv(diskcache.CACHE_ENV, "off")
+    assert units(planner.price_all(_tiny_request(gpus=3)))
+    monkeypatch.setenv(diskcache.CACHE_ENV, str(cache))
+    assert len(_entries(cache, "priced")) == 3

@@ -708,3 +708,29 @@ def test_expert_rows_take_the_kernel_with_most_rows_unless_picked(tmp_path):
     assert (kept.kernel, len(kept.seconds)) == ("a_trtllm", 20)
     other = [r for r in opdb_ops.expert_rows(tables, hw, lambda values: "b_cutlass") if r.key == "experts.fp8"][0]
     assert (other.kernel, len(other.seconds)) == ("b_cutlass", 12)
+
+
+def test_a_vllm_backend_class_takes_its_kernel_s_rows_without_shape_terms(tmp_path):
+    """A moe_perf table holding vLLM's default MXFP4 kernel (Triton, 20 rows) and Marlin's (12 rows, one expert shape:
+    hidden 3584, inter 3072, so n = 2 x 3072 = 6144, k = 3584): experts.mxfp4_bf16 takes Triton's rows, and
+    backend="marlin" gives experts.mxfp4_bf16.marlin from Marlin's 12 alone, its y and z terms held at 0 (one shape does
+    not tell them from eff_max) and named in its selection; a backend with no kernel in the table gives nothing."""
+    t = np.array([2.0 ** i for i in range(20)])  # [20] tokens, 1 to 524,288
+    cols = {"kernel_source": ["vllm_gptossmxfp4moe_triton_oaitritonmxfp4experts"] * 20
+            + ["vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts"] * 12,
+            "moe_dtype": ["w4a16_mxfp4"] * 32, "num_tokens": np.concatenate([t, t[:12]]).astype(int),
+            "hidden_size": [2880] * 20 + [3584] * 12, "inter_size": [2880] * 20 + [3072] * 12,
+            "topk": [4] * 20 + [16] * 12, "num_experts": [128] * 20 + [896] * 12, "moe_tp_size": [1] * 32,
+            "moe_ep_size": [1] * 32, "distribution": ["balanced"] * 32, "latency": [1000.0] * 32}
+    _write(tmp_path, "mb", "moe", "0.24.0", "moe_perf", cols)
+    hw, tables = load_hardware("h100-sxm"), opdb.locate(tmp_path, "mb")
+    triton = [r for r in opdb_ops.expert_rows(tables, hw) if r.key.startswith("experts.mxfp4_bf16")]
+    assert [(r.key, len(r.seconds)) for r in triton] == [("experts.mxfp4_bf16", 20)]
+    assert "y_half" in triton[0].free
+    (marlin,) = opdb_ops.expert_rows(tables, hw, backend="marlin")
+    assert (marlin.key, len(marlin.seconds)) == ("experts.mxfp4_bf16.marlin", 12)
+    assert marlin.also[0][0] == "moe.route.mxfp4_bf16.marlin"
+    assert "y_half" not in marlin.free and "z_half" not in marlin.free
+    assert (marlin.start.y_half, marlin.start.z_half) == (0.0, 0.0)
+    assert "one expert shape (n 6144, k 3584)" in marlin.selection
+    assert opdb_ops.expert_rows(tables, hw, backend="deepgemm") == []

@@ -64,6 +64,56 @@ def test_dbo_comm_kernels_take_sms_from_overlapped_compute():
     assert dbo.pipeline(a, a, 58, s) == pytest.approx(9 + 4 * s + (8 + 4 * s) * 57)
 
 
+def test_dbo_pipeline_deepgemm_capped_compute_shares_no_sms_with_the_transfer():
+    # vLLM 0.11.0 (gpu_ubatch_wrapper.SMControlContextManager around the whole two-thread run) and SGLang's
+    # prefill TBO run DeepGEMM on num_sms - 20 SMs for the whole split step: H200 / H100 132 SMs -> 112,
+    # 132 / 112 = 1.178571 times as long; the low-latency kernels hold none, so nothing changes there
+    assert dbo.deepgemm_sm_scale("high_throughput", H200) == pytest.approx(132 / 112)
+    assert dbo.deepgemm_sm_scale("low_latency", H200) == 1.0
+    # only the stage share that is not DeepGEMM is stretched by the overlapping transfer: the compute-
+    # bound pipeline of test_dbo_comm_kernels_take_sms_from_overlapped_compute (A 2, E 2, D 1, K 1) with
+    # half of each compute stage shared: stretch s x 0.5 x 1 per stage, period 2 x (2 + 2 + s), layer 1
+    # ends at 9 + 2s (A_a 0-2, A_b 2-4+s/2 ... as there with s/2 in place of s)
+    s = 20 / 132
+    a = stages(58, 2.0, 2.0, 1.0, 1.0)._replace(attn_shared=0.5, ffn_shared=0.5)
+    assert dbo.pipeline(a, a, 58, s) == pytest.approx(9 + 2 * s + (8 + 2 * s) * 57)
+
+
+@pytest.mark.profile_data
+def test_dbo_high_throughput_stages_run_deepgemm_on_the_sms_the_transfer_leaves():
+    # DeepSeek-V3 (FP8 block GEMMs: attention projections, dense FFN, shared and routed experts all
+    # DeepGEMM) prefill on H200 DEP16 with DBO, 2,048 prompt tokens a rank (1,024 a micro-batch). The
+    # split step's stages are the unsplit ones with every DeepGEMM op's seconds x 132 / 112 (3 of the
+    # 61 layers dense: attn.proj splits 3 / 61 to `dense`, 58 / 61 to `attn`), and the shares of the
+    # attention and expert stages that still share SMs with the transfer are their non-DeepGEMM parts
+    lay = Layout("prefill", dp=16, dbo=True, dbo_prefill_token_threshold=32)
+    sm = CostContext(V3, H200, lay, PROF).step_model
+    dev = sm.device(Step.uniform(16, RankWork(0.0, 0.0, ((1, 1024.0, 0.0),))))
+    ops_ = dev.rank_ops
+    experts = sum(g[1] for g in dev.moe)
+    st = sm._stages(dev)
+    # the stages before the cap, from the ops' stages (rackplan/specs/ops.py), by hand:
+    proj, shared, dffn = ops_["attn.proj"][0], ops_["shared_expert"][0], ops_["dense_ffn"][0]
+    r = 132 / 112 - 1
+    by = {"attn": 0.0, "ffn": 0.0}
+    for name, rec in ops_.items():
+        if name in ("attn.proj", "norm", "rope", "quantize", "attn.core", "router", "mhc", "engram"):
+            by["attn"] += rec[0]
+        elif name in ("dense_ffn", "shared_expert"):
+            by["ffn"] += rec[0]
+    attn0 = by["attn"] * 58 / 61
+    ffn0 = by["ffn"] - dffn + sum(g[1] + g[2] for g in dev.moe)
+    assert st.attn == pytest.approx(attn0 + r * proj * 58 / 61)
+    assert st.ffn == pytest.approx(ffn0 + r * (shared + experts))
+    assert st.dense == pytest.approx(by["attn"] * 3 / 61 + dffn + r * (proj * 3 / 61 + dffn))
+    assert st.attn_shared == pytest.approx((attn0 - proj * 58 / 61) / st.attn)
+    assert st.ffn_shared == pytest.approx((ffn0 - shared - experts) / st.ffn)
+    assert 0.0 < st.attn_shared < 1.0 and 0.0 < st.ffn_shared < 1.0
+    # decode (low-latency kernels) keeps its stages as they were: nothing capped, everything shared
+    dec = sm._stages(sm.device(Step.uniform(16, RankWork(64.0, 64 * 3000.0))))
+    assert (dec.attn_shared, dec.ffn_shared) == (1.0, 1.0)
+
+
 def test_dbo_pipeline_low_latency_send_kernels_hold_the_compute_stream():
     # vLLM 0.11 runs DeepEP's low-latency kernels on the compute stream with a receive hook: per layer
     # the stream holds attention a, send dispatch a, attention b, send dispatch b, experts a, send
@@ -326,6 +376,24 @@ def test_gpu_memory_utilization_sets_the_kv_budget():
     weights = sum(weight_bytes_per_rank(V3, lay).values())
     want = (0.9 * 141e9 - weights - 8192 * 7168 * 32.0) / 35_136
     assert kv_capacity_tokens(V3, H200, lay) == pytest.approx(want)
+
+
+def test_kv_budget_without_a_fraction_is_the_engines_default():
+    # No gpu_memory_utilization: vLLM's own default, 0.9 of HBM (vllm/config/cache.py), less weights and a full
+    # step's activations. V3 DEP8 on H200 (141 GB): KV = 0.9 x 141e9 - weights - 8192 x 7168 x 32 B
+    # (= 1.879e9), in 35,136-B tokens; deploy emits the same 0.9. SGLang layouts keep all but 5% (its own
+    # default is not modelled yet): 0.95 x 141e9 - weights - the same activations.
+    from rackplan.deploy.engine import priced_memory_utilization
+    from rackplan.sim.cost.memory import memory_fraction
+
+    lay = Layout("decode", dp=8)
+    weights = sum(weight_bytes_per_rank(V3, lay).values())
+    assert memory_fraction(lay) == 0.9 and priced_memory_utilization(lay) == 0.9
+    assert kv_capacity_tokens(V3, H200, lay) == pytest.approx((0.9 * 141e9 - weights - 1.879e9) / 35_136, rel=1e-4)
+    sgl = Layout("decode", dp=8, engine="sglang")
+    assert memory_fraction(sgl) == 0.95
+    assert kv_capacity_tokens(V3, H200, sgl) == pytest.approx((0.95 * 141e9 - weights - 1.879e9) / 35_136, rel=1e-4)
+    assert memory_fraction(Layout("decode", dp=8, engine="sglang", gpu_memory_utilization=0.8)) == 0.8
 
 
 @pytest.mark.profile_data

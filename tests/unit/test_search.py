@@ -358,3 +358,14 @@ def test_vectorised_estimate_equals_the_scalar_one_bit_for_bit_on_seeded_familie
                    for pu, p in prefills for _ in combine._pool_sizes(pu.gpus, dec.gpus, p, dec.rate(top), st))
         seen["dropped"] += rows - len(want)
     assert total > 1000 and all(seen.values()), seen
+
+
+def test_p90_output_length_is_numpys_percentile(tiny):
+    import numpy as np
+
+    from rackplan.sim.search import front
+    from rackplan.sim.workload import make_requests
+
+    wl = tiny[3]
+    osl = make_requests(wl, min(wl.num_requests, 4000)).osl
+    assert front.p90_output_length(wl) == float(np.percentile(osl, 90))

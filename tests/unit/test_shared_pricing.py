@@ -69,3 +69,40 @@ def test_a_shared_pricer_warmed_by_another_run_returns_what_a_fresh_one_does():
         StepPricer.shared(dataclasses.replace(cx, skew=skew + 0.01 * (k + 1)))
     assert StepPricer.shared(cx, np.random.default_rng(0)).model is not warm.model
     pricer_mod._kept.clear()
+
+
+def test_step_caches_persisted_across_processes_give_what_a_fresh_pricer_gives(tmp_path, monkeypatch):
+    """pricer.persisted(): a pricing's step cache is written at the block's end and read back by the next
+    block (a new process: nothing kept in memory); the same periods, draw for draw, with no step priced."""
+    import pickle
+
+    from rackplan import diskcache
+
+    monkeypatch.setenv(diskcache.CACHE_ENV, str(tmp_path))
+    name, hw, prof, skew, lay, _ = next(c for c in CASES if c[4].dp > 1)
+    cx = CostContext(model(name), hardware(hw), lay, profile(prof), skew)
+    pricer_mod._kept.clear()
+    with pricer_mod.persisted():
+        first = StepPricer.shared(cx, np.random.default_rng(5))
+        periods = _decode_periods(first, random.Random(1))
+    (path,) = sorted((tmp_path / "step-prices").glob("*"))
+    assert first.misses > 0 and pickle.loads(path.read_bytes()) == first._cache
+    pricer_mod._kept.clear()  # (what a new process starts with)
+    with pricer_mod.persisted():
+        again = StepPricer.shared(cx, np.random.default_rng(5))
+        assert again._cache is not first._cache and again._cache == first._cache
+        assert _decode_periods(again, random.Random(1)) == periods and again.misses == 0
+    # a corrupt file is priced again (the same periods) and replaced
+    path.write_bytes(b"\x00not a pickle")
+    pricer_mod._kept.clear()
+    with pricer_mod.persisted():
+        third = StepPricer.shared(cx, np.random.default_rng(5))
+        assert _decode_periods(third, random.Random(1)) == periods and third.misses == first.misses
+    assert pickle.loads(path.read_bytes()) == first._cache
+    # outside the block nothing is read or written
+    pricer_mod._kept.clear()
+    path.unlink()
+    outside = StepPricer.shared(cx, np.random.default_rng(5))
+    assert _decode_periods(outside, random.Random(1)) == periods and outside.misses == first.misses
+    assert not path.exists()
+    pricer_mod._kept.clear()
