@@ -94,7 +94,8 @@ def test_stopped_rank_is_named_within_the_collective_timeout(tmp_path):
 @pytest.mark.parametrize("when,sig,code", [("search", signal.SIGINT, 130), ("search", signal.SIGTERM, 143),
                                            ("writing", signal.SIGINT, 130)])
 def test_interrupted_plan_report_leaves_no_file(tmp_path, when, sig, code):
-    env = dict(os.environ)
+    # no disk cache: a plan whose pricing an earlier run cached (priced/) starts no pool workers to interrupt
+    env = dict(os.environ, RACKPLAN_CACHE_DIR="off")
     if when == "writing":
         env["RACKPLAN_TEST_INTERRUPT_WRITE"] = "1"  # Ctrl-C lands between two files of the output set
     cmd = [sys.executable, "-m", "rackplan.cli", "plan", "--model", "tiny-moe", "--hardware", "cpu-local",
