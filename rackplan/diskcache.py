@@ -73,16 +73,33 @@ def remembered(kind: str, key, compute):
     present, else computed and stored. An unreadable or corrupt file is computed again (and replaced)."""
     if cache_dir() is None:
         return compute()
-    path = entry(kind, hashlib.sha256(key().encode()).hexdigest()[:32] + ".pickle")
-    data = read_bytes(path)
-    if data is not None:
-        try:
-            return pickle.loads(data)
-        except Exception:  # noqa: BLE001 (corrupt or from another version of a pickled class: recompute)
-            pass
+    path = pickle_entry(kind, key())
+    found = read_pickle(path)
+    if found is not MISSING:
+        return found
     value = compute()
     store(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
     return value
+
+
+MISSING = object()  # read_pickle: no file, or one that does not unpickle
+
+
+def pickle_entry(kind: str, key: str) -> Path | None:
+    """The pickle file of subfolder `kind` named by a hash of `key` (None: no disk cache)."""
+    return entry(kind, hashlib.sha256(key.encode()).hexdigest()[:32] + ".pickle")
+
+
+def read_pickle(path: Path | None):
+    """The value pickled at `path`, or MISSING where there is none or it is corrupt (or from another version
+    of a pickled class): the caller computes it again and replaces it."""
+    data = read_bytes(path)
+    if data is None:
+        return MISSING
+    try:
+        return pickle.loads(data)
+    except Exception:  # noqa: BLE001
+        return MISSING
 
 
 def code_version() -> str:

@@ -74,17 +74,11 @@ def persisted():
 
 def _from_disk(cx: CostContext, mean: bool, cache: dict) -> tuple:
     """(cache file, entries, cache) of a pricing (persisted): `cache` given what its file holds."""
-    import hashlib
-
-    from rackplan.diskcache import code_version, entry, read_bytes
+    from rackplan.diskcache import code_version, pickle_entry, read_pickle
 
     key = repr((cx.model, cx.hw, cx.prof, cx.skew, cx.core_share, price_key(cx.layout), mean, code_version()))
-    path = entry("step-prices", hashlib.sha256(key.encode()).hexdigest()[:32] + ".pickle")
-    data = read_bytes(path)
-    try:
-        found = pickle.loads(data) if data is not None else {}
-    except Exception:  # noqa: BLE001 (a corrupt file: priced again, and replaced)
-        found = {}
+    path = pickle_entry("step-prices", key)
+    found = read_pickle(path)  # (missing or corrupt: priced again, and replaced at the end)
     if isinstance(found, dict):
         for k, v in found.items():
             cache.setdefault(k, v)
